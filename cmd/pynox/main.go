@@ -1,0 +1,85 @@
+// Command pynox runs confined CPython jobs. `pynox pool` serves the pool
+// protocol (JSON Lines on stdin and stdout); see the pynox package docs.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+
+	"github.com/pynox/pynox"
+)
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
+}
+
+const usage = `usage: pynox pool [--workers=N] [--preload=mod,mod] [--package-dir=DIR]... [--python=PATH]
+
+Commands:
+  pool    serve the pool protocol: JSON requests on stdin, JSON results on stdout
+`
+
+func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return 2
+	}
+	switch args[0] {
+	case "pool":
+		return pool(args[1:], stdin, stdout, stderr)
+	case "-h", "--help", "help":
+		fmt.Fprint(stdout, usage)
+		return 0
+	}
+	fmt.Fprintf(stderr, "pynox: unknown command %q\n%s", args[0], usage)
+	return 2
+}
+
+type listFlag []string
+
+func (l *listFlag) String() string     { return strings.Join(*l, ",") }
+func (l *listFlag) Set(v string) error { *l = append(*l, v); return nil }
+
+func pool(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("pynox pool", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	workers := fs.Int("workers", 0, "templates, hence jobs running at once (default 2)")
+	preload := fs.String("preload", "", "comma-separated modules each template imports once")
+	python := fs.String("python", "", "the interpreter (default: the first python3 on PATH)")
+	var pkgDirs listFlag
+	fs.Var(&pkgDirs, "package-dir", "read-only directory on every job's sys.path (repeatable)")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "pynox pool: unexpected argument %q\n", fs.Arg(0))
+		return 2
+	}
+	cfg := pynox.Config{Workers: *workers, Python: *python, PackageDirs: pkgDirs}
+	if *preload != "" {
+		for _, m := range strings.Split(*preload, ",") {
+			if m = strings.TrimSpace(m); m != "" {
+				cfg.Preload = append(cfg.Preload, m)
+			}
+		}
+	}
+	p, err := pynox.New(cfg)
+	if err != nil {
+		fmt.Fprintf(stderr, "pynox pool: %v\n", err)
+		return 1
+	}
+	defer p.Close()
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	if err := p.Serve(ctx, stdin, stdout, pynox.ServeOptions{}); err != nil {
+		fmt.Fprintf(stderr, "pynox pool: %v\n", err)
+		return 1
+	}
+	return 0
+}

@@ -1,0 +1,222 @@
+package pynox
+
+import (
+	"bytes"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+)
+
+// Default limits: without a configured ceiling these are both the defaults
+// and the maximums of every request.
+const (
+	DefaultWorkers     = 2
+	DefaultTimeout     = 30 * time.Second
+	DefaultMemory      = 1 << 30
+	DefaultMaxOutput   = 1 << 20
+	DefaultMaxFileSize = 256 << 20
+)
+
+// Config configures a [Pool]. Every zero value means something, said on
+// the field; [New] validates the whole.
+type Config struct {
+	// Python is the interpreter. Empty means the first python3 on PATH. A
+	// launcher script there (such as a pyenv shim) is resolved once, at New,
+	// to the real interpreter it runs, because templates start with a clean
+	// environment in which a shim cannot work.
+	Python string
+	// Workers is the number of templates, hence of jobs running at once.
+	// Zero means DefaultWorkers.
+	Workers int
+	// Dir is the jobs' working directory and the base of relative paths in
+	// requests. Empty means the current directory.
+	Dir string
+	// Preload lists modules every template imports once, before forking.
+	Preload []string
+	// PackageDirs are read-only directories on every job's sys.path.
+	PackageDirs []string
+	// Limits is the ceiling every request must fit in, and supplies the
+	// defaults of the fields a request leaves unset.
+	Limits Limits
+	// Logger receives one record per finished job and the pool's own
+	// warnings. Nil means no logging.
+	Logger *slog.Logger
+}
+
+// Limits is the pool's ceiling. Zero values mean the built-in default.
+type Limits struct {
+	// AllowRead lists the paths beneath which requests may ask for read
+	// access. Nil means the pool's working directory; an empty non-nil
+	// slice means none.
+	AllowRead []string
+	// AllowWrite lists the paths beneath which requests may ask for write
+	// access. Nil means the pool's working directory; an empty non-nil
+	// slice means none.
+	AllowWrite []string
+	// AllowNetwork lets requests ask for the network.
+	AllowNetwork bool
+	// Timeout is the default and largest job timeout. Zero means
+	// DefaultTimeout.
+	Timeout time.Duration
+	// Memory is the default and largest job memory allowance in bytes.
+	// Zero means DefaultMemory.
+	Memory int64
+	// MaxOutput is the default and largest number of bytes kept of each
+	// output stream. Zero means DefaultMaxOutput.
+	MaxOutput int
+	// MaxFileSize is the default and largest file a job may write, in
+	// bytes; it applies to requests that do not set one. Zero means
+	// DefaultMaxFileSize.
+	MaxFileSize int64
+}
+
+// withDefaults returns c with every zero field replaced by its default and
+// every path made absolute; it checks what can be checked without starting
+// anything.
+func (c Config) withDefaults() (Config, error) {
+	if c.Workers < 0 {
+		return c, fmt.Errorf("workers must be positive, got %d", c.Workers)
+	}
+	if c.Workers == 0 {
+		c.Workers = DefaultWorkers
+	}
+	if c.Dir == "" {
+		wd, err := os.Getwd()
+		if err != nil {
+			return c, fmt.Errorf("working directory: %w", err)
+		}
+		c.Dir = wd
+	}
+	dir, err := realDir(c.Dir)
+	if err != nil {
+		return c, fmt.Errorf("dir: %w", err)
+	}
+	c.Dir = dir
+	l := &c.Limits
+	if l.AllowRead == nil {
+		l.AllowRead = []string{c.Dir}
+	}
+	if l.AllowWrite == nil {
+		l.AllowWrite = []string{c.Dir}
+	}
+	for _, list := range []*[]string{&l.AllowRead, &l.AllowWrite, &c.PackageDirs} {
+		out := make([]string, 0, len(*list))
+		for _, p := range *list {
+			r, err := realPath(c.Dir, p)
+			if err != nil {
+				return c, fmt.Errorf("path %q: %w", p, err)
+			}
+			out = append(out, r)
+		}
+		*list = out
+	}
+	switch {
+	case l.Timeout < 0, l.Memory < 0, l.MaxOutput < 0, l.MaxFileSize < 0:
+		return c, fmt.Errorf("limits must not be negative")
+	}
+	if l.Timeout == 0 {
+		l.Timeout = DefaultTimeout
+	}
+	if l.Memory == 0 {
+		l.Memory = DefaultMemory
+	}
+	if l.MaxOutput == 0 {
+		l.MaxOutput = DefaultMaxOutput
+	}
+	if l.MaxFileSize == 0 {
+		l.MaxFileSize = DefaultMaxFileSize
+	}
+	for _, m := range c.Preload {
+		if m == "" || strings.ContainsAny(m, " /\\") {
+			return c, fmt.Errorf("preload %q is not a module name", m)
+		}
+	}
+	return c, nil
+}
+
+// realPath makes p absolute (relative to base) and resolves symlinks; the
+// path must exist.
+func realPath(base, p string) (string, error) {
+	if !filepath.IsAbs(p) {
+		p = filepath.Join(base, p)
+	}
+	return filepath.EvalSymlinks(p)
+}
+
+func realDir(p string) (string, error) {
+	abs, err := filepath.Abs(p)
+	if err != nil {
+		return "", err
+	}
+	r, err := filepath.EvalSymlinks(abs)
+	if err != nil {
+		return "", err
+	}
+	st, err := os.Stat(r)
+	if err != nil {
+		return "", err
+	}
+	if !st.IsDir() {
+		return "", fmt.Errorf("%s is not a directory", r)
+	}
+	return r, nil
+}
+
+// resolvePython finds the interpreter binary: the named one or the first
+// python3 on PATH, following symlinks, and asking a launcher script once
+// which binary it runs.
+func resolvePython(name string) (string, error) {
+	if name == "" {
+		name = "python3"
+	}
+	path, err := exec.LookPath(name)
+	if err != nil {
+		return "", fmt.Errorf("python interpreter %q not found: %w", name, err)
+	}
+	path, err = filepath.Abs(path)
+	if err != nil {
+		return "", err
+	}
+	real, err := filepath.EvalSymlinks(path)
+	if err != nil {
+		return "", err
+	}
+	if isELF(real) {
+		return real, nil
+	}
+	// A launcher script (pyenv shim, wrapper): it needs the caller's
+	// environment to choose its interpreter, so ask it here, once.
+	out, err := exec.Command(path, "-c", "import sys; print(sys.executable)").Output()
+	if err != nil {
+		return "", fmt.Errorf("python %s is a launcher script and failed to report its interpreter: %w", path, err)
+	}
+	exe := strings.TrimSpace(string(out))
+	if exe == "" {
+		return "", fmt.Errorf("python %s reported no sys.executable", path)
+	}
+	real, err = filepath.EvalSymlinks(exe)
+	if err != nil {
+		return "", err
+	}
+	if !isELF(real) {
+		return "", fmt.Errorf("python %s runs %s, which is not an executable binary", path, real)
+	}
+	return real, nil
+}
+
+func isELF(path string) bool {
+	f, err := os.Open(path)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	var magic [4]byte
+	if _, err := f.Read(magic[:]); err != nil {
+		return false
+	}
+	return bytes.Equal(magic[:], []byte("\x7fELF"))
+}

@@ -1,0 +1,120 @@
+package pynox
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Kind classifies an [Error].
+type Kind int
+
+// The kinds of [Error]. Each job outcome that is not a plain Python
+// exception has the error type named in its comment in results.
+const (
+	// KindRuntime: the job's Python code raised an exception (error.type is
+	// the exception class) or exited non-zero.
+	KindRuntime Kind = iota + 1
+	// KindRequest: the request was malformed or outside the ceiling; nothing
+	// ran ("RequestError").
+	KindRequest
+	// KindTimeout: the job outlived its timeout and was killed
+	// ("TimeoutError").
+	KindTimeout
+	// KindSignal: the job was killed by a signal it did not ask for, such as
+	// SIGSEGV ("SignalError").
+	KindSignal
+	// KindSandboxSetup: a confinement step could not be applied, so no user
+	// code ran ("SandboxSetupError").
+	KindSandboxSetup
+	// KindCrashed: the worker serving the job failed: its template died, or
+	// the job broke the control protocol ("PoolWorkerError").
+	KindCrashed
+	// KindSpawn: a template could not be started.
+	KindSpawn
+	// KindClosed: the pool is closed.
+	KindClosed
+)
+
+var kindNames = map[Kind]string{
+	KindRuntime:      "Runtime",
+	KindRequest:      "RequestError",
+	KindTimeout:      "TimeoutError",
+	KindSignal:       "SignalError",
+	KindSandboxSetup: "SandboxSetupError",
+	KindCrashed:      "PoolWorkerError",
+	KindSpawn:        "Spawn",
+	KindClosed:       "Closed",
+}
+
+// String returns the kind's name; for the kinds that appear in results it
+// is the error type used there.
+func (k Kind) String() string {
+	if s, ok := kindNames[k]; ok {
+		return s
+	}
+	return fmt.Sprintf("Kind(%d)", int(k))
+}
+
+// Error is the one error type of this package.
+type Error struct {
+	Kind Kind
+	// Type is the error type as it appears in results: the Python exception
+	// class for KindRuntime, the kind's name otherwise.
+	Type    string
+	Message string
+	Err     error // an underlying cause, if any
+}
+
+// Error formats the error as "Type: message".
+func (e *Error) Error() string {
+	t := e.Type
+	if t == "" {
+		t = e.Kind.String()
+	}
+	msg := t
+	if e.Message != "" {
+		msg += ": " + e.Message
+	}
+	if e.Err != nil {
+		msg += ": " + e.Err.Error()
+	}
+	return msg
+}
+
+// Unwrap returns the underlying cause.
+func (e *Error) Unwrap() error { return e.Err }
+
+// Is reports whether target is the sentinel of e's kind, so that
+// errors.Is(err, pynox.ErrTimeout) works for every error of that kind.
+func (e *Error) Is(target error) bool {
+	t, ok := target.(*Error)
+	return ok && t.Type == "" && t.Message == "" && t.Err == nil && t.Kind == e.Kind
+}
+
+// Sentinels for errors.Is, one per [Kind].
+var (
+	ErrRuntime      = &Error{Kind: KindRuntime}
+	ErrRequest      = &Error{Kind: KindRequest}
+	ErrTimeout      = &Error{Kind: KindTimeout}
+	ErrSignal       = &Error{Kind: KindSignal}
+	ErrSandboxSetup = &Error{Kind: KindSandboxSetup}
+	ErrCrashed      = &Error{Kind: KindCrashed}
+	ErrSpawn        = &Error{Kind: KindSpawn}
+	ErrClosed       = &Error{Kind: KindClosed}
+)
+
+func newError(k Kind, format string, args ...any) *Error {
+	return &Error{Kind: k, Type: k.String(), Message: fmt.Sprintf(format, args...)}
+}
+
+// requestErrorf returns a KindRequest error.
+func requestErrorf(format string, args ...any) *Error {
+	return newError(KindRequest, format, args...)
+}
+
+// asError returns err as an *Error, if it is one.
+func asError(err error) (*Error, bool) {
+	var e *Error
+	ok := errors.As(err, &e)
+	return e, ok
+}

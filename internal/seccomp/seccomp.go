@@ -1,0 +1,407 @@
+//go:build linux
+
+// Package seccomp builds the classic-BPF seccomp filter that confines a pynox
+// job.
+//
+// A job is a forked CPython child; as its last confinement step (after
+// no_new_privs is set and Landlock is applied) it installs the program built
+// here with prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &sock_fprog). The Go
+// side only produces the program as data (see Program.Bytes); the Python side
+// wraps those bytes in a struct sock_fprog and applies them.
+//
+// The policy is a deny list on top of a default of SECCOMP_RET_ALLOW. Unless
+// stated otherwise a denied system call fails with EPERM
+// (SECCOMP_RET_ERRNO|EPERM) so that Python sees an ordinary PermissionError:
+//
+//   - A system call made with a foreign audit architecture (for example i386
+//     compat calls on amd64 or AArch32 calls on arm64) kills the whole process
+//     (SECCOMP_RET_KILL_PROCESS), because the syscall numbers below would not
+//     mean the same thing.
+//   - On amd64 every x32 system call (nr >= __X32_SYSCALL_BIT) is denied, which
+//     blocks the x32 aliases of every denied call wholesale.
+//   - Process creation is denied: fork, vfork, execve, execveat and any clone
+//     that does not create a thread (CLONE_THREAD clear) or that requests a new
+//     namespace. clone3 fails with ENOSYS instead, so that the C library falls
+//     back to clone, whose flags the filter can inspect.
+//   - socket is denied for every domain, unless Policy.AllowNetwork is set, in
+//     which case AF_INET and AF_INET6 sockets are allowed. socketpair is always
+//     allowed.
+//   - ioctl is denied for the terminal injection commands TIOCSTI and
+//     TIOCLINUX (comparing only the low 32 bits of the command, as the kernel
+//     does).
+//   - prlimit64 is only allowed on the calling process (pid 0), personality is
+//     only allowed as a query (0xffffffff) and utimensat is only allowed in its
+//     futimens form (NULL pathname); utime, utimes and futimesat are denied.
+//   - A fixed list of system calls that could escape or weaken the sandbox,
+//     inspect other processes, change credentials, file modes, ownership or
+//     extended attributes, touch kernel state, mounts, namespaces, keys, BPF,
+//     perf, io_uring or the clock is always denied.
+//
+// Every other system call is allowed; the filesystem view is restricted
+// separately by Landlock, which is why fchmod (which needs an already opened
+// file descriptor) stays allowed while chmod and fchmodat are denied.
+package seccomp
+
+import (
+	"fmt"
+	"runtime"
+
+	"golang.org/x/sys/unix"
+)
+
+// Policy selects the variant of the filter.
+type Policy struct {
+	// AllowNetwork, when true, allows socket() for the AF_INET and AF_INET6
+	// domains only; when false socket() fails with EPERM for every domain.
+	// socketpair() is always allowed.
+	AllowNetwork bool
+}
+
+// Program is a classic BPF seccomp program, one unix.SockFilter per
+// instruction.
+type Program []unix.SockFilter
+
+// Seccomp return actions, to be combined with 16 bits of data (for
+// ActionErrno, the errno value).
+const (
+	// ActionKillProcess kills the whole process as if by an unblockable SIGSYS.
+	ActionKillProcess uint32 = unix.SECCOMP_RET_KILL_PROCESS
+	// ActionErrno makes the system call fail with the errno held in the low 16 bits.
+	ActionErrno uint32 = unix.SECCOMP_RET_ERRNO
+	// ActionAllow lets the system call run normally.
+	ActionAllow uint32 = unix.SECCOMP_RET_ALLOW
+)
+
+// x32SyscallBit is __X32_SYSCALL_BIT from arch/x86/include/uapi/asm/unistd.h.
+const x32SyscallBit = 0x40000000
+
+// cloneNamespaceFlags are the clone flags that create a new namespace.
+const cloneNamespaceFlags = unix.CLONE_NEWNS | unix.CLONE_NEWCGROUP | unix.CLONE_NEWUTS |
+	unix.CLONE_NEWIPC | unix.CLONE_NEWUSER | unix.CLONE_NEWPID | unix.CLONE_NEWNET |
+	unix.CLONE_NEWTIME
+
+// Offsets into struct seccomp_data.
+const (
+	offNr   = 0
+	offArch = 4
+	offIP   = 8
+	offArgs = 16
+)
+
+const (
+	retKill   = ActionKillProcess
+	retAllow  = ActionAllow
+	retEPERM  = ActionErrno | uint32(unix.EPERM)
+	retENOSYS = ActionErrno | uint32(unix.ENOSYS)
+)
+
+// sysEntry names one system call number of an architecture.
+type sysEntry struct {
+	name string
+	nr   uint32
+}
+
+// archTable holds everything architecture specific about the policy.
+type archTable struct {
+	goarch    string
+	auditArch uint32
+	auditName string
+	x32       bool // deny the x32 ABI (nr >= __X32_SYSCALL_BIT)
+
+	// System calls with argument-dependent rules.
+	clone, clone3, socket, ioctl, prlimit64, personality, utimensat uint32
+
+	// deny lists the system calls that always fail with EPERM.
+	deny []sysEntry
+}
+
+// special returns the argument-dependent system calls with their names.
+func (t *archTable) special() []sysEntry {
+	return []sysEntry{
+		{"clone", t.clone},
+		{"clone3", t.clone3},
+		{"socket", t.socket},
+		{"ioctl", t.ioctl},
+		{"prlimit64", t.prlimit64},
+		{"personality", t.personality},
+		{"utimensat", t.utimensat},
+	}
+}
+
+// syscallNames maps every system call number the policy mentions to its name.
+func (t *archTable) syscallNames() map[uint32]string {
+	m := make(map[uint32]string, len(t.deny)+8)
+	for _, e := range t.special() {
+		m[e.nr] = e.name
+	}
+	for _, e := range t.deny {
+		m[e.nr] = e.name
+	}
+	return m
+}
+
+// lookup returns the number of the named system call if the policy mentions it.
+func (t *archTable) lookup(name string) (uint32, bool) {
+	for _, e := range t.special() {
+		if e.name == name {
+			return e.nr, true
+		}
+	}
+	for _, e := range t.deny {
+		if e.name == name {
+			return e.nr, true
+		}
+	}
+	return 0, false
+}
+
+// tableFor returns the table for goarch, or an error naming the architecture
+// if the policy does not support it.
+func tableFor(goarch string) (*archTable, error) {
+	if nativeTable == nil || nativeTable.goarch != goarch {
+		return nil, fmt.Errorf("seccomp: unsupported architecture %q", goarch)
+	}
+	return nativeTable, nil
+}
+
+// Build returns the filter for p on the running architecture; amd64 and arm64
+// are supported and any other architecture yields an error naming it.
+func Build(p Policy) (Program, error) {
+	return buildFor(runtime.GOARCH, p)
+}
+
+// buildFor builds the filter for p on goarch.
+func buildFor(goarch string, p Policy) (Program, error) {
+	t, err := tableFor(goarch)
+	if err != nil {
+		return nil, err
+	}
+	return build(t, p)
+}
+
+// maxChunk bounds how many consecutive JEQs share one RET, keeping every
+// conditional jump offset within the 8-bit jt/jf fields.
+const maxChunk = 200
+
+func build(t *archTable, p Policy) (Program, error) {
+	// Reject tables that would make one rule shadow another.
+	seen := make(map[uint32]string)
+	for _, e := range append(t.special(), t.deny...) {
+		if prev, dup := seen[e.nr]; dup {
+			return nil, fmt.Errorf("seccomp: %s: syscall %d listed twice (%s, %s)", t.goarch, e.nr, prev, e.name)
+		}
+		if t.x32 && e.nr >= x32SyscallBit {
+			return nil, fmt.Errorf("seccomp: %s: syscall %s number %d has the x32 bit", t.goarch, e.name, e.nr)
+		}
+		seen[e.nr] = e.name
+	}
+
+	var b asm
+
+	// 1. Architecture.
+	b.stmt(unix.BPF_LD|unix.BPF_W|unix.BPF_ABS, offArch)
+	b.jeq(t.auditArch, 1, 0)
+	b.ret(retKill)
+
+	// 2. System call number, x32 ABI.
+	b.stmt(unix.BPF_LD|unix.BPF_W|unix.BPF_ABS, offNr)
+	if t.x32 {
+		b.jump(unix.BPF_JMP|unix.BPF_JGE|unix.BPF_K, x32SyscallBit, 0, 1)
+		b.ret(retEPERM)
+	}
+
+	// 3. Process creation (fork, vfork, execve and execveat are in t.deny).
+	b.jeq(t.clone3, 0, 1)
+	b.ret(retENOSYS)
+	{
+		skip, deny := b.label(), b.label()
+		b.jumpL(unix.BPF_JMP|unix.BPF_JEQ|unix.BPF_K, t.clone, next, skip)
+		b.loadArgLo(0)
+		b.jumpL(unix.BPF_JMP|unix.BPF_JSET|unix.BPF_K, unix.CLONE_THREAD, next, deny)
+		b.jumpL(unix.BPF_JMP|unix.BPF_JSET|unix.BPF_K, cloneNamespaceFlags, deny, next)
+		b.ret(retAllow)
+		b.bind(deny)
+		b.ret(retEPERM)
+		b.bind(skip)
+	}
+
+	// 4. socket(domain, ...).
+	if !p.AllowNetwork {
+		b.jeq(t.socket, 0, 1)
+		b.ret(retEPERM)
+	} else {
+		skip, allow := b.label(), b.label()
+		b.jumpL(unix.BPF_JMP|unix.BPF_JEQ|unix.BPF_K, t.socket, next, skip)
+		b.loadArgLo(0)
+		b.jumpL(unix.BPF_JMP|unix.BPF_JEQ|unix.BPF_K, unix.AF_INET, allow, next)
+		b.jumpL(unix.BPF_JMP|unix.BPF_JEQ|unix.BPF_K, unix.AF_INET6, allow, next)
+		b.ret(retEPERM)
+		b.bind(allow)
+		b.ret(retAllow)
+		b.bind(skip)
+	}
+
+	// 5. ioctl(fd, cmd, ...): the kernel truncates cmd to unsigned int.
+	{
+		skip, deny := b.label(), b.label()
+		b.jumpL(unix.BPF_JMP|unix.BPF_JEQ|unix.BPF_K, t.ioctl, next, skip)
+		b.loadArgLo(1)
+		b.jumpL(unix.BPF_JMP|unix.BPF_JEQ|unix.BPF_K, unix.TIOCSTI, deny, next)
+		b.jumpL(unix.BPF_JMP|unix.BPF_JEQ|unix.BPF_K, unix.TIOCLINUX, deny, next)
+		b.ret(retAllow)
+		b.bind(deny)
+		b.ret(retEPERM)
+		b.bind(skip)
+	}
+
+	// 6. prlimit64(pid, ...): only pid 0 (all 64 bits).
+	b.argIsZero(t.prlimit64, 0)
+
+	// 7. personality(persona): only the 0xffffffff query.
+	{
+		skip, deny := b.label(), b.label()
+		b.jumpL(unix.BPF_JMP|unix.BPF_JEQ|unix.BPF_K, t.personality, next, skip)
+		b.loadArgLo(0)
+		b.jumpL(unix.BPF_JMP|unix.BPF_JEQ|unix.BPF_K, 0xffffffff, next, deny)
+		b.ret(retAllow)
+		b.bind(deny)
+		b.ret(retEPERM)
+		b.bind(skip)
+	}
+
+	// 8. utimensat(dirfd, pathname, ...): only the futimens form (NULL pathname).
+	b.argIsZero(t.utimensat, 1)
+
+	// 9. The fixed deny list, in chunks sharing one RET ERRNO|EPERM each.
+	for start := 0; start < len(t.deny); start += maxChunk {
+		end := min(start+maxChunk, len(t.deny))
+		deny := b.label()
+		for _, e := range t.deny[start:end] {
+			b.jumpL(unix.BPF_JMP|unix.BPF_JEQ|unix.BPF_K, e.nr, deny, next)
+		}
+		if end == len(t.deny) {
+			b.ret(retAllow)
+			b.bind(deny)
+			b.ret(retEPERM)
+			return b.finish()
+		}
+		after := b.label()
+		b.ja(after)
+		b.bind(deny)
+		b.ret(retEPERM)
+		b.bind(after)
+	}
+	b.ret(retAllow)
+	return b.finish()
+}
+
+// label is a forward jump target inside an asm; next is the instruction
+// immediately following the jump.
+type label int
+
+const next label = -1
+
+type fixup struct {
+	pc    int
+	l     label
+	field byte // 't', 'f' or 'k'
+}
+
+// asm is a tiny assembler for forward-only classic BPF with symbolic labels.
+type asm struct {
+	prog   Program
+	labels []int // label -> pc, -1 while unbound
+	fixups []fixup
+}
+
+func (b *asm) label() label {
+	b.labels = append(b.labels, -1)
+	return label(len(b.labels) - 1)
+}
+
+func (b *asm) bind(l label) { b.labels[l] = len(b.prog) }
+
+func (b *asm) stmt(code uint16, k uint32) {
+	b.prog = append(b.prog, unix.SockFilter{Code: code, K: k})
+}
+
+func (b *asm) ret(k uint32) { b.stmt(unix.BPF_RET|unix.BPF_K, k) }
+
+func (b *asm) jump(code uint16, k uint32, jt, jf uint8) {
+	b.prog = append(b.prog, unix.SockFilter{Code: code, Jt: jt, Jf: jf, K: k})
+}
+
+func (b *asm) jeq(k uint32, jt, jf uint8) { b.jump(unix.BPF_JMP|unix.BPF_JEQ|unix.BPF_K, k, jt, jf) }
+
+func (b *asm) jumpL(code uint16, k uint32, jt, jf label) {
+	pc := len(b.prog)
+	b.jump(code, k, 0, 0)
+	if jt != next {
+		b.fixups = append(b.fixups, fixup{pc, jt, 't'})
+	}
+	if jf != next {
+		b.fixups = append(b.fixups, fixup{pc, jf, 'f'})
+	}
+}
+
+func (b *asm) ja(l label) {
+	b.fixups = append(b.fixups, fixup{len(b.prog), l, 'k'})
+	b.stmt(unix.BPF_JMP|unix.BPF_JA, 0)
+}
+
+// loadArgLo loads the low 32 bits of args[i] (little endian).
+func (b *asm) loadArgLo(i uint32) {
+	b.stmt(unix.BPF_LD|unix.BPF_W|unix.BPF_ABS, offArgs+8*i)
+}
+
+// loadArgHi loads the high 32 bits of args[i] (little endian).
+func (b *asm) loadArgHi(i uint32) {
+	b.stmt(unix.BPF_LD|unix.BPF_W|unix.BPF_ABS, offArgs+8*i+4)
+}
+
+// argIsZero emits: if nr == sys { allow iff args[i] == 0 (all 64 bits), else EPERM }.
+func (b *asm) argIsZero(sys, i uint32) {
+	skip, deny := b.label(), b.label()
+	b.jumpL(unix.BPF_JMP|unix.BPF_JEQ|unix.BPF_K, sys, next, skip)
+	b.loadArgLo(i)
+	b.jumpL(unix.BPF_JMP|unix.BPF_JEQ|unix.BPF_K, 0, next, deny)
+	b.loadArgHi(i)
+	b.jumpL(unix.BPF_JMP|unix.BPF_JEQ|unix.BPF_K, 0, next, deny)
+	b.ret(retAllow)
+	b.bind(deny)
+	b.ret(retEPERM)
+	b.bind(skip)
+}
+
+// finish resolves the labels and checks the result with the same rules the
+// kernel applies.
+func (b *asm) finish() (Program, error) {
+	for _, f := range b.fixups {
+		target := b.labels[f.l]
+		if target < 0 {
+			return nil, fmt.Errorf("seccomp: internal error: unbound label %d at pc %d", f.l, f.pc)
+		}
+		off := target - f.pc - 1
+		if off < 0 {
+			return nil, fmt.Errorf("seccomp: internal error: backward jump at pc %d", f.pc)
+		}
+		ins := &b.prog[f.pc]
+		switch f.field {
+		case 't', 'f':
+			if off > 255 {
+				return nil, fmt.Errorf("seccomp: internal error: jump at pc %d too far (%d)", f.pc, off)
+			}
+			if f.field == 't' {
+				ins.Jt = uint8(off)
+			} else {
+				ins.Jf = uint8(off)
+			}
+		case 'k':
+			ins.K = uint32(off)
+		}
+	}
+	if err := b.prog.validate(); err != nil {
+		return nil, fmt.Errorf("seccomp: internal error: %w", err)
+	}
+	return b.prog, nil
+}

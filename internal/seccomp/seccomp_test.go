@@ -1,0 +1,554 @@
+//go:build linux && (amd64 || arm64)
+
+package seccomp
+
+import (
+	"encoding/binary"
+	"fmt"
+	"runtime"
+	"slices"
+	"strings"
+	"testing"
+	"unsafe"
+
+	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
+)
+
+var (
+	eperm  = ActionErrno | uint32(unix.EPERM)
+	enosys = ActionErrno | uint32(unix.ENOSYS)
+)
+
+// call returns seccomp_data for a native system call.
+func call(nr uint32, args ...uint64) Data {
+	d := Data{Nr: int32(nr), Arch: nativeTable.auditArch, InstructionPointer: 0x7f0000001234}
+	copy(d.Args[:], args)
+	return d
+}
+
+// requiredDenied is every system call the policy must always deny with EPERM,
+// independent of the table in the arch file. Names that do not exist on an
+// architecture are listed in absentOn.
+var requiredDenied = []string{
+	"fork", "vfork", "execve", "execveat",
+	"utime", "utimes", "futimesat",
+	"ptrace", "process_vm_readv", "process_vm_writev", "pidfd_open", "pidfd_getfd",
+	"pidfd_send_signal", "kcmp", "process_madvise", "process_mrelease",
+	"bpf", "perf_event_open", "userfaultfd", "io_uring_setup", "io_uring_enter",
+	"io_uring_register", "keyctl", "add_key", "request_key",
+	"mount", "umount2", "fsopen", "fsconfig", "fsmount", "fspick", "open_tree",
+	"move_mount", "mount_setattr", "open_tree_attr", "unshare", "setns", "chroot",
+	"pivot_root", "open_by_handle_at", "name_to_handle_at",
+	"kexec_load", "kexec_file_load", "init_module", "finit_module", "delete_module",
+	"reboot", "swapon", "swapoff", "settimeofday", "clock_settime", "clock_adjtime",
+	"adjtimex", "syslog", "acct", "quotactl", "quotactl_fd", "lookup_dcookie",
+	"vhangup", "iopl", "ioperm", "modify_ldt", "uselib",
+	"capset", "setuid", "setgid", "setreuid", "setregid", "setresuid", "setresgid",
+	"setfsuid", "setfsgid", "setgroups", "migrate_pages", "move_pages", "fanotify_init",
+	"chmod", "fchmodat", "fchmodat2", "chown", "lchown", "fchown", "fchownat",
+	"setxattr", "lsetxattr", "fsetxattr", "removexattr", "lremovexattr", "fremovexattr",
+	"setxattrat", "removexattrat", "memfd_secret",
+	"nfsservctl", "create_module", "get_kernel_syms", "query_module", "_sysctl",
+	"afs_syscall", "tuxcall", "security", "vserver",
+	"sethostname", "setdomainname", "mknod", "mknodat",
+}
+
+var absentOn = map[string][]string{
+	"amd64": {},
+	"arm64": {
+		"fork", "vfork", "utime", "utimes", "futimesat", "iopl", "ioperm", "modify_ldt",
+		"uselib", "chmod", "chown", "lchown", "create_module", "get_kernel_syms",
+		"query_module", "_sysctl", "afs_syscall", "tuxcall", "security", "vserver", "mknod",
+	},
+}
+
+// Spot checks of numbers against the kernel's syscall tables, independent of
+// x/sys.
+var knownNumbers = map[string]map[string]uint32{
+	"amd64": {
+		"fork": 57, "vfork": 58, "execve": 59, "execveat": 322, "ptrace": 101,
+		"chmod": 90, "fchmodat2": 452, "setxattrat": 463, "removexattrat": 466,
+		"open_tree_attr": 467, "clone": 56, "clone3": 435, "socket": 41, "ioctl": 16,
+		"prlimit64": 302, "personality": 135, "utimensat": 280, "bpf": 321,
+	},
+	"arm64": {
+		"execve": 221, "execveat": 281, "ptrace": 117, "fchmodat": 53, "fchmodat2": 452,
+		"setxattrat": 463, "removexattrat": 466, "open_tree_attr": 467, "clone": 220,
+		"clone3": 435, "socket": 198, "ioctl": 29, "prlimit64": 261, "personality": 92,
+		"utimensat": 88, "bpf": 280,
+	},
+}
+
+func policies() []struct {
+	name string
+	p    Policy
+} {
+	return []struct {
+		name string
+		p    Policy
+	}{
+		{"deny-network", Policy{AllowNetwork: false}},
+		{"allow-network", Policy{AllowNetwork: true}},
+	}
+}
+
+func TestBuildProgramShape(t *testing.T) {
+	for _, pol := range policies() {
+		t.Run(pol.name, func(t *testing.T) {
+			prog, err := Build(pol.p)
+			require.NoError(t, err)
+			require.NotEmpty(t, prog)
+			require.Less(t, len(prog), unix.BPF_MAXINSNS)
+			require.NoError(t, prog.validate())
+			t.Logf("%s: %d instructions", pol.name, len(prog))
+		})
+	}
+}
+
+func TestBuildUnsupportedArch(t *testing.T) {
+	_, err := buildFor("riscv64", Policy{})
+	require.ErrorContains(t, err, "riscv64")
+	_, err = buildFor("mips64le", Policy{AllowNetwork: true})
+	require.ErrorContains(t, err, "mips64le")
+	_, err = tableFor(runtime.GOARCH)
+	require.NoError(t, err)
+}
+
+func TestTableCoversRequiredSyscalls(t *testing.T) {
+	absent := absentOn[runtime.GOARCH]
+	for _, name := range requiredDenied {
+		t.Run(name, func(t *testing.T) {
+			_, ok := nativeTable.lookup(name)
+			if slices.Contains(absent, name) {
+				require.False(t, ok, "%s does not exist on %s", name, runtime.GOARCH)
+				return
+			}
+			require.True(t, ok, "%s missing from the %s deny list", name, runtime.GOARCH)
+		})
+	}
+	for name, nr := range knownNumbers[runtime.GOARCH] {
+		got, ok := nativeTable.lookup(name)
+		require.True(t, ok, name)
+		require.Equal(t, nr, got, name)
+	}
+	// Every deny-list entry must be one of the required names (no accidental
+	// extra denials).
+	for _, e := range nativeTable.deny {
+		require.Contains(t, requiredDenied, e.name)
+	}
+}
+
+type vmCase struct {
+	name string
+	d    Data
+	want uint32
+}
+
+// policyCases returns the expected action of every class of system call under p.
+func policyCases(t *testing.T, p Policy) []vmCase {
+	t.Helper()
+	threadFlags := uint64(unix.CLONE_VM | unix.CLONE_FS | unix.CLONE_FILES | unix.CLONE_SIGHAND |
+		unix.CLONE_THREAD | unix.CLONE_SYSVSEM | unix.CLONE_SETTLS | unix.CLONE_PARENT_SETTID |
+		unix.CLONE_CHILD_CLEARTID)
+	inet := eperm
+	if p.AllowNetwork {
+		inet = ActionAllow
+	}
+	cases := []vmCase{
+		// Plain allowed system calls.
+		{"read", call(unix.SYS_READ, 0, 0x1000, 10), ActionAllow},
+		{"write", call(unix.SYS_WRITE, 1, 0x1000, 10), ActionAllow},
+		{"mmap", call(unix.SYS_MMAP, 0, 4096, 3, 0x22, ^uint64(0), 0), ActionAllow},
+		{"futex", call(unix.SYS_FUTEX, 0x1000, 0, 1), ActionAllow},
+		{"getpid", call(unix.SYS_GETPID), ActionAllow},
+		{"openat", call(unix.SYS_OPENAT, uint64(0xffffff9c), 0x1000, 0), ActionAllow},
+		{"exit_group", call(unix.SYS_EXIT_GROUP, 0), ActionAllow},
+		{"fchmod", call(unix.SYS_FCHMOD, 3, 0o600), ActionAllow},
+		{"socketpair AF_UNIX", call(unix.SYS_SOCKETPAIR, unix.AF_UNIX, unix.SOCK_STREAM, 0, 0x1000), ActionAllow},
+		{"landlock_create_ruleset", call(unix.SYS_LANDLOCK_CREATE_RULESET, 0x1000, 16, 0), ActionAllow},
+		{"landlock_add_rule", call(unix.SYS_LANDLOCK_ADD_RULE, 3, 1, 0x1000, 0), ActionAllow},
+		{"landlock_restrict_self", call(unix.SYS_LANDLOCK_RESTRICT_SELF, 3, 0), ActionAllow},
+		{"landlock numbers are 444-446", call(444), ActionAllow},
+		{"landlock 446", call(446), ActionAllow},
+		{"seccomp", call(unix.SYS_SECCOMP, 1, 0, 0x1000), ActionAllow},
+		{"unknown syscall 1000", call(1000), ActionAllow},
+
+		// clone.
+		{"clone thread", call(unix.SYS_CLONE, threadFlags), ActionAllow},
+		{"clone thread, junk in high 32 bits", call(unix.SYS_CLONE, threadFlags|0xffffffff00000000), ActionAllow},
+		{"clone SIGCHLD (fork)", call(unix.SYS_CLONE, uint64(unix.SIGCHLD)), eperm},
+		{"clone 0", call(unix.SYS_CLONE, 0), eperm},
+		{"clone CLONE_VM|CLONE_VFORK", call(unix.SYS_CLONE, unix.CLONE_VM|unix.CLONE_VFORK|uint64(unix.SIGCHLD)), eperm},
+		{"clone CLONE_THREAD only in high bits", call(unix.SYS_CLONE, uint64(unix.CLONE_THREAD)<<32), eperm},
+		{"clone3", call(unix.SYS_CLONE3, 0x1000, 88), enosys},
+		{"clone3 NULL", call(unix.SYS_CLONE3, 0, 0), enosys},
+
+		// socket.
+		{"socket AF_INET", call(unix.SYS_SOCKET, unix.AF_INET, unix.SOCK_STREAM, 0), inet},
+		{"socket AF_INET6", call(unix.SYS_SOCKET, unix.AF_INET6, unix.SOCK_DGRAM, 0), inet},
+		{"socket AF_INET high bits", call(unix.SYS_SOCKET, unix.AF_INET|0x100000000, unix.SOCK_STREAM, 0), inet},
+		{"socket AF_UNIX", call(unix.SYS_SOCKET, unix.AF_UNIX, unix.SOCK_STREAM, 0), eperm},
+		{"socket AF_NETLINK", call(unix.SYS_SOCKET, unix.AF_NETLINK, unix.SOCK_RAW, 0), eperm},
+		{"socket AF_PACKET", call(unix.SYS_SOCKET, unix.AF_PACKET, unix.SOCK_RAW, 0), eperm},
+		{"socket AF_VSOCK", call(unix.SYS_SOCKET, 40, unix.SOCK_STREAM, 0), eperm},
+		{"socket AF_UNSPEC", call(unix.SYS_SOCKET, 0, unix.SOCK_STREAM, 0), eperm},
+
+		// ioctl.
+		{"ioctl TCGETS", call(unix.SYS_IOCTL, 0, unix.TCGETS, 0x1000), ActionAllow},
+		{"ioctl FIONREAD", call(unix.SYS_IOCTL, 0, 0x541B, 0x1000), ActionAllow},
+		{"ioctl TIOCSTI", call(unix.SYS_IOCTL, 0, unix.TIOCSTI, 0x1000), eperm},
+		{"ioctl TIOCLINUX", call(unix.SYS_IOCTL, 0, unix.TIOCLINUX, 0x1000), eperm},
+		{"ioctl TIOCSTI with high bits", call(unix.SYS_IOCTL, 0, unix.TIOCSTI|0xdead00000000, 0x1000), eperm},
+		{"ioctl TIOCLINUX with high bits", call(unix.SYS_IOCTL, 0, unix.TIOCLINUX|0xffffffff00000000, 0x1000), eperm},
+
+		// prlimit64.
+		{"prlimit64 self", call(unix.SYS_PRLIMIT64, 0, unix.RLIMIT_NOFILE, 0, 0x1000), ActionAllow},
+		{"prlimit64 other pid", call(unix.SYS_PRLIMIT64, 1234, unix.RLIMIT_NOFILE, 0, 0x1000), eperm},
+		{"prlimit64 pid in high half", call(unix.SYS_PRLIMIT64, 1<<32, unix.RLIMIT_NOFILE, 0, 0x1000), eperm},
+
+		// personality.
+		{"personality query", call(unix.SYS_PERSONALITY, 0xffffffff), ActionAllow},
+		{"personality query, high bits", call(unix.SYS_PERSONALITY, 0xffffffffffffffff), ActionAllow},
+		{"personality PER_LINUX", call(unix.SYS_PERSONALITY, 0), eperm},
+		{"personality PER_LINUX32", call(unix.SYS_PERSONALITY, 0x0008), eperm},
+		{"personality ADDR_NO_RANDOMIZE", call(unix.SYS_PERSONALITY, 0x0040000), eperm},
+
+		// utimensat.
+		{"utimensat futimens form", call(unix.SYS_UTIMENSAT, 3, 0, 0x1000, 0), ActionAllow},
+		{"utimensat with path", call(unix.SYS_UTIMENSAT, uint64(0xffffff9c), 0x7ffd1000, 0, 0), eperm},
+		{"utimensat path in high half", call(unix.SYS_UTIMENSAT, 3, 1<<32, 0, 0), eperm},
+
+		// Architecture.
+		{"i386 getpid", Data{Nr: 20, Arch: unix.AUDIT_ARCH_I386}, ActionKillProcess},
+		{"i386 read", Data{Nr: 3, Arch: unix.AUDIT_ARCH_I386}, ActionKillProcess},
+		{"arch 0", Data{Nr: 0, Arch: 0}, ActionKillProcess},
+		{"AArch32", Data{Nr: 20, Arch: unix.AUDIT_ARCH_ARM}, ActionKillProcess},
+	}
+	if nativeTable.auditArch == unix.AUDIT_ARCH_X86_64 {
+		cases = append(cases,
+			vmCase{"aarch64 arch on amd64", Data{Nr: 0, Arch: unix.AUDIT_ARCH_AARCH64}, ActionKillProcess})
+	} else {
+		cases = append(cases,
+			vmCase{"x86_64 arch on arm64", Data{Nr: 0, Arch: unix.AUDIT_ARCH_X86_64}, ActionKillProcess})
+	}
+	if nativeTable.x32 {
+		cases = append(cases,
+			vmCase{"x32 getpid", call(unix.SYS_GETPID | x32SyscallBit), eperm},
+			vmCase{"x32 execve (59)", call(unix.SYS_EXECVE | x32SyscallBit), eperm},
+			vmCase{"x32 execve (520)", call(520 | x32SyscallBit), eperm},
+			vmCase{"x32 read", call(unix.SYS_READ | x32SyscallBit), eperm},
+			vmCase{"nr 0xffffffff", call(0xffffffff), eperm},
+		)
+	}
+	// Every always-denied system call, with arbitrary arguments.
+	for _, name := range requiredDenied {
+		nr, ok := nativeTable.lookup(name)
+		if !ok {
+			continue
+		}
+		cases = append(cases,
+			vmCase{name, call(nr), eperm},
+			vmCase{name + " with args", call(nr, 0xffffffffffffffff, 1, 2, 3, 4, 5), eperm})
+	}
+	return cases
+}
+
+func TestPolicyVM(t *testing.T) {
+	for _, pol := range policies() {
+		t.Run(pol.name, func(t *testing.T) {
+			prog, err := Build(pol.p)
+			require.NoError(t, err)
+			for _, tc := range policyCases(t, pol.p) {
+				t.Run(tc.name, func(t *testing.T) {
+					got, err := prog.Run(tc.d)
+					require.NoError(t, err)
+					require.Equalf(t, tc.want, got, "want %s, got %s", retName(tc.want), retName(got))
+				})
+			}
+		})
+	}
+}
+
+// TestPolicyVMExhaustive compares the program against a direct Go model of
+// the policy for every syscall number up to 1024, with all-zero and all-ones
+// arguments.
+func TestPolicyVMExhaustive(t *testing.T) {
+	denied := make(map[uint32]bool)
+	for _, e := range nativeTable.deny {
+		denied[e.nr] = true
+	}
+	model := func(p Policy, nr uint32, args [6]uint64) uint32 {
+		lo := func(i int) uint32 { return uint32(args[i]) }
+		switch {
+		case denied[nr]:
+			return eperm
+		case nr == unix.SYS_CLONE3:
+			return enosys
+		case nr == unix.SYS_CLONE:
+			if lo(0)&unix.CLONE_THREAD == 0 || lo(0)&cloneNamespaceFlags != 0 {
+				return eperm
+			}
+		case nr == unix.SYS_SOCKET:
+			if !p.AllowNetwork || (lo(0) != unix.AF_INET && lo(0) != unix.AF_INET6) {
+				return eperm
+			}
+		case nr == unix.SYS_IOCTL:
+			if lo(1) == unix.TIOCSTI || lo(1) == unix.TIOCLINUX {
+				return eperm
+			}
+		case nr == unix.SYS_PRLIMIT64:
+			if args[0] != 0 {
+				return eperm
+			}
+		case nr == unix.SYS_PERSONALITY:
+			if lo(0) != 0xffffffff {
+				return eperm
+			}
+		case nr == unix.SYS_UTIMENSAT:
+			if args[1] != 0 {
+				return eperm
+			}
+		}
+		return ActionAllow
+	}
+	argSets := [][6]uint64{
+		{},
+		{^uint64(0), ^uint64(0), ^uint64(0), ^uint64(0), ^uint64(0), ^uint64(0)},
+		{unix.CLONE_THREAD | unix.CLONE_VM | unix.CLONE_SIGHAND, unix.TIOCSTI},
+		{unix.AF_INET6, unix.TIOCLINUX},
+	}
+	for _, pol := range policies() {
+		prog, err := Build(pol.p)
+		require.NoError(t, err)
+		for nr := uint32(0); nr <= 1024; nr++ {
+			for _, args := range argSets {
+				d := call(nr)
+				d.Args = args
+				got, err := prog.Run(d)
+				require.NoError(t, err)
+				require.Equal(t, model(pol.p, nr, args), got, "%s: nr %d args %x", pol.name, nr, args)
+			}
+		}
+	}
+}
+
+func TestBuildChunkedDenyList(t *testing.T) {
+	// A synthetic table with more denials than fit in one 8-bit jump range
+	// exercises the JA trampolines between chunks.
+	tbl := *nativeTable
+	tbl.deny = nil
+	special := map[uint32]bool{}
+	for _, e := range tbl.special() {
+		special[e.nr] = true
+	}
+	for nr := uint32(0); len(tbl.deny) < 3*maxChunk+17; nr++ {
+		if !special[nr] && nr%3 != 0 {
+			tbl.deny = append(tbl.deny, sysEntry{fmt.Sprintf("sys%d", nr), nr})
+		}
+	}
+	prog, err := build(&tbl, Policy{})
+	require.NoError(t, err)
+	require.Less(t, len(prog), unix.BPF_MAXINSNS)
+	for _, e := range tbl.deny {
+		got, err := prog.Run(call(e.nr))
+		require.NoError(t, err)
+		require.Equal(t, eperm, got, e.name)
+	}
+	for nr := uint32(0); nr < 800; nr += 3 {
+		if special[nr] {
+			continue
+		}
+		got, err := prog.Run(call(nr))
+		require.NoError(t, err)
+		require.Equal(t, ActionAllow, got, "nr %d", nr)
+	}
+}
+
+func TestBuildRejectsDuplicates(t *testing.T) {
+	tbl := *nativeTable
+	tbl.deny = append(slices.Clone(tbl.deny), sysEntry{"clone-again", tbl.clone})
+	_, err := build(&tbl, Policy{})
+	require.ErrorContains(t, err, "listed twice")
+}
+
+func ins(code uint16, jt, jf uint8, k uint32) unix.SockFilter {
+	return unix.SockFilter{Code: code, Jt: jt, Jf: jf, K: k}
+}
+
+const (
+	ldAbs = unix.BPF_LD | unix.BPF_W | unix.BPF_ABS
+	retK  = unix.BPF_RET | unix.BPF_K
+	jeqK  = unix.BPF_JMP | unix.BPF_JEQ | unix.BPF_K
+)
+
+func TestVMRejectsInvalidPrograms(t *testing.T) {
+	long := make(Program, unix.BPF_MAXINSNS+1)
+	for i := range long {
+		long[i] = ins(retK, 0, 0, ActionAllow)
+	}
+	tests := []struct {
+		name string
+		prog Program
+		msg  string
+	}{
+		{"empty", Program{}, "empty"},
+		{"too long", long, "more than"},
+		{"conditional jump out of range", Program{ins(ldAbs, 0, 0, 0), ins(jeqK, 5, 0, 1), ins(retK, 0, 0, 0)}, "jump out of range"},
+		{"jf out of range", Program{ins(jeqK, 0, 1, 1), ins(retK, 0, 0, 0)}, "jump out of range"},
+		{"ja out of range", Program{ins(unix.BPF_JMP|unix.BPF_JA, 0, 0, 1), ins(retK, 0, 0, 0)}, "jump out of range"},
+		{"ja huge", Program{ins(unix.BPF_JMP|unix.BPF_JA, 0, 0, 0xffffffff), ins(retK, 0, 0, 0)}, "jump out of range"},
+		{"load at 64", Program{ins(ldAbs, 0, 0, 64), ins(retK, 0, 0, 0)}, "outside seccomp_data"},
+		{"load at 1000", Program{ins(ldAbs, 0, 0, 1000), ins(retK, 0, 0, 0)}, "outside seccomp_data"},
+		{"unaligned load", Program{ins(ldAbs, 0, 0, 2), ins(retK, 0, 0, 0)}, "unaligned"},
+		{"byte load", Program{ins(unix.BPF_LD|unix.BPF_B|unix.BPF_ABS, 0, 0, 0), ins(retK, 0, 0, 0)}, "unsupported opcode"},
+		{"indirect load", Program{ins(unix.BPF_LD|unix.BPF_W|unix.BPF_IND, 0, 0, 0), ins(retK, 0, 0, 0)}, "unsupported opcode"},
+		{"ret X", Program{ins(unix.BPF_RET|unix.BPF_X, 0, 0, 0)}, "unsupported opcode"},
+		{"garbage opcode", Program{ins(0xffff, 0, 0, 0), ins(retK, 0, 0, 0)}, "unsupported opcode"},
+		{"no ret at end", Program{ins(ldAbs, 0, 0, 0)}, "does not end with a return"},
+		{"falls off the end", Program{ins(retK, 0, 0, 0), ins(ldAbs, 0, 0, 0)}, "does not end with a return"},
+		{"shift by 32", Program{ins(unix.BPF_ALU|unix.BPF_LSH|unix.BPF_K, 0, 0, 32), ins(retK, 0, 0, 0)}, "shift"},
+		{"scratch index 16", Program{ins(unix.BPF_ST, 0, 0, 16), ins(retK, 0, 0, 0)}, "scratch memory index"},
+		{"scratch load before store", Program{ins(unix.BPF_LD|unix.BPF_MEM, 0, 0, 3), ins(retK, 0, 0, 0)}, "before any store"},
+		{"scratch store on one path only", Program{
+			ins(ldAbs, 0, 0, 0),
+			ins(jeqK, 0, 1, 1),
+			ins(unix.BPF_ST, 0, 0, 2),
+			ins(unix.BPF_LD|unix.BPF_MEM, 0, 0, 2),
+			ins(unix.BPF_RET|unix.BPF_A, 0, 0, 0),
+		}, "before any store"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := tc.prog.Run(call(0))
+			require.Error(t, err)
+			require.ErrorIs(t, err, errInvalid)
+			require.ErrorContains(t, err, tc.msg)
+		})
+	}
+}
+
+func TestVMSemantics(t *testing.T) {
+	tests := []struct {
+		name string
+		prog Program
+		d    Data
+		want uint32
+	}{
+		{"ret K", Program{ins(retK, 0, 0, 0x1234)}, Data{}, 0x1234},
+		{"ret A after ld nr", Program{ins(ldAbs, 0, 0, 0), ins(unix.BPF_RET|unix.BPF_A, 0, 0, 0)}, Data{Nr: 77}, 77},
+		{"ld arch", Program{ins(ldAbs, 0, 0, 4), ins(unix.BPF_RET|unix.BPF_A, 0, 0, 0)}, Data{Arch: 0xc000003e}, 0xc000003e},
+		{"ld ip high", Program{ins(ldAbs, 0, 0, 12), ins(unix.BPF_RET|unix.BPF_A, 0, 0, 0)}, Data{InstructionPointer: 0xaabbccdd11223344}, 0xaabbccdd},
+		{"ld args[5] low", Program{ins(ldAbs, 0, 0, 56), ins(unix.BPF_RET|unix.BPF_A, 0, 0, 0)}, Data{Args: [6]uint64{5: 0x1111222233334444}}, 0x33334444},
+		{"ld args[5] high at 60", Program{ins(ldAbs, 0, 0, 60), ins(unix.BPF_RET|unix.BPF_A, 0, 0, 0)}, Data{Args: [6]uint64{5: 0x1111222233334444}}, 0x11112222},
+		{"ld len", Program{ins(unix.BPF_LD|unix.BPF_W|unix.BPF_LEN, 0, 0, 0), ins(unix.BPF_RET|unix.BPF_A, 0, 0, 0)}, Data{}, 64},
+		{"alu", Program{
+			ins(unix.BPF_LD|unix.BPF_IMM, 0, 0, 0xf0),
+			ins(unix.BPF_ALU|unix.BPF_OR|unix.BPF_K, 0, 0, 0x0f),
+			ins(unix.BPF_ALU|unix.BPF_AND|unix.BPF_K, 0, 0, 0x3c),
+			ins(unix.BPF_ALU|unix.BPF_ADD|unix.BPF_K, 0, 0, 4),
+			ins(unix.BPF_ALU|unix.BPF_SUB|unix.BPF_K, 0, 0, 1),
+			ins(unix.BPF_ALU|unix.BPF_LSH|unix.BPF_K, 0, 0, 8),
+			ins(unix.BPF_ALU|unix.BPF_RSH|unix.BPF_K, 0, 0, 4),
+			ins(unix.BPF_RET|unix.BPF_A, 0, 0, 0),
+		}, Data{}, ((0x3c + 3) << 8) >> 4},
+		{"sub wraps", Program{
+			ins(unix.BPF_LD|unix.BPF_IMM, 0, 0, 0),
+			ins(unix.BPF_ALU|unix.BPF_SUB|unix.BPF_K, 0, 0, 1),
+			ins(unix.BPF_RET|unix.BPF_A, 0, 0, 0),
+		}, Data{}, 0xffffffff},
+		{"scratch and tax/txa", Program{
+			ins(ldAbs, 0, 0, 0),
+			ins(unix.BPF_ST, 0, 0, 15),
+			ins(unix.BPF_MISC|unix.BPF_TAX, 0, 0, 0),
+			ins(unix.BPF_STX, 0, 0, 0),
+			ins(unix.BPF_LD|unix.BPF_IMM, 0, 0, 0),
+			ins(unix.BPF_LDX|unix.BPF_MEM, 0, 0, 0),
+			ins(unix.BPF_LD|unix.BPF_MEM, 0, 0, 15),
+			ins(unix.BPF_ALU|unix.BPF_ADD|unix.BPF_K, 0, 0, 1),
+			ins(unix.BPF_LDX|unix.BPF_IMM, 0, 0, 9),
+			ins(unix.BPF_MISC|unix.BPF_TXA, 0, 0, 0),
+			ins(unix.BPF_RET|unix.BPF_A, 0, 0, 0),
+		}, Data{Nr: 5}, 9},
+		{"jgt/jge/jset", Program{
+			ins(ldAbs, 0, 0, 0),
+			ins(unix.BPF_JMP|unix.BPF_JGT|unix.BPF_K, 0, 3, 10), // nr > 10 ?
+			ins(unix.BPF_JMP|unix.BPF_JGE|unix.BPF_K, 0, 1, 20), // nr >= 20 ?
+			ins(unix.BPF_JMP|unix.BPF_JSET|unix.BPF_K, 1, 2, 1), // odd ?
+			ins(retK, 0, 0, 1),
+			ins(retK, 0, 0, 2),
+			ins(retK, 0, 0, 3),
+		}, Data{Nr: 21}, 2},
+		{"ja", Program{ins(unix.BPF_JMP|unix.BPF_JA, 0, 0, 1), ins(retK, 0, 0, 1), ins(retK, 0, 0, 2)}, Data{}, 2},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := tc.prog.Run(tc.d)
+			require.NoError(t, err)
+			require.Equal(t, tc.want, got)
+		})
+	}
+}
+
+func TestDataLayout(t *testing.T) {
+	require.Equal(t, uintptr(seccompDataSize), unsafe.Sizeof(Data{}))
+	d := Data{Nr: -1, Arch: 2, InstructionPointer: 3, Args: [6]uint64{4, 5, 6, 7, 8, 0x900000009}}
+	b := d.bytes()
+	// Data has the same layout as struct seccomp_data, so its memory image
+	// must equal the serialized form.
+	require.Equal(t, b[:], unsafe.Slice((*byte)(unsafe.Pointer(&d)), unsafe.Sizeof(d)))
+}
+
+func TestBytes(t *testing.T) {
+	for _, pol := range policies() {
+		t.Run(pol.name, func(t *testing.T) {
+			prog, err := Build(pol.p)
+			require.NoError(t, err)
+			b := prog.Bytes()
+			require.Len(t, b, 8*len(prog))
+			first := unix.SockFilter{
+				Code: binary.NativeEndian.Uint16(b[0:]),
+				Jt:   b[2],
+				Jf:   b[3],
+				K:    binary.NativeEndian.Uint32(b[4:]),
+			}
+			require.Equal(t, prog[0], first)
+			require.Equal(t, unix.SockFilter{Code: ldAbs, K: offArch}, first)
+			// The bytes must be exactly the memory image of []unix.SockFilter,
+			// which is what the kernel reads.
+			require.Equal(t, unsafe.Sizeof(unix.SockFilter{}), uintptr(8))
+			require.Equal(t, unsafe.Slice((*byte)(unsafe.Pointer(&prog[0])), len(b)), b)
+		})
+	}
+	require.Empty(t, Program(nil).Bytes())
+}
+
+func TestString(t *testing.T) {
+	for _, pol := range policies() {
+		t.Run(pol.name, func(t *testing.T) {
+			prog, err := Build(pol.p)
+			require.NoError(t, err)
+			s := prog.String()
+			lines := strings.Split(strings.TrimSuffix(s, "\n"), "\n")
+			require.Len(t, lines, len(prog))
+			for _, want := range []string{
+				"execve", "clone3", "clone", "socket", "ioctl", "ptrace", "open_tree_attr",
+				"KILL_PROCESS", "ERRNO(EPERM)", "ERRNO(ENOSYS)", "ALLOW",
+				"args[0] (low)", "args[1] (high)",
+			} {
+				require.Contains(t, s, want)
+			}
+			require.Contains(t, lines[1], nativeTable.auditName)
+			if nativeTable.x32 {
+				require.Contains(t, s, "__X32_SYSCALL_BIT")
+			}
+			// Syscall names appear only where the accumulator holds nr: the
+			// comparison against AF_INET (2) must not be named after syscall 2.
+			for _, l := range lines {
+				if strings.Contains(l, "jeq #0x2 ") {
+					require.NotContains(t, l, ";", l)
+				}
+			}
+		})
+	}
+}

@@ -1,0 +1,593 @@
+# pynox runner: the template process and, after fork, the job child.
+#
+# Started by the Go host as `python3 -I -B -c <this file>` with a clean
+# environment and its channel to Go on fd 3. Standard library only; ctypes
+# for the few syscalls the standard library lacks. Every frame is a 4-byte
+# little-endian length and a JSON payload.
+#
+# Template: imports the operator's preloads, proves it holds no extra
+# threads or descriptors, then forks "spare" children on request and
+# reports their exits. It never runs user code.
+#
+# Spare: a forked child that does every request-independent confinement
+# step ahead of time (descriptors, session, parent-death signal,
+# capabilities, no_new_privs, the Landlock runtime rules) and warms itself
+# up, then waits on its own control channel (fd 3) for one job. For the job
+# it adds the request's environment, rlimits, Landlock grants and seccomp
+# filter, reports "started", runs the code and reports "done".
+import array
+import builtins
+import ctypes
+import gc
+import io
+import json
+import linecache
+import os
+import resource
+import select
+import signal
+import socket
+import struct
+import sys
+import traceback
+import types
+
+PROTO = 1
+FD = 3  # the template's channel to Go; in a child, the child's own channel
+MAX_FRAME = 8 << 20
+MSG_CAP = 4096
+
+_libc = ctypes.CDLL(None, use_errno=True)
+_syscall = _libc.syscall
+_syscall.restype = ctypes.c_long
+_prctl = _libc.prctl
+_prctl.restype = ctypes.c_int
+_prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
+
+PR_SET_PDEATHSIG = 1
+PR_SET_SECCOMP = 22
+PR_CAPBSET_DROP = 24
+PR_SET_NO_NEW_PRIVS = 38
+PR_GET_NO_NEW_PRIVS = 39
+PR_CAP_AMBIENT = 47
+PR_CAP_AMBIENT_CLEAR_ALL = 4
+SECCOMP_MODE_FILTER = 2
+LANDLOCK_RULE_PATH_BENEATH = 1
+
+
+class SetupError(Exception):
+    """A confinement step could not be applied: no user code may run."""
+
+
+def _check(ret, what):
+    if ret < 0:
+        e = ctypes.get_errno()
+        raise SetupError("%s: %s" % (what, os.strerror(e)))
+    return ret
+
+
+# ---------------------------------------------------------------- framing
+
+def _pack(obj):
+    data = json.dumps(obj, separators=(",", ":")).encode()
+    return struct.pack("<I", len(data)) + data
+
+
+def _write_all(fd, data):
+    view = memoryview(data)
+    while view:
+        n = os.write(fd, view)
+        view = view[n:]
+
+
+def _read_exact(fd, n, buf=b""):
+    chunks = [buf] if buf else []
+    have = len(buf)
+    while have < n:
+        b = os.read(fd, n - have)
+        if not b:
+            return None
+        chunks.append(b)
+        have += len(b)
+    return b"".join(chunks)
+
+
+def _recv(fd):
+    hdr = _read_exact(fd, 4)
+    if hdr is None:
+        return None
+    (n,) = struct.unpack("<I", hdr)
+    if n > MAX_FRAME:
+        raise ValueError("frame too large")
+    body = _read_exact(fd, n)
+    if body is None:
+        return None
+    return json.loads(body)
+
+
+def _recv_with_fds(sock, fd):
+    """Reads one frame whose first bytes may carry SCM_RIGHTS descriptors."""
+    data, fds, _flags, _addr = socket.recv_fds(sock, 65536, 64)
+    if not data:
+        return None, fds
+    if len(data) < 4:
+        data = _read_exact(fd, 4, data)
+        if data is None:
+            return None, fds
+    (n,) = struct.unpack("<I", data[:4])
+    if n > MAX_FRAME:
+        raise ValueError("frame too large")
+    body = _read_exact(fd, n, data[4:])
+    if body is None:
+        return None, fds
+    return json.loads(body), fds
+
+
+# ---------------------------------------------------------------- template
+
+class Template:
+    def __init__(self):
+        self.sock = socket.socket(fileno=FD)
+        self.children = {}  # pidfd -> pid
+        self.cfg = None
+        self.runtime_fds = []  # [(fd, access)]
+        self.seccomp = {}
+
+    def send(self, obj, fds=None):
+        data = _pack(obj)
+        if fds:
+            self.sock.sendmsg([data], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))])
+        else:
+            self.sock.sendall(data)
+
+    def fatal(self, msg):
+        try:
+            self.send({"t": "fatal", "msg": msg})
+        finally:
+            os._exit(2)
+
+    @staticmethod
+    def hygiene():
+        threads = len(os.listdir("/proc/self/task"))
+        extra = []
+        for name in os.listdir("/proc/self/fd"):
+            fd = int(name)
+            if fd <= FD:
+                continue
+            try:
+                target = os.readlink("/proc/self/fd/" + name)
+            except OSError:
+                continue  # the listing's own descriptor, closed by now
+            extra.append("%d -> %s" % (fd, target))
+        return threads, extra
+
+    def init(self):
+        msg = _recv(FD)
+        if msg is None:
+            os._exit(0)
+        if msg.get("t") != "init" or msg.get("v") != PROTO:
+            self.fatal("protocol version mismatch: template speaks %d, host sent %r" % (PROTO, msg.get("v")))
+        for d in reversed(msg.get("package_dirs") or []):
+            sys.path.insert(0, d)
+        preloaded = []
+        for mod in msg.get("preload") or []:
+            try:
+                __import__(mod)
+            except BaseException as e:  # noqa: BLE001 - report any import failure
+                self.fatal("preload %s failed: %s: %s" % (mod, type(e).__name__, e))
+            threads, extra = self.hygiene()
+            if threads != 1:
+                self.fatal("preload %s left %d threads running (a template must be single-threaded)" % (mod, threads))
+            if extra:
+                self.fatal("preload %s left descriptors open: %s" % (mod, ", ".join(extra)))
+            preloaded.append(mod)
+        threads, extra = self.hygiene()
+        if threads != 1 or extra:
+            self.fatal("runner started with %d threads and stray descriptors %s" % (threads, extra))
+        paths = [sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix]
+        paths += [p for p in sys.path if p]
+        for mod in preloaded:
+            m = sys.modules.get(mod)
+            f = getattr(m, "__file__", None)
+            if f:
+                paths.append(os.path.dirname(f) if os.path.basename(f).startswith("__init__.") else f)
+        self.send({
+            "t": "hello", "v": PROTO, "pid": os.getpid(),
+            "python": "%d.%d.%d" % sys.version_info[:3],
+            "executable": os.path.realpath(sys.executable),
+            "paths": paths, "preloaded": preloaded,
+        })
+        cfg = _recv(FD)
+        if cfg is None:
+            os._exit(0)
+        if cfg.get("t") != "policy":
+            self.fatal("expected policy, got %r" % cfg.get("t"))
+        self.cfg = cfg
+        # Runtime rule paths are opened once here; each spare adds them to its
+        # own fresh rulesets and closes them before any user code runs.
+        for path, access in cfg["runtime_rules"]:
+            try:
+                fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
+            except OSError:
+                continue  # a path that does not exist grants nothing
+            self.runtime_fds.append((fd, access))
+        for key, b in cfg["seccomp"].items():
+            raw = bytes.fromhex(b)
+            buf = ctypes.create_string_buffer(raw, len(raw))
+            prog = SockFprog(len(raw) // 8, ctypes.cast(buf, ctypes.c_void_p))
+            self.seccomp[key] = (prog, buf)
+        self.send({"t": "ready"})
+        gc.collect()
+        gc.freeze()
+
+    def loop(self):
+        poller = select.poll()
+        poller.register(FD, select.POLLIN)
+        buf = b""
+        while True:
+            for fd, _ev in poller.poll():
+                if fd == FD:
+                    try:
+                        chunk = os.read(FD, 65536)
+                    except OSError:
+                        chunk = b""
+                    if not chunk:
+                        self.shutdown()
+                    buf += chunk
+                    while len(buf) >= 4:
+                        (n,) = struct.unpack("<I", buf[:4])
+                        if len(buf) < 4 + n:
+                            break
+                        msg = json.loads(buf[4:4 + n])
+                        buf = buf[4 + n:]
+                        if msg.get("t") == "fork":
+                            pidfd = self.fork_spare()
+                            if pidfd is not None:
+                                poller.register(pidfd, select.POLLIN)
+                else:
+                    pid = self.children.pop(fd)
+                    poller.unregister(fd)
+                    try:
+                        _, status = os.waitpid(pid, 0)
+                    except ChildProcessError:
+                        status = 0
+                    os.close(fd)
+                    rep = {"t": "exit", "pid": pid}
+                    if os.WIFSIGNALED(status):
+                        rep["signal"] = os.WTERMSIG(status)
+                    else:
+                        rep["code"] = os.WEXITSTATUS(status)
+                    self.send(rep)
+
+    def shutdown(self):
+        for pid in self.children.values():
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        os._exit(0)
+
+    def fork_spare(self):
+        a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        ctl_parent, ctl_child = a.detach(), b.detach()
+        out_r, out_w = os.pipe()
+        err_r, err_w = os.pipe()
+        parent = os.getpid()
+        pid = os.fork()
+        if pid == 0:
+            code = 70
+            try:
+                self.sock.detach()
+                Spare(self, parent, ctl_child, out_w, err_w).main()
+            except BaseException:  # noqa: BLE001 - the child must never return
+                pass
+            os._exit(code)
+        for fd in (ctl_child, out_w, err_w):
+            os.close(fd)
+        try:
+            pidfd = os.pidfd_open(pid)
+        except OSError as e:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            for fd in (ctl_parent, out_r, err_r):
+                os.close(fd)
+            self.send({"t": "spare_error", "msg": "pidfd_open: %s" % e})
+            return None
+        self.send({"t": "spare", "pid": pid}, [ctl_parent, out_r, err_r, pidfd])
+        for fd in (ctl_parent, out_r, err_r):
+            os.close(fd)
+        self.children[pidfd] = pid
+        return pidfd
+
+
+class SockFprog(ctypes.Structure):
+    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+
+
+class RulesetAttr(ctypes.Structure):
+    _fields_ = [("fs", ctypes.c_uint64), ("net", ctypes.c_uint64), ("scoped", ctypes.c_uint64)]
+
+
+class PathBeneath(ctypes.Structure):
+    _pack_ = 1
+    _fields_ = [("access", ctypes.c_uint64), ("fd", ctypes.c_int32)]
+
+
+class CapHeader(ctypes.Structure):
+    _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+
+class CapData(ctypes.Structure):
+    _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32), ("inheritable", ctypes.c_uint32)]
+
+
+# ---------------------------------------------------------------- job child
+
+class Spare:
+    def __init__(self, tpl, parent, ctl, out_w, err_w):
+        self.tpl = tpl
+        self.parent = parent
+        self.cfg = tpl.cfg
+        self.nr = self.cfg["syscalls"]
+        self.ctl, self.out_w, self.err_w = ctl, out_w, err_w
+        self.error = None
+        self.rulesets = {}
+
+    def send(self, obj):
+        _write_all(FD, _pack(obj))
+
+    def main(self):
+        try:
+            self.prepare()
+        except BaseException as e:  # noqa: BLE001 - reported as SandboxSetupError
+            self.error = "%s: %s" % (type(e).__name__, e)
+        sock = socket.socket(fileno=FD)
+        job, fds = _recv_with_fds(sock, FD)
+        if job is None:
+            os._exit(0)
+        if self.error is None:
+            try:
+                self.confine(job, fds)
+            except BaseException as e:  # noqa: BLE001 - reported as SandboxSetupError
+                self.error = "%s: %s" % (type(e).__name__, e)
+        if self.error is not None:
+            self.send({"t": "setup_error", "msg": self.error})
+            os._exit(71)
+        self.send({"t": "started"})
+        code, err = self.run(job)
+        self.finish(code, err)
+
+    # Request-independent steps, done before the job arrives.
+    def prepare(self):
+        # 1. descriptors: 0 = /dev/null, 1/2 = the job's pipes, 3 = control.
+        keep = {fd for fd, _ in self.tpl.runtime_fds}
+        null = os.open("/dev/null", os.O_RDONLY)
+        os.dup2(null, 0)
+        os.dup2(self.out_w, 1)
+        os.dup2(self.err_w, 2)
+        os.dup2(self.ctl, FD)
+        _close_all_but({0, 1, 2, FD} | keep)
+        os.set_inheritable(FD, False)
+        # own session and process group; die with the template.
+        os.setsid()
+        _check(_prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0), "prctl(PR_SET_PDEATHSIG)")
+        if os.getppid() != self.parent:
+            os._exit(0)
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        # 3. capabilities and no_new_privs.
+        self.drop_capabilities()
+        _check(_prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "prctl(PR_SET_NO_NEW_PRIVS)")
+        if _prctl(PR_GET_NO_NEW_PRIVS, 0, 0, 0, 0) != 1:
+            raise SetupError("no_new_privs did not stick")
+        # 4. Landlock: fresh rulesets holding the runtime rules.
+        ll = self.cfg["landlock"]
+        if ll.get("error"):
+            raise SetupError(ll["error"])
+        if self.cfg.get("seccomp_error"):
+            raise SetupError(self.cfg["seccomp_error"])
+        variants = {"deny": ll["handled_net_deny"], "allow": 0}
+        for key, net in variants.items():
+            attr = RulesetAttr(ll["handled_fs"], net, ll["scoped"])
+            size = 24 if ll["abi"] >= 6 else (16 if ll["abi"] >= 4 else 8)
+            fd = _check(_syscall(self.nr["landlock_create_ruleset"], ctypes.byref(attr), size, 0),
+                        "landlock_create_ruleset")
+            for rfd, access in self.tpl.runtime_fds:
+                self.add_rule(fd, rfd, access)
+            self.rulesets[key] = fd
+        for rfd, _ in self.tpl.runtime_fds:
+            os.close(rfd)
+        # Standard streams on the job's pipes, line-buffered like a terminal.
+        sys.stdout = io.TextIOWrapper(io.FileIO(1, "w", closefd=False), encoding="utf-8",
+                                      errors="strict", line_buffering=True)
+        sys.stderr = io.TextIOWrapper(io.FileIO(2, "w", closefd=False), encoding="utf-8",
+                                      errors="backslashreplace", line_buffering=True)
+        sys.stdin = io.TextIOWrapper(io.FileIO(0, "r", closefd=False), encoding="utf-8")
+        self.warm_up()
+
+    def drop_capabilities(self):
+        for cap in range(self.cfg["cap_last"] + 1):
+            if _prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) != 0 and ctypes.get_errno() not in (1, 22):
+                raise SetupError("prctl(PR_CAPBSET_DROP, %d): %s" % (cap, os.strerror(ctypes.get_errno())))
+        _prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0)
+        hdr = CapHeader(0x20080522, 0)
+        data = (CapData * 2)()
+        _check(_syscall(self.nr["capset"], ctypes.byref(hdr), ctypes.byref(data)), "capset")
+        check = (CapData * 2)()
+        _check(_syscall(self.nr["capget"], ctypes.byref(hdr), ctypes.byref(check)), "capget")
+        for d in check:
+            if d.effective or d.permitted or d.inheritable:
+                raise SetupError("capabilities still held after capset")
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith(("CapAmb:", "CapBnd:")) and int(line.split()[1], 16) != 0:
+                    if line.startswith("CapAmb:") or os.getuid() == 0:
+                        raise SetupError("capability set not empty: " + line.strip())
+
+    def add_rule(self, ruleset, fd, access):
+        attr = PathBeneath(access, fd)
+        _check(_syscall(self.nr["landlock_add_rule"], ruleset, LANDLOCK_RULE_PATH_BENEATH, ctypes.byref(attr), 0),
+               "landlock_add_rule")
+
+    def warm_up(self):
+        # Take the copy-on-write faults of a typical job now, not on the clock.
+        saved = sys.stdout
+        sys.stdout = io.StringIO()
+        try:
+            exec(compile("print(sum(range(100)))\n", "<warm-up>", "exec"), {"__builtins__": builtins})
+            json.loads(json.dumps({"t": "job", "code": "x", "env": {}, "argv": []}))
+        finally:
+            sys.stdout = saved
+
+    # Request-dependent steps, done when the job arrives.
+    def confine(self, job, fds):
+        # 1. descriptors: the grants' O_PATH descriptors stay only until the
+        # rules hold them.
+        # 2. environment and argv.
+        env = dict(self.cfg["env"])
+        env.update(job.get("env") or {})
+        os.environ.clear()
+        os.environ.update(env)
+        lim = job["limits"]
+        # rlimits: address space = what the template already maps + the
+        # job's allowance; file size; no core dumps; a CPU-time backstop.
+        with open("/proc/self/statm") as f:
+            vm = int(f.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+        resource.setrlimit(resource.RLIMIT_AS, (vm + lim["memory"], vm + lim["memory"]))
+        resource.setrlimit(resource.RLIMIT_FSIZE, (lim["fsize"], lim["fsize"]))
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+        resource.setrlimit(resource.RLIMIT_CPU, (lim["cpu"], lim["cpu"] + 1))
+        # 4. Landlock: add the request's grants and enforce.
+        key = "allow" if job.get("network") else "deny"
+        ruleset = self.rulesets[key]
+        rules = job.get("rules") or []
+        if len(rules) != len(fds):
+            raise SetupError("grant descriptors missing: %d rules, %d descriptors" % (len(rules), len(fds)))
+        for fd, access in zip(fds, rules):
+            self.add_rule(ruleset, fd, access)
+        _check(_syscall(self.nr["landlock_restrict_self"], ruleset, 0), "landlock_restrict_self")
+        for fd in list(self.rulesets.values()) + list(fds):
+            os.close(fd)
+        # 5. seccomp, last.
+        prog, _buf = self.tpl.seccomp[key]
+        _check(_prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.addressof(prog), 0, 0), "seccomp")
+
+    def run(self, job):
+        name = job["name"]
+        src = job["code"]
+        main = types.ModuleType("__main__")
+        d = main.__dict__
+        if job.get("script"):
+            d["__file__"] = name
+        sys.modules["__main__"] = main
+        sys.argv = [name] + list(job.get("argv") or [])
+        for p in reversed(job.get("path") or []):
+            sys.path.insert(0, p)
+        linecache.cache[name] = (len(src), None, src.splitlines(True), name)
+        if "random" in sys.modules:
+            sys.modules["random"].seed()
+        npr = sys.modules.get("numpy.random")
+        if npr is not None:
+            try:
+                npr.seed()
+            except Exception:  # noqa: BLE001 - best effort
+                pass
+        try:
+            code = compile(src, name, "exec", dont_inherit=True)
+        except BaseException as e:  # noqa: BLE001 - a SyntaxError is the job's
+            traceback.print_exception(type(e), e, None)
+            return 1, _describe(e, name)
+        try:
+            exec(code, d)
+        except SystemExit as e:
+            return _exit_code(e), None
+        except BaseException as e:  # noqa: BLE001 - every exception is the job's
+            try:
+                traceback.print_exception(type(e), e, e.__traceback__.tb_next)
+            except BaseException:  # noqa: BLE001
+                pass
+            return 1, _describe(e, name)
+        return 0, None
+
+    def finish(self, code, err):
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except BaseException:  # noqa: BLE001 - a closed stream loses nothing more
+                pass
+        for fd in (1, 2):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        try:
+            self.send({"t": "done", "exit": code, "error": err})
+        except BaseException:  # noqa: BLE001
+            pass
+        os._exit(code & 0xFF)
+
+
+def _exit_code(e):
+    c = e.code
+    if c is None:
+        return 0
+    if isinstance(c, int):
+        return c & 0xFF
+    try:
+        print(c, file=sys.stderr)
+    except BaseException:  # noqa: BLE001
+        pass
+    return 1
+
+
+def _describe(e, name):
+    file = line = None
+    tb = e.__traceback__
+    last = None
+    for frame, lineno in traceback.walk_tb(tb):
+        last = (frame.f_code.co_filename, lineno)
+        if frame.f_code.co_filename == name:
+            file, line = name, lineno
+    if isinstance(e, SyntaxError) and e.filename == name:
+        file, line = name, e.lineno
+    if file is None and last is not None:
+        file, line = last
+    try:
+        msg = str(e)
+    except BaseException:  # noqa: BLE001
+        msg = "<unprintable %s>" % type(e).__name__
+    info = {"type": type(e).__name__, "message": msg[:MSG_CAP], "file": file, "line": line}
+    if isinstance(e, OSError):
+        info["errno"] = e.errno
+        fn = e.filename
+        if isinstance(fn, bytes):
+            fn = fn.decode("utf-8", "surrogateescape")
+        if isinstance(fn, str):
+            info["filename"] = fn[:MSG_CAP]
+    return info
+
+
+def _close_all_but(keep):
+    lo = 0
+    for fd in sorted(keep) + [None]:
+        hi = fd if fd is not None else 1 << 20
+        if hi > lo:
+            os.closerange(lo, hi)
+        if fd is not None:
+            lo = fd + 1
+
+
+def main():
+    # Descriptors the host's own parent leaked to it without close-on-exec
+    # end here: the template holds only 0-2 and its channel.
+    _close_all_but({0, 1, 2, FD})
+    tpl = Template()
+    try:
+        tpl.init()
+    except SystemExit:
+        raise
+    except BaseException as e:  # noqa: BLE001 - anything here is a fatal start-up error
+        tpl.fatal("template start failed: %s: %s" % (type(e).__name__, e))
+    tpl.loop()
+
+
+main()

@@ -1,0 +1,608 @@
+// Package worker runs pynox's template processes and their job children.
+//
+// A Template is one trusted CPython process running the embedded runner
+// (runner.py). It imports the preloads once, then forks "spare" children
+// on request; each spare has done every request-independent confinement
+// step before a job reaches it. The template hands each spare's own
+// channels (control socket, stdout and stderr pipes, pidfd) to Go over its
+// socket with SCM_RIGHTS and keeps none of them, so a job never holds the
+// template's channel. The template reports each child's exit status.
+package worker
+
+import (
+	_ "embed"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/pynox/pynox/internal/frame"
+	"github.com/pynox/pynox/internal/sandbox"
+	"github.com/pynox/pynox/internal/seccomp"
+)
+
+//go:embed runner.py
+var runnerSource string
+
+// Proto is the version of the host↔template protocol; the template checks
+// it first and refuses to serve a host that speaks another.
+const Proto = 1
+
+// StartTimeout bounds a template's start-up, preloads included.
+const StartTimeout = 2 * time.Minute
+
+// Options configure a template.
+type Options struct {
+	Python      string   // absolute path of a real interpreter binary
+	Dir         string   // working directory of the template and its jobs
+	Env         []string // the complete environment ("K=V") of the template and base of its jobs'
+	Preload     []string // modules imported once, before any fork
+	PackageDirs []string // read-only directories put first on sys.path
+	// OnStderr, when set, receives the template's own stderr lines.
+	OnStderr func(line string)
+}
+
+// Info describes a started template.
+type Info struct {
+	Pid          int
+	Python       string   // "3.11.2"
+	Executable   string   // real path of the interpreter
+	Preloaded    []string // modules imported by the template
+	RuntimePaths []string // paths jobs may read and execute (resolved, deduplicated)
+	Landlock     sandbox.Ruleset
+	LandlockErr  string // set when Landlock cannot be applied: every job fails closed
+}
+
+// Template is a running template process.
+type Template struct {
+	info Info
+	cmd  *exec.Cmd
+	conn *net.UnixConn
+
+	wmu sync.Mutex // serialises writes to conn
+
+	spares chan *Child
+
+	mu       sync.Mutex
+	children map[int]*Child
+	dead     bool
+	deadErr  error
+
+	done     chan struct{}
+	waitDone chan struct{}
+	stderr   *tailBuffer
+}
+
+// systemPaths are read by ordinary Python programs and hold nothing
+// private: shared libraries, time zones, certificates and name-service
+// configuration. Paths that do not exist are skipped.
+var systemPaths = []string{
+	"/usr/lib", "/usr/lib64", "/lib", "/lib64", "/usr/local/lib",
+	"/usr/share/zoneinfo", "/usr/share/ca-certificates", "/etc/ssl/certs",
+	"/etc/localtime", "/etc/ld.so.cache", "/etc/hosts", "/etc/resolv.conf",
+	"/etc/nsswitch.conf", "/etc/host.conf", "/etc/gai.conf", "/etc/protocols", "/etc/services",
+}
+
+// Start launches a template and completes its handshake. It fails with the
+// template's own account (a preload that failed, left a thread or an open
+// descriptor) when it has one.
+func Start(opts Options) (*Template, error) {
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("socketpair: %w", err)
+	}
+	tplEnd := os.NewFile(uintptr(fds[1]), "template-channel")
+	hostFile := os.NewFile(uintptr(fds[0]), "host-channel")
+	c, err := net.FileConn(hostFile)
+	hostFile.Close()
+	if err != nil {
+		tplEnd.Close()
+		return nil, fmt.Errorf("channel: %w", err)
+	}
+	t := &Template{
+		conn:     c.(*net.UnixConn),
+		spares:   make(chan *Child, 1),
+		children: make(map[int]*Child),
+		done:     make(chan struct{}),
+		waitDone: make(chan struct{}),
+		stderr:   &tailBuffer{max: 8 << 10, onLine: opts.OnStderr},
+	}
+	cmd := exec.Command(opts.Python, "-I", "-B", "-c", runnerSource)
+	cmd.Dir = opts.Dir
+	cmd.Env = opts.Env
+	cmd.ExtraFiles = []*os.File{tplEnd}
+	cmd.Stderr = t.stderr
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		tplEnd.Close()
+		t.conn.Close()
+		return nil, fmt.Errorf("start %s: %w", opts.Python, err)
+	}
+	tplEnd.Close()
+	t.cmd = cmd
+	go func() {
+		_ = cmd.Wait()
+		close(t.waitDone)
+	}()
+	if err := t.handshake(opts); err != nil {
+		t.kill()
+		return nil, err
+	}
+	go t.readLoop()
+	if err := t.requestFork(); err != nil {
+		t.kill()
+		return nil, err
+	}
+	return t, nil
+}
+
+type hello struct {
+	T          string   `json:"t"`
+	V          int      `json:"v"`
+	Pid        int      `json:"pid"`
+	Python     string   `json:"python"`
+	Executable string   `json:"executable"`
+	Paths      []string `json:"paths"`
+	Preloaded  []string `json:"preloaded"`
+	Msg        string   `json:"msg"`
+}
+
+func (t *Template) handshake(opts Options) error {
+	deadline := time.Now().Add(StartTimeout)
+	_ = t.conn.SetDeadline(deadline)
+	defer t.conn.SetDeadline(time.Time{})
+	r := frame.NewReader(t.conn, 1<<20)
+	if err := t.send(map[string]any{"t": "init", "v": Proto, "preload": nonNil(opts.Preload),
+		"package_dirs": nonNil(opts.PackageDirs)}, nil); err != nil {
+		return t.startErr("send init", err)
+	}
+	var h hello
+	if err := readJSON(r, &h); err != nil {
+		return t.startErr("read hello", err)
+	}
+	if h.T == "fatal" {
+		return fmt.Errorf("template refused to start: %s", h.Msg)
+	}
+	if h.T != "hello" || h.V != Proto {
+		return fmt.Errorf("template handshake: got %q version %d, want hello version %d", h.T, h.V, Proto)
+	}
+	t.info = Info{Pid: h.Pid, Python: h.Python, Executable: h.Executable, Preloaded: nonNil(h.Preloaded)}
+
+	policy, err := t.policy(h, opts)
+	if err != nil {
+		return err
+	}
+	if err := t.send(policy, nil); err != nil {
+		return t.startErr("send policy", err)
+	}
+	var ready hello
+	if err := readJSON(r, &ready); err != nil {
+		return t.startErr("read ready", err)
+	}
+	if ready.T == "fatal" {
+		return fmt.Errorf("template refused to start: %s", ready.Msg)
+	}
+	if ready.T != "ready" {
+		return fmt.Errorf("template handshake: got %q, want ready", ready.T)
+	}
+	return nil
+}
+
+func (t *Template) startErr(what string, err error) error {
+	// Give the process a moment to finish writing its last words.
+	select {
+	case <-t.waitDone:
+	case <-time.After(200 * time.Millisecond):
+	}
+	if tail := strings.TrimSpace(t.stderr.String()); tail != "" {
+		return fmt.Errorf("template %s: %v; its stderr: %s", what, err, tail)
+	}
+	return fmt.Errorf("template %s: %w", what, err)
+}
+
+// policy builds the template's fixed confinement data: the Landlock
+// runtime rules and both seccomp variants.
+func (t *Template) policy(h hello, opts Options) (map[string]any, error) {
+	abi, abiErr := sandbox.ABI()
+	ll := map[string]any{"abi": abi}
+	if abiErr != nil {
+		ll["error"] = abiErr.Error()
+		t.info.LandlockErr = abiErr.Error()
+	}
+	type rule struct {
+		path   string
+		access uint64
+	}
+	var rules []rule
+	seen := map[string]bool{}
+	add := func(p string, access uint64, runtime bool) {
+		real, err := filepath.EvalSymlinks(p)
+		if err != nil || seen[real] {
+			return
+		}
+		st, err := os.Stat(real)
+		if err != nil {
+			return
+		}
+		if !st.IsDir() {
+			access = sandbox.ForFile(access)
+		}
+		seen[real] = true
+		rules = append(rules, rule{real, access})
+		if runtime {
+			t.info.RuntimePaths = append(t.info.RuntimePaths, real)
+		}
+	}
+	rt := sandbox.RuntimeAccess(abi)
+	for _, p := range h.Paths {
+		add(p, rt, true)
+	}
+	for _, p := range opts.PackageDirs {
+		add(p, sandbox.ReadAccess(abi), true)
+	}
+	for _, p := range systemPaths {
+		add(p, rt, false)
+	}
+	add("/dev/null", sandbox.DeviceAccess(abi, true), false)
+	for _, p := range []string{"/dev/zero", "/dev/urandom", "/dev/random"} {
+		add(p, sandbox.DeviceAccess(abi, false), false)
+	}
+	// Paths beneath another path's rule add nothing; keep them anyway so
+	// the report lists what the interpreter asked for.
+	pairs := make([][2]any, 0, len(rules))
+	rs := sandbox.Ruleset{ABI: abi, HandledFS: sandbox.HandledFS(abi),
+		HandledNet: sandbox.HandledNet(abi, false), Scoped: sandbox.Scoped(abi)}
+	for _, r := range rules {
+		pairs = append(pairs, [2]any{r.path, r.access})
+		rs.Rules = append(rs.Rules, sandbox.Rule{Path: r.path, Access: r.access})
+	}
+	t.info.Landlock = rs
+	ll["handled_fs"] = rs.HandledFS
+	ll["handled_net_deny"] = rs.HandledNet
+	ll["scoped"] = rs.Scoped
+
+	progs := map[string]string{}
+	var secErr string
+	for key, pol := range map[string]seccomp.Policy{"deny": {}, "allow": {AllowNetwork: true}} {
+		p, err := seccomp.Build(pol)
+		if err != nil {
+			secErr = "seccomp: " + err.Error()
+			progs = map[string]string{}
+			break
+		}
+		progs[key] = hex.EncodeToString(p.Bytes())
+	}
+	return map[string]any{
+		"t":             "policy",
+		"landlock":      ll,
+		"runtime_rules": pairs,
+		"seccomp":       progs,
+		"seccomp_error": secErr,
+		"cap_last":      capLast(),
+		"env":           envMap(opts.Env),
+		"syscalls": map[string]int{
+			"landlock_create_ruleset": unix.SYS_LANDLOCK_CREATE_RULESET,
+			"landlock_add_rule":       unix.SYS_LANDLOCK_ADD_RULE,
+			"landlock_restrict_self":  unix.SYS_LANDLOCK_RESTRICT_SELF,
+			"capset":                  unix.SYS_CAPSET,
+			"capget":                  unix.SYS_CAPGET,
+		},
+	}, nil
+}
+
+var (
+	capLastOnce sync.Once
+	capLastVal  = 63
+)
+
+// capLast returns the highest capability number the kernel knows.
+func capLast() int {
+	capLastOnce.Do(func() {
+		b, err := os.ReadFile("/proc/sys/kernel/cap_last_cap")
+		if err == nil {
+			if v, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil {
+				capLastVal = v
+			}
+		}
+	})
+	return capLastVal
+}
+
+// Info returns what the template reported at start.
+func (t *Template) Info() Info { return t.info }
+
+// Pid returns the template's process id.
+func (t *Template) Pid() int { return t.info.Pid }
+
+// Done is closed when the template has died or been closed.
+func (t *Template) Done() <-chan struct{} { return t.done }
+
+// Err says why the template is gone, once Done is closed.
+func (t *Template) Err() error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.deadErr
+}
+
+func (t *Template) send(v any, fds []int) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	buf := frame.Append(make([]byte, 0, len(b)+frame.HeaderSize), b)
+	t.wmu.Lock()
+	defer t.wmu.Unlock()
+	_, err = t.conn.Write(buf)
+	return err
+}
+
+func (t *Template) requestFork() error {
+	return t.send(map[string]string{"t": "fork"}, nil)
+}
+
+// Take returns the template's ready spare, waiting for it if the template
+// is still forking, and asks the template to fork the next one.
+func (t *Template) Take(cancel <-chan struct{}) (*Child, error) {
+	select {
+	case c := <-t.spares:
+		if err := t.requestFork(); err != nil {
+			t.fail(fmt.Errorf("request fork: %w", err))
+		}
+		return c, nil
+	case <-t.done:
+		return nil, t.Err()
+	case <-cancel:
+		return nil, errCanceled
+	}
+}
+
+var errCanceled = errors.New("canceled")
+
+type tplMsg struct {
+	T      string `json:"t"`
+	Pid    int    `json:"pid"`
+	Code   *int   `json:"code"`
+	Signal int    `json:"signal"`
+	Msg    string `json:"msg"`
+}
+
+func (t *Template) readLoop() {
+	var (
+		buf  []byte
+		fds  []int
+		rbuf = make([]byte, 64<<10)
+		oob  = make([]byte, unix.CmsgSpace(16*4))
+	)
+	for {
+		n, oobn, flags, _, err := t.conn.ReadMsgUnix(rbuf, oob)
+		if oobn > 0 {
+			got, perr := parseRights(oob[:oobn])
+			fds = append(fds, got...)
+			if perr != nil {
+				closeAll(fds)
+				t.fail(perr)
+				return
+			}
+		}
+		if flags&unix.MSG_CTRUNC != 0 {
+			closeAll(fds)
+			t.fail(errors.New("template sent more descriptors than expected"))
+			return
+		}
+		buf = append(buf, rbuf[:n]...)
+		for {
+			payload, rest, ok, ferr := frame.Split(buf, 1<<20)
+			if ferr != nil {
+				closeAll(fds)
+				t.fail(ferr)
+				return
+			}
+			if !ok {
+				break
+			}
+			var m tplMsg
+			if jerr := json.Unmarshal(payload, &m); jerr != nil {
+				closeAll(fds)
+				t.fail(fmt.Errorf("bad template frame: %w", jerr))
+				return
+			}
+			buf = append(buf[:0], rest...)
+			switch m.T {
+			case "spare":
+				if len(fds) < 4 {
+					closeAll(fds)
+					t.fail(errors.New("spare frame without its descriptors"))
+					return
+				}
+				c, cerr := newChild(t, m.Pid, fds[:4])
+				fds = fds[4:]
+				if cerr != nil {
+					t.fail(cerr)
+					return
+				}
+				t.mu.Lock()
+				t.children[m.Pid] = c
+				t.mu.Unlock()
+				t.spares <- c
+			case "exit":
+				t.mu.Lock()
+				c := t.children[m.Pid]
+				delete(t.children, m.Pid)
+				t.mu.Unlock()
+				if c != nil {
+					st := ExitStatus{Signal: m.Signal}
+					if m.Code != nil {
+						st.Code = *m.Code
+					}
+					c.exited(st)
+				}
+			case "spare_error", "fatal":
+				t.fail(fmt.Errorf("template: %s", m.Msg))
+				return
+			default:
+				t.fail(fmt.Errorf("unexpected template frame %q", m.T))
+				return
+			}
+		}
+		if err != nil {
+			t.fail(fmt.Errorf("template channel: %w", err))
+			return
+		}
+	}
+}
+
+func parseRights(oob []byte) ([]int, error) {
+	msgs, err := unix.ParseSocketControlMessage(oob)
+	if err != nil {
+		return nil, err
+	}
+	var fds []int
+	for _, m := range msgs {
+		r, err := unix.ParseUnixRights(&m)
+		if err != nil {
+			return fds, err
+		}
+		fds = append(fds, r...)
+	}
+	return fds, nil
+}
+
+func closeAll(fds []int) {
+	for _, fd := range fds {
+		unix.Close(fd)
+	}
+}
+
+// fail marks the template dead, kills it, and wakes everyone waiting on
+// it. Its children die with it (parent-death signal).
+func (t *Template) fail(err error) {
+	t.mu.Lock()
+	if t.dead {
+		t.mu.Unlock()
+		return
+	}
+	t.dead = true
+	t.deadErr = err
+	children := t.children
+	t.children = map[int]*Child{}
+	t.mu.Unlock()
+	t.kill()
+	close(t.done)
+	for _, c := range children {
+		c.exited(ExitStatus{Signal: int(unix.SIGKILL), TemplateDied: true})
+	}
+	// Drain an unclaimed spare.
+	select {
+	case c := <-t.spares:
+		c.Close()
+	default:
+	}
+}
+
+func (t *Template) kill() {
+	if t.cmd != nil && t.cmd.Process != nil {
+		// The template runs in its own process group; its children are in
+		// sessions of their own and die by their parent-death signal.
+		_ = unix.Kill(-t.cmd.Process.Pid, unix.SIGKILL)
+		_ = t.cmd.Process.Kill()
+	}
+	t.conn.Close()
+}
+
+// Close stops the template: closing its channel makes it kill its
+// children and exit; a template that does not within a second is killed.
+func (t *Template) Close() error {
+	t.mu.Lock()
+	wasDead := t.dead
+	t.mu.Unlock()
+	t.conn.CloseWrite()
+	select {
+	case <-t.waitDone:
+	case <-time.After(time.Second):
+	}
+	t.fail(errors.New("template closed"))
+	<-t.waitDone
+	if wasDead {
+		return nil
+	}
+	return nil
+}
+
+// Wait blocks until the template process has been reaped.
+func (t *Template) Wait() { <-t.waitDone }
+
+func readJSON(r *frame.Reader, v any) error {
+	b, err := r.Next()
+	if err != nil {
+		return err
+	}
+	return json.Unmarshal(b, v)
+}
+
+func nonNil(s []string) []string {
+	if s == nil {
+		return []string{}
+	}
+	return s
+}
+
+func envMap(env []string) map[string]string {
+	m := make(map[string]string, len(env))
+	for _, kv := range env {
+		if k, v, ok := strings.Cut(kv, "="); ok {
+			m[k] = v
+		}
+	}
+	return m
+}
+
+// tailBuffer keeps the last max bytes written to it and passes whole lines
+// to onLine.
+type tailBuffer struct {
+	mu     sync.Mutex
+	max    int
+	buf    []byte
+	line   []byte
+	onLine func(string)
+}
+
+func (b *tailBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.buf = append(b.buf, p...)
+	if len(b.buf) > b.max {
+		b.buf = append(b.buf[:0], b.buf[len(b.buf)-b.max:]...)
+	}
+	if b.onLine != nil {
+		b.line = append(b.line, p...)
+		for {
+			i := strings.IndexByte(string(b.line), '\n')
+			if i < 0 {
+				break
+			}
+			b.onLine(string(b.line[:i]))
+			b.line = b.line[i+1:]
+		}
+		if len(b.line) > b.max {
+			b.line = b.line[:0]
+		}
+	}
+	return len(p), nil
+}
+
+func (b *tailBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return string(b.buf)
+}

@@ -1,0 +1,141 @@
+package pynox
+
+import "strconv"
+
+// Job is one request: a piece of Python code and the permissions and
+// limits it runs under. Its JSON form is the request line of `pynox pool`;
+// field names and meanings are those of the pool protocol. Zero values
+// mean "not set": the pool's ceiling supplies the default.
+type Job struct {
+	// ID is echoed in the result as given: a string or a number (in JSON,
+	// kept exactly as written). Nil is echoed as null.
+	ID any `json:"id,omitempty"`
+	// Code is inline Python source. Exactly one of Code and Script is
+	// required.
+	Code string `json:"code,omitempty"`
+	// Script is the path of a Python file, read by the pool (not by the
+	// job); it must lie beneath the ceiling. Relative paths resolve against
+	// the pool's working directory.
+	Script string `json:"script,omitempty"`
+	// Name is the file name tracebacks and error locations use for inline
+	// code; it defaults to "<code>" (and to the script's path for scripts).
+	Name string `json:"name,omitempty"`
+	// Args become sys.argv[1:].
+	Args []string `json:"args,omitempty"`
+	// AllowRead lists files and directories the job may read.
+	AllowRead []string `json:"allow_read,omitempty"`
+	// AllowWrite lists files and directories the job may read and write.
+	AllowWrite []string `json:"allow_write,omitempty"`
+	// PackageDirs are read-only directories put first on sys.path for this
+	// job only; they must lie beneath the ceiling's read paths.
+	PackageDirs []string `json:"package_dirs,omitempty"`
+	// Env is added to the job's minimal fixed environment.
+	Env map[string]string `json:"env,omitempty"`
+	// AllowNetwork lets the job create TCP/UDP (IPv4 and IPv6) sockets; the
+	// ceiling must allow it.
+	AllowNetwork bool `json:"allow_network,omitempty"`
+	// Timeout is the job's wall-clock limit, from hand-over to its child
+	// process until its result.
+	Timeout Duration `json:"timeout,omitempty"`
+	// Memory is the job's memory allowance on top of the template it
+	// shares (see the package docs, "Limits").
+	Memory Size `json:"memory,omitempty"`
+	// MaxOutput is how many bytes of each of stdout and stderr are kept.
+	MaxOutput int `json:"max_output,omitempty"`
+	// MaxFileSize is the largest file the job may write; a larger write
+	// fails with OSError (EFBIG).
+	MaxFileSize Size `json:"max_file_size,omitempty"`
+}
+
+// Result is the answer to one [Job]. Its JSON form is the result line of
+// `pynox pool`.
+type Result struct {
+	// ID is the job's ID, as given.
+	ID any `json:"id"`
+	// Exit is the process's exit status when it ended on its own (0 for
+	// success, 1 for an uncaught exception, n for sys.exit(n)); -1 when the
+	// job never ran or was killed (RequestError, TimeoutError, SignalError,
+	// SandboxSetupError, PoolWorkerError).
+	Exit int `json:"exit"`
+	// Stdout and Stderr hold what the job wrote to descriptors 1 and 2, up
+	// to MaxOutput bytes each. The traceback of an uncaught exception is in
+	// Stderr.
+	Stdout string `json:"stdout"`
+	Stderr string `json:"stderr"`
+	// Error describes why the job failed, or is nil.
+	Error *ErrorInfo `json:"error"`
+	// StdoutTruncated and StderrTruncated report output dropped beyond
+	// MaxOutput.
+	StdoutTruncated bool `json:"stdout_truncated"`
+	StderrTruncated bool `json:"stderr_truncated"`
+	// DurationMS and DurationUS are the job's run time, from hand-over to
+	// its child process until its result, in milliseconds (rounded) and
+	// microseconds.
+	DurationMS int64 `json:"duration_ms"`
+	DurationUS int64 `json:"duration_us"`
+	// QueueUS is the time from accepting the request to hand-over.
+	QueueUS int64 `json:"queue_us"`
+	// Runtime describes the interpreter that ran the job.
+	Runtime Runtime `json:"runtime"`
+	// Policy is what was enforced for the job; nil when nothing ran
+	// because the request was refused.
+	Policy *Policy `json:"policy"`
+
+	kind Kind // set by the pool: tells a Python TimeoutError from the pool's
+}
+
+// ErrorInfo describes a failed job.
+type ErrorInfo struct {
+	// Type is the Python exception class, or one of RequestError,
+	// TimeoutError, SignalError, SandboxSetupError, PoolWorkerError.
+	Type string `json:"type"`
+	// Message is the exception's message, or the pool's explanation.
+	Message string `json:"message"`
+	// File and Line locate the error in the script or inline code, when
+	// known.
+	File *string `json:"file"`
+	Line *int    `json:"line"`
+	// Hint suggests a fix for permission, memory and file-size errors.
+	Hint string `json:"hint,omitempty"`
+}
+
+// Runtime describes the interpreter of a result.
+type Runtime struct {
+	Name             string   `json:"name"`   // always "pynox"
+	Python           string   `json:"python"` // e.g. "3.11.2"
+	Mode             string   `json:"mode"`   // "pool"
+	PreloadedModules []string `json:"preloaded_modules"`
+}
+
+// Policy reports the confinement a job ran under.
+type Policy struct {
+	AllowRead    []string `json:"allow_read"`   // absolute, symlink-free paths
+	AllowWrite   []string `json:"allow_write"`  // absolute, symlink-free paths
+	Network      string   `json:"network"`      // "allow" or "deny"
+	Subprocesses string   `json:"subprocesses"` // always "deny"
+	TimeoutMS    int64    `json:"timeout_ms"`
+	MemoryBytes  int64    `json:"memory_bytes"`
+	Backend      string   `json:"backend"` // "landlock+seccomp"
+}
+
+// Err returns the result's failure as an *Error (nil for a job that
+// exited 0), so that callers can test it with errors.Is against the
+// sentinels: a Python exception or non-zero exit is ErrRuntime.
+func (r *Result) Err() error {
+	if r.Error == nil {
+		if r.Exit == 0 {
+			return nil
+		}
+		return &Error{Kind: KindRuntime, Type: "SystemExit", Message: "exit status " + strconv.Itoa(r.Exit)}
+	}
+	k := r.kind
+	if k == 0 {
+		k = KindRuntime
+		for kind, name := range kindNames {
+			if name == r.Error.Type && kind != KindRuntime && kind != KindSpawn && kind != KindClosed {
+				k = kind
+			}
+		}
+	}
+	return &Error{Kind: k, Type: r.Error.Type, Message: r.Error.Message}
+}

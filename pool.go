@@ -1,0 +1,359 @@
+package pynox
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/pynox/pynox/internal/worker"
+)
+
+// Pool runs jobs in confined children forked from warm CPython templates.
+// It is safe for concurrent use. See the package docs for the process
+// model.
+type Pool struct {
+	cfg    Config
+	python string
+	env    []string
+	start  time.Time
+	log    *slog.Logger
+
+	workers []*poolWorker
+	idle    chan *poolWorker
+
+	info worker.Info // from the first template: version, preloads, runtime paths
+
+	mu       sync.Mutex
+	closed   bool
+	closing  chan struct{}
+	inflight sync.WaitGroup
+
+	stats statsCounters
+}
+
+// poolWorker is one template and the job slot it serves.
+type poolWorker struct {
+	pool *Pool
+	mu   sync.Mutex
+	tpl  *worker.Template
+	err  error // why the last start failed
+}
+
+// New validates cfg, starts its templates and waits until each has
+// imported its preloads and passed its hygiene checks. It fails with a
+// KindSpawn error when the interpreter cannot be found or a template
+// refuses to start (a preload that fails, starts a thread or leaves a
+// descriptor open).
+func New(cfg Config) (*Pool, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, &Error{Kind: KindSpawn, Type: "Spawn", Message: "invalid config", Err: err}
+	}
+	python, err := resolvePython(cfg.Python)
+	if err != nil {
+		return nil, &Error{Kind: KindSpawn, Type: "Spawn", Err: err}
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	p := &Pool{
+		cfg:     cfg,
+		python:  python,
+		env:     baseEnv(),
+		start:   time.Now(),
+		log:     log,
+		idle:    make(chan *poolWorker, cfg.Workers),
+		closing: make(chan struct{}),
+	}
+	p.stats.errors = map[string]int64{}
+	// Start the templates in parallel: with heavy preloads each takes a
+	// noticeable fraction of a second.
+	tpls := make([]*worker.Template, cfg.Workers)
+	errs := make([]error, cfg.Workers)
+	var wg sync.WaitGroup
+	for i := range tpls {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			tpls[i], errs[i] = worker.Start(p.templateOptions())
+		}(i)
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		for _, t := range tpls {
+			if t != nil {
+				t.Close()
+			}
+		}
+		return nil, &Error{Kind: KindSpawn, Type: "Spawn", Err: errs[firstErr(errs)]}
+	}
+	p.info = tpls[0].Info()
+	for _, t := range tpls {
+		w := &poolWorker{pool: p, tpl: t}
+		p.workers = append(p.workers, w)
+		p.idle <- w
+	}
+	return p, nil
+}
+
+func firstErr(errs []error) int {
+	for i, e := range errs {
+		if e != nil {
+			return i
+		}
+	}
+	return 0
+}
+
+func (p *Pool) templateOptions() worker.Options {
+	return worker.Options{
+		Python:      p.python,
+		Dir:         p.cfg.Dir,
+		Env:         p.env,
+		Preload:     p.cfg.Preload,
+		PackageDirs: p.cfg.PackageDirs,
+		OnStderr: func(line string) {
+			p.log.Warn("template stderr", "line", line)
+		},
+	}
+}
+
+// baseEnv is the whole environment of templates and the base of every
+// job's: nothing of the pool's own environment reaches them except the
+// OpenBLAS settings some CPUs need to run numpy correctly.
+func baseEnv() []string {
+	env := []string{
+		"PATH=/usr/local/bin:/usr/bin:/bin",
+		"LANG=C.UTF-8",
+		"LC_ALL=C.UTF-8",
+		"HOME=/nonexistent",
+		"OPENBLAS_NUM_THREADS=1",
+		"OMP_NUM_THREADS=1",
+		"MKL_NUM_THREADS=1",
+		"NUMEXPR_NUM_THREADS=1",
+		"VECLIB_MAXIMUM_THREADS=1",
+		"BLIS_NUM_THREADS=1",
+	}
+	for _, k := range []string{"OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE"} {
+		if v, ok := os.LookupEnv(k); ok {
+			env = append(env, k+"="+v)
+		}
+	}
+	return env
+}
+
+// Python returns the Python version the templates run, such as "3.11.2".
+func (p *Pool) Python() string { return p.info.Python }
+
+// Preloaded returns the modules every template imported.
+func (p *Pool) Preloaded() []string { return append([]string(nil), p.info.Preloaded...) }
+
+// Workers returns the number of templates.
+func (p *Pool) Workers() int { return p.cfg.Workers }
+
+// TemplatePIDs returns the process ids of the live templates (diagnostics
+// and tests; stale as soon as it returns).
+func (p *Pool) TemplatePIDs() []int {
+	var pids []int
+	for _, w := range p.workers {
+		w.mu.Lock()
+		if w.tpl != nil {
+			select {
+			case <-w.tpl.Done():
+			default:
+				pids = append(pids, w.tpl.Pid())
+			}
+		}
+		w.mu.Unlock()
+	}
+	return pids
+}
+
+// template returns a live template, starting a replacement for one that
+// died. The start is not bound to any caller's context: a warm template is
+// shared, and one caller's cancellation must not waste it.
+func (w *poolWorker) template() (*worker.Template, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.tpl != nil {
+		select {
+		case <-w.tpl.Done():
+			w.pool.log.Warn("template died; replacing it", "pid", w.tpl.Pid(), "cause", w.tpl.Err())
+			w.tpl.Close()
+			w.tpl = nil
+		default:
+			return w.tpl, nil
+		}
+	}
+	t, err := worker.Start(w.pool.templateOptions())
+	if err != nil {
+		w.err = err
+		return nil, err
+	}
+	w.tpl = t
+	return t, nil
+}
+
+func (p *Pool) acquire(ctx context.Context) (*poolWorker, error) {
+	select {
+	case w := <-p.idle:
+		return w, nil
+	default:
+	}
+	select {
+	case w := <-p.idle:
+		return w, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	case <-p.closing:
+		return nil, ErrClosed
+	}
+}
+
+func (p *Pool) release(w *poolWorker) {
+	w.mu.Lock()
+	dead := w.tpl != nil && isDone(w.tpl.Done())
+	w.mu.Unlock()
+	if !dead {
+		p.idle <- w
+		return
+	}
+	// Replace a dead template before the worker serves again, off the
+	// caller's path.
+	go func() {
+		_, _ = w.template()
+		p.idle <- w
+	}()
+}
+
+func isDone(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
+}
+
+// Run runs one job and returns its result. Every outcome of the job
+// itself — success, a Python exception, a non-zero exit, a request the
+// ceiling refuses, a timeout, a crash — is a *Result with Result.Error
+// describing any failure (see [Result.Err]). Run returns a nil Result and
+// an error only when it could not take the job: ctx ended first (ctx.Err())
+// or the pool is closed (ErrClosed). A ctx that ends while the job runs
+// kills the job.
+func (p *Pool) Run(ctx context.Context, job Job) (*Result, error) {
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return nil, ErrClosed
+	}
+	p.inflight.Add(1)
+	p.mu.Unlock()
+	defer p.inflight.Done()
+
+	accepted := time.Now()
+	pl, rerr := p.plan(&job)
+	if rerr != nil {
+		return p.refuse(&job, rerr), nil
+	}
+	defer pl.close()
+
+	w, err := p.acquire(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer p.release(w)
+
+	var out *worker.Outcome
+	for attempt := 0; ; attempt++ {
+		tpl, err := w.template()
+		if err != nil {
+			res := p.failed(&job, pl, KindCrashed, "no template could be started: "+err.Error(), accepted, time.Now())
+			p.finish(&job, res)
+			return res, nil
+		}
+		child, err := tpl.Take(ctx.Done())
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil, ctx.Err()
+			}
+			if attempt == 0 {
+				continue // the template died while forking; it is replaced
+			}
+			res := p.failed(&job, pl, KindCrashed, "template failed: "+err.Error(), accepted, time.Now())
+			p.finish(&job, res)
+			return res, nil
+		}
+		out = child.Run(&pl.job, ctx.Done())
+		// A child that died before it started the job ran no user code, so
+		// the job can safely go to a fresh spare, once.
+		if !out.Started && out.SetupError == "" && !out.Canceled && !out.TimedOut && attempt == 0 {
+			continue
+		}
+		break
+	}
+	if out.Canceled {
+		return nil, ctx.Err()
+	}
+	res := p.result(&job, pl, out, accepted)
+	p.finish(&job, res)
+	return res, nil
+}
+
+// Close stops accepting jobs, waits for the running ones to finish, and
+// stops every template and its children. It is safe to call more than
+// once.
+func (p *Pool) Close() error {
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return nil
+	}
+	p.closed = true
+	close(p.closing)
+	p.mu.Unlock()
+	p.inflight.Wait()
+	for _, w := range p.workers {
+		w.mu.Lock()
+		if w.tpl != nil {
+			w.tpl.Close()
+		}
+		w.mu.Unlock()
+	}
+	return nil
+}
+
+// Stats returns a snapshot of the pool's counters.
+func (p *Pool) Stats() Stats {
+	s := p.stats.snapshot()
+	s.UptimeMS = time.Since(p.start).Milliseconds()
+	s.Workers = p.cfg.Workers
+	return s
+}
+
+func (p *Pool) finish(job *Job, res *Result) {
+	p.stats.record(res)
+	errType, msg := "", ""
+	if res.Error != nil {
+		errType, msg = res.Error.Type, res.Error.Message
+	}
+	network := "deny"
+	if res.Policy != nil {
+		network = res.Policy.Network
+	}
+	p.log.LogAttrs(context.Background(), slog.LevelInfo, "job",
+		slog.Any("id", job.ID),
+		slog.Int("exit", res.Exit),
+		slog.String("error", errType),
+		slog.String("message", msg),
+		slog.Int64("duration_ms", res.DurationMS),
+		slog.Int64("queue_us", res.QueueUS),
+		slog.String("network", network),
+		slog.Bool("truncated", res.StdoutTruncated || res.StderrTruncated),
+	)
+}

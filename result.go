@@ -1,0 +1,202 @@
+package pynox
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/pynox/pynox/internal/worker"
+)
+
+func (p *Pool) runtime() Runtime {
+	return Runtime{Name: "pynox", Python: p.info.Python, Mode: "pool", PreloadedModules: nonNilStrings(p.info.Preloaded)}
+}
+
+func (p *Pool) policy(pl *plan) *Policy {
+	network := "deny"
+	if pl.network {
+		network = "allow"
+	}
+	return &Policy{
+		AllowRead:    nonNilStrings(pl.read),
+		AllowWrite:   nonNilStrings(pl.write),
+		Network:      network,
+		Subprocesses: "deny",
+		TimeoutMS:    pl.job.Timeout.Milliseconds(),
+		MemoryBytes:  pl.job.Limits.Memory,
+		Backend:      "landlock+seccomp",
+	}
+}
+
+// refused is the result of a request the pool would not run.
+func (p *Pool) refused(j *Job, e *Error) *Result {
+	return &Result{
+		ID:      j.ID,
+		Exit:    -1,
+		Error:   &ErrorInfo{Type: KindRequest.String(), Message: e.Message},
+		Runtime: p.runtime(),
+		kind:    KindRequest,
+	}
+}
+
+// failed is the result of a job the pool could not run or finish.
+func (p *Pool) failed(j *Job, pl *plan, k Kind, msg string, accepted, now time.Time) *Result {
+	return &Result{
+		ID:      j.ID,
+		Exit:    -1,
+		Error:   &ErrorInfo{Type: k.String(), Message: msg},
+		QueueUS: now.Sub(accepted).Microseconds(),
+		Runtime: p.runtime(),
+		Policy:  p.policy(pl),
+		kind:    k,
+	}
+}
+
+// result turns a child's outcome into the job's result.
+func (p *Pool) result(j *Job, pl *plan, out *worker.Outcome, accepted time.Time) *Result {
+	d := out.End.Sub(out.Start)
+	r := &Result{
+		ID:              j.ID,
+		Exit:            -1,
+		Stdout:          string(out.Stdout),
+		Stderr:          string(out.Stderr),
+		StdoutTruncated: out.StdoutTrunc,
+		StderrTruncated: out.StderrTrunc,
+		DurationMS:      d.Round(time.Millisecond).Milliseconds(),
+		DurationUS:      d.Microseconds(),
+		QueueUS:         out.Start.Sub(accepted).Microseconds(),
+		Runtime:         p.runtime(),
+		Policy:          p.policy(pl),
+		kind:            KindRuntime,
+	}
+	fail := func(k Kind, msg string) {
+		r.kind = k
+		r.Error = &ErrorInfo{Type: k.String(), Message: msg}
+	}
+	switch {
+	case out.TimedOut:
+		fail(KindTimeout, fmt.Sprintf("the job exceeded its timeout of %s and was killed", pl.job.Timeout))
+	case out.SetupError != "":
+		fail(KindSandboxSetup, "confinement could not be applied, so no code ran: "+out.SetupError)
+	case out.Violation != "":
+		fail(KindCrashed, "the job broke its control protocol and was killed: "+out.Violation)
+	case out.Done:
+		r.Exit = out.Exit
+		if out.Error != nil {
+			r.Error = &ErrorInfo{
+				Type:    out.Error.Type,
+				Message: out.Error.Message,
+				File:    out.Error.File,
+				Line:    out.Error.Line,
+			}
+			r.Error.Hint = p.hint(pl, out.Error)
+		}
+	case out.Status == nil:
+		fail(KindCrashed, "the job's process vanished and its status is unknown")
+	case out.Status.TemplateDied:
+		fail(KindCrashed, "the template serving the job died; it is replaced before the next job")
+	case !out.Started:
+		fail(KindCrashed, fmt.Sprintf("the job's process died before running any code (%s)", describeStatus(out.Status)))
+	case out.Status.Signal != 0:
+		sig := syscall.Signal(out.Status.Signal)
+		fail(KindSignal, fmt.Sprintf("the job was killed by signal %s (%d, %s)", unix.SignalName(sig), out.Status.Signal, sig))
+		if sig == syscall.SIGKILL {
+			r.Error.Hint = fmt.Sprintf("SIGKILL usually means the kernel ran out of memory; the job's memory limit was %s", formatSize(pl.job.Limits.Memory))
+		}
+	default:
+		// The process exited without reporting: os._exit(n) or a runner
+		// that user code broke. Its status is the truth.
+		r.Exit = out.Status.Code
+	}
+	return r
+}
+
+func describeStatus(st *worker.ExitStatus) string {
+	if st.Signal != 0 {
+		return "signal " + unix.SignalName(syscall.Signal(st.Signal))
+	}
+	return fmt.Sprintf("exit status %d", st.Code)
+}
+
+// hint suggests what would let a failed job succeed.
+func (p *Pool) hint(pl *plan, e *worker.ErrorInfo) string {
+	l := p.cfg.Limits
+	errno := 0
+	if e.Errno != nil {
+		errno = *e.Errno
+	}
+	switch {
+	case e.Type == "MemoryError":
+		if pl.job.Limits.Memory < l.Memory {
+			return fmt.Sprintf("the job's memory limit is %s; raise \"memory\" (the pool's ceiling allows up to %s)",
+				formatSize(pl.job.Limits.Memory), formatSize(l.Memory))
+		}
+		return fmt.Sprintf("the job's memory limit is %s, which is the pool's ceiling; use less memory", formatSize(pl.job.Limits.Memory))
+	case errno == int(unix.EFBIG):
+		if pl.job.Limits.Fsize < l.MaxFileSize {
+			return fmt.Sprintf("files are limited to %s; raise \"max_file_size\" (the pool's ceiling allows up to %s)",
+				formatSize(pl.job.Limits.Fsize), formatSize(l.MaxFileSize))
+		}
+		return fmt.Sprintf("files are limited to %s, the pool's ceiling", formatSize(pl.job.Limits.Fsize))
+	case e.Type == "PermissionError" || errno == int(unix.EACCES) || errno == int(unix.EPERM):
+		if e.Filename == nil || *e.Filename == "" {
+			if pl.network {
+				return "the sandbox denies creating processes, running programs and this system call"
+			}
+			return "the sandbox denies creating processes, running programs and opening sockets; the network needs \"allow_network\": true"
+		}
+		return p.pathHint(pl, *e.Filename)
+	}
+	return ""
+}
+
+// pathHint names the grant that would allow access to name, or says that
+// the ceiling forbids it.
+func (p *Pool) pathHint(pl *plan, name string) string {
+	path := name
+	if !filepath.IsAbs(path) {
+		path = filepath.Join(p.cfg.Dir, path)
+	}
+	path = filepath.Clean(path)
+	if r, err := filepath.EvalSymlinks(path); err == nil {
+		path = r
+	}
+	l := p.cfg.Limits
+	_, statErr := os.Lstat(path)
+	exists := statErr == nil
+	readable := beneathAny(path, pl.read) || beneathAny(path, pl.write)
+	wantWrite := !exists || readable
+	if wantWrite {
+		if beneathAny(path, l.AllowWrite) {
+			return fmt.Sprintf("writing %s needs a write grant: add \"allow_write\": [%q]", path, suggest(p.cfg.Dir, grantDir(path, exists)))
+		}
+		return fmt.Sprintf("%s is outside the pool's write ceiling (%s), so no request can write it", path, ceilingList(l.AllowWrite))
+	}
+	ceiling := append(append([]string(nil), l.AllowRead...), l.AllowWrite...)
+	if beneathAny(path, ceiling) {
+		return fmt.Sprintf("reading %s needs a read grant: add \"allow_read\": [%q] (or \"allow_write\" to change it)", path, suggest(p.cfg.Dir, path))
+	}
+	return fmt.Sprintf("%s is outside the pool's ceiling (%s), so no request can read it", path, ceilingList(ceiling))
+}
+
+// grantDir is what to grant for a write: the file itself when it exists,
+// else the directory it would be created in.
+func grantDir(path string, exists bool) string {
+	if exists {
+		return path
+	}
+	return filepath.Dir(path)
+}
+
+// suggest writes path relative to the pool's directory when it lies there.
+func suggest(dir, path string) string {
+	if rel, err := filepath.Rel(dir, path); err == nil && !strings.HasPrefix(rel, "..") {
+		return rel
+	}
+	return path
+}

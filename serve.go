@@ -1,0 +1,321 @@
+package pynox
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"sync"
+)
+
+// MaxLine is the longest request line `pynox pool` reads, newline
+// excluded; a longer line is discarded with a RequestError.
+const MaxLine = 1 << 20
+
+// ServeOptions adds what the JSON Lines server reports but the pool does
+// not know.
+type ServeOptions struct {
+	// ConfigPath is the absolute path of the configuration file the pool
+	// was built from, reported in the ready event; empty reports null.
+	ConfigPath string
+	// Profiles are the profile names reported in the ready event.
+	Profiles []string
+}
+
+// request is one line of the pool protocol.
+type request struct {
+	Job
+	Stats bool `json:"stats,omitempty"`
+}
+
+// Ready is the first line `pynox pool` writes.
+type Ready struct {
+	Event            string   `json:"event"` // "ready"
+	Workers          int      `json:"workers"`
+	Runtime          string   `json:"runtime"` // "pynox"
+	PreloadedModules []string `json:"preloaded_modules"`
+	PackageDirs      []string `json:"package_dirs"`
+	Config           *string  `json:"config"`
+	Profiles         []string `json:"profiles"`
+}
+
+type statsEvent struct {
+	ID    any    `json:"id"`
+	Event string `json:"event"`
+	Stats
+}
+
+// Serve speaks the pool protocol: it writes the ready event, then reads
+// one JSON request per line from r and writes one JSON result per line to
+// w, in completion order. At most twice the worker count of requests wait
+// behind the running ones; beyond that Serve stops reading, and a blocked
+// writer holds everything back, so nothing is buffered without bound.
+//
+// Serve returns nil after EOF on r once every accepted job is answered.
+// When ctx ends it stops reading, answers the jobs already accepted, and
+// returns nil. It returns an error only when w fails.
+func (p *Pool) Serve(ctx context.Context, r io.Reader, w io.Writer, opts ServeOptions) error {
+	out := newLineWriter(w)
+	defer out.close()
+
+	ready := Ready{Event: "ready", Workers: p.cfg.Workers, Runtime: "pynox",
+		PreloadedModules: nonNilStrings(p.info.Preloaded), PackageDirs: nonNilStrings(p.cfg.PackageDirs),
+		Profiles: nonNilStrings(opts.Profiles)}
+	if opts.ConfigPath != "" {
+		ready.Config = &opts.ConfigPath
+	}
+	out.send(ready)
+
+	// Running plus queued jobs; the reader blocks beyond this.
+	slots := make(chan struct{}, 3*p.cfg.Workers)
+	var jobs sync.WaitGroup
+	// Jobs run to completion even when ctx ends: accepted work is answered.
+	jobCtx := context.WithoutCancel(ctx)
+
+	lines := make(chan lineOrErr)
+	stopRead := make(chan struct{})
+	go readLines(r, lines, stopRead)
+	defer close(stopRead)
+
+loop:
+	for {
+		var l lineOrErr
+		var ok bool
+		select {
+		case <-ctx.Done():
+			break loop
+		case l, ok = <-lines:
+			if !ok {
+				break loop
+			}
+		}
+		if l.tooLong {
+			out.send(p.refuse(&Job{}, requestErrorf("line exceeds %d bytes and was discarded", MaxLine)))
+			continue
+		}
+		if l.err != nil {
+			break // a read error ends input like EOF
+		}
+		if len(bytes.TrimSpace(l.line)) == 0 {
+			continue
+		}
+		req, err := decodeRequest(l.line)
+		if err != nil {
+			out.send(p.refuse(&Job{ID: req.ID}, err))
+			continue
+		}
+		if req.Stats {
+			if err := onlyStats(req); err != nil {
+				out.send(p.refuse(&Job{ID: req.ID}, err))
+				continue
+			}
+			out.send(statsEvent{ID: req.ID, Event: "stats", Stats: p.Stats()})
+			continue
+		}
+		select {
+		case slots <- struct{}{}:
+		case <-ctx.Done():
+			out.send(p.refuse(&req.Job, requestErrorf("the pool is shutting down")))
+			break loop
+		}
+		jobs.Add(1)
+		go func(job Job) {
+			defer jobs.Done()
+			defer func() { <-slots }()
+			res, err := p.Run(jobCtx, job)
+			if err != nil {
+				res = p.refuse(&job, requestErrorf("%v", err))
+			}
+			out.send(res)
+		}(req.Job)
+	}
+	jobs.Wait()
+	return out.close()
+}
+
+// refuse answers a request that runs nothing, counting and logging it.
+func (p *Pool) refuse(j *Job, e *Error) *Result {
+	res := p.refused(j, e)
+	p.finish(j, res)
+	return res
+}
+
+// onlyStats refuses a stats request that also carries job fields.
+func onlyStats(req request) *Error {
+	j := req.Job
+	j.ID = nil
+	if j.Code != "" || j.Script != "" || j.Name != "" || j.Args != nil || j.AllowRead != nil ||
+		j.AllowWrite != nil || j.PackageDirs != nil || j.Env != nil || j.AllowNetwork ||
+		j.Timeout != 0 || j.Memory != 0 || j.MaxOutput != 0 || j.MaxFileSize != 0 {
+		return requestErrorf("a stats request takes no other fields than id")
+	}
+	return nil
+}
+
+// decodeRequest parses one request line strictly: unknown fields, wrong
+// types and trailing data are errors. The returned request carries the id
+// whenever one could be read, so that even a refusal echoes it.
+func decodeRequest(line []byte) (request, *Error) {
+	var req request
+	dec := json.NewDecoder(bytes.NewReader(line))
+	dec.DisallowUnknownFields()
+	dec.UseNumber()
+	err := dec.Decode(&req)
+	if err == nil && dec.More() {
+		err = errors.New("trailing data after the JSON object")
+	}
+	if err == nil {
+		if e := checkID(req.ID); e != nil {
+			return request{}, e
+		}
+		return req, nil
+	}
+	// Recover the id for the answer, if the line is an object with one.
+	var probe map[string]json.RawMessage
+	id := any(nil)
+	if json.Unmarshal(line, &probe) == nil {
+		if raw, ok := probe["id"]; ok {
+			d := json.NewDecoder(bytes.NewReader(raw))
+			d.UseNumber()
+			var v any
+			if d.Decode(&v) == nil && checkID(v) == nil {
+				id = v
+			}
+		}
+	}
+	return request{Job: Job{ID: id}}, requestErrorf("%s", describeJSONError(err))
+}
+
+func describeJSONError(err error) string {
+	var te *json.UnmarshalTypeError
+	var se *json.SyntaxError
+	switch {
+	case errors.As(err, &te):
+		if te.Field != "" {
+			return fmt.Sprintf("field %s: cannot use a JSON %s here", te.Field, te.Value)
+		}
+		return "the request must be a JSON object"
+	case errors.As(err, &se):
+		return "malformed JSON: " + se.Error()
+	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
+		return "malformed JSON: unexpected end of line"
+	}
+	msg := err.Error()
+	msg, _ = strings.CutPrefix(msg, "json: ")
+	return msg
+}
+
+type lineOrErr struct {
+	line    []byte
+	tooLong bool
+	err     error
+}
+
+// readLines splits r into lines of at most MaxLine bytes; a longer line is
+// skipped to its end and reported as tooLong. It closes lines at EOF.
+func readLines(r io.Reader, lines chan<- lineOrErr, stop <-chan struct{}) {
+	defer close(lines)
+	br := bufio.NewReaderSize(r, 64<<10)
+	emit := func(l lineOrErr) bool {
+		select {
+		case lines <- l:
+			return true
+		case <-stop:
+			return false
+		}
+	}
+	for {
+		var buf []byte
+		tooLong := false
+		for {
+			chunk, err := br.ReadSlice('\n')
+			if !tooLong {
+				if len(buf)+len(chunk) > MaxLine+1 {
+					tooLong = true
+					buf = nil
+				} else {
+					buf = append(buf, chunk...)
+				}
+			}
+			if err == bufio.ErrBufferFull {
+				continue
+			}
+			if err != nil {
+				if tooLong {
+					emit(lineOrErr{tooLong: true})
+				} else if len(buf) > 0 {
+					if len(buf) > MaxLine {
+						emit(lineOrErr{tooLong: true})
+					} else {
+						emit(lineOrErr{line: buf})
+					}
+				}
+				if err != io.EOF {
+					emit(lineOrErr{err: err})
+				}
+				return
+			}
+			break
+		}
+		if tooLong {
+			if !emit(lineOrErr{tooLong: true}) {
+				return
+			}
+			continue
+		}
+		buf = bytes.TrimSuffix(buf, []byte("\n"))
+		buf = bytes.TrimSuffix(buf, []byte("\r"))
+		if len(buf) > MaxLine {
+			if !emit(lineOrErr{tooLong: true}) {
+				return
+			}
+			continue
+		}
+		if !emit(lineOrErr{line: buf}) {
+			return
+		}
+	}
+}
+
+// lineWriter serialises JSON lines onto w from any goroutine; a writer
+// that blocks blocks its callers.
+type lineWriter struct {
+	mu  sync.Mutex
+	bw  *bufio.Writer
+	err error
+}
+
+func newLineWriter(w io.Writer) *lineWriter {
+	return &lineWriter{bw: bufio.NewWriterSize(w, 64<<10)}
+}
+
+func (lw *lineWriter) send(v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		b, _ = json.Marshal(map[string]any{"event": "error", "message": err.Error()})
+	}
+	b = append(b, '\n')
+	lw.mu.Lock()
+	defer lw.mu.Unlock()
+	if lw.err != nil {
+		return
+	}
+	if _, err := lw.bw.Write(b); err != nil {
+		lw.err = err
+		return
+	}
+	lw.err = lw.bw.Flush()
+}
+
+func (lw *lineWriter) close() error {
+	lw.mu.Lock()
+	defer lw.mu.Unlock()
+	if lw.err == nil {
+		lw.err = lw.bw.Flush()
+	}
+	return lw.err
+}

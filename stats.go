@@ -1,0 +1,78 @@
+package pynox
+
+import (
+	"maps"
+	"sync"
+)
+
+// Stats is a snapshot of a pool's counters: the "stats" answer of the
+// pool protocol. The outcome counters OK, Failed, Timeouts, Signals,
+// RequestErrors and WorkerErrors are disjoint and add up to Jobs.
+type Stats struct {
+	UptimeMS       int64 `json:"uptime_ms"`
+	Workers        int   `json:"workers"`
+	SessionsActive int   `json:"sessions_active"`
+	// Jobs counts every answered request.
+	Jobs int64 `json:"jobs"`
+	// OK counts jobs that exited 0.
+	OK int64 `json:"ok"`
+	// Failed counts jobs whose Python code raised or exited non-zero.
+	Failed int64 `json:"failed"`
+	// Timeouts counts jobs killed at their timeout.
+	Timeouts int64 `json:"timeouts"`
+	// Signals counts jobs killed by a signal (SignalError).
+	Signals int64 `json:"signals"`
+	// RequestErrors counts requests refused before anything ran.
+	RequestErrors int64 `json:"request_errors"`
+	// WorkerErrors counts jobs lost to the pool's side: a dead template, a
+	// confinement step that could not be applied (SandboxSetupError), a
+	// broken control protocol.
+	WorkerErrors int64 `json:"worker_errors"`
+	// DurationMSTotal and QueueUSTotal sum the results' duration_ms and
+	// queue_us.
+	DurationMSTotal int64 `json:"duration_ms_total"`
+	QueueUSTotal    int64 `json:"queue_us_total"`
+	// Errors counts failed jobs by error type.
+	Errors map[string]int64 `json:"errors"`
+}
+
+type statsCounters struct {
+	mu     sync.Mutex
+	s      Stats
+	errors map[string]int64
+}
+
+func (c *statsCounters) record(r *Result) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.s.Jobs++
+	c.s.DurationMSTotal += r.DurationMS
+	c.s.QueueUSTotal += r.QueueUS
+	if r.Error != nil {
+		c.errors[r.Error.Type]++
+	}
+	switch r.kind {
+	case 0, KindRuntime:
+		if r.Error == nil && r.Exit == 0 {
+			c.s.OK++
+		} else {
+			c.s.Failed++
+		}
+	case KindTimeout:
+		c.s.Timeouts++
+	case KindSignal:
+		c.s.Signals++
+	case KindRequest:
+		c.s.RequestErrors++
+	default:
+		c.s.WorkerErrors++
+	}
+}
+
+func (c *statsCounters) snapshot() Stats {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	s := c.s
+	s.Errors = maps.Clone(c.errors)
+	return s
+}
