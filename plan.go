@@ -6,6 +6,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -92,9 +93,10 @@ func (p *Pool) plan(j *Job) (pl *plan, rerr *Error) {
 	}
 
 	pl = &plan{network: j.AllowNetwork}
+	opened := pl
 	defer func() {
 		if rerr != nil {
-			pl.close()
+			opened.close()
 		}
 	}()
 	abi := p.info.Landlock.ABI
@@ -289,7 +291,7 @@ func ceilingList(c []string) string {
 	if len(c) == 0 {
 		return "it allows no paths"
 	}
-	return "allowed: " + strings.Join(c, ", ")
+	return "allowed: " + strings.Join(slices.Compact(slices.Sorted(slices.Values(c))), ", ")
 }
 
 // checkID accepts the ids the protocol echoes: absent, a string, or a

@@ -177,7 +177,7 @@ func decodeRequest(line []byte) (request, *Error) {
 	// Recover the id for the answer, if the line is an object with one.
 	var probe map[string]json.RawMessage
 	id := any(nil)
-	if json.Unmarshal(line, &probe) == nil {
+	if json.NewDecoder(bytes.NewReader(line)).Decode(&probe) == nil {
 		if raw, ok := probe["id"]; ok {
 			d := json.NewDecoder(bytes.NewReader(raw))
 			d.UseNumber()
@@ -196,7 +196,8 @@ func describeJSONError(err error) string {
 	switch {
 	case errors.As(err, &te):
 		if te.Field != "" {
-			return fmt.Sprintf("field %s: cannot use a JSON %s here", te.Field, te.Value)
+			field := te.Field[strings.LastIndexByte(te.Field, '.')+1:]
+			return fmt.Sprintf("field %s: cannot use a JSON %s here", field, te.Value)
 		}
 		return "the request must be a JSON object"
 	case errors.As(err, &se):
@@ -294,11 +295,10 @@ func newLineWriter(w io.Writer) *lineWriter {
 }
 
 func (lw *lineWriter) send(v any) {
-	b, err := json.Marshal(v)
+	b, err := marshalLine(v)
 	if err != nil {
-		b, _ = json.Marshal(map[string]any{"event": "error", "message": err.Error()})
+		b, _ = marshalLine(map[string]any{"event": "error", "message": err.Error()})
 	}
-	b = append(b, '\n')
 	lw.mu.Lock()
 	defer lw.mu.Unlock()
 	if lw.err != nil {
@@ -309,6 +309,18 @@ func (lw *lineWriter) send(v any) {
 		return
 	}
 	lw.err = lw.bw.Flush()
+}
+
+// marshalLine encodes v as one JSON line, leaving <, > and & as they are
+// (results carry code and tracebacks, not HTML).
+func marshalLine(v any) ([]byte, error) {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), nil
 }
 
 func (lw *lineWriter) close() error {

@@ -1,0 +1,205 @@
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/pynox/pynox/internal/sandbox"
+)
+
+var (
+	buildOnce sync.Once
+	binPath   string
+	buildErr  error
+)
+
+// pynoxBinary builds this command once per test run.
+func pynoxBinary(t *testing.T) string {
+	t.Helper()
+	if _, err := sandbox.ABI(); err != nil {
+		t.Skipf("kernel lacks Landlock, so jobs cannot run confined: %v", err)
+	}
+	buildOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "pynox-bin")
+		if err != nil {
+			buildErr = err
+			return
+		}
+		binPath = filepath.Join(dir, "pynox")
+		out, err := exec.Command("go", "build", "-o", binPath, ".").CombinedOutput()
+		if err != nil {
+			buildErr = err
+			t.Log(string(out))
+		}
+	})
+	require.NoError(t, buildErr)
+	return binPath
+}
+
+type poolProc struct {
+	cmd    *exec.Cmd
+	stdin  io.WriteCloser
+	out    *bufio.Scanner
+	stderr *strings.Builder
+}
+
+func startPool(t *testing.T, args ...string) *poolProc {
+	t.Helper()
+	bin := pynoxBinary(t)
+	cmd := exec.Command(bin, append([]string{"pool"}, args...)...)
+	cmd.Dir = t.TempDir()
+	stdin, err := cmd.StdinPipe()
+	require.NoError(t, err)
+	stdout, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	require.NoError(t, cmd.Start())
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	sc := bufio.NewScanner(stdout)
+	sc.Buffer(make([]byte, 1<<20), 8<<20)
+	p := &poolProc{cmd: cmd, stdin: stdin, out: sc, stderr: &stderr}
+	ready := p.next(t)
+	require.Equal(t, "ready", ready["event"], "stderr: %s", stderr.String())
+	return p
+}
+
+func (p *poolProc) send(t *testing.T, line string) {
+	t.Helper()
+	_, err := io.WriteString(p.stdin, line+"\n")
+	require.NoError(t, err)
+}
+
+func (p *poolProc) next(t *testing.T) map[string]any {
+	t.Helper()
+	require.True(t, p.out.Scan(), "no more output; stderr: %s", p.stderr.String())
+	var m map[string]any
+	require.NoError(t, json.Unmarshal(p.out.Bytes(), &m))
+	return m
+}
+
+func TestPoolEOFDrainsAndExitsZero(t *testing.T) {
+	p := startPool(t, "--workers=2")
+	p.send(t, `{"id": "a", "code": "import time; time.sleep(0.3); print('a')"}`)
+	p.send(t, `{"id": "b", "code": "print('b')"}`)
+	p.send(t, `{"id": "c", "code": "raise SystemExit(3)"}`)
+	require.NoError(t, p.stdin.Close())
+	got := map[string]map[string]any{}
+	for i := 0; i < 3; i++ {
+		r := p.next(t)
+		got[r["id"].(string)] = r
+	}
+	require.Equal(t, "a\n", got["a"]["stdout"])
+	require.Equal(t, "b\n", got["b"]["stdout"])
+	require.Equal(t, float64(3), got["c"]["exit"])
+	require.False(t, p.out.Scan())
+	require.NoError(t, p.cmd.Wait(), "the pool's own exit status is 0 after EOF; stderr: %s", p.stderr.String())
+}
+
+func TestPoolSIGTERMDrains(t *testing.T) {
+	p := startPool(t, "--workers=1")
+	p.send(t, `{"id": "slow", "code": "import time; time.sleep(0.5); print('done')"}`)
+	time.Sleep(150 * time.Millisecond)
+	require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM))
+	r := p.next(t)
+	require.Equal(t, "done\n", r["stdout"])
+	require.NoError(t, p.cmd.Wait())
+}
+
+// descendants lists the processes below pid, by walking /proc.
+func descendants(pid int) []int {
+	children := map[int][]int{}
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		id, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		s := string(b)
+		fields := strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
+		ppid, _ := strconv.Atoi(fields[1])
+		children[ppid] = append(children[ppid], id)
+	}
+	var out []int
+	var walk func(int)
+	walk = func(p int) {
+		for _, c := range children[p] {
+			out = append(out, c)
+			walk(c)
+		}
+	}
+	walk(pid)
+	return out
+}
+
+func alive(pid int) bool {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return false
+	}
+	s := string(b)
+	return strings.Fields(s[strings.LastIndexByte(s, ')')+2:])[0] != "Z"
+}
+
+func TestPoolSIGKILLLeavesNoProcess(t *testing.T) {
+	p := startPool(t, "--workers=2")
+	// Two jobs running (one spinning, one sleeping) so that templates,
+	// running jobs and spares all exist at the moment of the kill.
+	p.send(t, `{"id": "spin", "code": "print('up', flush=True)\nwhile True: pass"}`)
+	p.send(t, `{"id": "sleep", "code": "import time; print('up', flush=True); time.sleep(60)"}`)
+	deadline := time.Now().Add(10 * time.Second)
+	var procs []int
+	for time.Now().Before(deadline) {
+		procs = descendants(p.cmd.Process.Pid)
+		// 2 templates, 2 running jobs, 2 spares.
+		if len(procs) >= 6 {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	require.GreaterOrEqual(t, len(procs), 6, "expected templates, jobs and spares under the pool")
+	require.NoError(t, p.cmd.Process.Kill())
+	_ = p.cmd.Wait()
+	deadline = time.Now().Add(5 * time.Second)
+	for time.Now().Before(deadline) {
+		left := 0
+		for _, pid := range procs {
+			if alive(pid) {
+				left++
+			}
+		}
+		if left == 0 {
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	for _, pid := range procs {
+		require.False(t, alive(pid), "process %d outlived the SIGKILLed pool", pid)
+	}
+}
+
+func TestPoolBadArguments(t *testing.T) {
+	var out, errb strings.Builder
+	require.Equal(t, 2, run(nil, strings.NewReader(""), &out, &errb))
+	require.Equal(t, 2, run([]string{"pool", "--workers=x"}, strings.NewReader(""), &out, &errb))
+	require.Equal(t, 2, run([]string{"frobnicate"}, strings.NewReader(""), &out, &errb))
+	errb.Reset()
+	require.Equal(t, 1, run([]string{"pool", "--python=/nonexistent/python3"}, strings.NewReader(""), &out, &errb))
+	require.Contains(t, errb.String(), "not found")
+}

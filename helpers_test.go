@@ -1,0 +1,89 @@
+package pynox
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/pynox/pynox/internal/sandbox"
+)
+
+// requireSandbox skips a test when the kernel cannot confine jobs: every
+// job would then fail closed with SandboxSetupError, which other tests
+// prove.
+func requireSandbox(t testing.TB) {
+	t.Helper()
+	if _, err := sandbox.ABI(); err != nil {
+		t.Skipf("kernel lacks Landlock, so jobs cannot run confined: %v", err)
+	}
+	if _, err := exec.LookPath("python3"); err != nil {
+		t.Skip("no python3 on PATH")
+	}
+}
+
+// testPython is the interpreter tests use: Debian's when present (it has
+// the python3-numpy and python3-pandas packages), else the first python3.
+func testPython() string {
+	if _, err := os.Stat("/usr/bin/python3"); err == nil {
+		return "/usr/bin/python3"
+	}
+	return ""
+}
+
+// newTestPool starts a pool whose working directory (and default ceiling)
+// is a fresh temporary directory, and closes it when the test ends.
+func newTestPool(t testing.TB, cfg Config) *Pool {
+	t.Helper()
+	requireSandbox(t)
+	if cfg.Dir == "" {
+		cfg.Dir = t.TempDir()
+	}
+	if cfg.Python == "" {
+		cfg.Python = testPython()
+	}
+	p, err := New(cfg)
+	require.NoError(t, err)
+	t.Cleanup(func() { p.Close() })
+	return p
+}
+
+// run runs one job with a generous overall deadline.
+func run(t testing.TB, p *Pool, job Job) *Result {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	res, err := p.Run(ctx, job)
+	require.NoError(t, err)
+	require.NotNil(t, res)
+	return res
+}
+
+// requireOK asserts a job succeeded, showing its output when it did not.
+func requireOK(t testing.TB, res *Result) {
+	t.Helper()
+	require.Nil(t, res.Error, "error: %+v\nstderr: %s", res.Error, res.Stderr)
+	require.Equal(t, 0, res.Exit, "stderr: %s", res.Stderr)
+}
+
+// requireErrorType asserts a job failed with the given error type.
+func requireErrorType(t testing.TB, res *Result, typ string) {
+	t.Helper()
+	require.NotNil(t, res.Error, "job succeeded; stdout: %s", res.Stdout)
+	require.Equal(t, typ, res.Error.Type, "message: %s\nstderr: %s", res.Error.Message, res.Stderr)
+}
+
+func processAlive(pid int) bool {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return false
+	}
+	// A zombie has finished running.
+	fields := strings.Fields(string(b))
+	return len(fields) > 2 && fields[2] != "Z"
+}
