@@ -19,6 +19,8 @@ const (
 	DefaultMemory      = 1 << 30
 	DefaultMaxOutput   = 1 << 20
 	DefaultMaxFileSize = 256 << 20
+	DefaultMaxSessions = 16
+	DefaultSessionIdle = 10 * time.Minute
 )
 
 // Config configures a [Pool]. Every zero value means something, said on
@@ -42,9 +44,37 @@ type Config struct {
 	// Limits is the ceiling every request must fit in, and supplies the
 	// defaults of the fields a request leaves unset.
 	Limits Limits
+	// Profiles are named presets a request selects with "profile": the
+	// profile's fields come first, the request's own are added on top (lists
+	// joined, env merged, scalars overridden), then the ceiling applies.
+	Profiles map[string]Profile
+	// MaxSessions caps concurrent sessions. Zero means DefaultMaxSessions.
+	MaxSessions int
+	// SessionIdle closes a session idle this long. Zero means
+	// DefaultSessionIdle.
+	SessionIdle time.Duration
 	// Logger receives one record per finished job and the pool's own
-	// warnings. Nil means no logging.
+	// warnings. Nil means no logging. [NewLogHandler] renders the records
+	// as the pool protocol's JSON log lines.
 	Logger *slog.Logger
+	// Source is the configuration file this Config was loaded from (see
+	// [LoadConfig]), reported in the ready event. Empty means none. New
+	// refuses a source file that lies beneath the write ceiling.
+	Source string
+}
+
+// Profile is a preset of request fields; see Config.Profiles. Zero values
+// leave the request's (or the ceiling's) value in place.
+type Profile struct {
+	AllowRead    []string
+	AllowWrite   []string
+	PackageDirs  []string
+	Env          map[string]string
+	AllowNetwork bool
+	Timeout      time.Duration
+	Memory       int64
+	MaxOutput    int
+	MaxFileSize  int64
 }
 
 // Limits is the pool's ceiling. Zero values mean the built-in default.
@@ -129,6 +159,32 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if l.MaxFileSize == 0 {
 		l.MaxFileSize = DefaultMaxFileSize
+	}
+	if c.MaxSessions < 0 || c.SessionIdle < 0 {
+		return c, fmt.Errorf("max_sessions and session_idle must not be negative")
+	}
+	if c.MaxSessions == 0 {
+		c.MaxSessions = DefaultMaxSessions
+	}
+	if c.SessionIdle == 0 {
+		c.SessionIdle = DefaultSessionIdle
+	}
+	if c.Source != "" {
+		src, err := filepath.EvalSymlinks(c.Source)
+		if err != nil {
+			return c, fmt.Errorf("config source: %w", err)
+		}
+		for _, w := range l.AllowWrite {
+			if beneath(src, w) {
+				return c, fmt.Errorf("config %s lies beneath the write ceiling %s (the default ceiling is the working directory; set [pool.limits] allow_write): a job could rewrite the pool's configuration", src, w)
+			}
+		}
+		c.Source = src
+	}
+	for name := range c.Profiles {
+		if name == "" {
+			return c, fmt.Errorf("a profile needs a name")
+		}
 	}
 	for _, m := range c.Preload {
 		if m == "" || strings.ContainsAny(m, " /\\") {

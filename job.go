@@ -45,6 +45,48 @@ type Job struct {
 	// MaxFileSize is the largest file the job may write; a larger write
 	// fails with OSError (EFBIG).
 	MaxFileSize Size `json:"max_file_size,omitempty"`
+	// Profile names one of the pool's profiles, whose fields come first;
+	// this request's own fields are added on top.
+	Profile string `json:"profile,omitempty"`
+}
+
+// withProfile merges the named profile under j's own fields: lists are
+// joined (profile first), env merged (the request wins), the network
+// granted if either grants it, and the request's scalars override.
+func (j Job) withProfile(p Profile) Job {
+	join := func(a, b []string) []string {
+		if len(a) == 0 {
+			return b
+		}
+		return append(append([]string(nil), a...), b...)
+	}
+	j.AllowRead = join(p.AllowRead, j.AllowRead)
+	j.AllowWrite = join(p.AllowWrite, j.AllowWrite)
+	j.PackageDirs = join(p.PackageDirs, j.PackageDirs)
+	if len(p.Env) > 0 {
+		env := make(map[string]string, len(p.Env)+len(j.Env))
+		for k, v := range p.Env {
+			env[k] = v
+		}
+		for k, v := range j.Env {
+			env[k] = v
+		}
+		j.Env = env
+	}
+	j.AllowNetwork = j.AllowNetwork || p.AllowNetwork
+	if j.Timeout == 0 {
+		j.Timeout = Duration(p.Timeout)
+	}
+	if j.Memory == 0 {
+		j.Memory = Size(p.Memory)
+	}
+	if j.MaxOutput == 0 {
+		j.MaxOutput = p.MaxOutput
+	}
+	if j.MaxFileSize == 0 {
+		j.MaxFileSize = Size(p.MaxFileSize)
+	}
+	return j
 }
 
 // Result is the answer to one [Job]. Its JSON form is the result line of

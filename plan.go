@@ -48,9 +48,18 @@ func (pl *plan) close() {
 
 // plan checks a request against the ceiling and resolves its grants. On
 // error nothing stays open.
-func (p *Pool) plan(j *Job) (pl *plan, rerr *Error) {
-	if err := checkID(j.ID); err != nil {
+func (p *Pool) plan(req *Job) (pl *plan, rerr *Error) {
+	if err := checkID(req.ID); err != nil {
 		return nil, err
+	}
+	j := req
+	if req.Profile != "" {
+		prof, ok := p.cfg.Profiles[req.Profile]
+		if !ok {
+			return nil, requestErrorf("unknown profile %q (profiles: %s)", req.Profile, strings.Join(p.cfg.ProfileNames(), ", "))
+		}
+		merged := req.withProfile(prof)
+		j = &merged
 	}
 	switch {
 	case j.Code == "" && j.Script == "":

@@ -346,7 +346,7 @@ func (p *Pool) finish(job *Job, res *Result) {
 	if res.Policy != nil {
 		network = res.Policy.Network
 	}
-	p.log.LogAttrs(context.Background(), slog.LevelInfo, "job",
+	p.log.LogAttrs(context.Background(), slog.LevelInfo, jobLogMessage,
 		slog.Any("id", job.ID),
 		slog.Int("exit", res.Exit),
 		slog.String("error", errType),

@@ -16,15 +16,9 @@ import (
 // excluded; a longer line is discarded with a RequestError.
 const MaxLine = 1 << 20
 
-// ServeOptions adds what the JSON Lines server reports but the pool does
-// not know.
-type ServeOptions struct {
-	// ConfigPath is the absolute path of the configuration file the pool
-	// was built from, reported in the ready event; empty reports null.
-	ConfigPath string
-	// Profiles are the profile names reported in the ready event.
-	Profiles []string
-}
+// ServeOptions tunes [Pool.Serve]; the zero value is the protocol's
+// behaviour.
+type ServeOptions struct{}
 
 // request is one line of the pool protocol.
 type request struct {
@@ -64,9 +58,10 @@ func (p *Pool) Serve(ctx context.Context, r io.Reader, w io.Writer, opts ServeOp
 
 	ready := Ready{Event: "ready", Workers: p.cfg.Workers, Runtime: "pynox",
 		PreloadedModules: nonNilStrings(p.info.Preloaded), PackageDirs: nonNilStrings(p.cfg.PackageDirs),
-		Profiles: nonNilStrings(opts.Profiles)}
-	if opts.ConfigPath != "" {
-		ready.Config = &opts.ConfigPath
+		Profiles: p.cfg.ProfileNames()}
+	if p.cfg.Source != "" {
+		src := p.cfg.Source
+		ready.Config = &src
 	}
 	out.send(ready)
 
@@ -148,7 +143,7 @@ func (p *Pool) refuse(j *Job, e *Error) *Result {
 func onlyStats(req request) *Error {
 	j := req.Job
 	j.ID = nil
-	if j.Code != "" || j.Script != "" || j.Name != "" || j.Args != nil || j.AllowRead != nil ||
+	if j.Code != "" || j.Script != "" || j.Name != "" || j.Profile != "" || j.Args != nil || j.AllowRead != nil ||
 		j.AllowWrite != nil || j.PackageDirs != nil || j.Env != nil || j.AllowNetwork ||
 		j.Timeout != 0 || j.Memory != 0 || j.MaxOutput != 0 || j.MaxFileSize != 0 {
 		return requestErrorf("a stats request takes no other fields than id")

@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"os/signal"
 	"strings"
@@ -19,7 +20,8 @@ func main() {
 	os.Exit(run(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
 }
 
-const usage = `usage: pynox pool [--workers=N] [--preload=mod,mod] [--package-dir=DIR]... [--python=PATH]
+const usage = `usage: pynox pool [--config=FILE] [--workers=N] [--preload=mod,mod] [--package-dir=DIR]...
+                  [--python=PATH] [--log=json]
 
 Commands:
   pool    serve the pool protocol: JSON requests on stdin, JSON results on stdout
@@ -49,9 +51,11 @@ func (l *listFlag) Set(v string) error { *l = append(*l, v); return nil }
 func pool(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("pynox pool", flag.ContinueOnError)
 	fs.SetOutput(stderr)
+	configPath := fs.String("config", "", "TOML configuration file ([pool], [pool.limits], [profiles.NAME])")
 	workers := fs.Int("workers", 0, "templates, hence jobs running at once (default 2)")
 	preload := fs.String("preload", "", "comma-separated modules each template imports once")
 	python := fs.String("python", "", "the interpreter (default: the first python3 on PATH)")
+	logFmt := fs.String("log", "", `"json": one line per finished job on stderr`)
 	var pkgDirs listFlag
 	fs.Var(&pkgDirs, "package-dir", "read-only directory on every job's sys.path (repeatable)")
 	if err := fs.Parse(args); err != nil {
@@ -61,13 +65,50 @@ func pool(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "pynox pool: unexpected argument %q\n", fs.Arg(0))
 		return 2
 	}
-	cfg := pynox.Config{Workers: *workers, Python: *python, PackageDirs: pkgDirs}
-	if *preload != "" {
+	var cfg pynox.Config
+	logMode := ""
+	if *configPath != "" {
+		f, err := pynox.LoadConfig(*configPath)
+		if err != nil {
+			fmt.Fprintf(stderr, "pynox pool: %v\n", err)
+			return 1
+		}
+		cfg, logMode = f.Config, f.Log
+	}
+	// The command line overrides [pool].
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if set["workers"] {
+		if *workers <= 0 {
+			fmt.Fprintf(stderr, "pynox pool: --workers must be positive\n")
+			return 2
+		}
+		cfg.Workers = *workers
+	}
+	if set["python"] {
+		cfg.Python = *python
+	}
+	if set["package-dir"] {
+		cfg.PackageDirs = pkgDirs
+	}
+	if set["preload"] {
+		cfg.Preload = nil
 		for _, m := range strings.Split(*preload, ",") {
 			if m = strings.TrimSpace(m); m != "" {
 				cfg.Preload = append(cfg.Preload, m)
 			}
 		}
+	}
+	if set["log"] {
+		logMode = *logFmt
+	}
+	switch logMode {
+	case "":
+	case "json":
+		cfg.Logger = slog.New(pynox.NewLogHandler(stderr))
+	default:
+		fmt.Fprintf(stderr, "pynox pool: --log must be \"json\"\n")
+		return 2
 	}
 	p, err := pynox.New(cfg)
 	if err != nil {

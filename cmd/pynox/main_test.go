@@ -3,10 +3,12 @@ package main
 import (
 	"bufio"
 	"encoding/json"
+	"fmt"
 	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -49,6 +51,7 @@ func pynoxBinary(t *testing.T) string {
 }
 
 type poolProc struct {
+	ready  map[string]any
 	cmd    *exec.Cmd
 	stdin  io.WriteCloser
 	out    *bufio.Scanner
@@ -57,9 +60,14 @@ type poolProc struct {
 
 func startPool(t *testing.T, args ...string) *poolProc {
 	t.Helper()
+	return startPoolIn(t, t.TempDir(), args...)
+}
+
+func startPoolIn(t *testing.T, dir string, args ...string) *poolProc {
+	t.Helper()
 	bin := pynoxBinary(t)
 	cmd := exec.Command(bin, append([]string{"pool"}, args...)...)
-	cmd.Dir = t.TempDir()
+	cmd.Dir = dir
 	stdin, err := cmd.StdinPipe()
 	require.NoError(t, err)
 	stdout, err := cmd.StdoutPipe()
@@ -71,8 +79,8 @@ func startPool(t *testing.T, args ...string) *poolProc {
 	sc := bufio.NewScanner(stdout)
 	sc.Buffer(make([]byte, 1<<20), 8<<20)
 	p := &poolProc{cmd: cmd, stdin: stdin, out: sc, stderr: &stderr}
-	ready := p.next(t)
-	require.Equal(t, "ready", ready["event"], "stderr: %s", stderr.String())
+	p.ready = p.next(t)
+	require.Equal(t, "ready", p.ready["event"], "stderr: %s", stderr.String())
 	return p
 }
 
@@ -202,4 +210,95 @@ func TestPoolBadArguments(t *testing.T) {
 	errb.Reset()
 	require.Equal(t, 1, run([]string{"pool", "--python=/nonexistent/python3"}, strings.NewReader(""), &out, &errb))
 	require.Contains(t, errb.String(), "not found")
+}
+
+func TestPoolConfigFileAndJSONLog(t *testing.T) {
+	dir := t.TempDir()
+	for _, d := range []string{"etc", "data", "work"} {
+		require.NoError(t, os.Mkdir(filepath.Join(dir, d), 0o755))
+	}
+	cfgPath := filepath.Join(dir, "etc", "pynox.toml")
+	require.NoError(t, os.WriteFile(cfgPath, []byte(`
+[pool]
+workers = 3
+log = "json"
+
+[pool.limits]
+allow_read = ["../data"]
+allow_write = ["../work"]
+timeout = "5s"
+
+[profiles.zeta]
+allow_read = ["../data"]
+
+[profiles.analysis]
+allow_write = ["../work"]
+`), 0o644))
+	p := startPoolIn(t, dir, "--config="+cfgPath, "--workers=1")
+	require.Equal(t, cfgPath, p.ready["config"])
+	require.Equal(t, []any{"analysis", "zeta"}, p.ready["profiles"])
+	require.Equal(t, float64(1), p.ready["workers"], "the command line overrides [pool]")
+
+	p.send(t, `{"id": "w", "profile": "analysis", "code": "open('`+filepath.Join(dir, "work", "x")+`', 'w').write('secret output'); print('secret output')"}`)
+	p.send(t, `{"id": 7, "code": "open('/etc/passwd')"}`)
+	require.NoError(t, p.stdin.Close())
+	got := map[string]map[string]any{}
+	for i := 0; i < 2; i++ {
+		r := p.next(t)
+		got[fmt.Sprint(r["id"])] = r
+	}
+	require.Nil(t, got["w"]["error"], "%v", got["w"])
+	require.NoError(t, p.cmd.Wait())
+
+	// One JSON log line per job on stderr, with exactly the protocol's
+	// fields and never the captured output.
+	var logLines []map[string]any
+	for _, line := range strings.Split(strings.TrimSpace(p.stderr.String()), "\n") {
+		var m map[string]any
+		require.NoError(t, json.Unmarshal([]byte(line), &m), line)
+		if m["event"] == "job" {
+			logLines = append(logLines, m)
+		}
+	}
+	require.Len(t, logLines, 2, p.stderr.String())
+	require.NotContains(t, p.stderr.String(), "secret output")
+	byID := map[string]map[string]any{}
+	for _, l := range logLines {
+		keys := make([]string, 0, len(l))
+		for k := range l {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		require.Equal(t, []string{"duration_ms", "error", "event", "exit", "id", "message", "network", "queue_us", "session", "step", "truncated", "ts_ms"}, keys)
+		byID[fmt.Sprint(l["id"])] = l
+	}
+	require.Nil(t, byID["w"]["error"])
+	require.Equal(t, float64(0), byID["w"]["exit"])
+	require.Equal(t, "PermissionError", byID["7"]["error"])
+	require.Contains(t, byID["7"]["message"], "Permission denied")
+	require.Equal(t, "deny", byID["7"]["network"])
+	require.Nil(t, byID["7"]["session"])
+}
+
+func TestPoolRefusesConfigBeneathItsWriteGrant(t *testing.T) {
+	bin := pynoxBinary(t)
+	dir := t.TempDir()
+	cfgPath := filepath.Join(dir, "pynox.toml")
+	require.NoError(t, os.WriteFile(cfgPath, []byte("[pool.limits]\nallow_write = [\".\"]\n"), 0o644))
+	cmd := exec.Command(bin, "pool", "--config="+cfgPath)
+	cmd.Dir = dir
+	var stdout, stderr strings.Builder
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	require.Error(t, err)
+	require.Empty(t, stdout.String(), "no ready line")
+	require.Contains(t, stderr.String(), "beneath its own write ceiling")
+
+	bad := filepath.Join(dir, "bad.toml")
+	require.NoError(t, os.WriteFile(bad, []byte("[pool]\nworkrs = 2\n"), 0o644))
+	cmd = exec.Command(bin, "pool", "--config="+bad)
+	stderr.Reset()
+	cmd.Stderr = &stderr
+	require.Error(t, cmd.Run())
+	require.Contains(t, stderr.String(), bad+":2: unknown key pool.workrs")
 }

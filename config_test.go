@@ -1,0 +1,327 @@
+package pynox
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+func writeFile(t *testing.T, path, content string) string {
+	t.Helper()
+	require.NoError(t, os.MkdirAll(filepath.Dir(path), 0o755))
+	require.NoError(t, os.WriteFile(path, []byte(content), 0o644))
+	return path
+}
+
+func TestLoadConfig(t *testing.T) {
+	dir := t.TempDir()
+	etc := filepath.Join(dir, "etc")
+	path := writeFile(t, filepath.Join(etc, "pynox.toml"), `
+[pool]
+workers = 4
+preload = ["json"]
+package_dirs = ["site"]
+max_sessions = 32
+session_idle = "15m"
+log = "json"
+python = "/usr/bin/python3"
+
+[pool.limits]
+allow_read = ["../data", "/srv/agent/data"]
+allow_write = ["../work"]
+allow_network = false
+timeout = "30s"
+memory = "1g"
+max_output = 1048576
+max_file_size = "256m"
+
+[profiles.analysis]
+allow_read = ["../data"]
+allow_write = ["../work"]
+env = { MODE = "analysis" }
+
+[profiles.fetch]
+allow_network = true
+timeout = "10s"
+`)
+	f, err := LoadConfig(path)
+	require.NoError(t, err)
+	c := f.Config
+	require.Equal(t, path, f.Path)
+	require.Equal(t, path, c.Source)
+	require.Equal(t, "json", f.Log)
+	require.Equal(t, 4, c.Workers)
+	require.Equal(t, []string{"json"}, c.Preload)
+	require.Equal(t, []string{filepath.Join(etc, "site")}, c.PackageDirs)
+	require.Equal(t, 32, c.MaxSessions)
+	require.Equal(t, 15*time.Minute, c.SessionIdle)
+	require.Equal(t, "/usr/bin/python3", c.Python)
+	require.Equal(t, []string{filepath.Join(dir, "data"), "/srv/agent/data"}, c.Limits.AllowRead)
+	require.Equal(t, []string{filepath.Join(dir, "work")}, c.Limits.AllowWrite)
+	require.Equal(t, 30*time.Second, c.Limits.Timeout)
+	require.Equal(t, int64(1<<30), c.Limits.Memory)
+	require.Equal(t, 1<<20, c.Limits.MaxOutput)
+	require.Equal(t, int64(256<<20), c.Limits.MaxFileSize)
+	require.Equal(t, []string{"analysis", "fetch"}, c.ProfileNames())
+	require.Equal(t, []string{filepath.Join(dir, "data")}, c.Profiles["analysis"].AllowRead)
+	require.Equal(t, "analysis", c.Profiles["analysis"].Env["MODE"])
+	require.True(t, c.Profiles["fetch"].AllowNetwork)
+	require.Equal(t, 10*time.Second, c.Profiles["fetch"].Timeout)
+}
+
+func TestLoadConfigRefusesBadFiles(t *testing.T) {
+	tests := []struct {
+		name    string
+		content string
+		want    []string
+	}{
+		{"unknown key in limits", "[pool]\nworkers = 2\n\n[pool.limits]\nalow_read = [\"x\"]\n", []string{":5:", "unknown key pool.limits.alow_read"}},
+		{"unknown section", "[pools]\nworkers = 2\n", []string{"unknown key pools"}},
+		{"unknown profile key", "[profiles.a]\nallow_reed = []\n", []string{":2:", "profiles.a.allow_reed"}},
+		{"wrong type", "[pool]\nworkers = \"four\"\n", []string{":2:", "pool.workers"}},
+		{"bool as string", "[pool.limits]\nallow_network = \"yes\"\n", []string{":2:", "allow_network"}},
+		{"bad duration", "[pool.limits]\ntimeout = \"soon\"\n", []string{"invalid duration"}},
+		{"bad size", "[pool.limits]\nmemory = \"lots\"\n", []string{"invalid size"}},
+		{"negative workers", "[pool]\nworkers = -1\n", []string{"workers must be positive"}},
+		{"bad log", "[pool]\nlog = \"xml\"\n", []string{"log must be"}},
+		{"not toml", "[pool\n", []string{"pynox.toml"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			path := writeFile(t, filepath.Join(t.TempDir(), "pynox.toml"), tc.content)
+			_, err := LoadConfig(path)
+			require.Error(t, err)
+			require.Contains(t, err.Error(), path)
+			for _, w := range tc.want {
+				require.Contains(t, err.Error(), w)
+			}
+		})
+	}
+}
+
+func TestConfigBeneathOwnWriteGrantRefused(t *testing.T) {
+	dir := t.TempDir()
+	path := writeFile(t, filepath.Join(dir, "pynox.toml"), "[pool.limits]\nallow_write = [\".\"]\n")
+	_, err := LoadConfig(path)
+	require.ErrorContains(t, err, "beneath its own write ceiling")
+
+	// Without allow_write in the file, the default ceiling is the pool's
+	// working directory: New refuses a config file beneath it too.
+	requireSandbox(t)
+	path = writeFile(t, filepath.Join(dir, "sub", "pynox.toml"), "[pool]\nworkers = 1\n")
+	f, err := LoadConfig(path)
+	require.NoError(t, err)
+	f.Config.Dir = dir
+	_, err = New(f.Config)
+	require.ErrorContains(t, err, "beneath the write ceiling")
+}
+
+func TestCeilingAndProfiles(t *testing.T) {
+	root := t.TempDir()
+	for _, d := range []string{"data/a", "data/b", "work/out", "other", "site/mypkg"} {
+		require.NoError(t, os.MkdirAll(filepath.Join(root, d), 0o755))
+	}
+	writeFile(t, filepath.Join(root, "data/a/x.txt"), "A")
+	writeFile(t, filepath.Join(root, "data/b/y.txt"), "B")
+	writeFile(t, filepath.Join(root, "site/mypkg/__init__.py"), "VALUE = 42\n")
+	require.NoError(t, os.Symlink(filepath.Join(root, "other"), filepath.Join(root, "data/escape")))
+
+	p := newTestPool(t, Config{
+		Dir: root,
+		Limits: Limits{
+			AllowRead:   []string{filepath.Join(root, "data"), filepath.Join(root, "site")},
+			AllowWrite:  []string{filepath.Join(root, "work")},
+			Timeout:     5 * time.Second,
+			Memory:      512 << 20,
+			MaxOutput:   4096,
+			MaxFileSize: 1 << 20,
+		},
+		Profiles: map[string]Profile{
+			"analysis": {AllowRead: []string{"data/a"}, AllowWrite: []string{"work/out"}, Env: map[string]string{"MODE": "analysis", "KEEP": "p"}, Timeout: 2 * time.Second},
+			"greedy":   {Memory: 1 << 30},
+		},
+	})
+
+	refusals := []struct {
+		name string
+		job  Job
+		want string
+	}{
+		{"read beneath no listed path", Job{Code: "1", AllowRead: []string{"other"}}, "allow_read: " + filepath.Join(root, "other") + " is outside"},
+		{"symlink out of the ceiling", Job{Code: "1", AllowRead: []string{"data/escape"}}, filepath.Join(root, "other") + " is outside"},
+		{"write beneath a read-only listed path", Job{Code: "1", AllowWrite: []string{"data/a"}}, "allow_write"},
+		{"package dir outside", Job{Code: "1", PackageDirs: []string{"other"}}, "package_dirs"},
+		{"timeout", Job{Code: "1", Timeout: Duration(6 * time.Second)}, "timeout 6s exceeds the pool's ceiling of 5s"},
+		{"memory", Job{Code: "1", Memory: 1 << 30}, "memory 1 GiB exceeds the pool's ceiling of 512 MiB"},
+		{"output", Job{Code: "1", MaxOutput: 8192}, "max_output 8 KiB exceeds the pool's ceiling of 4 KiB"},
+		{"file size", Job{Code: "1", MaxFileSize: 2 << 20}, "max_file_size 2 MiB exceeds"},
+		{"network", Job{Code: "1", AllowNetwork: true}, "allow_network"},
+		{"unknown profile", Job{Code: "1", Profile: "nope"}, `unknown profile "nope" (profiles: analysis, greedy)`},
+		{"profile over the ceiling", Job{Code: "1", Profile: "greedy"}, "memory 1 GiB exceeds"},
+		{"package dir beneath a write grant", Job{Code: "1", PackageDirs: []string{"work/out"}, AllowWrite: []string{"work"}}, "must stay read-only"},
+	}
+	for _, tc := range refusals {
+		t.Run(tc.name, func(t *testing.T) {
+			r := run(t, p, tc.job)
+			requireErrorType(t, r, "RequestError")
+			require.Contains(t, r.Error.Message, tc.want)
+		})
+	}
+
+	t.Run("defaults come from the ceiling", func(t *testing.T) {
+		r := run(t, p, Job{Code: "print('x' * 10000)"})
+		requireOK(t, r)
+		require.Equal(t, int64(5000), r.Policy.TimeoutMS)
+		require.Equal(t, int64(512<<20), r.Policy.MemoryBytes)
+		require.Len(t, r.Stdout, 4096)
+		require.True(t, r.StdoutTruncated)
+	})
+	t.Run("ceiling max_file_size applies to requests that set none", func(t *testing.T) {
+		r := run(t, p, Job{Code: "open('work/big', 'wb').write(b'x' * (2 << 20))", AllowWrite: []string{"work"}})
+		require.NotNil(t, r.Error)
+		require.Contains(t, r.Error.Message, "File too large")
+	})
+	t.Run("profile fields first, request on top", func(t *testing.T) {
+		r := run(t, p, Job{
+			Profile:   "analysis",
+			Code:      "import os\nprint(open('data/a/x.txt').read(), open('data/b/y.txt').read(), os.environ['MODE'], os.environ['KEEP'])\nopen('work/out/r', 'w').write('ok')",
+			AllowRead: []string{"data/b"},
+			Env:       map[string]string{"MODE": "request"},
+		})
+		requireOK(t, r)
+		require.Equal(t, "A B request p\n", r.Stdout)
+		require.Equal(t, []string{filepath.Join(root, "data/a"), filepath.Join(root, "data/b")}, r.Policy.AllowRead)
+		require.Equal(t, []string{filepath.Join(root, "work/out")}, r.Policy.AllowWrite)
+		require.Equal(t, int64(2000), r.Policy.TimeoutMS)
+		r = run(t, p, Job{Profile: "analysis", Code: "1", Timeout: Duration(3 * time.Second)})
+		require.Equal(t, int64(3000), r.Policy.TimeoutMS, "the request's scalar overrides the profile's")
+	})
+	t.Run("package dirs per request", func(t *testing.T) {
+		r := run(t, p, Job{Code: "import mypkg; print(mypkg.VALUE)", PackageDirs: []string{"site"}})
+		requireOK(t, r)
+		require.Equal(t, "42\n", r.Stdout)
+		r = run(t, p, Job{Code: "import mypkg"})
+		requireErrorType(t, r, "ModuleNotFoundError")
+	})
+}
+
+func TestPreloadHygiene(t *testing.T) {
+	requireSandbox(t)
+	site := t.TempDir()
+	writeFile(t, filepath.Join(site, "thready.py"), "import threading, time\nthreading.Thread(target=time.sleep, args=(3600,), daemon=True).start()\n")
+	writeFile(t, filepath.Join(site, "leaky.py"), "import os\n_fd = os.open('/dev/null', os.O_RDONLY)\n")
+	writeFile(t, filepath.Join(site, "broken.py"), "raise ImportError('nope')\n")
+	writeFile(t, filepath.Join(site, "fine.py"), "X = 1\n")
+	tests := []struct {
+		module string
+		want   []string
+	}{
+		{"thready", []string{"preload thready", "2 threads"}},
+		{"leaky", []string{"preload leaky", "descriptors open", "/dev/null"}},
+		{"broken", []string{"preload broken failed", "nope"}},
+		{"no_such_module", []string{"preload no_such_module failed", "ModuleNotFoundError"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.module, func(t *testing.T) {
+			_, err := New(Config{Workers: 1, Dir: t.TempDir(), Python: testPython(), PackageDirs: []string{site}, Preload: []string{"fine", tc.module}})
+			require.Error(t, err)
+			require.ErrorIs(t, err, ErrSpawn)
+			for _, w := range tc.want {
+				require.Contains(t, err.Error(), w)
+			}
+		})
+	}
+	p := newTestPool(t, Config{Workers: 1, PackageDirs: []string{site}, Preload: []string{"fine"}})
+	require.Equal(t, []string{"fine"}, p.Preloaded())
+	r := run(t, p, Job{Code: "import fine, sys; print(fine.X, 'fine' in sys.modules)"})
+	requireOK(t, r)
+	require.Equal(t, "1 True\n", r.Stdout)
+	require.Equal(t, []string{"fine"}, r.Runtime.PreloadedModules)
+}
+
+func TestWriteGrantOverPreloadRefused(t *testing.T) {
+	dir := t.TempDir()
+	writeFile(t, filepath.Join(dir, "site", "tool.py"), "X = 1\n")
+	p := newTestPool(t, Config{Workers: 1, Dir: dir, PackageDirs: []string{filepath.Join(dir, "site")}, Preload: []string{"tool"}})
+	for _, w := range []string{".", "site", "site/tool.py"} {
+		r := run(t, p, Job{Code: "1", AllowWrite: []string{w}})
+		requireErrorType(t, r, "RequestError")
+		require.Contains(t, r.Error.Message, "must stay read-only")
+	}
+	require.NoError(t, os.Mkdir(filepath.Join(dir, "out"), 0o755))
+	requireOK(t, run(t, p, Job{Code: "import tool; open('out/x', 'w').write(str(tool.X))", AllowWrite: []string{"out"}}))
+}
+
+func TestJobsDoNotShareRandomStreams(t *testing.T) {
+	p := newTestPool(t, Config{Workers: 1, Preload: []string{"random"}})
+	seen := map[string]bool{}
+	for i := 0; i < 5; i++ {
+		r := run(t, p, Job{Code: "import random; print(random.getrandbits(64))"})
+		requireOK(t, r)
+		require.False(t, seen[r.Stdout], "two jobs drew the same random number")
+		seen[r.Stdout] = true
+	}
+}
+
+func pandasAvailable(t *testing.T) {
+	t.Helper()
+	py := testPython()
+	if py == "" {
+		t.Skip("Debian's /usr/bin/python3 is not installed")
+	}
+	if err := exec.Command(py, "-c", "import pandas, numpy").Run(); err != nil {
+		t.Skipf("pandas and numpy are not importable by %s (apt-get install python3-pandas): %v", py, err)
+	}
+}
+
+func TestPandasPreload(t *testing.T) {
+	pandasAvailable(t)
+	p := newTestPool(t, Config{Workers: 2, Preload: []string{"pandas", "numpy"}, Limits: Limits{Memory: 256 << 20}})
+	require.Equal(t, []string{"pandas", "numpy"}, p.Preloaded())
+	r := run(t, p, Job{Code: "import pandas as pd\ndf = pd.DataFrame({'product': ['a', 'b', 'a'], 'amount': [1, 2, 3]})\nprint(df.groupby('product').amount.sum().to_dict())", Memory: 64 << 20})
+	requireOK(t, r)
+	require.Equal(t, "{'a': 4, 'b': 2}\n", r.Stdout)
+	// numpy's global generator is re-seeded per job.
+	a := run(t, p, Job{Code: "import numpy as np; print(np.random.randint(1 << 30))"})
+	b := run(t, p, Job{Code: "import numpy as np; print(np.random.randint(1 << 30))"})
+	requireOK(t, a)
+	requireOK(t, b)
+	require.NotEqual(t, a.Stdout, b.Stdout)
+	r = run(t, p, Job{Code: "import os; print(os.environ.get('OPENBLAS_NUM_THREADS'))"})
+	require.Equal(t, "1\n", r.Stdout)
+	require.Equal(t, []string{"pandas", "numpy"}, r.Runtime.PreloadedModules)
+}
+
+func TestStatsAfterMixedOutcomes(t *testing.T) {
+	p := newTestPool(t, Config{Workers: 2})
+	jobs := []Job{
+		{Code: "print(1)"},
+		{Code: "print(2)"},
+		{Code: "raise ValueError('x')"},
+		{Code: "import sys; sys.exit(4)"},
+		{Code: "open('/etc/passwd')"},
+		{Code: "while True: pass", Timeout: Duration(200 * time.Millisecond)},
+		{Code: "import ctypes; ctypes.string_at(0)"},
+		{Code: "1", Memory: 1 << 40},
+	}
+	for _, j := range jobs {
+		run(t, p, j)
+	}
+	s := p.Stats()
+	require.Equal(t, int64(8), s.Jobs)
+	require.Equal(t, int64(2), s.OK)
+	require.Equal(t, int64(3), s.Failed)
+	require.Equal(t, int64(1), s.Timeouts)
+	require.Equal(t, int64(1), s.Signals)
+	require.Equal(t, int64(1), s.RequestErrors)
+	require.Equal(t, int64(0), s.WorkerErrors)
+	require.Equal(t, s.Jobs, s.OK+s.Failed+s.Timeouts+s.Signals+s.RequestErrors+s.WorkerErrors)
+	require.Equal(t, map[string]int64{"ValueError": 1, "PermissionError": 1, "TimeoutError": 1, "SignalError": 1, "RequestError": 1}, s.Errors)
+	require.Equal(t, 2, s.Workers)
+	require.Greater(t, s.DurationMSTotal, int64(100))
+	require.Greater(t, s.QueueUSTotal, int64(0))
+}

@@ -1,0 +1,221 @@
+package pynox
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+
+	toml "github.com/pelletier/go-toml/v2"
+)
+
+// File is a configuration file as `pynox pool --config` reads it: the
+// [Config] it describes plus the settings that belong to the command.
+type File struct {
+	// Path is the file's absolute, symlink-free path.
+	Path string
+	// Config is the pool configuration; relative paths in the file are
+	// already resolved against the file's directory.
+	Config Config
+	// Log is the [pool] log setting: "json" for one JSON line per finished
+	// job on stderr, or "" for none.
+	Log string
+}
+
+// fileSchema mirrors the TOML layout; decoding is strict, so any key not
+// here is an error.
+type fileSchema struct {
+	Pool struct {
+		Workers     *int        `toml:"workers"`
+		Preload     []string    `toml:"preload"`
+		PackageDirs []string    `toml:"package_dirs"`
+		MaxSessions *int        `toml:"max_sessions"`
+		SessionIdle *Duration   `toml:"session_idle"`
+		Log         *string     `toml:"log"`
+		Python      *string     `toml:"python"`
+		Limits      limitSchema `toml:"limits"`
+	} `toml:"pool"`
+	Profiles map[string]profileSchema `toml:"profiles"`
+}
+
+type limitSchema struct {
+	AllowRead    []string  `toml:"allow_read"`
+	AllowWrite   []string  `toml:"allow_write"`
+	AllowNetwork *bool     `toml:"allow_network"`
+	Timeout      *Duration `toml:"timeout"`
+	Memory       *Size     `toml:"memory"`
+	MaxOutput    *Size     `toml:"max_output"`
+	MaxFileSize  *Size     `toml:"max_file_size"`
+}
+
+type profileSchema struct {
+	AllowRead    []string          `toml:"allow_read"`
+	AllowWrite   []string          `toml:"allow_write"`
+	PackageDirs  []string          `toml:"package_dirs"`
+	Env          map[string]string `toml:"env"`
+	AllowNetwork bool              `toml:"allow_network"`
+	Timeout      Duration          `toml:"timeout"`
+	Memory       Size              `toml:"memory"`
+	MaxOutput    Size              `toml:"max_output"`
+	MaxFileSize  Size              `toml:"max_file_size"`
+}
+
+// LoadConfig reads a TOML configuration file strictly: an unknown key, a
+// value of the wrong type or an invalid duration or size refuses the whole
+// file, with the file, line and key in the message — a typo in a security
+// setting must never pass silently. Relative paths resolve against the
+// file's directory. A file that lies beneath its own write ceiling is
+// refused, since a job could then rewrite the pool's configuration.
+func LoadConfig(path string) (*File, error) {
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return nil, err
+	}
+	real, err := filepath.EvalSymlinks(abs)
+	if err != nil {
+		return nil, fmt.Errorf("config %s: %w", path, err)
+	}
+	data, err := os.ReadFile(real)
+	if err != nil {
+		return nil, fmt.Errorf("config %s: %w", path, err)
+	}
+	var s fileSchema
+	dec := toml.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&s); err != nil {
+		return nil, describeTOMLError(real, err)
+	}
+	dir := filepath.Dir(real)
+	resolve := func(paths []string) []string {
+		if paths == nil {
+			return nil
+		}
+		out := make([]string, len(paths))
+		for i, p := range paths {
+			if !filepath.IsAbs(p) {
+				p = filepath.Join(dir, p)
+			}
+			out[i] = filepath.Clean(p)
+		}
+		return out
+	}
+	f := &File{Path: real}
+	c := &f.Config
+	c.Source = real
+	if s.Pool.Workers != nil {
+		if *s.Pool.Workers <= 0 {
+			return nil, fmt.Errorf("config %s: [pool] workers must be positive, got %d", real, *s.Pool.Workers)
+		}
+		c.Workers = *s.Pool.Workers
+	}
+	c.Preload = s.Pool.Preload
+	c.PackageDirs = resolve(s.Pool.PackageDirs)
+	if s.Pool.MaxSessions != nil {
+		if *s.Pool.MaxSessions <= 0 {
+			return nil, fmt.Errorf("config %s: [pool] max_sessions must be positive, got %d", real, *s.Pool.MaxSessions)
+		}
+		c.MaxSessions = *s.Pool.MaxSessions
+	}
+	if s.Pool.SessionIdle != nil {
+		c.SessionIdle = time.Duration(*s.Pool.SessionIdle)
+	}
+	if s.Pool.Python != nil {
+		c.Python = *s.Pool.Python
+		if strings.ContainsRune(c.Python, '/') && !filepath.IsAbs(c.Python) {
+			c.Python = filepath.Join(dir, c.Python)
+		}
+	}
+	if s.Pool.Log != nil {
+		switch *s.Pool.Log {
+		case "json", "":
+			f.Log = *s.Pool.Log
+		default:
+			return nil, fmt.Errorf("config %s: [pool] log must be \"json\" or \"\", got %q", real, *s.Pool.Log)
+		}
+	}
+	l := s.Pool.Limits
+	c.Limits.AllowRead = resolve(l.AllowRead)
+	c.Limits.AllowWrite = resolve(l.AllowWrite)
+	if l.AllowNetwork != nil {
+		c.Limits.AllowNetwork = *l.AllowNetwork
+	}
+	if l.Timeout != nil {
+		c.Limits.Timeout = time.Duration(*l.Timeout)
+	}
+	if l.Memory != nil {
+		c.Limits.Memory = int64(*l.Memory)
+	}
+	if l.MaxOutput != nil {
+		c.Limits.MaxOutput = int(*l.MaxOutput)
+	}
+	if l.MaxFileSize != nil {
+		c.Limits.MaxFileSize = int64(*l.MaxFileSize)
+	}
+	if len(s.Profiles) > 0 {
+		c.Profiles = make(map[string]Profile, len(s.Profiles))
+		for name, ps := range s.Profiles {
+			c.Profiles[name] = Profile{
+				AllowRead:    resolve(ps.AllowRead),
+				AllowWrite:   resolve(ps.AllowWrite),
+				PackageDirs:  resolve(ps.PackageDirs),
+				Env:          ps.Env,
+				AllowNetwork: ps.AllowNetwork,
+				Timeout:      time.Duration(ps.Timeout),
+				Memory:       int64(ps.Memory),
+				MaxOutput:    int(ps.MaxOutput),
+				MaxFileSize:  int64(ps.MaxFileSize),
+			}
+		}
+	}
+	// The write ceiling that applies is the file's, or by default the
+	// working directory of the pool that will use it; New checks the
+	// latter, since only it knows that directory.
+	for _, w := range c.Limits.AllowWrite {
+		wr, err := filepath.EvalSymlinks(w)
+		if err != nil {
+			wr = w
+		}
+		if beneath(real, wr) {
+			return nil, fmt.Errorf("config %s lies beneath its own write ceiling %s: a job could rewrite the pool's configuration", real, wr)
+		}
+	}
+	return f, nil
+}
+
+// describeTOMLError turns go-toml's errors into "file:line: key: problem".
+func describeTOMLError(file string, err error) error {
+	var sm *toml.StrictMissingError
+	if errors.As(err, &sm) {
+		var msgs []string
+		for _, e := range sm.Errors {
+			row, _ := e.Position()
+			msgs = append(msgs, fmt.Sprintf("%s:%d: unknown key %s", file, row, strings.Join(e.Key(), ".")))
+		}
+		return errors.New(strings.Join(msgs, "; "))
+	}
+	var de *toml.DecodeError
+	if errors.As(err, &de) {
+		row, _ := de.Position()
+		msg := de.Error()
+		msg = strings.TrimPrefix(msg, "toml: ")
+		if key := de.Key(); len(key) > 0 {
+			return fmt.Errorf("%s:%d: key %s: %s", file, row, strings.Join(key, "."), msg)
+		}
+		return fmt.Errorf("%s:%d: %s", file, row, msg)
+	}
+	return fmt.Errorf("%s: %w", file, err)
+}
+
+// ProfileNames returns the configured profile names, sorted.
+func (c Config) ProfileNames() []string {
+	names := make([]string, 0, len(c.Profiles))
+	for n := range c.Profiles {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}

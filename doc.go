@@ -1,0 +1,131 @@
+// Package pynox runs real CPython for untrusted code — LLM-written code,
+// notebook cells, agent tools — fast and confined.
+//
+// A trusted template process imports the interpreter and the operator's
+// preloads once; every job is a fresh child forked from it and confined by
+// Landlock, seccomp and rlimits before its first line runs. Go programs use
+// [New] and [Pool.Run]; every other language drives `pynox pool` (the
+// cmd/pynox command, a thin layer over [Pool.Serve]) over JSON Lines.
+//
+// # Process model
+//
+//	Go host: Pool ──── Run(ctx, Job) ────────────── Serve (JSON Lines)
+//	   │   one socketpair per template: framed JSON, SCM_RIGHTS
+//	   ▼
+//	template   python3 -I -B -c <embedded runner>   (one per worker)
+//	   │   trusted, single-threaded, holds only fds 0-3; imports preloads
+//	   │   once; forks the next spare as soon as one is taken; reaps
+//	   │   children and reports their exit status
+//	   ▼ fork
+//	spare      request-independent confinement done ahead of time:
+//	   │   only its own fds (0 /dev/null, 1-2 output pipes, 3 control),
+//	   │   own session, parent-death signal, all capabilities dropped
+//	   │   (bounding set too), no_new_privs, Landlock ruleset holding the
+//	   │   runtime rules, standard streams rebuilt, warmed up
+//	   ▼ job frame (+ the grants' O_PATH fds) on its own control socket
+//	job        environment, rlimits, the request's Landlock grants and
+//	           restrict_self, seccomp — then "started", the code, "done"
+//
+// The template hands each spare's control socket, output pipes and pidfd to
+// Go and keeps none of them, so a job never holds the template's channel:
+// anything it writes to any descriptor reaches only its own control channel
+// and output pipes. Go reads the pipes itself (output is captured at
+// descriptors 1 and 2, so os.write and C extensions are captured too),
+// keeps at most max_output bytes of each and drains the rest. Timeouts are
+// enforced from Go with a pidfd, which cannot hit a reused pid. A job that
+// reported "done" is killed at once: nothing it does afterwards can matter.
+// A template that dies is replaced before its worker serves again; its
+// children die with it (parent-death signal), and it dies with the pool
+// (parent-death signal, and end of file on its channel).
+//
+// # Confinement
+//
+// Each job, before its first line runs, in this order (steps that do not
+// depend on the request are done in the spare ahead of time, which only
+// ever makes the spare stricter earlier):
+//
+//  1. descriptors: only 0-3 remain; the environment is a fixed minimal set
+//     (PATH, LANG, LC_ALL, HOME=/nonexistent, single-threaded BLAS
+//     settings) plus the request's env — the pool's own environment never
+//     reaches a template or a job;
+//  2. rlimits: address space (see Limits), file size (SIGXFSZ ignored, so
+//     an oversized write fails with OSError EFBIG), no core dumps, a CPU
+//     time backstop one second past the timeout;
+//  3. every capability dropped, bounding and ambient sets included, and
+//     no_new_privs — CI and many servers run as root, and root without
+//     capabilities is just a user;
+//  4. Landlock, at the newest ABI the kernel offers: read and execute on the
+//     interpreter's runtime paths and a few system paths (shared libraries,
+//     zoneinfo, certificates, name-service files), read on allow_read and
+//     package_dirs, read and write on allow_write, nothing else; TCP bind
+//     and connect denied unless the network is granted (ABI 4); signals and
+//     abstract unix sockets scoped to the job (ABI 6);
+//  5. seccomp (built in Go, internal/seccomp): no process creation, no exec,
+//     no sockets unless the network is granted (then IPv4/IPv6 only), none
+//     of the kernel surface a job never needs, and the architecture checked.
+//
+// If any step fails no user code runs, and the job answers
+// SandboxSetupError. Landlock can only add rules, so a write grant that
+// would cover the interpreter, its packages or a package dir is refused
+// before anything runs. Paths in requests are opened by the pool with
+// O_PATH and judged by what the descriptor really names, and that same
+// descriptor is what the job's Landlock rule holds: a symlink swapped in
+// later cannot redirect a grant. SECURITY.md has the threat model.
+//
+// # Limits
+//
+// Without a configured ceiling, a request may read and write only beneath
+// the pool's working directory, has no network, and gets (at most) a 30s
+// timeout, 1 GiB of memory, 1 MiB of each output stream and 256 MiB files.
+// memory is the job's allowance on top of the template it was forked from:
+// the job's RLIMIT_AS is set to the address space it already has at
+// hand-over plus the allowance, so preloaded pandas does not eat a small
+// allowance. An allocation beyond it raises MemoryError, whose hint names
+// the limit and how far the ceiling allows raising it.
+//
+// # Results
+//
+// [Pool.Run] answers every job it accepts with a [Result], whatever
+// happened; it returns an error only when it could not take the job
+// (ctx ended, pool closed). Result.Exit is the process's exit status when
+// it ended on its own, and -1 otherwise. Result.Error is nil on success;
+// its Type is the Python exception class, or RequestError (refused before
+// anything ran), TimeoutError, SignalError (killed by a signal such as
+// SIGSEGV; the message names it), SandboxSetupError or PoolWorkerError
+// (the template died, or the job broke its control protocol).
+// [Result.Err] turns it into an [*Error] for errors.Is against [ErrTimeout]
+// and the other sentinels. Inline code is named [DefaultName] ("<code>") in
+// tracebacks unless the request names it.
+//
+// A job can lie only about itself: once its code runs it can write any
+// frame to its own control channel, but the pool accepts from it nothing
+// but its own "done" (validated, size-bounded), and a malformed frame gets
+// it killed with PoolWorkerError.
+//
+// # Relation to monty-pool
+//
+// The Go API is modelled on the Rust monty-pool crate, mapped onto CPython:
+//
+//   - Pool, PoolConfig: [Pool] and [Config]. min/max_processes become
+//     Config.Workers: every template is started eagerly and each job is a
+//     fresh fork, so there is nothing to scale or recycle
+//     (max_checkouts_per_worker has no purpose: no process ever serves two
+//     jobs). checkout_timeout is the ctx passed to Run; request_timeout is
+//     Job.Timeout, enforced from Go exactly as monty's parent-side deadline.
+//   - PoolError kinds: [Kind]. Crashed is KindCrashed (PoolWorkerError),
+//     Timeout KindTimeout, Runtime KindRuntime, Spawn KindSpawn; a closed
+//     pool is KindClosed. A worker exceeding its memory limit is a Python
+//     MemoryError, as in monty.
+//   - Checkout, feed/resume, TurnEvent, ResumeValue: the session and host
+//     function parts of the pool protocol, which build on this engine.
+//   - MountSpec: does not apply. monty services file access from the
+//     parent because its interpreter has no real OS; pynox runs real CPython
+//     on the real filesystem and confines it with Landlock grants
+//     (allow_read, allow_write), which the kernel enforces. There is no
+//     overlay mode; a job writes only where it is granted.
+//   - dump/restore, install_dependencies, type checking, WebSocket
+//     transport, telemetry adapters: do not apply. CPython state cannot be
+//     serialised safely, packages come from the operator (preloads and
+//     package dirs) rather than from jobs, and logging goes to
+//     Config.Logger (a *slog.Logger).
+package pynox
