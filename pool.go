@@ -116,6 +116,7 @@ func (p *Pool) templateOptions() worker.Options {
 		Env:         p.env,
 		Preload:     p.cfg.Preload,
 		PackageDirs: p.cfg.PackageDirs,
+		Network:     p.cfg.Limits.AllowNetwork,
 		OnStderr: func(line string) {
 			p.log.Warn("template stderr", "line", line)
 		},
@@ -277,7 +278,7 @@ func (p *Pool) Run(ctx context.Context, job Job) (*Result, error) {
 			p.finish(&job, res)
 			return res, nil
 		}
-		child, err := tpl.Take(ctx.Done())
+		child, err := tpl.Take(pl.network, ctx.Done())
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil, ctx.Err()

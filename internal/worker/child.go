@@ -25,21 +25,27 @@ type ExitStatus struct {
 
 // Child is one forked, pre-confined spare; it runs at most one job.
 type Child struct {
-	Pid    int
-	tpl    *Template
-	ctl    *net.UnixConn
-	stdout *os.File
-	stderr *os.File
-	pidfd  int
+	Pid int
+	tpl *Template
+	ctl *net.UnixConn
+	// The output pipes' read ends. They are not registered with Go's poller
+	// until the job has reported or has run for outputDelay, so a short
+	// job's writes wake nothing on the host: on virtual machines, waking an
+	// idle CPU costs the writer a noticeable fraction of a millisecond.
+	stdoutFd int
+	stderrFd int
+	pidfd    int
 
 	exitOnce sync.Once
 	exitCh   chan ExitStatus
 	status   ExitStatus
 
 	killOnce sync.Once
+	closed   chan struct{} // closed by Close
+	kind     int           // kindDeny or kindAllow
 }
 
-func newChild(t *Template, pid int, fds []int) (*Child, error) {
+func newChild(t *Template, pid, kind int, fds []int) (*Child, error) {
 	ctlFile := os.NewFile(uintptr(fds[0]), "job-control")
 	conn, err := net.FileConn(ctlFile)
 	ctlFile.Close()
@@ -56,13 +62,15 @@ func newChild(t *Template, pid int, fds []int) (*Child, error) {
 	}
 	unix.CloseOnExec(fds[3])
 	return &Child{
-		Pid:    pid,
-		tpl:    t,
-		ctl:    conn.(*net.UnixConn),
-		stdout: os.NewFile(uintptr(fds[1]), "job-stdout"),
-		stderr: os.NewFile(uintptr(fds[2]), "job-stderr"),
-		pidfd:  fds[3],
-		exitCh: make(chan ExitStatus, 1),
+		Pid:      pid,
+		tpl:      t,
+		ctl:      conn.(*net.UnixConn),
+		stdoutFd: fds[1],
+		stderrFd: fds[2],
+		pidfd:    fds[3],
+		exitCh:   make(chan ExitStatus, 1),
+		closed:   make(chan struct{}),
+		kind:     kind,
 	}, nil
 }
 
@@ -80,14 +88,21 @@ func (c *Child) Kill() {
 	_ = unix.PidfdSendSignal(c.pidfd, unix.SIGKILL, nil, 0)
 }
 
-// Close kills the child and releases every host-side descriptor.
+// Close kills the child, releases every host-side descriptor, and asks
+// the template for the spare that replaces it. The replacement is forked
+// only now, not when the child was taken, so that its fork and
+// preparation do not compete with the job for the CPU.
 func (c *Child) Close() {
 	c.killOnce.Do(func() {
 		c.Kill()
+		close(c.closed)
 		c.ctl.Close()
-		c.stdout.Close()
-		c.stderr.Close()
+		if c.stdoutFd >= 0 {
+			unix.Close(c.stdoutFd)
+			unix.Close(c.stderrFd)
+		}
 		unix.Close(c.pidfd)
+		c.tpl.refill(c.kind)
 	})
 }
 
@@ -171,6 +186,10 @@ type childMsg struct {
 	Error *ErrorInfo `json:"error"`
 }
 
+// outputDelay is how long a job runs before the host starts reading its
+// output as it comes; see Child.stdoutFd.
+const outputDelay = 2 * time.Millisecond
+
 // maxCtlFrame bounds one frame from a child: a child is hostile once user
 // code runs, so it gets no more room than an honest report needs.
 const maxCtlFrame = 64 << 10
@@ -229,12 +248,31 @@ func (c *Child) Run(job *Job, cancel <-chan struct{}) *Outcome {
 	o := &Outcome{}
 	defer c.Close()
 
-	var wg sync.WaitGroup
-	wg.Add(2)
-	go capture(c.stdout, job.MaxOutput, &o.Stdout, &o.StdoutTrunc, &wg)
-	go capture(c.stderr, job.MaxOutput, &o.Stderr, &o.StderrTrunc, &wg)
-	pipesClosed := make(chan struct{})
-	go func() { wg.Wait(); close(pipesClosed) }()
+	// Output capture starts when the job reports, ends, or has run for
+	// outputDelay; until then the pipes (64 KiB and more each) hold it.
+	var pipes <-chan struct{} // closed when both pipes reached EOF; nil until capture starts
+	startCapture := func() {
+		if pipes != nil {
+			return
+		}
+		stdout := os.NewFile(uintptr(c.stdoutFd), "job-stdout")
+		stderr := os.NewFile(uintptr(c.stderrFd), "job-stderr")
+		c.stdoutFd, c.stderrFd = -1, -1
+		var wg sync.WaitGroup
+		wg.Add(2)
+		go capture(stdout, job.MaxOutput, &o.Stdout, &o.StdoutTrunc, &wg)
+		go capture(stderr, job.MaxOutput, &o.Stderr, &o.StderrTrunc, &wg)
+		closed := make(chan struct{})
+		go func() {
+			wg.Wait()
+			stdout.Close()
+			stderr.Close()
+			close(closed)
+		}()
+		pipes = closed
+	}
+	captureTimer := time.NewTimer(outputDelay)
+	defer captureTimer.Stop()
 
 	f := jobFrame{T: "job", Code: job.Code, Name: job.Name, Script: job.Script, Argv: job.Argv,
 		Env: job.Env, Path: job.Path, Network: job.Network, Limits: job.Limits}
@@ -248,7 +286,8 @@ func (c *Child) Run(job *Job, cancel <-chan struct{}) *Outcome {
 	if err := c.sendJob(&f, fds); err != nil {
 		// The child died before it could take the job: no user code ran.
 		c.Kill()
-		<-pipesClosed
+		startCapture()
+		<-pipes
 		o.Status = c.waitStatus(time.Second)
 		o.End = time.Now()
 		return o
@@ -263,7 +302,6 @@ func (c *Child) Run(job *Job, cancel <-chan struct{}) *Outcome {
 		defer t.Stop()
 		timer = t.C
 	}
-	ctlOpen := true
 	killed := false
 	kill := func() {
 		if !killed {
@@ -271,12 +309,31 @@ func (c *Child) Run(job *Job, cancel <-chan struct{}) *Outcome {
 			c.Kill()
 		}
 	}
-	for ctlOpen {
+	exitCh := c.exitCh
+	pipesDone := false
+	for {
+		// The result is complete once the output pipes are closed and the
+		// outcome is known: the child's own report, a kill of ours, or —
+		// for a child that ended without reporting — its exit status. A
+		// reported or killed child's teardown is not waited for.
+		known := o.Done || o.SetupError != "" || o.Violation != "" || o.TimedOut || o.Canceled || (events == nil && o.Status != nil)
+		if known {
+			startCapture()
+			if pipesDone {
+				break
+			}
+		}
+		var pipesWait <-chan struct{}
+		if !pipesDone {
+			pipesWait = pipes
+		}
 		select {
+		case <-captureTimer.C:
+			startCapture()
 		case ev := <-events:
 			if ev.end {
-				ctlOpen = false
-				if ev.err != nil && o.Violation == "" && !killed {
+				events = nil
+				if ev.err != nil && o.Violation == "" && !o.Done && !killed {
 					o.Violation = ev.err.Error()
 					kill()
 				}
@@ -297,51 +354,35 @@ func (c *Child) Run(job *Job, cancel <-chan struct{}) *Outcome {
 				o.Error = m.Error
 				// Nothing the child does after reporting can matter.
 				kill()
+				timer = nil
+			case o.Done:
+				// Whatever follows its report is ignored; it is being killed.
 			default:
-				if o.Violation == "" && !o.Done {
+				if o.Violation == "" {
 					o.Violation = fmt.Sprintf("unexpected %q frame on the control channel", m.T)
 				}
 				kill()
 			}
+		case <-pipesWait:
+			pipesDone = true
+		case st, ok := <-exitCh:
+			exitCh = nil
+			if ok {
+				o.Status = &st
+			}
 		case <-timer:
-			o.TimedOut = true
-			kill()
 			timer = nil
+			if !o.Done {
+				o.TimedOut = true
+				kill()
+			}
 		case <-cancel:
-			o.Canceled = true
-			kill()
 			cancel = nil
+			if !o.Done {
+				o.Canceled = true
+				kill()
+			}
 		}
-	}
-	// The control channel is closed: the child exited or is exiting.
-	if !o.Done {
-		select {
-		case st := <-c.exitCh:
-			o.Status = &st
-		case <-timer:
-			o.TimedOut = true
-			kill()
-			st := <-c.exitCh
-			o.Status = &st
-		case <-cancel:
-			o.Canceled = true
-			kill()
-			st := <-c.exitCh
-			o.Status = &st
-		}
-	}
-	// Output pipes close when the process is gone. A child that passed its
-	// pipes on is dead by now (killed above or exited), so this is bounded.
-	select {
-	case <-pipesClosed:
-	case <-timer:
-		o.TimedOut = true
-		kill()
-		<-pipesClosed
-	case <-cancel:
-		o.Canceled = true
-		kill()
-		<-pipesClosed
 	}
 	o.End = time.Now()
 	return o
@@ -392,14 +433,26 @@ func (c *Child) readCtl(events chan<- ctlEvent) {
 			} else if errors.Is(err, io.ErrUnexpectedEOF) {
 				err = errors.New("control channel cut inside a frame")
 			}
-			events <- ctlEvent{err: err, end: true}
+			c.emit(events, ctlEvent{err: err, end: true})
 			return
 		}
 		var m childMsg
 		if err := json.Unmarshal(b, &m); err != nil {
-			events <- ctlEvent{err: fmt.Errorf("malformed control frame: %v", err), end: true}
+			c.emit(events, ctlEvent{err: fmt.Errorf("malformed control frame: %v", err), end: true})
 			return
 		}
-		events <- ctlEvent{msg: m}
+		if !c.emit(events, ctlEvent{msg: m}) {
+			return
+		}
+	}
+}
+
+// emit delivers ev unless Run has finished with the child.
+func (c *Child) emit(events chan<- ctlEvent, ev ctlEvent) bool {
+	select {
+	case events <- ev:
+		return true
+	case <-c.closed:
+		return false
 	}
 }

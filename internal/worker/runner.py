@@ -11,10 +11,12 @@
 #
 # Spare: a forked child that does every request-independent confinement
 # step ahead of time (descriptors, session, parent-death signal,
-# capabilities, no_new_privs, the Landlock runtime rules) and warms itself
-# up, then waits on its own control channel (fd 3) for one job. For the job
-# it adds the request's environment, rlimits, Landlock grants and seccomp
-# filter, reports "started", runs the code and reports "done".
+# capabilities, no_new_privs, the Landlock runtime rules, and the seccomp
+# filter of its kind: "deny" spares serve jobs without the network, "allow"
+# spares jobs with it) and warms itself up, then waits on its own control
+# channel (fd 3) for one job. For the job it adds the request's
+# environment, rlimits and Landlock grants, enforces Landlock, reports
+# "started", runs the code and reports "done".
 import array
 import builtins
 import ctypes
@@ -132,6 +134,7 @@ class Template:
         self.cfg = None
         self.runtime_fds = []  # [(fd, access)]
         self.seccomp = {}
+        self.setup_error = None
 
     def send(self, obj, fds=None):
         data = _pack(obj)
@@ -216,6 +219,23 @@ class Template:
             buf = ctypes.create_string_buffer(raw, len(raw))
             prog = SockFprog(len(raw) // 8, ctypes.cast(buf, ctypes.c_void_p))
             self.seccomp[key] = (prog, buf)
+        # Capabilities and no_new_privs are not request-dependent: the
+        # template, which needs none, gives them up once, and every child
+        # inherits that across fork. A failure here is not fatal to the
+        # template but to every job: spares report it as a setup error.
+        self.setup_error = None
+        try:
+            drop_capabilities(cfg["cap_last"], cfg["syscalls"])
+            _check(_prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "prctl(PR_SET_NO_NEW_PRIVS)")
+        except BaseException as e:  # noqa: BLE001 - reported per job
+            self.setup_error = "%s: %s" % (type(e).__name__, e)
+        # The job's standard streams, line-buffered like a terminal's. They
+        # name descriptors 0-2, which in a spare are its own.
+        sys.stdout = io.TextIOWrapper(io.FileIO(1, "w", closefd=False), encoding="utf-8",
+                                      errors="strict", line_buffering=True)
+        sys.stderr = io.TextIOWrapper(io.FileIO(2, "w", closefd=False), encoding="utf-8",
+                                      errors="backslashreplace", line_buffering=True)
+        sys.stdin = io.TextIOWrapper(io.FileIO(0, "r", closefd=False), encoding="utf-8")
         self.send({"t": "ready"})
         gc.collect()
         gc.freeze()
@@ -241,7 +261,7 @@ class Template:
                         msg = json.loads(buf[4:4 + n])
                         buf = buf[4 + n:]
                         if msg.get("t") == "fork":
-                            pidfd = self.fork_spare()
+                            pidfd = self.fork_spare(msg.get("kind", "deny"))
                             if pidfd is not None:
                                 poller.register(pidfd, select.POLLIN)
                 else:
@@ -267,7 +287,7 @@ class Template:
                 pass
         os._exit(0)
 
-    def fork_spare(self):
+    def fork_spare(self, kind):
         a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         ctl_parent, ctl_child = a.detach(), b.detach()
         out_r, out_w = os.pipe()
@@ -278,7 +298,7 @@ class Template:
             code = 70
             try:
                 self.sock.detach()
-                Spare(self, parent, ctl_child, out_w, err_w).main()
+                Spare(self, kind, parent, ctl_child, out_w, err_w).main()
             except BaseException:  # noqa: BLE001 - the child must never return
                 pass
             os._exit(code)
@@ -293,7 +313,7 @@ class Template:
                 os.close(fd)
             self.send({"t": "spare_error", "msg": "pidfd_open: %s" % e})
             return None
-        self.send({"t": "spare", "pid": pid}, [ctl_parent, out_r, err_r, pidfd])
+        self.send({"t": "spare", "pid": pid, "kind": kind}, [ctl_parent, out_r, err_r, pidfd])
         for fd in (ctl_parent, out_r, err_r):
             os.close(fd)
         self.children[pidfd] = pid
@@ -324,14 +344,16 @@ class CapData(ctypes.Structure):
 # ---------------------------------------------------------------- job child
 
 class Spare:
-    def __init__(self, tpl, parent, ctl, out_w, err_w):
+    def __init__(self, tpl, kind, parent, ctl, out_w, err_w):
         self.tpl = tpl
+        self.kind = kind
         self.parent = parent
+        self.vm = 0
         self.cfg = tpl.cfg
         self.nr = self.cfg["syscalls"]
         self.ctl, self.out_w, self.err_w = ctl, out_w, err_w
         self.error = None
-        self.rulesets = {}
+        self.ruleset = -1
 
     def send(self, obj):
         _write_all(FD, _pack(obj))
@@ -374,54 +396,39 @@ class Spare:
         if os.getppid() != self.parent:
             os._exit(0)
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
-        # 3. capabilities and no_new_privs.
-        self.drop_capabilities()
-        _check(_prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "prctl(PR_SET_NO_NEW_PRIVS)")
+        # 3. capabilities and no_new_privs: given up by the template, checked
+        # here.
+        if self.tpl.setup_error:
+            raise SetupError(self.tpl.setup_error)
+        check_no_capabilities(self.nr)
         if _prctl(PR_GET_NO_NEW_PRIVS, 0, 0, 0, 0) != 1:
-            raise SetupError("no_new_privs did not stick")
-        # 4. Landlock: fresh rulesets holding the runtime rules.
+            raise SetupError("no_new_privs is not set")
+        # 4. Landlock: a fresh ruleset holding the runtime rules; the job's
+        # grants are added and it is enforced when the job arrives.
         ll = self.cfg["landlock"]
         if ll.get("error"):
             raise SetupError(ll["error"])
         if self.cfg.get("seccomp_error"):
             raise SetupError(self.cfg["seccomp_error"])
-        variants = {"deny": ll["handled_net_deny"], "allow": 0}
-        for key, net in variants.items():
-            attr = RulesetAttr(ll["handled_fs"], net, ll["scoped"])
-            size = 24 if ll["abi"] >= 6 else (16 if ll["abi"] >= 4 else 8)
-            fd = _check(_syscall(self.nr["landlock_create_ruleset"], ctypes.byref(attr), size, 0),
-                        "landlock_create_ruleset")
-            for rfd, access in self.tpl.runtime_fds:
-                self.add_rule(fd, rfd, access)
-            self.rulesets[key] = fd
+        net = ll["handled_net_deny"] if self.kind == "deny" else 0
+        attr = RulesetAttr(ll["handled_fs"], net, ll["scoped"])
+        size = 24 if ll["abi"] >= 6 else (16 if ll["abi"] >= 4 else 8)
+        self.ruleset = _check(_syscall(self.nr["landlock_create_ruleset"], ctypes.byref(attr), size, 0),
+                              "landlock_create_ruleset")
+        for rfd, access in self.tpl.runtime_fds:
+            self.add_rule(self.ruleset, rfd, access)
         for rfd, _ in self.tpl.runtime_fds:
             os.close(rfd)
-        # Standard streams on the job's pipes, line-buffered like a terminal.
-        sys.stdout = io.TextIOWrapper(io.FileIO(1, "w", closefd=False), encoding="utf-8",
-                                      errors="strict", line_buffering=True)
-        sys.stderr = io.TextIOWrapper(io.FileIO(2, "w", closefd=False), encoding="utf-8",
-                                      errors="backslashreplace", line_buffering=True)
-        sys.stdin = io.TextIOWrapper(io.FileIO(0, "r", closefd=False), encoding="utf-8")
         self.warm_up()
-
-    def drop_capabilities(self):
-        for cap in range(self.cfg["cap_last"] + 1):
-            if _prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) != 0 and ctypes.get_errno() not in (1, 22):
-                raise SetupError("prctl(PR_CAPBSET_DROP, %d): %s" % (cap, os.strerror(ctypes.get_errno())))
-        _prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0)
-        hdr = CapHeader(0x20080522, 0)
-        data = (CapData * 2)()
-        _check(_syscall(self.nr["capset"], ctypes.byref(hdr), ctypes.byref(data)), "capset")
-        check = (CapData * 2)()
-        _check(_syscall(self.nr["capget"], ctypes.byref(hdr), ctypes.byref(check)), "capget")
-        for d in check:
-            if d.effective or d.permitted or d.inheritable:
-                raise SetupError("capabilities still held after capset")
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith(("CapAmb:", "CapBnd:")) and int(line.split()[1], 16) != 0:
-                    if line.startswith("CapAmb:") or os.getuid() == 0:
-                        raise SetupError("capability set not empty: " + line.strip())
+        # The address space the job starts from; its allowance goes on top.
+        with open("/proc/self/statm") as f:
+            self.vm = int(f.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+        # 5. seccomp, installed now: attaching a filter costs hundreds of
+        # microseconds (the kernel compiles it), too much to pay per job.
+        # Everything the spare still does for its job (reading the frame,
+        # rlimits, Landlock, writing frames) is allowed by it.
+        prog, _buf = self.tpl.seccomp[self.kind]
+        _check(_prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.addressof(prog), 0, 0), "seccomp")
 
     def add_rule(self, ruleset, fd, access):
         attr = PathBeneath(access, fd)
@@ -443,33 +450,30 @@ class Spare:
         # 1. descriptors: the grants' O_PATH descriptors stay only until the
         # rules hold them.
         # 2. environment and argv.
-        env = dict(self.cfg["env"])
-        env.update(job.get("env") or {})
-        os.environ.clear()
-        os.environ.update(env)
+        # The template started with exactly the base environment, so only
+        # the request's additions need setting.
+        for k, v in (job.get("env") or {}).items():
+            os.environ[k] = v
         lim = job["limits"]
-        # rlimits: address space = what the template already maps + the
-        # job's allowance; file size; no core dumps; a CPU-time backstop.
-        with open("/proc/self/statm") as f:
-            vm = int(f.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
-        resource.setrlimit(resource.RLIMIT_AS, (vm + lim["memory"], vm + lim["memory"]))
+        # rlimits: address space = what the spare already maps + the job's
+        # allowance; file size; no core dumps; a CPU-time backstop.
+        vm = self.vm + lim["memory"]
+        resource.setrlimit(resource.RLIMIT_AS, (vm, vm))
         resource.setrlimit(resource.RLIMIT_FSIZE, (lim["fsize"], lim["fsize"]))
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
         resource.setrlimit(resource.RLIMIT_CPU, (lim["cpu"], lim["cpu"] + 1))
         # 4. Landlock: add the request's grants and enforce.
-        key = "allow" if job.get("network") else "deny"
-        ruleset = self.rulesets[key]
+        if bool(job.get("network")) != (self.kind == "allow"):
+            raise SetupError("a %s spare cannot serve a job with network=%r" % (self.kind, job.get("network")))
+        ruleset = self.ruleset
         rules = job.get("rules") or []
         if len(rules) != len(fds):
             raise SetupError("grant descriptors missing: %d rules, %d descriptors" % (len(rules), len(fds)))
         for fd, access in zip(fds, rules):
             self.add_rule(ruleset, fd, access)
         _check(_syscall(self.nr["landlock_restrict_self"], ruleset, 0), "landlock_restrict_self")
-        for fd in list(self.rulesets.values()) + list(fds):
+        for fd in [ruleset] + list(fds):
             os.close(fd)
-        # 5. seccomp, last.
-        prog, _buf = self.tpl.seccomp[key]
-        _check(_prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.addressof(prog), 0, 0), "seccomp")
 
     def run(self, job):
         name = job["name"]
@@ -524,6 +528,35 @@ class Spare:
         except BaseException:  # noqa: BLE001
             pass
         os._exit(code & 0xFF)
+
+
+def drop_capabilities(cap_last, nr):
+    """Empties every capability set, the bounding set included."""
+    for cap in range(cap_last + 1):
+        if _prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) != 0 and ctypes.get_errno() not in (1, 22):
+            raise SetupError("prctl(PR_CAPBSET_DROP, %d): %s" % (cap, os.strerror(ctypes.get_errno())))
+    _prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0)
+    hdr = CapHeader(0x20080522, 0)
+    data = (CapData * 2)()
+    _check(_syscall(nr["capset"], ctypes.byref(hdr), ctypes.byref(data)), "capset")
+    check_no_capabilities(nr)
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(("CapAmb:", "CapBnd:")) and int(line.split()[1], 16) != 0:
+                # Without CAP_SETPCAP (not root) the bounding set cannot be
+                # emptied, but with nothing permitted it grants nothing.
+                if line.startswith("CapAmb:") or os.getuid() == 0:
+                    raise SetupError("capability set not empty: " + line.strip())
+
+
+def check_no_capabilities(nr):
+    """Fails unless the effective, permitted and inheritable sets are empty."""
+    hdr = CapHeader(0x20080522, 0)
+    check = (CapData * 2)()
+    _check(_syscall(nr["capget"], ctypes.byref(hdr), ctypes.byref(check)), "capget")
+    for d in check:
+        if d.effective or d.permitted or d.inheritable:
+            raise SetupError("capabilities still held")
 
 
 def _exit_code(e):

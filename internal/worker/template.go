@@ -49,6 +49,10 @@ type Options struct {
 	Env         []string // the complete environment ("K=V") of the template and base of its jobs'
 	Preload     []string // modules imported once, before any fork
 	PackageDirs []string // read-only directories put first on sys.path
+	// Network keeps a spare for jobs granted the network, besides the one
+	// for jobs without it. Spares install their seccomp filter ahead of
+	// time, so each kind needs its own.
+	Network bool
 	// OnStderr, when set, receives the template's own stderr lines.
 	OnStderr func(line string)
 }
@@ -72,7 +76,8 @@ type Template struct {
 
 	wmu sync.Mutex // serialises writes to conn
 
-	spares chan *Child
+	spares  [2]chan *Child // by kind: kindDeny, kindAllow
+	network bool
 
 	mu       sync.Mutex
 	children map[int]*Child
@@ -112,7 +117,8 @@ func Start(opts Options) (*Template, error) {
 	}
 	t := &Template{
 		conn:     c.(*net.UnixConn),
-		spares:   make(chan *Child, 1),
+		spares:   [2]chan *Child{make(chan *Child, 1), make(chan *Child, 1)},
+		network:  opts.Network,
 		children: make(map[int]*Child),
 		done:     make(chan struct{}),
 		waitDone: make(chan struct{}),
@@ -140,9 +146,15 @@ func Start(opts Options) (*Template, error) {
 		return nil, err
 	}
 	go t.readLoop()
-	if err := t.requestFork(); err != nil {
-		t.kill()
-		return nil, err
+	kinds := []int{kindDeny}
+	if opts.Network {
+		kinds = append(kinds, kindAllow)
+	}
+	for _, k := range kinds {
+		if err := t.requestFork(k); err != nil {
+			t.kill()
+			return nil, err
+		}
 	}
 	return t, nil
 }
@@ -258,8 +270,22 @@ func (t *Template) policy(h hello, opts Options) (map[string]any, error) {
 	for _, p := range []string{"/dev/zero", "/dev/urandom", "/dev/random"} {
 		add(p, sandbox.DeviceAccess(abi, false), false)
 	}
-	// Paths beneath another path's rule add nothing; keep them anyway so
-	// the report lists what the interpreter asked for.
+	// A rule beneath another rule that already grants all its rights adds
+	// nothing but work for every spare: drop it.
+	var kept []rule
+	for _, r := range rules {
+		covered := false
+		for _, o := range rules {
+			if o.path != r.path && o.access&r.access == r.access && pathBeneath(r.path, o.path) {
+				covered = true
+				break
+			}
+		}
+		if !covered {
+			kept = append(kept, r)
+		}
+	}
+	rules = kept
 	pairs := make([][2]any, 0, len(rules))
 	rs := sandbox.Ruleset{ABI: abi, HandledFS: sandbox.HandledFS(abi),
 		HandledNet: sandbox.HandledNet(abi, false), Scoped: sandbox.Scoped(abi)}
@@ -299,6 +325,15 @@ func (t *Template) policy(h hello, opts Options) (map[string]any, error) {
 			"capget":                  unix.SYS_CAPGET,
 		},
 	}, nil
+}
+
+// pathBeneath reports whether path lies inside base (both clean and
+// absolute).
+func pathBeneath(path, base string) bool {
+	if base == "/" {
+		return true
+	}
+	return strings.HasPrefix(path, base+"/")
 }
 
 var (
@@ -347,18 +382,52 @@ func (t *Template) send(v any, fds []int) error {
 	return err
 }
 
-func (t *Template) requestFork() error {
-	return t.send(map[string]string{"t": "fork"}, nil)
+// Spare kinds: a spare's seccomp filter, installed ahead of time, either
+// denies sockets or allows IPv4/IPv6 ones.
+const (
+	kindDeny  = 0
+	kindAllow = 1
+)
+
+var kindNames = [2]string{"deny", "allow"}
+
+// refill asks for the next spare of a kind once the previous one is done
+// with. A failed request means the channel is gone: the template is dead.
+func (t *Template) refill(kind int) {
+	if isClosed(t.done) {
+		return
+	}
+	if err := t.requestFork(kind); err != nil {
+		t.fail(fmt.Errorf("request fork: %w", err))
+	}
 }
 
-// Take returns the template's ready spare, waiting for it if the template
-// is still forking, and asks the template to fork the next one.
-func (t *Template) Take(cancel <-chan struct{}) (*Child, error) {
+func isClosed(ch <-chan struct{}) bool {
 	select {
-	case c := <-t.spares:
-		if err := t.requestFork(); err != nil {
-			t.fail(fmt.Errorf("request fork: %w", err))
+	case <-ch:
+		return true
+	default:
+		return false
+	}
+}
+
+func (t *Template) requestFork(kind int) error {
+	return t.send(map[string]string{"t": "fork", "kind": kindNames[kind]}, nil)
+}
+
+// Take returns the template's ready spare of the kind the job needs (with
+// or without the network), waiting for it if the template is still
+// forking. Closing the child asks for its replacement.
+func (t *Template) Take(network bool, cancel <-chan struct{}) (*Child, error) {
+	kind := kindDeny
+	if network {
+		if !t.network {
+			return nil, errors.New("this template keeps no spares for jobs with the network")
 		}
+		kind = kindAllow
+	}
+	select {
+	case c := <-t.spares[kind]:
 		return c, nil
 	case <-t.done:
 		return nil, t.Err()
@@ -371,6 +440,7 @@ var errCanceled = errors.New("canceled")
 
 type tplMsg struct {
 	T      string `json:"t"`
+	Kind   string `json:"kind"`
 	Pid    int    `json:"pid"`
 	Code   *int   `json:"code"`
 	Signal int    `json:"signal"`
@@ -386,6 +456,7 @@ func (t *Template) readLoop() {
 	)
 	for {
 		n, oobn, flags, _, err := t.conn.ReadMsgUnix(rbuf, oob)
+		n, oobn = max(n, 0), max(oobn, 0) // a failed read may report -1
 		if oobn > 0 {
 			got, perr := parseRights(oob[:oobn])
 			fds = append(fds, got...)
@@ -425,7 +496,11 @@ func (t *Template) readLoop() {
 					t.fail(errors.New("spare frame without its descriptors"))
 					return
 				}
-				c, cerr := newChild(t, m.Pid, fds[:4])
+				kind := kindDeny
+				if m.Kind == kindNames[kindAllow] {
+					kind = kindAllow
+				}
+				c, cerr := newChild(t, m.Pid, kind, fds[:4])
 				fds = fds[4:]
 				if cerr != nil {
 					t.fail(cerr)
@@ -434,7 +509,14 @@ func (t *Template) readLoop() {
 				t.mu.Lock()
 				t.children[m.Pid] = c
 				t.mu.Unlock()
-				t.spares <- c
+				select {
+				case t.spares[kind] <- c:
+				default:
+					// Never more than one spare of a kind is requested.
+					c.Close()
+					t.fail(errors.New("template forked a spare nobody asked for"))
+					return
+				}
 			case "exit":
 				t.mu.Lock()
 				c := t.children[m.Pid]
@@ -502,11 +584,13 @@ func (t *Template) fail(err error) {
 	for _, c := range children {
 		c.exited(ExitStatus{Signal: int(unix.SIGKILL), TemplateDied: true})
 	}
-	// Drain an unclaimed spare.
-	select {
-	case c := <-t.spares:
-		c.Close()
-	default:
+	// Drain unclaimed spares.
+	for _, ch := range t.spares {
+		select {
+		case c := <-ch:
+			c.Close()
+		default:
+		}
 	}
 }
 
