@@ -303,3 +303,58 @@ func TestPoolRefusesConfigBeneathItsWriteGrant(t *testing.T) {
 	require.Error(t, cmd.Run())
 	require.Contains(t, stderr.String(), bad+":2: unknown key pool.workrs")
 }
+
+// The README's first command: the pool over the sample request file.
+func TestExamplesRequestsFile(t *testing.T) {
+	bin := pynoxBinary(t)
+	root, err := filepath.Abs("../..")
+	require.NoError(t, err)
+	in, err := os.Open(filepath.Join(root, "examples", "requests.jsonl"))
+	require.NoError(t, err)
+	defer in.Close()
+	cmd := exec.Command(bin, "pool")
+	cmd.Dir = root
+	cmd.Stdin = in
+	out, err := cmd.Output()
+	require.NoError(t, err)
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	got := map[string]map[string]any{}
+	for _, l := range lines[1:] {
+		var m map[string]any
+		require.NoError(t, json.Unmarshal([]byte(l), &m))
+		got[fmt.Sprint(m["id"])] = m
+	}
+	require.Len(t, got, 7)
+	require.Equal(t, "hello from a confined CPython\n", got["hello"]["stdout"])
+	require.Equal(t, "{'apple': 7, 'pear': 5}\n", got["csv"]["stdout"])
+	errType := func(id string) string { return got[id]["error"].(map[string]any)["type"].(string) }
+	require.Equal(t, "PermissionError", errType("denied"))
+	require.Equal(t, "PermissionError", errType("no-fork"))
+	require.Equal(t, "TimeoutError", errType("timeout"))
+	require.Equal(t, "RequestError", errType("bad"))
+	require.Equal(t, "stats", got["stats"]["event"])
+}
+
+func TestExamplesConfigAndPythonClient(t *testing.T) {
+	bin := pynoxBinary(t)
+	root, err := filepath.Abs("../..")
+	require.NoError(t, err)
+	p := startPoolIn(t, root, "--config=examples/pynox.toml")
+	require.Equal(t, []any{"analysis", "quick"}, p.ready["profiles"])
+	p.send(t, `{"id": 1, "profile": "analysis", "code": "import os; print(os.listdir('examples/data'))"}`)
+	r := p.next(t)
+	require.Equal(t, "['orders.csv']\n", r["stdout"], "%v", r)
+	require.NoError(t, p.stdin.Close())
+	require.NoError(t, p.cmd.Wait())
+
+	python, err := exec.LookPath("python3")
+	if err != nil {
+		t.Skip("no python3 to run the example client")
+	}
+	cmd := exec.Command(python, filepath.Join(root, "examples", "agent_tool.py"), bin)
+	cmd.Dir = t.TempDir()
+	out, err := cmd.CombinedOutput()
+	require.NoError(t, err, string(out))
+	require.Contains(t, string(out), "jobs=11 ok=9 failed=2")
+	require.Contains(t, string(out), "denied: PermissionError")
+}
