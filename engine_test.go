@@ -556,3 +556,26 @@ func TestSandboxSetupFailsClosed(t *testing.T) {
 	require.NoFileExists(t, marker, "user code ran although confinement failed")
 	require.Equal(t, p.Stats().Errors["SandboxSetupError"], p.Stats().WorkerErrors)
 }
+
+func TestIPCAndSchedulingOfOthersDenied(t *testing.T) {
+	p := newTestPool(t, Config{Workers: 1})
+	code := fmt.Sprintf(`import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+def errno_of(rc):
+    return 0 if rc >= 0 else ctypes.get_errno()
+IPC_PRIVATE, IPC_CREAT = 0, 0o1000
+print("shmget", errno_of(libc.shmget(IPC_PRIVATE, 4096, IPC_CREAT | 0o600)))
+print("msgget", errno_of(libc.msgget(IPC_PRIVATE, IPC_CREAT | 0o600)))
+print("semget", errno_of(libc.semget(IPC_PRIVATE, 1, IPC_CREAT | 0o600)))
+print("mq_open", errno_of(libc.syscall(%d, b"pynox", 0o100, 0o600, None)))
+print("renice pool", errno_of(libc.setpriority(0, %d, 19)))
+print("renice uid", errno_of(libc.setpriority(2, 0, 19)))
+print("renice self", errno_of(libc.setpriority(0, 0, 5)))
+`, unix.SYS_MQ_OPEN, os.Getpid())
+	r := run(t, p, Job{Code: code})
+	requireOK(t, r)
+	require.Equal(t, "shmget 1\nmsgget 1\nsemget 1\nmq_open 1\nrenice pool 1\nrenice uid 1\nrenice self 0\n", r.Stdout)
+	prio, err := unix.Getpriority(unix.PRIO_PROCESS, 0)
+	require.NoError(t, err)
+	require.Equal(t, 20, prio, "the pool's own priority is unchanged")
+}

@@ -32,6 +32,9 @@
 //   - prlimit64 is only allowed on the calling process (pid 0), personality is
 //     only allowed as a query (0xffffffff) and utimensat is only allowed in its
 //     futimens form (NULL pathname); utime, utimes and futimesat are denied.
+//   - setpriority (PRIO_PROCESS only), sched_setaffinity, sched_setscheduler,
+//     sched_setparam and sched_setattr are only allowed on the calling
+//     process, so a job cannot slow down other processes of its uid.
 //   - A fixed list of system calls that could escape or weaken the sandbox,
 //     inspect other processes, change credentials, file modes, ownership or
 //     extended attributes, touch kernel state, mounts, namespaces, keys, BPF,
@@ -128,9 +131,34 @@ func (t *archTable) special() []sysEntry {
 	}
 }
 
+// selfEntry is a system call allowed only on the calling process: every
+// listed argument must be zero (all 64 bits).
+type selfEntry struct {
+	name string
+	nr   uint32
+	args []uint32
+}
+
+// selfOnly lists the scheduling calls a job may make on itself but not on
+// other processes of its uid, which it could otherwise slow down.
+// setpriority(which, who, prio) needs which == PRIO_PROCESS and who == 0:
+// PRIO_USER with who 0 would renice every process of the uid.
+func (t *archTable) selfOnly() []selfEntry {
+	return []selfEntry{
+		{"setpriority", unix.SYS_SETPRIORITY, []uint32{0, 1}},
+		{"sched_setaffinity", unix.SYS_SCHED_SETAFFINITY, []uint32{0}},
+		{"sched_setscheduler", unix.SYS_SCHED_SETSCHEDULER, []uint32{0}},
+		{"sched_setparam", unix.SYS_SCHED_SETPARAM, []uint32{0}},
+		{"sched_setattr", unix.SYS_SCHED_SETATTR, []uint32{0}},
+	}
+}
+
 // syscallNames maps every system call number the policy mentions to its name.
 func (t *archTable) syscallNames() map[uint32]string {
-	m := make(map[uint32]string, len(t.deny)+8)
+	m := make(map[uint32]string, len(t.deny)+16)
+	for _, e := range t.selfOnly() {
+		m[e.nr] = e.name
+	}
 	for _, e := range t.special() {
 		m[e.nr] = e.name
 	}
@@ -186,7 +214,11 @@ const maxChunk = 200
 func build(t *archTable, p Policy) (Program, error) {
 	// Reject tables that would make one rule shadow another.
 	seen := make(map[uint32]string)
-	for _, e := range append(t.special(), t.deny...) {
+	all := append(t.special(), t.deny...)
+	for _, e := range t.selfOnly() {
+		all = append(all, sysEntry{e.name, e.nr})
+	}
+	for _, e := range all {
 		if prev, dup := seen[e.nr]; dup {
 			return nil, fmt.Errorf("seccomp: %s: syscall %d listed twice (%s, %s)", t.goarch, e.nr, prev, e.name)
 		}
@@ -271,6 +303,11 @@ func build(t *archTable, p Policy) (Program, error) {
 
 	// 8. utimensat(dirfd, pathname, ...): only the futimens form (NULL pathname).
 	b.argIsZero(t.utimensat, 1)
+
+	// 8b. Scheduling calls only on the calling process.
+	for _, e := range t.selfOnly() {
+		b.argsAreZero(e.nr, e.args...)
+	}
 
 	// 9. The fixed deny list, in chunks sharing one RET ERRNO|EPERM each.
 	for start := 0; start < len(t.deny); start += maxChunk {
@@ -360,13 +397,19 @@ func (b *asm) loadArgHi(i uint32) {
 }
 
 // argIsZero emits: if nr == sys { allow iff args[i] == 0 (all 64 bits), else EPERM }.
-func (b *asm) argIsZero(sys, i uint32) {
+func (b *asm) argIsZero(sys, i uint32) { b.argsAreZero(sys, i) }
+
+// argsAreZero emits: if nr == sys { allow iff every args[i] == 0 (all 64
+// bits), else EPERM }.
+func (b *asm) argsAreZero(sys uint32, idx ...uint32) {
 	skip, deny := b.label(), b.label()
 	b.jumpL(unix.BPF_JMP|unix.BPF_JEQ|unix.BPF_K, sys, next, skip)
-	b.loadArgLo(i)
-	b.jumpL(unix.BPF_JMP|unix.BPF_JEQ|unix.BPF_K, 0, next, deny)
-	b.loadArgHi(i)
-	b.jumpL(unix.BPF_JMP|unix.BPF_JEQ|unix.BPF_K, 0, next, deny)
+	for _, i := range idx {
+		b.loadArgLo(i)
+		b.jumpL(unix.BPF_JMP|unix.BPF_JEQ|unix.BPF_K, 0, next, deny)
+		b.loadArgHi(i)
+		b.jumpL(unix.BPF_JMP|unix.BPF_JEQ|unix.BPF_K, 0, next, deny)
+	}
 	b.ret(retAllow)
 	b.bind(deny)
 	b.ret(retEPERM)

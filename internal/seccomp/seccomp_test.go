@@ -52,6 +52,9 @@ var requiredDenied = []string{
 	"nfsservctl", "create_module", "get_kernel_syms", "query_module", "_sysctl",
 	"afs_syscall", "tuxcall", "security", "vserver",
 	"sethostname", "setdomainname", "mknod", "mknodat",
+	"shmget", "shmat", "shmctl", "shmdt", "msgget", "msgsnd", "msgrcv", "msgctl",
+	"semget", "semop", "semtimedop", "semctl", "mq_open", "mq_unlink", "mq_timedsend",
+	"mq_timedreceive", "mq_notify", "mq_getsetattr", "ioprio_set",
 }
 
 var absentOn = map[string][]string{
@@ -206,6 +209,18 @@ func policyCases(t *testing.T, p Policy) []vmCase {
 		{"prlimit64 self", call(unix.SYS_PRLIMIT64, 0, unix.RLIMIT_NOFILE, 0, 0x1000), ActionAllow},
 		{"prlimit64 other pid", call(unix.SYS_PRLIMIT64, 1234, unix.RLIMIT_NOFILE, 0, 0x1000), eperm},
 		{"prlimit64 pid in high half", call(unix.SYS_PRLIMIT64, 1<<32, unix.RLIMIT_NOFILE, 0, 0x1000), eperm},
+		// Scheduling: only the calling process.
+		{"setpriority self", call(unix.SYS_SETPRIORITY, unix.PRIO_PROCESS, 0, 10), ActionAllow},
+		{"setpriority other pid", call(unix.SYS_SETPRIORITY, unix.PRIO_PROCESS, 1, 10), eperm},
+		{"setpriority whole uid", call(unix.SYS_SETPRIORITY, unix.PRIO_USER, 0, 19), eperm},
+		{"sched_setaffinity self", call(unix.SYS_SCHED_SETAFFINITY, 0, 8, 0x1000), ActionAllow},
+		{"sched_setaffinity other", call(unix.SYS_SCHED_SETAFFINITY, 1, 8, 0x1000), eperm},
+		{"sched_setscheduler other", call(unix.SYS_SCHED_SETSCHEDULER, 1, 0, 0x1000), eperm},
+		// System V IPC and POSIX message queues.
+		{"shmget", call(unix.SYS_SHMGET, 0, 4096, 0o1600), eperm},
+		{"msgget", call(unix.SYS_MSGGET, 0, 0o1600), eperm},
+		{"semget", call(unix.SYS_SEMGET, 0, 1, 0o1600), eperm},
+		{"mq_open", call(unix.SYS_MQ_OPEN, 0x1000, 0o100), eperm},
 
 		// personality.
 		{"personality query", call(unix.SYS_PERSONALITY, 0xffffffff), ActionAllow},
@@ -309,6 +324,15 @@ func TestPolicyVMExhaustive(t *testing.T) {
 			if args[1] != 0 {
 				return eperm
 			}
+		case nr == unix.SYS_SETPRIORITY:
+			if args[0] != 0 || args[1] != 0 {
+				return eperm
+			}
+		case nr == unix.SYS_SCHED_SETAFFINITY, nr == unix.SYS_SCHED_SETSCHEDULER,
+			nr == unix.SYS_SCHED_SETPARAM, nr == unix.SYS_SCHED_SETATTR:
+			if args[0] != 0 {
+				return eperm
+			}
 		}
 		return ActionAllow
 	}
@@ -340,6 +364,9 @@ func TestBuildChunkedDenyList(t *testing.T) {
 	tbl.deny = nil
 	special := map[uint32]bool{}
 	for _, e := range tbl.special() {
+		special[e.nr] = true
+	}
+	for _, e := range tbl.selfOnly() {
 		special[e.nr] = true
 	}
 	for nr := uint32(0); len(tbl.deny) < 3*maxChunk+17; nr++ {
