@@ -50,7 +50,7 @@
 //     reaches a template or a job;
 //  2. rlimits: address space (see Limits), file size (SIGXFSZ ignored, so
 //     an oversized write fails with OSError EFBIG), no core dumps, a CPU
-//     time backstop one second past the timeout;
+//     time backstop one second past the timeout, 4096 descriptors;
 //  3. every capability dropped, bounding and ambient sets included, and
 //     no_new_privs — CI and many servers run as root, and root without
 //     capabilities is just a user;

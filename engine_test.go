@@ -101,6 +101,10 @@ func TestRunBasics(t *testing.T) {
 			requireOK(t, r)
 			require.Equal(t, "héllo ✓ 🐍\n", r.Stdout)
 		}},
+		{"rlimits in force and cannot be raised", Job{Code: "import resource as r\nprint(r.getrlimit(r.RLIMIT_NOFILE), r.getrlimit(r.RLIMIT_CORE), r.getrlimit(r.RLIMIT_FSIZE), r.getrlimit(r.RLIMIT_CPU))\ntry:\n    r.setrlimit(r.RLIMIT_NOFILE, (8192, 8192))\nexcept (ValueError, OSError) as e:\n    print('refused')", MaxFileSize: 1 << 20, Timeout: Duration(3 * time.Second)}, func(t *testing.T, r *Result) {
+			requireOK(t, r)
+			require.Equal(t, "(4096, 4096) (0, 0) (1048576, 1048576) (4, 5)\nrefused\n", r.Stdout)
+		}},
 		{"imports from the stdlib work", Job{Code: "import json, decimal, sqlite3, ssl, zoneinfo, datetime\nprint(json.dumps({'a': str(decimal.Decimal('1.5'))}))"}, func(t *testing.T, r *Result) {
 			requireOK(t, r)
 			require.Equal(t, "{\"a\": \"1.5\"}\n", r.Stdout)

@@ -38,6 +38,7 @@ PROTO = 1
 FD = 3  # the template's channel to Go; in a child, the child's own channel
 MAX_FRAME = 8 << 20
 MSG_CAP = 4096
+MAX_FILES = 4096  # a job's descriptor limit (RLIMIT_NOFILE)
 
 _libc = ctypes.CDLL(None, use_errno=True)
 _syscall = _libc.syscall
@@ -462,6 +463,7 @@ class Spare:
         resource.setrlimit(resource.RLIMIT_FSIZE, (lim["fsize"], lim["fsize"]))
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
         resource.setrlimit(resource.RLIMIT_CPU, (lim["cpu"], lim["cpu"] + 1))
+        resource.setrlimit(resource.RLIMIT_NOFILE, (MAX_FILES, MAX_FILES))
         # 4. Landlock: add the request's grants and enforce.
         if bool(job.get("network")) != (self.kind == "allow"):
             raise SetupError("a %s spare cannot serve a job with network=%r" % (self.kind, job.get("network")))
