@@ -144,6 +144,11 @@ func (p *Pool) hint(pl *plan, e *worker.ErrorInfo) string {
 		}
 		return fmt.Sprintf("files are limited to %s, the pool's ceiling", formatSize(pl.job.Limits.Fsize))
 	case e.Type == "PermissionError" || errno == int(unix.EACCES) || errno == int(unix.EPERM):
+		if errno == int(unix.EPERM) && e.Filename != nil && *e.Filename != "" {
+			// Landlock refuses with EACCES; EPERM on a path is seccomp's.
+			return "the sandbox denies changing file modes, owners, extended attributes and timestamps " +
+				"(chmod, chown, utime), and creating device nodes; shutil.copyfile copies a file's contents without them"
+		}
 		if e.Filename == nil || *e.Filename == "" {
 			if pl.network {
 				return "the sandbox denies creating processes, running programs and this system call"

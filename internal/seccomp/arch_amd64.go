@@ -18,9 +18,9 @@ var nativeTable = &archTable{
 	ioctl:       unix.SYS_IOCTL,
 	prlimit64:   unix.SYS_PRLIMIT64,
 	personality: unix.SYS_PERSONALITY,
-	utimensat:   unix.SYS_UTIMENSAT,
 
 	deny: []sysEntry{
+		{"utimensat", unix.SYS_UTIMENSAT},
 		// System V IPC and POSIX message queues live outside the filesystem
 		// Landlock sees; a job could reach other processes' segments (same
 		// uid) or leave state behind for the next job.
@@ -49,7 +49,7 @@ var nativeTable = &archTable{
 		{"vfork", unix.SYS_VFORK},
 		{"execve", unix.SYS_EXECVE},
 		{"execveat", unix.SYS_EXECVEAT},
-		// Legacy timestamp setters (utimensat is handled above).
+		// Timestamp setters: Landlock does not mediate metadata.
 		{"utime", unix.SYS_UTIME},
 		{"utimes", unix.SYS_UTIMES},
 		{"futimesat", unix.SYS_FUTIMESAT},
@@ -133,8 +133,9 @@ var nativeTable = &archTable{
 		{"migrate_pages", unix.SYS_MIGRATE_PAGES},
 		{"move_pages", unix.SYS_MOVE_PAGES},
 		{"fanotify_init", unix.SYS_FANOTIFY_INIT},
-		// File modes and ownership (fchmod stays allowed: it needs an fd the job could already open under Landlock).
+		// File modes and ownership, in every form: Landlock does not mediate metadata.
 		{"chmod", unix.SYS_CHMOD},
+		{"fchmod", unix.SYS_FCHMOD},
 		{"fchmodat", unix.SYS_FCHMODAT},
 		{"fchmodat2", unix.SYS_FCHMODAT2},
 		{"chown", unix.SYS_CHOWN},

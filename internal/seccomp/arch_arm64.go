@@ -20,9 +20,9 @@ var nativeTable = &archTable{
 	ioctl:       unix.SYS_IOCTL,
 	prlimit64:   unix.SYS_PRLIMIT64,
 	personality: unix.SYS_PERSONALITY,
-	utimensat:   unix.SYS_UTIMENSAT,
 
 	deny: []sysEntry{
+		{"utimensat", unix.SYS_UTIMENSAT},
 		// System V IPC and POSIX message queues live outside the filesystem
 		// Landlock sees; a job could reach other processes' segments (same
 		// uid) or leave state behind for the next job.
@@ -124,8 +124,9 @@ var nativeTable = &archTable{
 		{"migrate_pages", unix.SYS_MIGRATE_PAGES},
 		{"move_pages", unix.SYS_MOVE_PAGES},
 		{"fanotify_init", unix.SYS_FANOTIFY_INIT},
-		// File modes and ownership (fchmod stays allowed: it needs an fd the job could already open under Landlock).
+		// File modes and ownership, in every form: Landlock does not mediate metadata.
 		{"fchmodat", unix.SYS_FCHMODAT},
+		{"fchmod", unix.SYS_FCHMOD},
 		{"fchmodat2", unix.SYS_FCHMODAT2},
 		{"fchown", unix.SYS_FCHOWN},
 		{"fchownat", unix.SYS_FCHOWNAT},

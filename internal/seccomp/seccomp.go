@@ -29,9 +29,14 @@
 //   - ioctl is denied for the terminal injection commands TIOCSTI and
 //     TIOCLINUX (comparing only the low 32 bits of the command, as the kernel
 //     does).
-//   - prlimit64 is only allowed on the calling process (pid 0), personality is
-//     only allowed as a query (0xffffffff) and utimensat is only allowed in its
-//     futimens form (NULL pathname); utime, utimes and futimesat are denied.
+//   - prlimit64 is only allowed on the calling process (pid 0) and
+//     personality only as a query (0xffffffff).
+//   - Changing a file's mode, owner, extended attributes or timestamps is
+//     denied in every form (chmod, fchmod, fchmodat, the chown family, the
+//     xattr setters, utimensat, utime, utimes, futimesat): Landlock does not
+//     mediate metadata, and a job running as the files' owner could
+//     otherwise change them on anything it may merely read — make a runtime
+//     file setuid, say — through a read-only descriptor.
 //   - setpriority (PRIO_PROCESS only), sched_setaffinity, sched_setscheduler,
 //     sched_setparam and sched_setattr are only allowed on the calling
 //     process, so a job cannot slow down other processes of its uid.
@@ -41,8 +46,7 @@
 //     perf, io_uring or the clock is always denied.
 //
 // Every other system call is allowed; the filesystem view is restricted
-// separately by Landlock, which is why fchmod (which needs an already opened
-// file descriptor) stays allowed while chmod and fchmodat are denied.
+// separately by Landlock.
 package seccomp
 
 import (
@@ -112,7 +116,7 @@ type archTable struct {
 	x32       bool // deny the x32 ABI (nr >= __X32_SYSCALL_BIT)
 
 	// System calls with argument-dependent rules.
-	clone, clone3, socket, ioctl, prlimit64, personality, utimensat uint32
+	clone, clone3, socket, ioctl, prlimit64, personality uint32
 
 	// deny lists the system calls that always fail with EPERM.
 	deny []sysEntry
@@ -127,7 +131,6 @@ func (t *archTable) special() []sysEntry {
 		{"ioctl", t.ioctl},
 		{"prlimit64", t.prlimit64},
 		{"personality", t.personality},
-		{"utimensat", t.utimensat},
 	}
 }
 
@@ -300,9 +303,6 @@ func build(t *archTable, p Policy) (Program, error) {
 		b.ret(retEPERM)
 		b.bind(skip)
 	}
-
-	// 8. utimensat(dirfd, pathname, ...): only the futimens form (NULL pathname).
-	b.argIsZero(t.utimensat, 1)
 
 	// 8b. Scheduling calls only on the calling process.
 	for _, e := range t.selfOnly() {

@@ -190,6 +190,9 @@ type childMsg struct {
 // output as it comes; see Child.stdoutFd.
 const outputDelay = 2 * time.Millisecond
 
+// drainTimeout bounds the wait for a finished job's output pipes to close.
+const drainTimeout = 2 * time.Second
+
 // maxCtlFrame bounds one frame from a child: a child is hostile once user
 // code runs, so it gets no more room than an honest report needs.
 const maxCtlFrame = 64 << 10
@@ -251,6 +254,7 @@ func (c *Child) Run(job *Job, cancel <-chan struct{}) *Outcome {
 	// Output capture starts when the job reports, ends, or has run for
 	// outputDelay; until then the pipes (64 KiB and more each) hold it.
 	var pipes <-chan struct{} // closed when both pipes reached EOF; nil until capture starts
+	var outFiles []*os.File
 	startCapture := func() {
 		if pipes != nil {
 			return
@@ -258,6 +262,7 @@ func (c *Child) Run(job *Job, cancel <-chan struct{}) *Outcome {
 		stdout := os.NewFile(uintptr(c.stdoutFd), "job-stdout")
 		stderr := os.NewFile(uintptr(c.stderrFd), "job-stderr")
 		c.stdoutFd, c.stderrFd = -1, -1
+		outFiles = []*os.File{stdout, stderr}
 		var wg sync.WaitGroup
 		wg.Add(2)
 		go capture(stdout, job.MaxOutput, &o.Stdout, &o.StdoutTrunc, &wg)
@@ -311,6 +316,7 @@ func (c *Child) Run(job *Job, cancel <-chan struct{}) *Outcome {
 	}
 	exitCh := c.exitCh
 	pipesDone := false
+	var drain <-chan time.Time
 	for {
 		// The result is complete once the output pipes are closed and the
 		// outcome is known: the child's own report, a kill of ours, or —
@@ -321,6 +327,19 @@ func (c *Child) Run(job *Job, cancel <-chan struct{}) *Outcome {
 			startCapture()
 			if pipesDone {
 				break
+			}
+			if drain == nil {
+				// Nothing more is read from the control socket. Closing it
+				// also frees any descriptors the job queued on it (its own
+				// pipe ends, say), which would keep the pipes open.
+				c.ctl.Close()
+				events = nil
+				// The child is dead or being killed, so its pipes close
+				// soon; a job that smuggled their ends elsewhere gets its
+				// output cut off rather than hanging the worker.
+				t := time.NewTimer(drainTimeout)
+				defer t.Stop()
+				drain = t.C
 			}
 		}
 		var pipesWait <-chan struct{}
@@ -364,6 +383,12 @@ func (c *Child) Run(job *Job, cancel <-chan struct{}) *Outcome {
 				kill()
 			}
 		case <-pipesWait:
+			pipesDone = true
+		case <-drain:
+			for _, f := range outFiles {
+				f.Close()
+			}
+			<-pipes
 			pipesDone = true
 		case st, ok := <-exitCh:
 			exitCh = nil

@@ -39,6 +39,8 @@ FD = 3  # the template's channel to Go; in a child, the child's own channel
 MAX_FRAME = 8 << 20
 MSG_CAP = 4096
 MAX_FILES = 4096  # a job's descriptor limit (RLIMIT_NOFILE)
+RESERVE = 1 << 20  # bytes kept back to report a MemoryError with
+TB_FRAMES = 100  # innermost frames printed of a deeper traceback
 
 _libc = ctypes.CDLL(None, use_errno=True)
 _syscall = _libc.syscall
@@ -502,16 +504,23 @@ class Spare:
         except BaseException as e:  # noqa: BLE001 - a SyntaxError is the job's
             traceback.print_exception(type(e), e, None)
             return 1, _describe(e, name)
+        # Memory set aside to report an exception with when the job used up
+        # its allowance.
+        reserve = bytearray(RESERVE)
         try:
             exec(code, d)
         except SystemExit as e:
             return _exit_code(e), None
         except BaseException as e:  # noqa: BLE001 - every exception is the job's
-            try:
-                traceback.print_exception(type(e), e, e.__traceback__.tb_next)
-            except BaseException:  # noqa: BLE001
-                pass
-            return 1, _describe(e, name)
+            if isinstance(e, MemoryError):
+                # The job is over: drop its data so the report can be made.
+                del reserve
+                d.clear()
+                traceback.clear_frames(e.__traceback__)
+                gc.collect()
+            info = _describe(e, name)
+            _print_traceback(e)
+            return 1, info
         return 0, None
 
     def finish(self, code, err):
@@ -574,7 +583,37 @@ def _exit_code(e):
     return 1
 
 
+def _print_traceback(e):
+    """Prints the job's traceback, without the runner's frame, to stderr. A
+    very deep one (runaway recursion) is cut to its innermost frames:
+    formatting a million frames would take longer than most timeouts."""
+    try:
+        tb = e.__traceback__.tb_next if e.__traceback__ is not None else None
+        depth = 0
+        t = tb
+        while t is not None and depth <= 2 * TB_FRAMES:
+            depth += 1
+            t = t.tb_next
+        if depth > 2 * TB_FRAMES:
+            print("[traceback cut to its innermost %d frames]" % TB_FRAMES, file=sys.stderr)
+            traceback.print_exception(type(e), e, tb, limit=-TB_FRAMES)
+        else:
+            traceback.print_exception(type(e), e, tb)
+    except BaseException:  # noqa: BLE001 - the report must not fail
+        try:
+            os.write(2, ("%s: %s\n" % (type(e).__name__, e)).encode("utf-8", "replace"))
+        except BaseException:  # noqa: BLE001
+            pass
+
+
 def _describe(e, name):
+    try:
+        return _describe_unsafe(e, name)
+    except BaseException:  # noqa: BLE001 - out of memory while describing
+        return {"type": type(e).__name__, "message": "", "file": None, "line": None}
+
+
+def _describe_unsafe(e, name):
     file = line = None
     tb = e.__traceback__
     last = None
