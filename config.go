@@ -225,7 +225,7 @@ func realDir(p string) (string, error) {
 // resolvePython finds the interpreter binary: the named one or the first
 // python3 on PATH, following symlinks, and asking a launcher script once
 // which binary it runs.
-func resolvePython(name string) (string, error) {
+func FindPython(name string) (string, error) {
 	if name == "" {
 		name = "python3"
 	}

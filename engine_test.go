@@ -209,7 +209,8 @@ func TestFilesystemConfinement(t *testing.T) {
 		require.Equal(t, []string{filepath.Join(dir, "out")}, r.Policy.AllowWrite)
 	})
 	t.Run("writes outside allow_write denied", func(t *testing.T) {
-		for _, target := range []string{"/tmp/pynox-escape", filepath.Join(dir, "escape.txt"), "/dev/shm/pynox-escape", filepath.Join(dir, "data", "x")} {
+		unique := fmt.Sprintf("pynox-escape-%d-%d", os.Getpid(), time.Now().UnixNano())
+		for _, target := range []string{"/tmp/" + unique, filepath.Join(dir, "escape.txt"), "/dev/shm/" + unique, filepath.Join(dir, "data", "x")} {
 			r := run(t, p, Job{Code: fmt.Sprintf("open(%q, 'w').write('x')", target), AllowWrite: []string{"out"}})
 			requireErrorType(t, r, "PermissionError")
 			require.NoFileExists(t, target)
@@ -517,7 +518,7 @@ func TestPythonFromPath(t *testing.T) {
 	requireSandbox(t)
 	// The default interpreter is the first python3 on PATH, even when that
 	// is a launcher script such as a pyenv shim.
-	python, err := resolvePython("")
+	python, err := FindPython("")
 	require.NoError(t, err)
 	require.True(t, isELF(python), python)
 	p := newTestPool(t, Config{Workers: 1, Python: "python3"})

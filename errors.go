@@ -1,9 +1,6 @@
 package pynox
 
-import (
-	"errors"
-	"fmt"
-)
+import "fmt"
 
 // Kind classifies an [Error].
 type Kind int
@@ -110,11 +107,4 @@ func newError(k Kind, format string, args ...any) *Error {
 // requestErrorf returns a KindRequest error.
 func requestErrorf(format string, args ...any) *Error {
 	return newError(KindRequest, format, args...)
-}
-
-// asError returns err as an *Error, if it is one.
-func asError(err error) (*Error, bool) {
-	var e *Error
-	ok := errors.As(err, &e)
-	return e, ok
 }

@@ -39,7 +39,6 @@ type poolWorker struct {
 	pool *Pool
 	mu   sync.Mutex
 	tpl  *worker.Template
-	err  error // why the last start failed
 }
 
 // New validates cfg, starts its templates and waits until each has
@@ -52,7 +51,7 @@ func New(cfg Config) (*Pool, error) {
 	if err != nil {
 		return nil, &Error{Kind: KindSpawn, Type: "Spawn", Message: "invalid config", Err: err}
 	}
-	python, err := resolvePython(cfg.Python)
+	python, err := FindPython(cfg.Python)
 	if err != nil {
 		return nil, &Error{Kind: KindSpawn, Type: "Spawn", Err: err}
 	}
@@ -192,7 +191,6 @@ func (w *poolWorker) template() (*worker.Template, error) {
 	}
 	t, err := worker.Start(w.pool.templateOptions())
 	if err != nil {
-		w.err = err
 		return nil, err
 	}
 	w.tpl = t

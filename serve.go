@@ -16,10 +16,6 @@ import (
 // excluded; a longer line is discarded with a RequestError.
 const MaxLine = 1 << 20
 
-// ServeOptions tunes [Pool.Serve]; the zero value is the protocol's
-// behaviour.
-type ServeOptions struct{}
-
 // request is one line of the pool protocol.
 type request struct {
 	Job
@@ -52,7 +48,7 @@ type statsEvent struct {
 // Serve returns nil after EOF on r once every accepted job is answered.
 // When ctx ends it stops reading, answers the jobs already accepted, and
 // returns nil. It returns an error only when w fails.
-func (p *Pool) Serve(ctx context.Context, r io.Reader, w io.Writer, opts ServeOptions) error {
+func (p *Pool) Serve(ctx context.Context, r io.Reader, w io.Writer) error {
 	out := newLineWriter(w)
 	defer out.close()
 

@@ -20,7 +20,7 @@ import (
 func serveLines(t *testing.T, p *Pool, input string) []map[string]any {
 	t.Helper()
 	var out bytes.Buffer
-	require.NoError(t, p.Serve(context.Background(), strings.NewReader(input), &out, ServeOptions{}))
+	require.NoError(t, p.Serve(context.Background(), strings.NewReader(input), &out))
 	var lines []map[string]any
 	sc := bufio.NewScanner(&out)
 	sc.Buffer(make([]byte, 1<<20), 8<<20)
@@ -251,7 +251,7 @@ func TestServeBackpressure(t *testing.T) {
 	}
 	w := &blockingWriter{release: make(chan struct{})}
 	done := make(chan error, 1)
-	go func() { done <- p.Serve(context.Background(), in, w, ServeOptions{}) }()
+	go func() { done <- p.Serve(context.Background(), in, w) }()
 	// With stdout blocked after the ready line, the pool may hold the
 	// running job plus a queue of twice the workers, plus the line being
 	// read and the handful in the reader's buffer; never all 50.
@@ -270,7 +270,7 @@ func TestServeStopsOnContext(t *testing.T) {
 	var out bytes.Buffer
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- p.Serve(ctx, pr, &out, ServeOptions{}) }()
+	go func() { done <- p.Serve(ctx, pr, &out) }()
 	_, err := io.WriteString(pw, `{"id": "slow", "code": "import time; time.sleep(0.5); print('drained')"}`+"\n")
 	require.NoError(t, err)
 	time.Sleep(100 * time.Millisecond)

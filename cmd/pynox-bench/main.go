@@ -53,6 +53,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/pynox/pynox"
 	"golang.org/x/sys/unix"
 )
 
@@ -631,40 +632,6 @@ func bench(ctx context.Context, o options) (*Report, error) {
 
 // ---------------------------------------------------------------- python
 
-// realPython resolves name to the interpreter binary, asking a launcher
-// script (such as a pyenv shim) once which binary it runs — the same
-// resolution pynox does, so every contender runs the same interpreter.
-func realPython(name string) (string, error) {
-	path, err := exec.LookPath(name)
-	if err != nil {
-		return "", fmt.Errorf("python %q not found: %w", name, err)
-	}
-	if real, err := filepath.EvalSymlinks(path); err == nil && isELF(real) {
-		return filepath.Abs(real)
-	}
-	out, err := exec.Command(path, "-c", "import sys; print(sys.executable)").Output()
-	if err != nil {
-		return "", fmt.Errorf("python %s failed to report its interpreter: %w", path, err)
-	}
-	exe := strings.TrimSpace(string(out))
-	real, err := filepath.EvalSymlinks(exe)
-	if err != nil {
-		return "", err
-	}
-	return real, nil
-}
-
-func isELF(path string) bool {
-	f, err := os.Open(path)
-	if err != nil {
-		return false
-	}
-	defer f.Close()
-	var magic [4]byte
-	_, err = io.ReadFull(f, magic[:])
-	return err == nil && string(magic[:]) == "\x7fELF"
-}
-
 const probeScript = `import json, sys
 d = {"version": "%d.%d.%d" % sys.version_info[:3]}
 try:
@@ -677,7 +644,7 @@ print(json.dumps(d))
 `
 
 func pythonInfo(name string) (PythonInfo, error) {
-	path, err := realPython(name)
+	path, err := pynox.FindPython(name)
 	if err != nil {
 		return PythonInfo{}, err
 	}

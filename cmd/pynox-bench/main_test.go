@@ -10,9 +10,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/stretchr/testify/require"
-
+	"github.com/pynox/pynox"
 	"github.com/pynox/pynox/internal/sandbox"
+	"github.com/stretchr/testify/require"
 )
 
 // requireBenchable skips where the bench cannot run: short mode (it builds
@@ -29,7 +29,7 @@ func requireBenchable(t *testing.T) {
 	if _, err := exec.LookPath("go"); err != nil {
 		t.Skip("no go command to build pynox with")
 	}
-	if _, err := realPython(defaultPython()); err != nil {
+	if _, err := pynox.FindPython(defaultPython()); err != nil {
 		t.Skipf("no python: %v", err)
 	}
 }

@@ -118,7 +118,7 @@ func pool(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	defer p.Close()
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
-	if err := p.Serve(ctx, stdin, stdout, pynox.ServeOptions{}); err != nil {
+	if err := p.Serve(ctx, stdin, stdout); err != nil {
 		fmt.Fprintf(stderr, "pynox pool: %v\n", err)
 		return 1
 	}

@@ -27,6 +27,14 @@ var (
 	buildErr  error
 )
 
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if binPath != "" {
+		os.RemoveAll(filepath.Dir(binPath))
+	}
+	os.Exit(code)
+}
+
 // pynoxBinary builds this command once per test run.
 func pynoxBinary(t *testing.T) string {
 	t.Helper()

@@ -134,6 +134,34 @@ func (t *archTable) special() []sysEntry {
 	}
 }
 
+// sharedDeny lists denied system calls whose numbers every supported
+// architecture has under the same name; each table appends them.
+var sharedDeny = []sysEntry{
+	// System V IPC and POSIX message queues live outside the filesystem
+	// Landlock sees; a job could reach other processes' segments (same uid)
+	// or leave state behind for the next job.
+	{"shmget", unix.SYS_SHMGET},
+	{"shmat", unix.SYS_SHMAT},
+	{"shmctl", unix.SYS_SHMCTL},
+	{"shmdt", unix.SYS_SHMDT},
+	{"msgget", unix.SYS_MSGGET},
+	{"msgsnd", unix.SYS_MSGSND},
+	{"msgrcv", unix.SYS_MSGRCV},
+	{"msgctl", unix.SYS_MSGCTL},
+	{"semget", unix.SYS_SEMGET},
+	{"semop", unix.SYS_SEMOP},
+	{"semtimedop", unix.SYS_SEMTIMEDOP},
+	{"semctl", unix.SYS_SEMCTL},
+	{"mq_open", unix.SYS_MQ_OPEN},
+	{"mq_unlink", unix.SYS_MQ_UNLINK},
+	{"mq_timedsend", unix.SYS_MQ_TIMEDSEND},
+	{"mq_timedreceive", unix.SYS_MQ_TIMEDRECEIVE},
+	{"mq_notify", unix.SYS_MQ_NOTIFY},
+	{"mq_getsetattr", unix.SYS_MQ_GETSETATTR},
+	// I/O priority of other processes (or of every process of the uid).
+	{"ioprio_set", unix.SYS_IOPRIO_SET},
+}
+
 // selfEntry is a system call allowed only on the calling process: every
 // listed argument must be zero (all 64 bits).
 type selfEntry struct {

@@ -607,9 +607,6 @@ func (t *Template) kill() {
 // Close stops the template: closing its channel makes it kill its
 // children and exit; a template that does not within a second is killed.
 func (t *Template) Close() error {
-	t.mu.Lock()
-	wasDead := t.dead
-	t.mu.Unlock()
 	t.conn.CloseWrite()
 	select {
 	case <-t.waitDone:
@@ -617,14 +614,8 @@ func (t *Template) Close() error {
 	}
 	t.fail(errors.New("template closed"))
 	<-t.waitDone
-	if wasDead {
-		return nil
-	}
 	return nil
 }
-
-// Wait blocks until the template process has been reaped.
-func (t *Template) Wait() { <-t.waitDone }
 
 func readJSON(r *frame.Reader, v any) error {
 	b, err := r.Next()
