@@ -63,7 +63,26 @@ type poolProc struct {
 	cmd    *exec.Cmd
 	stdin  io.WriteCloser
 	out    *bufio.Scanner
-	stderr *strings.Builder
+	stderr *syncBuffer
+}
+
+// syncBuffer is a strings.Builder that the process's stderr copier and the
+// test may use at once.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
 
 func startPool(t *testing.T, args ...string) *poolProc {
@@ -80,13 +99,13 @@ func startPoolIn(t *testing.T, dir string, args ...string) *poolProc {
 	require.NoError(t, err)
 	stdout, err := cmd.StdoutPipe()
 	require.NoError(t, err)
-	var stderr strings.Builder
-	cmd.Stderr = &stderr
+	stderr := &syncBuffer{}
+	cmd.Stderr = stderr
 	require.NoError(t, cmd.Start())
 	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
 	sc := bufio.NewScanner(stdout)
 	sc.Buffer(make([]byte, 1<<20), 8<<20)
-	p := &poolProc{cmd: cmd, stdin: stdin, out: sc, stderr: &stderr}
+	p := &poolProc{cmd: cmd, stdin: stdin, out: sc, stderr: stderr}
 	p.ready = p.next(t)
 	require.Equal(t, "ready", p.ready["event"], "stderr: %s", stderr.String())
 	return p
