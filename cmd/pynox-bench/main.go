@@ -901,7 +901,7 @@ func probeLater(s *server, rep *Report) {
 			return
 		}
 		if r.Error != nil && r.Error.Type == "RequestError" {
-			row.Skipped = fmt.Sprintf("not measured: %s are not implemented yet (the pool answers %q)", what, r.Error.Message)
+			row.Skipped = fmt.Sprintf("not measured: the pool has no %s yet (it answers %q)", what, r.Error.Message)
 			return
 		}
 		row.Skipped = fmt.Sprintf("not measured: the pool accepts %s now, but this bench does not measure them yet", what)

@@ -133,7 +133,7 @@ var nativeTable = &archTable{
 		{"mknodat", unix.SYS_MKNODAT},
 		// Secret memory.
 		{"memfd_secret", unix.SYS_MEMFD_SECRET},
-		// Obsolete or unimplemented entry points.
+		// Obsolete entry points (reserved or removed from the kernel).
 		{"nfsservctl", unix.SYS_NFSSERVCTL},
 		{"create_module", unix.SYS_CREATE_MODULE},
 		{"get_kernel_syms", unix.SYS_GET_KERNEL_SYMS},

@@ -120,7 +120,7 @@ var nativeTable = &archTable{
 		{"mknodat", unix.SYS_MKNODAT},
 		// Secret memory.
 		{"memfd_secret", unix.SYS_MEMFD_SECRET},
-		// Obsolete or unimplemented entry points.
+		// Obsolete entry points (reserved or removed from the kernel).
 		{"nfsservctl", unix.SYS_NFSSERVCTL},
 	}, sharedDeny...),
 }
