@@ -30,6 +30,7 @@ type Pool struct {
 	closed   bool
 	closing  chan struct{}
 	inflight sync.WaitGroup
+	restarts sync.WaitGroup // replacements of dead templates under way
 
 	stats statsCounters
 }
@@ -189,6 +190,9 @@ func (w *poolWorker) template() (*worker.Template, error) {
 			return w.tpl, nil
 		}
 	}
+	if isDone(w.pool.closing) {
+		return nil, ErrClosed
+	}
 	t, err := worker.Start(w.pool.templateOptions())
 	if err != nil {
 		return nil, err
@@ -222,8 +226,10 @@ func (p *Pool) release(w *poolWorker) {
 		return
 	}
 	// Replace a dead template before the worker serves again, off the
-	// caller's path.
+	// caller's path. Close waits for the replacement (or its refusal).
+	p.restarts.Add(1)
 	go func() {
+		defer p.restarts.Done()
 		_, _ = w.template()
 		p.idle <- w
 	}()
@@ -317,6 +323,7 @@ func (p *Pool) Close() error {
 	close(p.closing)
 	p.mu.Unlock()
 	p.inflight.Wait()
+	p.restarts.Wait()
 	for _, w := range p.workers {
 		w.mu.Lock()
 		if w.tpl != nil {
