@@ -18,7 +18,7 @@
 //	   │   children and reports their exit status
 //	   ▼ fork
 //	spare      request-independent confinement done ahead of time:
-//	   │   only its own fds (0 /dev/null, 1-2 output pipes, 3 control),
+//	   │   only its own fds (0 /dev/null, 1-2 output pipes, 3 control, 4 bell),
 //	   │   own session, parent-death signal, all capabilities dropped
 //	   │   (bounding set too), no_new_privs, Landlock ruleset holding the
 //	   │   runtime rules, standard streams rebuilt, warmed up
@@ -28,8 +28,10 @@
 //
 // The template hands each spare's control socket, output pipes and pidfd to
 // Go and keeps none of them, so a job never holds the template's channel:
-// anything it writes to any descriptor reaches only its own control channel
-// and output pipes. Go reads the pipes itself (output is captured at
+// anything it writes to any descriptor reaches only its own control channel,
+// bell and output pipes. The host reads the control channel when the child
+// rings its bell (a byte on a pipe), so the "started" report wakes nobody
+// and a short job wakes the host once; a job that closes its bell is polled. Go reads the pipes itself (output is captured at
 // descriptors 1 and 2, so os.write and C extensions are captured too),
 // keeps at most max_output bytes of each and drains the rest. Timeouts are
 // enforced from Go with a pidfd, which cannot hit a reused pid. A job that
@@ -44,7 +46,7 @@
 // depend on the request are done in the spare ahead of time, which only
 // ever makes the spare stricter earlier):
 //
-//  1. descriptors: only 0-3 remain; the environment is a fixed minimal set
+//  1. descriptors: only 0-4 remain; the environment is a fixed minimal set
 //     (PATH, LANG, LC_ALL, HOME=/nonexistent, single-threaded BLAS
 //     settings) plus the request's env — the pool's own environment never
 //     reaches a template or a job;

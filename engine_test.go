@@ -584,3 +584,20 @@ print("renice self", errno_of(libc.setpriority(0, 0, 5)))
 	require.NoError(t, err)
 	require.Equal(t, 20, prio, "the pool's own priority is unchanged")
 }
+
+func TestBellAbuse(t *testing.T) {
+	p := newTestPool(t, Config{Workers: 1})
+	// A job that closes the descriptor it rings the host with still gets
+	// its result, found by polling its control socket.
+	r := run(t, p, Job{Code: "import os, time\nos.close(4)\ntime.sleep(0.05)\nprint('still answered')"})
+	requireOK(t, r)
+	require.Equal(t, "still answered\n", r.Stdout)
+	// One that rings without cause only wakes the host for nothing.
+	r = run(t, p, Job{Code: "import os\nfor _ in range(100000):\n    os.write(4, b'!')\nprint('rang')"})
+	requireOK(t, r)
+	require.Equal(t, "rang\n", r.Stdout)
+	// A crash after closing it is still seen.
+	r = run(t, p, Job{Code: "import os, ctypes\nos.close(4)\nctypes.string_at(0)"})
+	requireErrorType(t, r, "SignalError")
+	requireOK(t, run(t, p, Job{Code: "pass"}))
+}

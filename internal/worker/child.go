@@ -4,8 +4,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"net"
 	"os"
 	"sync"
 	"time"
@@ -27,7 +25,13 @@ type ExitStatus struct {
 type Child struct {
 	Pid int
 	tpl *Template
-	ctl *net.UnixConn
+	// The control socket is a raw descriptor that Go reads only when the
+	// child rings its bell (a pipe, registered with the poller), closes it,
+	// or the host polls it as a fallback: the "started" frame then wakes
+	// nobody, and a job that finishes fast wakes the host once. Writes to
+	// it block, bounded by ctlSendTimeout.
+	ctlFd int
+	bell  *os.File
 	// The output pipes' read ends. They are not registered with Go's poller
 	// until the job has reported or has run for outputDelay, so a short
 	// job's writes wake nothing on the host: on virtual machines, waking an
@@ -41,30 +45,33 @@ type Child struct {
 	status   ExitStatus
 
 	killOnce sync.Once
+	ctlOnce  sync.Once
 	closed   chan struct{} // closed by Close
 	kind     int           // kindDeny or kindAllow
 }
 
+// newChild takes the spare's descriptors as the template sent them:
+// control socket, stdout and stderr read ends, pidfd, bell read end.
 func newChild(t *Template, pid, kind int, fds []int) (*Child, error) {
-	ctlFile := os.NewFile(uintptr(fds[0]), "job-control")
-	conn, err := net.FileConn(ctlFile)
-	ctlFile.Close()
-	if err != nil {
-		closeAll(fds[1:])
-		return nil, fmt.Errorf("child control channel: %w", err)
+	for _, fd := range fds {
+		unix.CloseOnExec(fd)
 	}
-	for _, fd := range fds[1:3] {
-		if err := unix.SetNonblock(fd, true); err != nil {
-			conn.Close()
-			closeAll(fds[1:])
-			return nil, err
+	tv := unix.NsecToTimeval(ctlSendTimeout.Nanoseconds())
+	err := unix.SetsockoptTimeval(fds[0], unix.SOL_SOCKET, unix.SO_SNDTIMEO, &tv)
+	for _, fd := range []int{fds[1], fds[2], fds[4]} {
+		if err == nil {
+			err = unix.SetNonblock(fd, true)
 		}
 	}
-	unix.CloseOnExec(fds[3])
+	if err != nil {
+		closeAll(fds)
+		return nil, fmt.Errorf("child channels: %w", err)
+	}
 	return &Child{
 		Pid:      pid,
 		tpl:      t,
-		ctl:      conn.(*net.UnixConn),
+		ctlFd:    fds[0],
+		bell:     os.NewFile(uintptr(fds[4]), "job-bell"),
 		stdoutFd: fds[1],
 		stderrFd: fds[2],
 		pidfd:    fds[3],
@@ -96,7 +103,8 @@ func (c *Child) Close() {
 	c.killOnce.Do(func() {
 		c.Kill()
 		close(c.closed)
-		c.ctl.Close()
+		c.closeCtl()
+		c.bell.Close()
 		if c.stdoutFd >= 0 {
 			unix.Close(c.stdoutFd)
 			unix.Close(c.stderrFd)
@@ -189,6 +197,14 @@ type childMsg struct {
 // outputDelay is how long a job runs before the host starts reading its
 // output as it comes; see Child.stdoutFd.
 const outputDelay = 2 * time.Millisecond
+
+// ctlSendTimeout bounds a write to a child's control socket: a spare that
+// does not take its job within it is treated as dead.
+const ctlSendTimeout = 5 * time.Second
+
+// ctlPollInterval is how often the host reads the control socket of a
+// child whose code closed its bell.
+const ctlPollInterval = 5 * time.Millisecond
 
 // drainTimeout bounds the wait for a finished job's output pipes to close.
 const drainTimeout = 2 * time.Second
@@ -298,8 +314,8 @@ func (c *Child) Run(job *Job, cancel <-chan struct{}) *Outcome {
 		return o
 	}
 
-	events := make(chan ctlEvent, 4)
-	go c.readCtl(events)
+	events := make(chan ctlEvent, 16)
+	go c.watchCtl(events)
 
 	var timer <-chan time.Time
 	if job.Timeout > 0 {
@@ -332,7 +348,7 @@ func (c *Child) Run(job *Job, cancel <-chan struct{}) *Outcome {
 				// Nothing more is read from the control socket. Closing it
 				// also frees any descriptors the job queued on it (its own
 				// pipe ends, say), which would keep the pipes open.
-				c.ctl.Close()
+				c.closeCtl()
 				events = nil
 				// The child is dead or being killed, so its pipes close
 				// soon; a job that smuggled their ends elsewhere gets its
@@ -432,14 +448,19 @@ func (c *Child) sendJob(f *jobFrame, fds []int) error {
 	if len(fds) > 0 {
 		oob = unix.UnixRights(fds...)
 	}
-	n, _, err := c.ctl.WriteMsgUnix(buf, oob, nil)
-	if err != nil {
-		return err
-	}
-	if n < len(buf) {
-		_, err = c.ctl.Write(buf[n:])
+	n, err := unix.SendmsgN(c.ctlFd, buf, oob, nil, unix.MSG_NOSIGNAL)
+	for err == nil && n < len(buf) {
+		var m int
+		m, err = unix.SendmsgN(c.ctlFd, buf[n:], nil, nil, unix.MSG_NOSIGNAL)
+		n += m
 	}
 	return err
+}
+
+// closeCtl closes the control socket once; any descriptors a job queued
+// on it are freed with it.
+func (c *Child) closeCtl() {
+	c.ctlOnce.Do(func() { unix.Close(c.ctlFd) })
 }
 
 type ctlEvent struct {
@@ -448,25 +469,90 @@ type ctlEvent struct {
 	end bool  // the channel ended; no more events follow
 }
 
-func (c *Child) readCtl(events chan<- ctlEvent) {
-	r := frame.NewReader(c.ctl, maxCtlFrame)
+// watchCtl delivers the child's frames: it reads the control socket
+// whenever the bell rings, and when the bell closes (the child exited, or
+// its code closed the bell) it falls back to polling the socket until it
+// ends.
+func (c *Child) watchCtl(events chan<- ctlEvent) {
+	rings := make(chan bool, 1) // true: the bell is closed
+	go func() {
+		buf := make([]byte, 64)
+		for {
+			_, err := c.bell.Read(buf)
+			closed := err != nil
+			select {
+			case rings <- closed:
+			default:
+				if closed {
+					// A pending ring is being handled; make sure the close
+					// is seen after it.
+					select {
+					case rings <- true:
+					case <-c.closed:
+					}
+				}
+			}
+			if closed {
+				return
+			}
+		}
+	}()
+	var pending []byte
+	tmp := make([]byte, 32<<10)
+	var poll <-chan time.Time
 	for {
-		b, err := r.Next()
-		if err != nil {
-			if errors.Is(err, io.EOF) || errors.Is(err, net.ErrClosed) {
-				err = nil
-			} else if errors.Is(err, io.ErrUnexpectedEOF) {
+		select {
+		case closed := <-rings:
+			if closed && poll == nil {
+				t := time.NewTicker(ctlPollInterval)
+				defer t.Stop()
+				poll = t.C
+			}
+		case <-poll:
+		case <-c.closed:
+			return
+		}
+		// Read everything the socket holds now.
+		eof := false
+		for {
+			n, _, err := unix.Recvfrom(c.ctlFd, tmp, unix.MSG_DONTWAIT)
+			if err == unix.EINTR {
+				continue
+			}
+			if err != nil || n == 0 {
+				eof = err == nil || (err != unix.EAGAIN && err != unix.EWOULDBLOCK)
+				break
+			}
+			pending = append(pending, tmp[:n]...)
+			if len(pending) > maxCtlFrame+frame.HeaderSize {
+				break
+			}
+		}
+		for {
+			payload, rest, ok, err := frame.Split(pending, maxCtlFrame)
+			if err != nil {
+				c.emit(events, ctlEvent{err: err, end: true})
+				return
+			}
+			if !ok {
+				break
+			}
+			var m childMsg
+			if err := json.Unmarshal(payload, &m); err != nil {
+				c.emit(events, ctlEvent{err: fmt.Errorf("malformed control frame: %v", err), end: true})
+				return
+			}
+			pending = rest
+			if !c.emit(events, ctlEvent{msg: m}) {
+				return
+			}
+		}
+		if eof {
+			var err error
+			if len(pending) > 0 {
 				err = errors.New("control channel cut inside a frame")
 			}
 			c.emit(events, ctlEvent{err: err, end: true})
-			return
-		}
-		var m childMsg
-		if err := json.Unmarshal(b, &m); err != nil {
-			c.emit(events, ctlEvent{err: fmt.Errorf("malformed control frame: %v", err), end: true})
-			return
-		}
-		if !c.emit(events, ctlEvent{msg: m}) {
 			return
 		}
 	}

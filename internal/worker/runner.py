@@ -20,6 +20,7 @@
 import array
 import builtins
 import ctypes
+import fcntl
 import gc
 import io
 import json
@@ -36,6 +37,8 @@ import types
 
 PROTO = 1
 FD = 3  # the template's channel to Go; in a child, the child's own channel
+BELL = 4  # in a child: a pipe whose bytes tell Go to read the channel
+RUNTIME_FD_BASE = 64  # the template's O_PATH descriptors of runtime paths start here
 MAX_FRAME = 8 << 20
 MSG_CAP = 4096
 MAX_FILES = 4096  # a job's descriptor limit (RLIMIT_NOFILE)
@@ -211,12 +214,16 @@ class Template:
         self.cfg = cfg
         # Runtime rule paths are opened once here; each spare adds them to its
         # own fresh rulesets and closes them before any user code runs.
+        # They live at high descriptor numbers, clear of the 0-4 a spare
+        # gives its own channels.
         for path, access in cfg["runtime_rules"]:
             try:
                 fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
             except OSError:
                 continue  # a path that does not exist grants nothing
-            self.runtime_fds.append((fd, access))
+            high = fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, RUNTIME_FD_BASE)
+            os.close(fd)
+            self.runtime_fds.append((high, access))
         for key, b in cfg["seccomp"].items():
             raw = bytes.fromhex(b)
             buf = ctypes.create_string_buffer(raw, len(raw))
@@ -295,29 +302,30 @@ class Template:
         ctl_parent, ctl_child = a.detach(), b.detach()
         out_r, out_w = os.pipe()
         err_r, err_w = os.pipe()
+        bell_r, bell_w = os.pipe()
         parent = os.getpid()
         pid = os.fork()
         if pid == 0:
             code = 70
             try:
                 self.sock.detach()
-                Spare(self, kind, parent, ctl_child, out_w, err_w).main()
+                Spare(self, kind, parent, ctl_child, out_w, err_w, bell_w).main()
             except BaseException:  # noqa: BLE001 - the child must never return
                 pass
             os._exit(code)
-        for fd in (ctl_child, out_w, err_w):
+        for fd in (ctl_child, out_w, err_w, bell_w):
             os.close(fd)
         try:
             pidfd = os.pidfd_open(pid)
         except OSError as e:
             os.kill(pid, signal.SIGKILL)
             os.waitpid(pid, 0)
-            for fd in (ctl_parent, out_r, err_r):
+            for fd in (ctl_parent, out_r, err_r, bell_r):
                 os.close(fd)
             self.send({"t": "spare_error", "msg": "pidfd_open: %s" % e})
             return None
-        self.send({"t": "spare", "pid": pid, "kind": kind}, [ctl_parent, out_r, err_r, pidfd])
-        for fd in (ctl_parent, out_r, err_r):
+        self.send({"t": "spare", "pid": pid, "kind": kind}, [ctl_parent, out_r, err_r, pidfd, bell_r])
+        for fd in (ctl_parent, out_r, err_r, bell_r):
             os.close(fd)
         self.children[pidfd] = pid
         return pidfd
@@ -347,19 +355,28 @@ class CapData(ctypes.Structure):
 # ---------------------------------------------------------------- job child
 
 class Spare:
-    def __init__(self, tpl, kind, parent, ctl, out_w, err_w):
+    def __init__(self, tpl, kind, parent, ctl, out_w, err_w, bell_w):
         self.tpl = tpl
         self.kind = kind
         self.parent = parent
         self.vm = 0
         self.cfg = tpl.cfg
         self.nr = self.cfg["syscalls"]
-        self.ctl, self.out_w, self.err_w = ctl, out_w, err_w
+        self.ctl, self.out_w, self.err_w, self.bell_w = ctl, out_w, err_w, bell_w
         self.error = None
         self.ruleset = -1
 
-    def send(self, obj):
+    def send(self, obj, ring=True):
+        """Writes a frame to the control channel and, unless told otherwise,
+        rings the bell so that Go reads it now. "started" does not ring: Go
+        reads it with the frame that follows, and a job that finishes fast
+        wakes the host once instead of twice."""
         _write_all(FD, _pack(obj))
+        if ring:
+            try:
+                os.write(BELL, b"!")
+            except OSError:
+                pass  # Go then learns of the frame when the bell closes at exit
 
     def main(self):
         try:
@@ -378,21 +395,24 @@ class Spare:
         if self.error is not None:
             self.send({"t": "setup_error", "msg": self.error})
             os._exit(71)
-        self.send({"t": "started"})
+        self.send({"t": "started"}, ring=False)
         code, err = self.run(job)
         self.finish(code, err)
 
     # Request-independent steps, done before the job arrives.
     def prepare(self):
-        # 1. descriptors: 0 = /dev/null, 1/2 = the job's pipes, 3 = control.
+        # 1. descriptors: 0 = /dev/null, 1/2 = the job's pipes, 3 = control,
+        # 4 = the bell.
         keep = {fd for fd, _ in self.tpl.runtime_fds}
         null = os.open("/dev/null", os.O_RDONLY)
         os.dup2(null, 0)
         os.dup2(self.out_w, 1)
         os.dup2(self.err_w, 2)
         os.dup2(self.ctl, FD)
-        _close_all_but({0, 1, 2, FD} | keep)
+        os.dup2(self.bell_w, BELL)
+        _close_all_but({0, 1, 2, FD, BELL} | keep)
         os.set_inheritable(FD, False)
+        os.set_inheritable(BELL, False)
         # own session and process group; die with the template.
         os.setsid()
         _check(_prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0), "prctl(PR_SET_PDEATHSIG)")

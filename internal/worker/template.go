@@ -491,7 +491,7 @@ func (t *Template) readLoop() {
 			buf = append(buf[:0], rest...)
 			switch m.T {
 			case "spare":
-				if len(fds) < 4 {
+				if len(fds) < 5 {
 					closeAll(fds)
 					t.fail(errors.New("spare frame without its descriptors"))
 					return
@@ -500,8 +500,8 @@ func (t *Template) readLoop() {
 				if m.Kind == kindNames[kindAllow] {
 					kind = kindAllow
 				}
-				c, cerr := newChild(t, m.Pid, kind, fds[:4])
-				fds = fds[4:]
+				c, cerr := newChild(t, m.Pid, kind, fds[:5])
+				fds = fds[5:]
 				if cerr != nil {
 					t.fail(cerr)
 					return
