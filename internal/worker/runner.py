@@ -365,6 +365,7 @@ class Spare:
         self.ctl, self.out_w, self.err_w, self.bell_w = ctl, out_w, err_w, bell_w
         self.error = None
         self.ruleset = -1
+        self.channels = False  # descriptors 0-4 are the spare's own
 
     def send(self, obj, ring=True):
         """Writes a frame to the control channel and, unless told otherwise,
@@ -383,6 +384,10 @@ class Spare:
             self.prepare()
         except BaseException as e:  # noqa: BLE001 - reported as SandboxSetupError
             self.error = "%s: %s" % (type(e).__name__, e)
+        if not self.channels:
+            # Descriptor 3 may still be the template's channel: say nothing
+            # on it. The host sees the spare die before its job started.
+            os._exit(72)
         sock = socket.socket(fileno=FD)
         job, fds = _recv_with_fds(sock, FD)
         if job is None:
@@ -413,6 +418,7 @@ class Spare:
         _close_all_but({0, 1, 2, FD, BELL} | keep)
         os.set_inheritable(FD, False)
         os.set_inheritable(BELL, False)
+        self.channels = True
         # own session and process group; die with the template.
         os.setsid()
         _check(_prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0), "prctl(PR_SET_PDEATHSIG)")
