@@ -601,3 +601,14 @@ func TestBellAbuse(t *testing.T) {
 	requireErrorType(t, r, "SignalError")
 	requireOK(t, run(t, p, Job{Code: "pass"}))
 }
+
+func TestOldPythonRefused(t *testing.T) {
+	requireSandbox(t)
+	old := "/root/.pyenv/versions/3.8.18/bin/python3"
+	if _, err := os.Stat(old); err != nil {
+		t.Skipf("no CPython 3.8 at %s to try", old)
+	}
+	_, err := New(Config{Workers: 1, Dir: t.TempDir(), Python: old})
+	require.ErrorIs(t, err, ErrSpawn)
+	require.ErrorContains(t, err, "pynox needs CPython 3.9 or newer")
+}

@@ -36,6 +36,7 @@ import traceback
 import types
 
 PROTO = 1
+MIN_PYTHON = (3, 9)
 FD = 3  # the template's channel to Go; in a child, the child's own channel
 BELL = 4  # in a child: a pipe whose bytes tell Go to read the channel
 RUNTIME_FD_BASE = 64  # the template's O_PATH descriptors of runtime paths start here
@@ -176,6 +177,9 @@ class Template:
             os._exit(0)
         if msg.get("t") != "init" or msg.get("v") != PROTO:
             self.fatal("protocol version mismatch: template speaks %d, host sent %r" % (PROTO, msg.get("v")))
+        if sys.version_info < MIN_PYTHON:
+            self.fatal("pynox needs CPython %d.%d or newer (socket.recv_fds, os.pidfd_open); %s is %d.%d.%d" % (
+                MIN_PYTHON + (sys.executable,) + tuple(sys.version_info[:3])))
         for d in reversed(msg.get("package_dirs") or []):
             sys.path.insert(0, d)
         preloaded = []
