@@ -612,3 +612,30 @@ func TestOldPythonRefused(t *testing.T) {
 	require.ErrorIs(t, err, ErrSpawn)
 	require.ErrorContains(t, err, "pynox needs CPython 3.9 or newer")
 }
+
+// Every CPython from 3.9 on that the machine has runs confined jobs.
+func TestPythonVersions(t *testing.T) {
+	requireSandbox(t)
+	found, _ := filepath.Glob("/root/.pyenv/versions/3.*/bin/python3")
+	if len(found) == 0 {
+		t.Skip("no pyenv CPython versions on this machine")
+	}
+	for _, py := range found {
+		version := filepath.Base(filepath.Dir(filepath.Dir(py)))
+		t.Run(version, func(t *testing.T) {
+			var major, minor int
+			_, err := fmt.Sscanf(version, "%d.%d", &major, &minor)
+			require.NoError(t, err)
+			if minor < 9 {
+				t.Skipf("CPython %s is older than the 3.9 pynox needs (TestOldPythonRefused covers it)", version)
+			}
+			p := newTestPool(t, Config{Workers: 1, Python: py})
+			r := run(t, p, Job{Code: "import sys; print('%d.%d' % sys.version_info[:2])"})
+			requireOK(t, r)
+			require.Equal(t, fmt.Sprintf("%d.%d\n", major, minor), r.Stdout)
+			requireErrorType(t, run(t, p, Job{Code: "open('/etc/passwd')"}), "PermissionError")
+			requireErrorType(t, run(t, p, Job{Code: "import os; os.fork()"}), "PermissionError")
+			requireErrorType(t, run(t, p, Job{Code: "while True: pass", Timeout: Duration(200 * time.Millisecond)}), "TimeoutError")
+		})
+	}
+}
