@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/pynox/pynox/internal/worker"
@@ -31,6 +32,7 @@ type Pool struct {
 	closing  chan struct{}
 	inflight sync.WaitGroup
 	restarts sync.WaitGroup // replacements of dead templates under way
+	waiting  atomic.Int64   // Run calls waiting for a worker: a backlog
 
 	stats statsCounters
 }
@@ -207,6 +209,8 @@ func (p *Pool) acquire(ctx context.Context) (*poolWorker, error) {
 		return w, nil
 	default:
 	}
+	p.waiting.Add(1)
+	defer p.waiting.Add(-1)
 	select {
 	case w := <-p.idle:
 		return w, nil
@@ -293,6 +297,9 @@ func (p *Pool) Run(ctx context.Context, job Job) (*Result, error) {
 			res := p.failed(&job, pl, KindCrashed, "template failed: "+err.Error(), accepted, time.Now())
 			p.finish(&job, res)
 			return res, nil
+		}
+		if p.waiting.Load() > 0 {
+			child.RefillNow()
 		}
 		out = child.Run(&pl.job, ctx.Done())
 		// A child that died before it started the job ran no user code, so

@@ -44,10 +44,11 @@ type Child struct {
 	exitCh   chan ExitStatus
 	status   ExitStatus
 
-	killOnce sync.Once
-	ctlOnce  sync.Once
-	closed   chan struct{} // closed by Close
-	kind     int           // kindDeny or kindAllow
+	killOnce   sync.Once
+	ctlOnce    sync.Once
+	refillOnce sync.Once
+	closed     chan struct{} // closed by Close
+	kind       int           // kindDeny or kindAllow
 }
 
 // newChild takes the spare's descriptors as the template sent them:
@@ -110,8 +111,16 @@ func (c *Child) Close() {
 			unix.Close(c.stderrFd)
 		}
 		unix.Close(c.pidfd)
-		c.tpl.refill(c.kind)
+		c.refillOnce.Do(func() { c.tpl.refill(c.kind) })
 	})
+}
+
+// RefillNow asks the template for this child's replacement right away
+// instead of when the child is closed. Under a backlog the replacement's
+// fork and preparation then overlap the job instead of following it; with
+// no backlog, waiting keeps them off the CPU the job is using.
+func (c *Child) RefillNow() {
+	c.refillOnce.Do(func() { c.tpl.refill(c.kind) })
 }
 
 // Limits are the request-dependent rlimits of a job.
