@@ -45,7 +45,7 @@ type Child struct {
 	status   ExitStatus
 
 	killOnce   sync.Once
-	ctlOnce    sync.Once
+	ctlMu      sync.Mutex // guards ctlFd: a closed descriptor number may be reused at once
 	refillOnce sync.Once
 	closed     chan struct{} // closed by Close
 	kind       int           // kindDeny or kindAllow
@@ -457,6 +457,11 @@ func (c *Child) sendJob(f *jobFrame, fds []int) error {
 	if len(fds) > 0 {
 		oob = unix.UnixRights(fds...)
 	}
+	c.ctlMu.Lock()
+	defer c.ctlMu.Unlock()
+	if c.ctlFd < 0 {
+		return unix.EBADF
+	}
 	n, err := unix.SendmsgN(c.ctlFd, buf, oob, nil, unix.MSG_NOSIGNAL)
 	for err == nil && n < len(buf) {
 		var m int
@@ -466,10 +471,27 @@ func (c *Child) sendJob(f *jobFrame, fds []int) error {
 	return err
 }
 
+// recvCtl reads what the control socket holds now, without blocking.
+// A closed socket reads as end of file.
+func (c *Child) recvCtl(buf []byte) (int, error) {
+	c.ctlMu.Lock()
+	defer c.ctlMu.Unlock()
+	if c.ctlFd < 0 {
+		return 0, nil
+	}
+	n, _, err := unix.Recvfrom(c.ctlFd, buf, unix.MSG_DONTWAIT)
+	return n, err
+}
+
 // closeCtl closes the control socket once; any descriptors a job queued
 // on it are freed with it.
 func (c *Child) closeCtl() {
-	c.ctlOnce.Do(func() { unix.Close(c.ctlFd) })
+	c.ctlMu.Lock()
+	defer c.ctlMu.Unlock()
+	if c.ctlFd >= 0 {
+		unix.Close(c.ctlFd)
+		c.ctlFd = -1
+	}
 }
 
 type ctlEvent struct {
@@ -524,7 +546,7 @@ func (c *Child) watchCtl(events chan<- ctlEvent) {
 		// Read everything the socket holds now.
 		eof := false
 		for {
-			n, _, err := unix.Recvfrom(c.ctlFd, tmp, unix.MSG_DONTWAIT)
+			n, err := c.recvCtl(tmp)
 			if err == unix.EINTR {
 				continue
 			}
