@@ -14,7 +14,8 @@
 //	   ▼
 //	template   python3 -I -B -c <embedded runner>   (one per worker)
 //	   │   trusted, single-threaded, holds only fds 0-3; imports preloads
-//	   │   once; forks the next spare as soon as one is taken; reaps
+//	   │   once; forks the next spare when the last one is done with (or
+//	   │   as soon as it is taken, when jobs are waiting); reaps
 //	   │   children and reports their exit status
 //	   ▼ fork
 //	spare      request-independent confinement done ahead of time:
