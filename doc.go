@@ -13,19 +13,21 @@
 //	   │   one socketpair per template: framed JSON, SCM_RIGHTS
 //	   ▼
 //	template   python3 -I -B -c <embedded runner>   (one per worker)
-//	   │   trusted, single-threaded, holds only fds 0-3; imports preloads
-//	   │   once; forks the next spare when the last one is done with (or
-//	   │   as soon as it is taken, when jobs are waiting); reaps
-//	   │   children and reports their exit status
+//	   │   trusted, single-threaded; holds fds 0-3 and O_PATH descriptors
+//	   │   of the runtime paths; imports preloads, then drops every
+//	   │   capability (bounding set too) and sets no_new_privs, once;
+//	   │   forks the next spare when the last one is done with (or as soon
+//	   │   as it is taken, when jobs are waiting); reaps children and
+//	   │   reports their exit status
 //	   ▼ fork
 //	spare      request-independent confinement done ahead of time:
-//	   │   only its own fds (0 /dev/null, 1-2 output pipes, 3 control, 4 bell),
-//	   │   own session, parent-death signal, all capabilities dropped
-//	   │   (bounding set too), no_new_privs, Landlock ruleset holding the
-//	   │   runtime rules, standard streams rebuilt, warmed up
+//	   │   only its own fds (0 /dev/null, 1-2 output pipes, 3 control,
+//	   │   4 bell), own session, parent-death signal, a Landlock ruleset
+//	   │   holding the runtime rules, the seccomp filter of its kind (with
+//	   │   or without network), standard streams, warmed up
 //	   ▼ job frame (+ the grants' O_PATH fds) on its own control socket
 //	job        environment, rlimits, the request's Landlock grants and
-//	           restrict_self, seccomp — then "started", the code, "done"
+//	           restrict_self — then "started", the code, "done"
 //
 // The template hands each spare's control socket, output pipes and pidfd to
 // Go and keeps none of them, so a job never holds the template's channel:
@@ -43,9 +45,12 @@
 //
 // # Confinement
 //
-// Each job, before its first line runs, in this order (steps that do not
-// depend on the request are done in the spare ahead of time, which only
-// ever makes the spare stricter earlier):
+// Each job, before its first line runs, has gone through these steps.
+// Those that do not depend on the request happen earlier — capabilities
+// and no_new_privs in the template, descriptors, the Landlock ruleset and
+// the seccomp filter in the spare — which only makes the process stricter
+// sooner; the request's environment, rlimits and Landlock grants come when
+// the job arrives, and Landlock is enforced last:
 //
 //  1. descriptors: only 0-4 remain; the environment is a fixed minimal set
 //     (PATH, LANG, LC_ALL, HOME=/nonexistent, single-threaded BLAS
