@@ -562,6 +562,8 @@ func TestSandboxSetupFailsClosed(t *testing.T) {
 	require.Equal(t, p.Stats().Errors["SandboxSetupError"], p.Stats().WorkerErrors)
 }
 
+// System V IPC, message queues and inotify reach past Landlock's view of
+// the filesystem; scheduling calls could slow other processes of the uid.
 func TestIPCAndSchedulingOfOthersDenied(t *testing.T) {
 	p := newTestPool(t, Config{Workers: 1})
 	code := fmt.Sprintf(`import ctypes, os
@@ -576,10 +578,12 @@ print("mq_open", errno_of(libc.syscall(%d, b"pynox", 0o100, 0o600, None)))
 print("renice pool", errno_of(libc.setpriority(0, %d, 19)))
 print("renice uid", errno_of(libc.setpriority(2, 0, 19)))
 print("renice self", errno_of(libc.setpriority(0, 0, 5)))
+print("inotify_init1", errno_of(libc.inotify_init1(0)))
+print("inotify_add_watch", errno_of(libc.inotify_add_watch(0, b"/tmp", 0xfff)))
 `, unix.SYS_MQ_OPEN, os.Getpid())
 	r := run(t, p, Job{Code: code})
 	requireOK(t, r)
-	require.Equal(t, "shmget 1\nmsgget 1\nsemget 1\nmq_open 1\nrenice pool 1\nrenice uid 1\nrenice self 0\n", r.Stdout)
+	require.Equal(t, "shmget 1\nmsgget 1\nsemget 1\nmq_open 1\nrenice pool 1\nrenice uid 1\nrenice self 0\ninotify_init1 1\ninotify_add_watch 1\n", r.Stdout)
 	prio, err := unix.Getpriority(unix.PRIO_PROCESS, 0)
 	require.NoError(t, err)
 	require.Equal(t, 20, prio, "the pool's own priority is unchanged")

@@ -21,6 +21,7 @@ var nativeTable = &archTable{
 
 	deny: append([]sysEntry{
 		{"utimensat", unix.SYS_UTIMENSAT},
+		{"inotify_init", unix.SYS_INOTIFY_INIT},
 		// Process creation and program execution (clone and clone3 are handled above).
 		{"fork", unix.SYS_FORK},
 		{"vfork", unix.SYS_VFORK},

@@ -160,6 +160,12 @@ var sharedDeny = []sysEntry{
 	{"mq_getsetattr", unix.SYS_MQ_GETSETATTR},
 	// I/O priority of other processes (or of every process of the uid).
 	{"ioprio_set", unix.SYS_IOPRIO_SET},
+	// inotify is not mediated by Landlock: a job could watch any directory
+	// it cannot read, such as another job's write grant, and learn the
+	// names of the files created there.
+	{"inotify_init1", unix.SYS_INOTIFY_INIT1},
+	{"inotify_add_watch", unix.SYS_INOTIFY_ADD_WATCH},
+	{"fanotify_mark", unix.SYS_FANOTIFY_MARK},
 }
 
 // selfEntry is a system call allowed only on the calling process: every

@@ -55,12 +55,13 @@ var requiredDenied = []string{
 	"shmget", "shmat", "shmctl", "shmdt", "msgget", "msgsnd", "msgrcv", "msgctl",
 	"semget", "semop", "semtimedop", "semctl", "mq_open", "mq_unlink", "mq_timedsend",
 	"mq_timedreceive", "mq_notify", "mq_getsetattr", "ioprio_set",
+	"inotify_init", "inotify_init1", "inotify_add_watch", "fanotify_mark",
 }
 
 var absentOn = map[string][]string{
 	"amd64": {},
 	"arm64": {
-		"fork", "vfork", "utime", "utimes", "futimesat", "iopl", "ioperm", "modify_ldt",
+		"fork", "vfork", "utime", "utimes", "futimesat", "iopl", "ioperm", "modify_ldt", "inotify_init",
 		"uselib", "chmod", "chown", "lchown", "create_module", "get_kernel_syms",
 		"query_module", "_sysctl", "afs_syscall", "tuxcall", "security", "vserver", "mknod",
 	},
