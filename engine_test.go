@@ -477,12 +477,20 @@ func TestTemplateKilled(t *testing.T) {
 	pids := p.TemplatePIDs()
 	require.Len(t, pids, 1)
 	require.NoError(t, syscall.Kill(pids[0], syscall.SIGKILL))
-	time.Sleep(50 * time.Millisecond)
+	// The replacement starts at once, not when the next job arrives.
+	var newPids []int
+	deadline := time.Now().Add(20 * time.Second)
+	for time.Now().Before(deadline) {
+		newPids = p.TemplatePIDs()
+		if len(newPids) == 1 && newPids[0] != pids[0] {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	require.Len(t, newPids, 1)
+	require.NotEqual(t, pids[0], newPids[0], "no replacement template appeared")
 	r := run(t, p, Job{Code: "print('after idle kill')"})
 	requireOK(t, r)
-	newPids := p.TemplatePIDs()
-	require.Len(t, newPids, 1)
-	require.NotEqual(t, pids[0], newPids[0])
 
 	// Killed mid-job: that job is a PoolWorkerError, the next one runs.
 	done := make(chan *Result)

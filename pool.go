@@ -32,6 +32,7 @@ type Pool struct {
 	closing  chan struct{}
 	inflight sync.WaitGroup
 	restarts sync.WaitGroup // replacements of dead templates under way
+	watchers sync.WaitGroup // one watch goroutine per worker
 	waiting  atomic.Int64   // Run calls waiting for a worker: a backlog
 
 	stats statsCounters
@@ -98,8 +99,46 @@ func New(cfg Config) (*Pool, error) {
 		w := &poolWorker{pool: p, tpl: t}
 		p.workers = append(p.workers, w)
 		p.idle <- w
+		p.watchers.Add(1)
+		go w.watch()
 	}
 	return p, nil
+}
+
+// watch replaces the worker's template as soon as it dies, so that an
+// idle worker's next job does not wait for a template to start. A busy
+// worker's job finds the replacement under way (or starts it) itself.
+func (w *poolWorker) watch() {
+	defer w.pool.watchers.Done()
+	for {
+		w.mu.Lock()
+		tpl := w.tpl
+		w.mu.Unlock()
+		var died <-chan struct{}
+		if tpl != nil {
+			died = tpl.Done()
+		} else {
+			// The last replacement failed; try again after a pause.
+			t := time.NewTimer(time.Second)
+			select {
+			case <-t.C:
+			case <-w.pool.closing:
+				t.Stop()
+				return
+			}
+		}
+		select {
+		case <-died:
+		case <-w.pool.closing:
+			return
+		}
+		if _, err := w.template(); err != nil {
+			if isDone(w.pool.closing) {
+				return
+			}
+			w.pool.log.Error("replacing a dead template failed", "err", err)
+		}
+	}
 }
 
 func firstErr(errs []error) int {
@@ -331,6 +370,7 @@ func (p *Pool) Close() error {
 	p.mu.Unlock()
 	p.inflight.Wait()
 	p.restarts.Wait()
+	p.watchers.Wait()
 	for _, w := range p.workers {
 		w.mu.Lock()
 		if w.tpl != nil {
