@@ -99,7 +99,7 @@ func (p *Pool) result(j *Job, pl *plan, out *worker.Outcome, accepted time.Time)
 	case out.Status == nil:
 		fail(KindCrashed, "the job's process vanished and its status is unknown")
 	case out.Status.TemplateDied:
-		fail(KindCrashed, "the template serving the job died; it is replaced before the next job")
+		fail(KindCrashed, "the template serving the job died; it is being replaced")
 	case !out.Started:
 		fail(KindCrashed, fmt.Sprintf("the job's process died before running any code (%s)", describeStatus(out.Status)))
 	case out.Status.Signal != 0:
