@@ -39,9 +39,9 @@
 // keeps at most max_output bytes of each and drains the rest. Timeouts are
 // enforced from Go with a pidfd, which cannot hit a reused pid. A job that
 // reported "done" is killed at once: nothing it does afterwards can matter.
-// A template that dies is replaced at once (and before its worker serves again); its
-// children die with it (parent-death signal), and it dies with the pool
-// (parent-death signal, and end of file on its channel).
+// A template that dies is replaced at once, before its worker serves
+// again; its children die with it (parent-death signal), and it dies with
+// the pool (parent-death signal, and end of file on its channel).
 //
 // # Confinement
 //
