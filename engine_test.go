@@ -651,3 +651,29 @@ func TestPythonVersions(t *testing.T) {
 		})
 	}
 }
+
+func TestWedgedTemplateReplaced(t *testing.T) {
+	p := newTestPool(t, Config{Workers: 1})
+	p.spareTimeout = time.Second
+	// Replace the template so that its successor carries the short timeout.
+	old := p.TemplatePIDs()[0]
+	require.NoError(t, syscall.Kill(old, syscall.SIGKILL))
+	var pid int
+	require.Eventually(t, func() bool {
+		pids := p.TemplatePIDs()
+		if len(pids) == 1 && pids[0] != old {
+			pid = pids[0]
+			return true
+		}
+		return false
+	}, 20*time.Second, 10*time.Millisecond)
+	// Stop it so that it forks no more (it is wedged), then use up the spare
+	// it already has: the next job finds no spare.
+	require.NoError(t, syscall.Kill(pid, syscall.SIGSTOP))
+	defer syscall.Kill(pid, syscall.SIGKILL)
+	requireOK(t, run(t, p, Job{Code: "pass"}))
+	r := run(t, p, Job{Code: "print('served')"})
+	requireOK(t, r)
+	require.Equal(t, "served\n", r.Stdout)
+	require.NotContains(t, p.TemplatePIDs(), pid)
+}

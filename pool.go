@@ -36,6 +36,8 @@ type Pool struct {
 	waiting  atomic.Int64   // Run calls waiting for a worker: a backlog
 
 	stats statsCounters
+
+	spareTimeout time.Duration // for templates started from now on; zero means the default
 }
 
 // poolWorker is one template and the job slot it serves.
@@ -152,12 +154,13 @@ func firstErr(errs []error) int {
 
 func (p *Pool) templateOptions() worker.Options {
 	return worker.Options{
-		Python:      p.python,
-		Dir:         p.cfg.Dir,
-		Env:         p.env,
-		Preload:     p.cfg.Preload,
-		PackageDirs: p.cfg.PackageDirs,
-		Network:     p.cfg.Limits.AllowNetwork,
+		Python:       p.python,
+		Dir:          p.cfg.Dir,
+		Env:          p.env,
+		Preload:      p.cfg.Preload,
+		PackageDirs:  p.cfg.PackageDirs,
+		Network:      p.cfg.Limits.AllowNetwork,
+		SpareTimeout: p.spareTimeout,
 		OnStderr: func(line string) {
 			p.log.Warn("template stderr", "line", line)
 		},

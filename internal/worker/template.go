@@ -10,6 +10,7 @@
 package worker
 
 import (
+	"cmp"
 	_ "embed"
 	"encoding/hex"
 	"encoding/json"
@@ -55,6 +56,9 @@ type Options struct {
 	Network bool
 	// OnStderr, when set, receives the template's own stderr lines.
 	OnStderr func(line string)
+	// SpareTimeout is how long Take waits for a spare before declaring the
+	// template wedged; zero means DefaultSpareTimeout.
+	SpareTimeout time.Duration
 }
 
 // Info describes a started template.
@@ -76,8 +80,9 @@ type Template struct {
 
 	wmu sync.Mutex // serialises writes to conn
 
-	spares  [2]chan *Child // by kind: kindDeny, kindAllow
-	network bool
+	spares       [2]chan *Child // by kind: kindDeny, kindAllow
+	network      bool
+	spareTimeout time.Duration
 
 	mu       sync.Mutex
 	children map[int]*Child
@@ -116,13 +121,14 @@ func Start(opts Options) (*Template, error) {
 		return nil, fmt.Errorf("channel: %w", err)
 	}
 	t := &Template{
-		conn:     c.(*net.UnixConn),
-		spares:   [2]chan *Child{make(chan *Child, 1), make(chan *Child, 1)},
-		network:  opts.Network,
-		children: make(map[int]*Child),
-		done:     make(chan struct{}),
-		waitDone: make(chan struct{}),
-		stderr:   &tailBuffer{max: 8 << 10, onLine: opts.OnStderr},
+		conn:         c.(*net.UnixConn),
+		spares:       [2]chan *Child{make(chan *Child, 1), make(chan *Child, 1)},
+		network:      opts.Network,
+		spareTimeout: cmp.Or(opts.SpareTimeout, DefaultSpareTimeout),
+		children:     make(map[int]*Child),
+		done:         make(chan struct{}),
+		waitDone:     make(chan struct{}),
+		stderr:       &tailBuffer{max: 8 << 10, onLine: opts.OnStderr},
 	}
 	cmd := exec.Command(opts.Python, "-I", "-B", "-c", runnerSource)
 	cmd.Dir = opts.Dir
@@ -429,12 +435,29 @@ func (t *Template) Take(network bool, cancel <-chan struct{}) (*Child, error) {
 	select {
 	case c := <-t.spares[kind]:
 		return c, nil
+	default:
+	}
+	timer := time.NewTimer(t.spareTimeout)
+	defer timer.Stop()
+	select {
+	case c := <-t.spares[kind]:
+		return c, nil
 	case <-t.done:
 		return nil, t.Err()
 	case <-cancel:
 		return nil, errCanceled
+	case <-timer.C:
+		// A template that forks nothing for this long is wedged (stopped by
+		// someone, or starved): give up on it so that it is replaced.
+		err := fmt.Errorf("template forked no spare in %s", t.spareTimeout)
+		t.fail(err)
+		return nil, err
 	}
 }
+
+// DefaultSpareTimeout bounds the wait for a template's next spare unless
+// Options say otherwise.
+const DefaultSpareTimeout = time.Minute
 
 var errCanceled = errors.New("canceled")
 
