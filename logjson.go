@@ -44,8 +44,10 @@ type jobLine struct {
 	Truncated  bool    `json:"truncated"`
 }
 
+// Enabled reports that every record is written.
 func (h *logHandler) Enabled(context.Context, slog.Level) bool { return true }
 
+// Handle writes one record as one JSON line.
 func (h *logHandler) Handle(_ context.Context, r slog.Record) error {
 	var v any
 	if r.Message == jobLogMessage {
@@ -103,8 +105,10 @@ func (h *logHandler) Handle(_ context.Context, r slog.Record) error {
 	return err
 }
 
+// WithAttrs returns a handler that adds attrs to non-job records.
 func (h *logHandler) WithAttrs(attrs []slog.Attr) slog.Handler {
 	return &logHandler{w: h.w, mu: h.mu, attrs: append(append([]slog.Attr(nil), h.attrs...), attrs...)}
 }
 
+// WithGroup ignores groups: the log format is flat.
 func (h *logHandler) WithGroup(string) slog.Handler { return h }

@@ -1210,6 +1210,7 @@ type tail struct {
 	buf []byte
 }
 
+// Write keeps the tail of what is written.
 func (t *tail) Write(p []byte) (int, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -1220,6 +1221,7 @@ func (t *tail) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
+// String returns the kept tail.
 func (t *tail) String() string {
 	t.mu.Lock()
 	defer t.mu.Unlock()

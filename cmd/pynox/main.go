@@ -45,7 +45,9 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 
 type listFlag []string
 
+// String joins the values (flag.Value).
 func (l *listFlag) String() string     { return strings.Join(*l, ",") }
+// Set adds one value (flag.Value).
 func (l *listFlag) Set(v string) error { *l = append(*l, v); return nil }
 
 func pool(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
