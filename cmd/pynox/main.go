@@ -46,7 +46,8 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 type listFlag []string
 
 // String joins the values (flag.Value).
-func (l *listFlag) String() string     { return strings.Join(*l, ",") }
+func (l *listFlag) String() string { return strings.Join(*l, ",") }
+
 // Set adds one value (flag.Value).
 func (l *listFlag) Set(v string) error { *l = append(*l, v); return nil }
 
