@@ -109,7 +109,7 @@ func (p *Pool) plan(req *Job) (pl *plan, rerr *Error) {
 		}
 	}()
 	abi := p.info.Landlock.ABI
-	readCeiling := append(append([]string(nil), l.AllowRead...), l.AllowWrite...)
+	readCeiling := p.readCeiling
 	for _, path := range j.AllowRead {
 		real, err := pl.grant("allow_read", p.cfg.Dir, path, readCeiling, sandbox.ReadAccess(abi))
 		if err != nil {

@@ -27,6 +27,10 @@ type Pool struct {
 
 	info worker.Info // from the first template: version, preloads, runtime paths
 
+	// readCeiling is where requests may read: the ceiling's read paths and
+	// its write paths (writing includes reading).
+	readCeiling []string
+
 	mu       sync.Mutex
 	closed   bool
 	closing  chan struct{}
@@ -73,6 +77,8 @@ func New(cfg Config) (*Pool, error) {
 		log:     log,
 		idle:    make(chan *poolWorker, cfg.Workers),
 		closing: make(chan struct{}),
+
+		readCeiling: append(append([]string(nil), cfg.Limits.AllowRead...), cfg.Limits.AllowWrite...),
 	}
 	p.stats.errors = map[string]int64{}
 	// Start the templates in parallel: with heavy preloads each takes a

@@ -182,7 +182,7 @@ func (p *Pool) pathHint(pl *plan, name string) string {
 		}
 		return fmt.Sprintf("%s is outside the pool's write ceiling (%s), so no request can write it", path, ceilingList(l.AllowWrite))
 	}
-	ceiling := append(append([]string(nil), l.AllowRead...), l.AllowWrite...)
+	ceiling := p.readCeiling
 	if beneathAny(path, ceiling) {
 		return fmt.Sprintf("reading %s needs a read grant: add \"allow_read\": [%q] (or \"allow_write\" to change it)", path, suggest(p.cfg.Dir, path))
 	}

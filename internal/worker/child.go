@@ -42,7 +42,6 @@ type Child struct {
 
 	exitOnce sync.Once
 	exitCh   chan ExitStatus
-	status   ExitStatus
 
 	killOnce   sync.Once
 	ctlMu      sync.Mutex // guards ctlFd: a closed descriptor number may be reused at once
@@ -84,7 +83,6 @@ func newChild(t *Template, pid, kind int, fds []int) (*Child, error) {
 
 func (c *Child) exited(st ExitStatus) {
 	c.exitOnce.Do(func() {
-		c.status = st
 		c.exitCh <- st
 		close(c.exitCh)
 	})
