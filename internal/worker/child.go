@@ -44,10 +44,23 @@ type Child struct {
 	exitCh   chan ExitStatus
 
 	killOnce   sync.Once
-	ctlMu      sync.Mutex // guards ctlFd: a closed descriptor number may be reused at once
+	ctlMu      sync.RWMutex // guards ctlFd: a closed descriptor number may be reused at once
 	refillOnce sync.Once
 	closed     chan struct{} // closed by Close
 	kind       int           // kindDeny or kindAllow
+
+	// The bell is read by one goroutine for the child's whole life; each
+	// turn's watcher takes its rings from here.
+	bellOnce   sync.Once
+	rings      chan struct{} // a ring is pending
+	bellClosed chan struct{} // the bell reached end of file
+	pending    []byte        // control bytes read but not yet a whole frame
+
+	// Set by Run (and RunStep) only, between turns.
+	session   bool
+	functions map[string]bool
+	step      int
+	status    *ExitStatus // how the process ended, once known
 }
 
 // newChild takes the spare's descriptors as the template sent them:
@@ -75,9 +88,11 @@ func newChild(t *Template, pid, kind int, fds []int) (*Child, error) {
 		stdoutFd: fds[1],
 		stderrFd: fds[2],
 		pidfd:    fds[3],
-		exitCh:   make(chan ExitStatus, 1),
-		closed:   make(chan struct{}),
-		kind:     kind,
+		exitCh:     make(chan ExitStatus, 1),
+		closed:     make(chan struct{}),
+		kind:       kind,
+		rings:      make(chan struct{}, 1),
+		bellClosed: make(chan struct{}),
 	}, nil
 }
 
@@ -109,7 +124,9 @@ func (c *Child) Close() {
 			unix.Close(c.stderrFd)
 		}
 		unix.Close(c.pidfd)
-		c.refillOnce.Do(func() { c.tpl.refill(c.kind) })
+		if !c.tpl.onDemand {
+			c.refillOnce.Do(func() { c.tpl.refill(c.kind) })
+		}
 	})
 }
 
@@ -142,7 +159,37 @@ type Job struct {
 
 	Timeout   time.Duration // killed after this long; 0 = no timeout
 	MaxOutput int           // bytes kept of each of stdout and stderr
+
+	// Session keeps the process and its __main__ after the code ends, for
+	// RunStep.
+	Session bool
+	// Functions are the host functions the job may call (pynox_host).
+	Functions []string
+	Host      HostFunc // answers the calls of the first turn
+	MaxCalls  int      // calls allowed per turn
 }
+
+// MaxCall bounds a host call's JSON arguments and its JSON result.
+const MaxCall = 1 << 20
+
+// Call is a host-function call a job made.
+type Call struct {
+	Function string
+	Args     json.RawMessage // a JSON array
+	Kwargs   json.RawMessage // a JSON object
+}
+
+// Reply answers a Call: a JSON result, or an error message that the job
+// sees as pynox_host.HostError.
+type Reply struct {
+	Result json.RawMessage
+	Error  *string
+}
+
+// HostFunc answers a job's host call. It runs on its own goroutine and
+// must return soon after abort closes (the job ended: its reply is no
+// longer wanted).
+type HostFunc func(call Call, abort <-chan struct{}) Reply
 
 // Grant is one Landlock rule: an O_PATH descriptor the host opened and
 // verified, and the rights it gives. Run sends the descriptor; the caller
@@ -179,6 +226,9 @@ type Outcome struct {
 	StderrTrunc bool
 	Start       time.Time // when the job was handed to the child
 	End         time.Time
+	// Alive: the step ended and the session's process waits for the next.
+	Alive bool
+	Calls int // host calls the turn made
 }
 
 type jobFrame struct {
@@ -192,6 +242,25 @@ type jobFrame struct {
 	Rules   []uint64          `json:"rules"`
 	Network bool              `json:"network"`
 	Limits  Limits            `json:"limits"`
+
+	Session   bool     `json:"session,omitempty"`
+	Step      int      `json:"step"`
+	Functions []string `json:"functions,omitempty"`
+}
+
+type stepFrame struct {
+	T    string   `json:"t"`
+	Step int      `json:"step"`
+	Code string   `json:"code"`
+	Name string   `json:"name"`
+	Argv []string `json:"argv"`
+	CPU  int64    `json:"cpu"`
+}
+
+type replyFrame struct {
+	T      string          `json:"t"`
+	Result json.RawMessage `json:"result,omitempty"`
+	Error  *string         `json:"error,omitempty"`
 }
 
 type childMsg struct {
@@ -199,6 +268,12 @@ type childMsg struct {
 	Msg   string     `json:"msg"`
 	Exit  *int       `json:"exit"`
 	Error *ErrorInfo `json:"error"`
+	Step  int        `json:"step"`
+	Final bool       `json:"final"`
+
+	Function string          `json:"function"`
+	Args     json.RawMessage `json:"args"`
+	Kwargs   json.RawMessage `json:"kwargs"`
 }
 
 // outputDelay is how long a job runs before the host starts reading its
@@ -217,8 +292,9 @@ const ctlPollInterval = 5 * time.Millisecond
 const drainTimeout = 2 * time.Second
 
 // maxCtlFrame bounds one frame from a child: a child is hostile once user
-// code runs, so it gets no more room than an honest report needs.
-const maxCtlFrame = 64 << 10
+// code runs, so it gets no more room than an honest report or host call
+// needs.
+const maxCtlFrame = MaxCall + 64<<10
 
 var bufPool = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
 
@@ -269,10 +345,109 @@ func trimUTF8(b []byte) []byte {
 
 // Run hands job to the child and waits for its outcome: until the child
 // reports completion and its output pipes close, or it dies, times out, or
-// cancel closes. The child is always dead when Run returns.
+// cancel closes. The child is always dead when Run returns, unless the job
+// is a session whose process lives on (Outcome.Alive): then the next
+// steps go to RunStep, and Close ends it.
 func (c *Child) Run(job *Job, cancel <-chan struct{}) *Outcome {
-	o := &Outcome{}
-	defer c.Close()
+	f := jobFrame{T: "job", Code: job.Code, Name: job.Name, Script: job.Script, Argv: job.Argv,
+		Env: job.Env, Path: job.Path, Network: job.Network, Limits: job.Limits,
+		Session: job.Session, Step: 1, Functions: job.Functions}
+	fds := make([]int, len(job.Grants))
+	f.Rules = make([]uint64, len(job.Grants))
+	for i, g := range job.Grants {
+		fds[i] = g.Fd
+		f.Rules[i] = g.Access
+	}
+	c.session = job.Session
+	c.functions = make(map[string]bool, len(job.Functions))
+	for _, n := range job.Functions {
+		c.functions[n] = true
+	}
+	c.step = 1
+	o := c.turn(turnSpec{
+		send:      func() error { return c.sendFrame(&f, fds) },
+		timeout:   job.Timeout,
+		maxOutput: job.MaxOutput,
+		host:      job.Host,
+		maxCalls:  job.MaxCalls,
+	}, cancel)
+	if !o.Alive {
+		c.Close()
+	}
+	return o
+}
+
+// Step is one later piece of code for a session's process.
+type Step struct {
+	Code      string
+	Name      string
+	Argv      []string
+	Timeout   time.Duration
+	MaxOutput int
+	CPUSecs   int64    // the step's CPU-time backstop
+	Host      HostFunc // answers the step's host calls
+	MaxCalls  int
+}
+
+// RunStep runs the next step of a session whose process is alive (the last
+// Outcome had Alive set). It brings the step a fresh pair of output pipes.
+// When the step ends the process (an exit, a crash, a timeout), the child
+// is closed and Outcome.Alive is false.
+func (c *Child) RunStep(st *Step, cancel <-chan struct{}) *Outcome {
+	c.step++
+	var out, errp [2]int
+	if err := unix.Pipe2(out[:], unix.O_CLOEXEC); err != nil {
+		c.Close()
+		return &Outcome{Started: true, SetupError: "pipe: " + err.Error(), Start: time.Now(), End: time.Now()}
+	}
+	if err := unix.Pipe2(errp[:], unix.O_CLOEXEC); err != nil {
+		unix.Close(out[0])
+		unix.Close(out[1])
+		c.Close()
+		return &Outcome{Started: true, SetupError: "pipe: " + err.Error(), Start: time.Now(), End: time.Now()}
+	}
+	unix.SetNonblock(out[0], true)
+	unix.SetNonblock(errp[0], true)
+	c.stdoutFd, c.stderrFd = out[0], errp[0]
+	f := stepFrame{T: "step", Step: c.step, Code: st.Code, Name: st.Name, Argv: st.Argv, CPU: st.CPUSecs}
+	o := c.turn(turnSpec{
+		send: func() error {
+			err := c.sendFrame(&f, []int{out[1], errp[1]})
+			unix.Close(out[1])
+			unix.Close(errp[1])
+			return err
+		},
+		timeout:   st.Timeout,
+		maxOutput: st.MaxOutput,
+		host:      st.Host,
+		maxCalls:  st.MaxCalls,
+		continued: true,
+	}, cancel)
+	if !o.Alive {
+		c.Close()
+	}
+	return o
+}
+
+// turnSpec is what differs between a job's first turn and a session's
+// later steps.
+type turnSpec struct {
+	send      func() error // hands the code over
+	timeout   time.Duration
+	maxOutput int
+	host      HostFunc
+	maxCalls  int
+	continued bool // a later step: the process was already running user code
+}
+
+// pendingCall is a host call the turn is waiting on.
+type pendingCall struct {
+	abort chan struct{}
+}
+
+// turn hands one piece of code to the child and waits for its outcome.
+func (c *Child) turn(ts turnSpec, cancel <-chan struct{}) *Outcome {
+	o := &Outcome{Started: ts.continued}
 
 	// Output capture starts when the job reports, ends, or has run for
 	// outputDelay; until then the pipes (64 KiB and more each) hold it.
@@ -288,8 +463,8 @@ func (c *Child) Run(job *Job, cancel <-chan struct{}) *Outcome {
 		outFiles = []*os.File{stdout, stderr}
 		var wg sync.WaitGroup
 		wg.Add(2)
-		go capture(stdout, job.MaxOutput, &o.Stdout, &o.StdoutTrunc, &wg)
-		go capture(stderr, job.MaxOutput, &o.Stderr, &o.StderrTrunc, &wg)
+		go capture(stdout, ts.maxOutput, &o.Stdout, &o.StdoutTrunc, &wg)
+		go capture(stderr, ts.maxOutput, &o.Stderr, &o.StderrTrunc, &wg)
 		closed := make(chan struct{})
 		go func() {
 			wg.Wait()
@@ -302,17 +477,9 @@ func (c *Child) Run(job *Job, cancel <-chan struct{}) *Outcome {
 	captureTimer := time.NewTimer(outputDelay)
 	defer captureTimer.Stop()
 
-	f := jobFrame{T: "job", Code: job.Code, Name: job.Name, Script: job.Script, Argv: job.Argv,
-		Env: job.Env, Path: job.Path, Network: job.Network, Limits: job.Limits}
-	fds := make([]int, len(job.Grants))
-	f.Rules = make([]uint64, len(job.Grants))
-	for i, g := range job.Grants {
-		fds[i] = g.Fd
-		f.Rules[i] = g.Access
-	}
 	o.Start = time.Now()
-	if err := c.sendJob(&f, fds); err != nil {
-		// The child died before it could take the job: no user code ran.
+	if err := ts.send(); err != nil {
+		// The child died before it could take the code.
 		c.Kill()
 		startCapture()
 		<-pipes
@@ -322,11 +489,20 @@ func (c *Child) Run(job *Job, cancel <-chan struct{}) *Outcome {
 	}
 
 	events := make(chan ctlEvent, 16)
-	go c.watchCtl(events)
+	stopWatch := make(chan struct{})
+	watchDone := make(chan struct{})
+	go func() {
+		defer close(watchDone)
+		c.watchCtl(events, stopWatch)
+	}()
+	defer func() {
+		close(stopWatch)
+		<-watchDone
+	}()
 
 	var timer <-chan time.Time
-	if job.Timeout > 0 {
-		t := time.NewTimer(job.Timeout)
+	if ts.timeout > 0 {
+		t := time.NewTimer(ts.timeout)
 		defer t.Stop()
 		timer = t.C
 	}
@@ -337,7 +513,46 @@ func (c *Child) Run(job *Job, cancel <-chan struct{}) *Outcome {
 			c.Kill()
 		}
 	}
+	violation := func(msg string) {
+		if o.Violation == "" && !o.Done {
+			o.Violation = msg
+		}
+		kill()
+	}
+
+	// Host calls: at most one at a time (the child's runner takes turns);
+	// the handler runs on its own goroutine so that timeouts still apply.
+	var call *pendingCall
+	replies := make(chan Reply, 1)
+	endCall := func() {
+		if call != nil {
+			close(call.abort)
+			call = nil
+		}
+	}
+	defer endCall()
+	answer := func(r Reply) {
+		b, err := json.Marshal(replyFrame{T: "reply", Result: r.Result, Error: r.Error})
+		if err != nil {
+			msg := "the host's reply could not be encoded: " + err.Error()
+			b, _ = json.Marshal(replyFrame{T: "reply", Error: &msg})
+		}
+		// The child is blocked reading its answer; a write that blocks
+		// anyway is bounded by the socket's send timeout, and must not
+		// hold up the timer.
+		go func() {
+			if err := c.sendRaw(b, nil); err != nil {
+				c.Kill()
+			}
+		}()
+	}
+	refuse := func(msg string) { answer(Reply{Error: &msg}) }
+
 	exitCh := c.exitCh
+	if c.status != nil {
+		exitCh = nil
+		o.Status = c.status
+	}
 	pipesDone := false
 	var drain <-chan time.Time
 	for {
@@ -352,14 +567,18 @@ func (c *Child) Run(job *Job, cancel <-chan struct{}) *Outcome {
 				break
 			}
 			if drain == nil {
-				// Nothing more is read from the control socket. Closing it
-				// also frees any descriptors the job queued on it (its own
-				// pipe ends, say), which would keep the pipes open.
-				c.closeCtl()
-				events = nil
-				// The child is dead or being killed, so its pipes close
-				// soon; a job that smuggled their ends elsewhere gets its
-				// output cut off rather than hanging the worker.
+				if !o.Alive {
+					// Nothing more is read from the control socket. Closing
+					// it also frees any descriptors the job queued on it
+					// (its own pipe ends, say), which would keep the pipes
+					// open.
+					c.closeCtl()
+					events = nil
+				}
+				// The child is dead or being killed, or a session between
+				// steps, so its pipes close soon; a job that smuggled their
+				// ends elsewhere gets its output cut off rather than
+				// hanging the worker.
 				t := time.NewTimer(drainTimeout)
 				defer t.Stop()
 				drain = t.C
@@ -375,8 +594,13 @@ func (c *Child) Run(job *Job, cancel <-chan struct{}) *Outcome {
 		case ev := <-events:
 			if ev.end {
 				events = nil
-				if ev.err != nil && o.Violation == "" && !o.Done && !killed {
-					o.Violation = ev.err.Error()
+				if ev.err != nil && !o.Done && !killed {
+					violation(ev.err.Error())
+				}
+				if o.Alive {
+					// The session's process closed its channel after its
+					// report: it is not alive after all.
+					o.Alive = false
 					kill()
 				}
 				continue
@@ -390,21 +614,61 @@ func (c *Child) Run(job *Job, cancel <-chan struct{}) *Outcome {
 				if o.SetupError == "" {
 					o.SetupError = "confinement failed"
 				}
-			case m.T == "done" && o.Started && !o.Done && m.Exit != nil:
+			case m.T == "done" && o.Started && !o.Done && m.Exit != nil && m.Step == c.step && call == nil:
 				o.Done = true
 				o.Exit = *m.Exit
 				o.Error = m.Error
-				// Nothing the child does after reporting can matter.
-				kill()
 				timer = nil
-			case o.Done:
+				if c.session && !m.Final {
+					o.Alive = true
+				} else {
+					// Nothing the child does after reporting can matter.
+					kill()
+				}
+			case m.T == "call" && o.Started && !o.Done && call == nil && m.Step == c.step:
+				o.Calls++
+				switch {
+				case !c.functions[m.Function]:
+					// A call to an undeclared name never reaches the host.
+					refuse(fmt.Sprintf("no host function named %q", m.Function))
+				case ts.host == nil:
+					refuse("no host answers calls for this job")
+				case o.Calls > ts.maxCalls:
+					refuse(fmt.Sprintf("this job made more than %d host calls", ts.maxCalls))
+				case !jsonIs(m.Args, '[') || (len(m.Kwargs) > 0 && !jsonIs(m.Kwargs, '{') && string(m.Kwargs) != "null"):
+					violation("malformed host call")
+				case len(m.Args)+len(m.Kwargs) > MaxCall:
+					refuse(fmt.Sprintf("the arguments are %d bytes of JSON; the limit is %d", len(m.Args)+len(m.Kwargs), MaxCall))
+				default:
+					pc := &pendingCall{abort: make(chan struct{})}
+					call = pc
+					cl := Call{Function: m.Function, Args: m.Args, Kwargs: m.Kwargs}
+					if len(cl.Kwargs) == 0 || string(cl.Kwargs) == "null" {
+						cl.Kwargs = json.RawMessage("{}")
+					}
+					go func() {
+						r := ts.host(cl, pc.abort)
+						select {
+						case replies <- r:
+						case <-pc.abort:
+						}
+					}()
+				}
+			case o.Done && !o.Alive:
 				// Whatever follows its report is ignored; it is being killed.
 			default:
-				if o.Violation == "" {
-					o.Violation = fmt.Sprintf("unexpected %q frame on the control channel", m.T)
-				}
-				kill()
+				violation(fmt.Sprintf("unexpected %q frame on the control channel", m.T))
 			}
+		case r := <-replies:
+			if call == nil {
+				continue
+			}
+			call = nil // its abort channel is not closed: the handler is done
+			if r.Error == nil && len(r.Result) > MaxCall {
+				msg := fmt.Sprintf("the host's result is %d bytes of JSON; the limit is %d", len(r.Result), MaxCall)
+				r = Reply{Error: &msg}
+			}
+			answer(r)
 		case <-pipesWait:
 			pipesDone = true
 		case <-drain:
@@ -417,6 +681,10 @@ func (c *Child) Run(job *Job, cancel <-chan struct{}) *Outcome {
 			exitCh = nil
 			if ok {
 				o.Status = &st
+				c.status = &st
+				if o.Alive {
+					o.Alive = false
+				}
 			}
 		case <-timer:
 			timer = nil
@@ -432,8 +700,24 @@ func (c *Child) Run(job *Job, cancel <-chan struct{}) *Outcome {
 			}
 		}
 	}
+	if o.Alive && (killed || c.status != nil) {
+		o.Alive = false
+	}
 	o.End = time.Now()
 	return o
+}
+
+// jsonIs reports whether raw is a JSON value starting with the byte b ('['
+// for an array, '{' for an object).
+func jsonIs(raw json.RawMessage, b byte) bool {
+	for _, ch := range raw {
+		switch ch {
+		case ' ', '\t', '\n', '\r':
+			continue
+		}
+		return ch == b
+	}
+	return false
 }
 
 func (c *Child) waitStatus(d time.Duration) *ExitStatus {
@@ -445,18 +729,25 @@ func (c *Child) waitStatus(d time.Duration) *ExitStatus {
 	}
 }
 
-func (c *Child) sendJob(f *jobFrame, fds []int) error {
-	b, err := json.Marshal(f)
+// sendFrame writes one JSON frame to the child, with descriptors.
+func (c *Child) sendFrame(v any, fds []int) error {
+	b, err := json.Marshal(v)
 	if err != nil {
 		return err
 	}
-	buf := frame.Append(make([]byte, 0, len(b)+frame.HeaderSize), b)
+	return c.sendRaw(b, fds)
+}
+
+// sendRaw writes one frame holding payload to the child. Reads and writes
+// may overlap; only closing the socket excludes both.
+func (c *Child) sendRaw(payload []byte, fds []int) error {
+	buf := frame.Append(make([]byte, 0, len(payload)+frame.HeaderSize), payload)
 	var oob []byte
 	if len(fds) > 0 {
 		oob = unix.UnixRights(fds...)
 	}
-	c.ctlMu.Lock()
-	defer c.ctlMu.Unlock()
+	c.ctlMu.RLock()
+	defer c.ctlMu.RUnlock()
 	if c.ctlFd < 0 {
 		return unix.EBADF
 	}
@@ -472,8 +763,8 @@ func (c *Child) sendJob(f *jobFrame, fds []int) error {
 // recvCtl reads what the control socket holds now, without blocking.
 // A closed socket reads as end of file.
 func (c *Child) recvCtl(buf []byte) (int, error) {
-	c.ctlMu.Lock()
-	defer c.ctlMu.Unlock()
+	c.ctlMu.RLock()
+	defer c.ctlMu.RUnlock()
 	if c.ctlFd < 0 {
 		return 0, nil
 	}
@@ -498,49 +789,52 @@ type ctlEvent struct {
 	end bool  // the channel ended; no more events follow
 }
 
-// watchCtl delivers the child's frames: it reads the control socket
-// whenever the bell rings, and when the bell closes (the child exited, or
-// its code closed the bell) it falls back to polling the socket until it
-// ends.
-func (c *Child) watchCtl(events chan<- ctlEvent) {
-	rings := make(chan bool, 1) // true: the bell is closed
-	go func() {
-		buf := make([]byte, 64)
-		for {
-			_, err := c.bell.Read(buf)
-			closed := err != nil
+// readBell turns the bell's bytes into rings, for the child's whole
+// life, and closes bellClosed at its end of file.
+func (c *Child) readBell() {
+	defer close(c.bellClosed)
+	buf := make([]byte, 64)
+	for {
+		_, err := c.bell.Read(buf)
+		if err != nil {
+			return
+		}
+		select {
+		case c.rings <- struct{}{}:
+		default: // a ring is pending already
+		}
+	}
+}
+
+// watchCtl delivers the child's frames until stop closes: it reads the
+// control socket whenever the bell rings, and once the bell is closed (the
+// child exited, or its code closed the bell) it polls the socket until it
+// ends. The first read happens at once, for frames left from before.
+func (c *Child) watchCtl(events chan<- ctlEvent, stop <-chan struct{}) {
+	c.bellOnce.Do(func() { go c.readBell() })
+	tmp := make([]byte, 32<<10)
+	var poll <-chan time.Time
+	bellClosed := c.bellClosed
+	first := true // frames may be waiting from before this turn
+	for {
+		if !first {
 			select {
-			case rings <- closed:
-			default:
-				if closed {
-					// A pending ring is being handled; make sure the close
-					// is seen after it.
-					select {
-					case rings <- true:
-					case <-c.closed:
-					}
+			case <-c.rings:
+			case <-bellClosed:
+				bellClosed = nil
+				if poll == nil {
+					t := time.NewTicker(ctlPollInterval)
+					defer t.Stop()
+					poll = t.C
 				}
-			}
-			if closed {
+			case <-poll:
+			case <-stop:
+				return
+			case <-c.closed:
 				return
 			}
 		}
-	}()
-	var pending []byte
-	tmp := make([]byte, 32<<10)
-	var poll <-chan time.Time
-	for {
-		select {
-		case closed := <-rings:
-			if closed && poll == nil {
-				t := time.NewTicker(ctlPollInterval)
-				defer t.Stop()
-				poll = t.C
-			}
-		case <-poll:
-		case <-c.closed:
-			return
-		}
+		first = false
 		// Read everything the socket holds now.
 		eof := false
 		for {
@@ -552,15 +846,15 @@ func (c *Child) watchCtl(events chan<- ctlEvent) {
 				eof = err == nil || (err != unix.EAGAIN && err != unix.EWOULDBLOCK)
 				break
 			}
-			pending = append(pending, tmp[:n]...)
-			if len(pending) > maxCtlFrame+frame.HeaderSize {
+			c.pending = append(c.pending, tmp[:n]...)
+			if len(c.pending) > maxCtlFrame+frame.HeaderSize {
 				break
 			}
 		}
 		for {
-			payload, rest, ok, err := frame.Split(pending, maxCtlFrame)
+			payload, rest, ok, err := frame.Split(c.pending, maxCtlFrame)
 			if err != nil {
-				c.emit(events, ctlEvent{err: err, end: true})
+				c.emit(events, stop, ctlEvent{err: err, end: true})
 				return
 			}
 			if !ok {
@@ -568,30 +862,32 @@ func (c *Child) watchCtl(events chan<- ctlEvent) {
 			}
 			var m childMsg
 			if err := json.Unmarshal(payload, &m); err != nil {
-				c.emit(events, ctlEvent{err: fmt.Errorf("malformed control frame: %v", err), end: true})
+				c.emit(events, stop, ctlEvent{err: fmt.Errorf("malformed control frame: %v", err), end: true})
 				return
 			}
-			pending = rest
-			if !c.emit(events, ctlEvent{msg: m}) {
+			c.pending = rest
+			if !c.emit(events, stop, ctlEvent{msg: m}) {
 				return
 			}
 		}
 		if eof {
 			var err error
-			if len(pending) > 0 {
+			if len(c.pending) > 0 {
 				err = errors.New("control channel cut inside a frame")
 			}
-			c.emit(events, ctlEvent{err: err, end: true})
+			c.emit(events, stop, ctlEvent{err: err, end: true})
 			return
 		}
 	}
 }
 
-// emit delivers ev unless Run has finished with the child.
-func (c *Child) emit(events chan<- ctlEvent, ev ctlEvent) bool {
+// emit delivers ev unless the turn has finished with the child.
+func (c *Child) emit(events chan<- ctlEvent, stop <-chan struct{}, ev ctlEvent) bool {
 	select {
 	case events <- ev:
 		return true
+	case <-stop:
+		return false
 	case <-c.closed:
 		return false
 	}

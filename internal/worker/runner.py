@@ -17,6 +17,15 @@
 # channel (fd 3) for one job. For the job it adds the request's
 # environment, rlimits and Landlock grants, enforces Landlock, reports
 # "started", runs the code and reports "done".
+#
+# A session job does not exit after its first code: it keeps its __main__
+# and waits on its channel for "step" frames, each carrying the step's code
+# and a fresh pair of output pipes, until the channel closes or a step ends
+# the process (an exit, a crash, a kill).
+#
+# Host functions: a job that declares them gets a `pynox_host` module whose
+# functions send a "call" frame and block until Go writes the "reply".
+import _thread
 import array
 import builtins
 import ctypes
@@ -25,6 +34,7 @@ import gc
 import io
 import json
 import linecache
+import mmap
 import os
 import resource
 import select
@@ -45,6 +55,7 @@ MSG_CAP = 4096
 MAX_FILES = 4096  # a job's descriptor limit (RLIMIT_NOFILE)
 RESERVE = 1 << 20  # bytes kept back to report a MemoryError with
 TB_FRAMES = 100  # innermost frames printed of a deeper traceback
+MAX_CALL = 1 << 20  # bytes of a host call's JSON arguments, and of its result
 
 _libc = ctypes.CDLL(None, use_errno=True)
 _syscall = _libc.syscall
@@ -315,7 +326,7 @@ class Template:
                 self.sock.detach()
                 Spare(self, kind, parent, ctl_child, out_w, err_w, bell_w).main()
             except BaseException:  # noqa: BLE001 - the child must never return
-                pass
+                traceback.print_exc()
             os._exit(code)
         for fd in (ctl_child, out_w, err_w, bell_w):
             os.close(fd)
@@ -369,6 +380,16 @@ class Spare:
         self.ctl, self.out_w, self.err_w, self.bell_w = ctl, out_w, err_w, bell_w
         self.error = None
         self.ruleset = -1
+        self.sock = None
+        self.step = 0
+        self.globals = None
+        self.exited = False
+        self.null_w = -1
+        self.reserve = None
+        # Held by a host call until its reply arrives, and by the runner
+        # from a step's report until the next step begins: frames on the
+        # channel never interleave, and no thread reads another's answer.
+        self.host_lock = _thread.allocate_lock()
         self.channels = False  # descriptors 0-4 are the spare's own
 
     def send(self, obj, ring=True):
@@ -393,6 +414,7 @@ class Spare:
             # on it. The host sees the spare die before its job started.
             os._exit(72)
         sock = socket.socket(fileno=FD)
+        self.sock = sock
         job, fds = _recv_with_fds(sock, FD)
         if job is None:
             os._exit(0)
@@ -405,8 +427,61 @@ class Spare:
             self.send({"t": "setup_error", "msg": self.error})
             os._exit(71)
         self.send({"t": "started"}, ring=False)
+        self.step = int(job.get("step") or 1)
+        self.new_main(job)
         code, err = self.run(job)
-        self.finish(code, err)
+        if not job.get("session") or self.exited:
+            self.finish(code, err)
+        self.session_loop(code, err)
+
+    def session_loop(self, code, err):
+        """Reports each step and waits for the next, keeping __main__."""
+        while True:
+            self.end_step()
+            self.host_lock.acquire()
+            try:
+                self.send({"t": "done", "step": self.step, "exit": code, "error": err})
+            except BaseException:  # noqa: BLE001 - the channel is gone
+                os._exit(code & 0xFF)
+            msg, fds = _recv_with_fds(self.sock, FD)
+            if msg is None or msg.get("t") != "step" or len(fds) != 2:
+                for fd in fds:
+                    os.close(fd)
+                os._exit(0)
+            os.dup2(fds[0], 1)
+            os.dup2(fds[1], 2)
+            os.close(fds[0])
+            os.close(fds[1])
+            self.step = int(msg.get("step") or 0)
+            self.host_lock.release()
+            cpu = int(msg.get("cpu") or 0)
+            if cpu > 0:
+                used = int(sum(os.times()[:2]))
+                _soft, hard = resource.getrlimit(resource.RLIMIT_CPU)
+                soft = used + cpu
+                if hard != resource.RLIM_INFINITY and soft > hard:
+                    soft = hard
+                try:
+                    resource.setrlimit(resource.RLIMIT_CPU, (soft, hard))
+                except (OSError, ValueError):
+                    pass
+            code, err = self.run(msg)
+            if self.exited:
+                self.finish(code, err)
+
+    def end_step(self):
+        """Flushes the step's output and lets go of its pipes: descriptors 1
+        and 2 name /dev/null until the next step brings its own."""
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except BaseException:  # noqa: BLE001 - a closed stream loses nothing more
+                pass
+        for fd in (1, 2):
+            try:
+                os.dup2(self.null_w, fd)
+            except OSError:
+                pass
 
     # Request-independent steps, done before the job arrives.
     def prepare(self):
@@ -453,6 +528,10 @@ class Spare:
         for rfd, _ in self.tpl.runtime_fds:
             os.close(rfd)
         self.warm_up()
+        # Address space set aside to report a MemoryError with when the job
+        # used up its allowance (RLIMIT_AS counts address space, so an
+        # untouched mapping is enough, and costs no page faults).
+        self.reserve = mmap.mmap(-1, RESERVE)
         # The address space the job starts from; its allowance goes on top.
         with open("/proc/self/statm") as f:
             self.vm = int(f.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
@@ -494,7 +573,12 @@ class Spare:
         resource.setrlimit(resource.RLIMIT_AS, (vm, vm))
         resource.setrlimit(resource.RLIMIT_FSIZE, (lim["fsize"], lim["fsize"]))
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-        resource.setrlimit(resource.RLIMIT_CPU, (lim["cpu"], lim["cpu"] + 1))
+        if job.get("session"):
+            # A session's backstop is renewed per step (soft limit only:
+            # the hard one could never be raised again).
+            resource.setrlimit(resource.RLIMIT_CPU, (lim["cpu"], resource.getrlimit(resource.RLIMIT_CPU)[1]))
+        else:
+            resource.setrlimit(resource.RLIMIT_CPU, (lim["cpu"], lim["cpu"] + 1))
         resource.setrlimit(resource.RLIMIT_NOFILE, (MAX_FILES, MAX_FILES))
         # 4. Landlock: add the request's grants and enforce.
         if bool(job.get("network")) != (self.kind == "allow"):
@@ -505,22 +589,71 @@ class Spare:
             raise SetupError("grant descriptors missing: %d rules, %d descriptors" % (len(rules), len(fds)))
         for fd, access in zip(fds, rules):
             self.add_rule(ruleset, fd, access)
+        if job.get("session"):
+            # Where descriptors 1 and 2 point between steps.
+            self.null_w = os.open("/dev/null", os.O_WRONLY | os.O_CLOEXEC)
         _check(_syscall(self.nr["landlock_restrict_self"], ruleset, 0), "landlock_restrict_self")
         for fd in [ruleset] + list(fds):
             os.close(fd)
+        if job.get("functions"):
+            sys.modules["pynox_host"] = self.host_module(job["functions"])
 
-    def run(self, job):
-        name = job["name"]
-        src = job["code"]
+    def host_module(self, names):
+        """The pynox_host module: one function per declared name. A call
+        sends a "call" frame, rings the bell and blocks until Go answers;
+        calls from several threads take turns."""
+        mod = types.ModuleType("pynox_host", "Functions of the application running this code.")
+
+        class HostError(Exception):
+            """The host function failed; the message is the host's."""
+
+        HostError.__module__ = "pynox_host"
+        mod.HostError = HostError
+        lock = self.host_lock
+        spare = self
+
+        def make(name):
+            def call(*args, **kwargs):
+                try:
+                    data = json.dumps({"t": "call", "step": spare.step, "function": name, "args": args,
+                                       "kwargs": kwargs}, separators=(",", ":"), allow_nan=False).encode()
+                except (TypeError, ValueError) as e:
+                    raise TypeError("arguments to %s must be JSON values: %s" % (name, e)) from None
+                if len(data) > MAX_CALL + 256:
+                    raise ValueError("arguments to %s are %d bytes of JSON; the limit is %d" % (name, len(data), MAX_CALL))
+                with lock:
+                    _write_all(FD, struct.pack("<I", len(data)) + data)
+                    try:
+                        os.write(BELL, b"!")
+                    except OSError:
+                        pass
+                    reply = _recv(FD)
+                if reply is None or reply.get("t") != "reply":
+                    os._exit(75)  # the host is gone, or spoke out of turn
+                if "error" in reply:
+                    raise HostError(reply["error"])
+                return reply.get("result")
+
+            call.__name__ = call.__qualname__ = name
+            call.__module__ = "pynox_host"
+            call.__doc__ = "Calls the host function %s; raises pynox_host.HostError when it fails." % name
+            return call
+
+        for name in names:
+            setattr(mod, name, make(name))
+        mod.__all__ = list(names)
+        return mod
+
+    def new_main(self, job):
+        """The job's __main__ (a session keeps it across steps), sys.path,
+        and fresh random seeds."""
         main = types.ModuleType("__main__")
-        d = main.__dict__
+        self.globals = main.__dict__
         if job.get("script"):
-            d["__file__"] = name
+            self.globals["__file__"] = job["name"]
         sys.modules["__main__"] = main
-        sys.argv = [name] + list(job.get("argv") or [])
         for p in reversed(job.get("path") or []):
             sys.path.insert(0, p)
-        linecache.cache[name] = (len(src), None, src.splitlines(True), name)
         if "random" in sys.modules:
             sys.modules["random"].seed()
         npr = sys.modules.get("numpy.random")
@@ -529,22 +662,34 @@ class Spare:
                 npr.seed()
             except Exception:  # noqa: BLE001 - best effort
                 pass
+
+    def run(self, job):
+        """Runs one piece of code in __main__ and returns (exit code, error).
+        self.exited tells whether the code ended the process's life (an
+        exit, or memory exhausted)."""
+        name = job["name"]
+        src = job["code"]
+        d = self.globals
+        self.exited = False
+        sys.argv = [name] + list(job.get("argv") or [])
+        linecache.cache[name] = (len(src), None, src.splitlines(True), name)
         try:
             code = compile(src, name, "exec", dont_inherit=True)
         except BaseException as e:  # noqa: BLE001 - a SyntaxError is the job's
             traceback.print_exception(type(e), e, None)
             return 1, _describe(e, name)
-        # Memory set aside to report an exception with when the job used up
-        # its allowance.
-        reserve = bytearray(RESERVE)
         try:
             exec(code, d)
         except SystemExit as e:
+            self.exited = True
             return _exit_code(e), None
         except BaseException as e:  # noqa: BLE001 - every exception is the job's
             if isinstance(e, MemoryError):
                 # The job is over: drop its data so the report can be made.
-                del reserve
+                self.exited = True
+                if self.reserve is not None:
+                    self.reserve.close()
+                    self.reserve = None
                 d.clear()
                 traceback.clear_frames(e.__traceback__)
                 gc.collect()
@@ -564,8 +709,9 @@ class Spare:
                 os.close(fd)
             except OSError:
                 pass
+        self.host_lock.acquire()  # a call in flight on another thread ends first
         try:
-            self.send({"t": "done", "exit": code, "error": err})
+            self.send({"t": "done", "step": self.step, "exit": code, "error": err, "final": True})
         except BaseException:  # noqa: BLE001
             pass
         os._exit(code & 0xFF)

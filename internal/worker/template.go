@@ -59,6 +59,10 @@ type Options struct {
 	// SpareTimeout is how long Take waits for a spare before declaring the
 	// template wedged; zero means DefaultSpareTimeout.
 	SpareTimeout time.Duration
+	// OnDemand forks a spare only when Take asks for one, and none to
+	// replace a closed child: a session's template, which serves one
+	// process at a time.
+	OnDemand bool
 }
 
 // Info describes a started template.
@@ -82,6 +86,7 @@ type Template struct {
 
 	spares       [2]chan *Child // by kind: kindDeny, kindAllow
 	network      bool
+	onDemand     bool
 	spareTimeout time.Duration
 
 	mu       sync.Mutex
@@ -124,6 +129,7 @@ func Start(opts Options) (*Template, error) {
 		conn:         c.(*net.UnixConn),
 		spares:       [2]chan *Child{make(chan *Child, 1), make(chan *Child, 1)},
 		network:      opts.Network,
+		onDemand:     opts.OnDemand,
 		spareTimeout: cmp.Or(opts.SpareTimeout, DefaultSpareTimeout),
 		children:     make(map[int]*Child),
 		done:         make(chan struct{}),
@@ -155,6 +161,9 @@ func Start(opts Options) (*Template, error) {
 	kinds := []int{kindDeny}
 	if opts.Network {
 		kinds = append(kinds, kindAllow)
+	}
+	if opts.OnDemand {
+		kinds = nil
 	}
 	for _, k := range kinds {
 		if err := t.requestFork(k); err != nil {
@@ -431,6 +440,12 @@ func (t *Template) Take(network bool, cancel <-chan struct{}) (*Child, error) {
 			return nil, errors.New("this template keeps no spares for jobs with the network")
 		}
 		kind = kindAllow
+	}
+	if t.onDemand {
+		if err := t.requestFork(kind); err != nil {
+			t.fail(fmt.Errorf("request fork: %w", err))
+			return nil, err
+		}
 	}
 	select {
 	case c := <-t.spares[kind]:
