@@ -81,13 +81,13 @@ func newChild(t *Template, pid, kind int, fds []int) (*Child, error) {
 		return nil, fmt.Errorf("child channels: %w", err)
 	}
 	return &Child{
-		Pid:      pid,
-		tpl:      t,
-		ctlFd:    fds[0],
-		bell:     os.NewFile(uintptr(fds[4]), "job-bell"),
-		stdoutFd: fds[1],
-		stderrFd: fds[2],
-		pidfd:    fds[3],
+		Pid:        pid,
+		tpl:        t,
+		ctlFd:      fds[0],
+		bell:       os.NewFile(uintptr(fds[4]), "job-bell"),
+		stdoutFd:   fds[1],
+		stderrFd:   fds[2],
+		pidfd:      fds[3],
 		exitCh:     make(chan ExitStatus, 1),
 		closed:     make(chan struct{}),
 		kind:       kind,
