@@ -30,6 +30,14 @@ const (
 	KindSpawn
 	// KindClosed: the pool is closed.
 	KindClosed
+	// KindExhausted: Config.MaxSessions sessions are open already.
+	KindExhausted
+	// KindFinished: the checkout was finished (by its caller, the pool's
+	// Close, or Config.SessionIdle).
+	KindFinished
+	// KindProtocol: the caller broke a checkout's turn order: Resume with
+	// no call waiting, or Feed while one waits.
+	KindProtocol
 )
 
 var kindNames = map[Kind]string{
@@ -41,6 +49,9 @@ var kindNames = map[Kind]string{
 	KindCrashed:      "PoolWorkerError",
 	KindSpawn:        "Spawn",
 	KindClosed:       "Closed",
+	KindExhausted:    "Exhausted",
+	KindFinished:     "Finished",
+	KindProtocol:     "Protocol",
 }
 
 // String returns the kind's name; for the kinds that appear in results it
@@ -98,6 +109,9 @@ var (
 	ErrCrashed      = &Error{Kind: KindCrashed}
 	ErrSpawn        = &Error{Kind: KindSpawn}
 	ErrClosed       = &Error{Kind: KindClosed}
+	ErrExhausted    = &Error{Kind: KindExhausted}
+	ErrFinished     = &Error{Kind: KindFinished}
+	ErrProtocol     = &Error{Kind: KindProtocol}
 )
 
 func newError(k Kind, format string, args ...any) *Error {

@@ -48,6 +48,14 @@ type Job struct {
 	// Profile names one of the pool's profiles, whose fields come first;
 	// this request's own fields are added on top.
 	Profile string `json:"profile,omitempty"`
+	// Functions declares the host functions the job may call: each name
+	// becomes a function of the job's pynox_host module. At most
+	// MaxFunctions names, each a Python identifier not starting with "_".
+	Functions []string `json:"functions,omitempty"`
+	// Host answers the job's calls to its Functions. [Pool.Run] needs it
+	// when Functions are declared; a [Checkout] without it hands each call
+	// to its caller as a [TurnEvent].
+	Host HostFunc `json:"-"`
 }
 
 // withProfile merges the named profile under j's own fields: lists are
@@ -122,6 +130,15 @@ type Result struct {
 	// Policy is what was enforced for the job; nil when nothing ran
 	// because the request was refused.
 	Policy *Policy `json:"policy"`
+	// Session and Step identify a session's step (the first step of a
+	// session's process is 1); both are empty for one-shot jobs.
+	Session string `json:"session,omitempty"`
+	Step    int    `json:"step,omitempty"`
+	// SessionEnded is set when the step ended the session's process (an
+	// exit, a timeout, a crash): the session's next step starts a new one.
+	SessionEnded bool `json:"session_ended,omitempty"`
+	// Calls counts the host-function calls the job (or step) made.
+	Calls int `json:"calls,omitempty"`
 
 	kind Kind // set by the pool: tells a Python TimeoutError from the pool's
 }
@@ -174,7 +191,7 @@ func (r *Result) Err() error {
 	if k == 0 {
 		k = KindRuntime
 		for kind, name := range kindNames {
-			if name == r.Error.Type && kind != KindRuntime && kind != KindSpawn && kind != KindClosed {
+			if name == r.Error.Type && kind >= KindRequest && kind <= KindCrashed {
 				k = kind
 			}
 		}

@@ -47,8 +47,9 @@ func (pl *plan) close() {
 }
 
 // plan checks a request against the ceiling and resolves its grants. On
-// error nothing stays open.
-func (p *Pool) plan(req *Job) (pl *plan, rerr *Error) {
+// error nothing stays open. A session's plan takes no code (its steps
+// bring it) and no script.
+func (p *Pool) plan(req *Job, session bool) (pl *plan, rerr *Error) {
 	if err := checkID(req.ID); err != nil {
 		return nil, err
 	}
@@ -62,6 +63,9 @@ func (p *Pool) plan(req *Job) (pl *plan, rerr *Error) {
 		j = &merged
 	}
 	switch {
+	case session && j.Script != "":
+		return nil, requestErrorf("sessions take inline code, not script")
+	case session:
 	case j.Code == "" && j.Script == "":
 		return nil, requestErrorf("exactly one of code and script is required")
 	case j.Code != "" && j.Script != "":
@@ -96,6 +100,9 @@ func (p *Pool) plan(req *Job) (pl *plan, rerr *Error) {
 		if k == "" || strings.ContainsAny(k, "=\x00") || strings.ContainsRune(v, 0) {
 			return nil, requestErrorf("env: invalid variable %q", k)
 		}
+	}
+	if err := checkFunctions(j.Functions); err != nil {
+		return nil, err
 	}
 	if n := len(j.AllowRead) + len(j.AllowWrite) + len(j.PackageDirs); n > maxGrants {
 		return nil, requestErrorf("%d paths requested; at most %d are allowed", n, maxGrants)
@@ -172,6 +179,9 @@ func (p *Pool) plan(req *Job) (pl *plan, rerr *Error) {
 		},
 		Timeout:   time.Duration(timeout),
 		MaxOutput: int(maxOut),
+		Functions: j.Functions,
+		MaxCalls:  MaxCalls,
+		Session:   session,
 	}
 	for i, fd := range pl.fds {
 		pl.job.Grants = append(pl.job.Grants, worker.Grant{Fd: fd, Access: pl.accessOf[i]})

@@ -41,6 +41,10 @@ type Pool struct {
 
 	stats statsCounters
 
+	callSeq   atomic.Int64 // host calls, numbered pool-wide
+	coMu      sync.Mutex
+	checkouts map[*Checkout]struct{} // open sessions; at most cfg.MaxSessions
+
 	spareTimeout time.Duration // for templates started from now on; zero means the default
 }
 
@@ -77,6 +81,8 @@ func New(cfg Config) (*Pool, error) {
 		log:     log,
 		idle:    make(chan *poolWorker, cfg.Workers),
 		closing: make(chan struct{}),
+
+		checkouts: make(map[*Checkout]struct{}),
 
 		readCeiling: append(append([]string(nil), cfg.Limits.AllowRead...), cfg.Limits.AllowWrite...),
 	}
@@ -314,11 +320,15 @@ func (p *Pool) Run(ctx context.Context, job Job) (*Result, error) {
 	defer p.inflight.Done()
 
 	accepted := time.Now()
-	pl, rerr := p.plan(&job)
+	pl, rerr := p.plan(&job, false)
 	if rerr != nil {
 		return p.refuse(&job, rerr), nil
 	}
 	defer pl.close()
+	if len(job.Functions) > 0 && job.Host == nil {
+		return p.refuse(&job, requestErrorf("functions are declared but the job has no Host to answer them")), nil
+	}
+	pl.job.Host = p.hostAdapter(job.ID, "", job.Host)
 
 	w, err := p.acquire(ctx)
 	if err != nil {
@@ -377,6 +387,16 @@ func (p *Pool) Close() error {
 	p.closed = true
 	close(p.closing)
 	p.mu.Unlock()
+	// Sessions end with the pool.
+	p.coMu.Lock()
+	open := make([]*Checkout, 0, len(p.checkouts))
+	for c := range p.checkouts {
+		open = append(open, c)
+	}
+	p.coMu.Unlock()
+	for _, c := range open {
+		c.end(ErrClosed)
+	}
 	p.inflight.Wait()
 	p.restarts.Wait()
 	p.watchers.Wait()
@@ -395,6 +415,9 @@ func (p *Pool) Stats() Stats {
 	s := p.stats.snapshot()
 	s.UptimeMS = time.Since(p.start).Milliseconds()
 	s.Workers = p.cfg.Workers
+	p.coMu.Lock()
+	s.SessionsActive = len(p.checkouts)
+	p.coMu.Unlock()
 	return s
 }
 
@@ -408,8 +431,13 @@ func (p *Pool) finish(job *Job, res *Result) {
 	if res.Policy != nil {
 		network = res.Policy.Network
 	}
+	var session, step slog.Attr
+	if res.Session != "" {
+		session, step = slog.String("session", res.Session), slog.Int("step", res.Step)
+	}
 	p.log.LogAttrs(context.Background(), slog.LevelInfo, jobLogMessage,
 		slog.Any("id", job.ID),
+		session, step,
 		slog.Int("exit", res.Exit),
 		slog.String("error", errType),
 		slog.String("message", msg),

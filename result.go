@@ -72,6 +72,7 @@ func (p *Pool) result(j *Job, pl *plan, out *worker.Outcome, accepted time.Time)
 		QueueUS:         out.Start.Sub(accepted).Microseconds(),
 		Runtime:         p.runtime(),
 		Policy:          p.policy(pl),
+		Calls:           out.Calls,
 		kind:            KindRuntime,
 	}
 	fail := func(k Kind, msg string) {

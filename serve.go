@@ -19,7 +19,10 @@ const MaxLine = 1 << 20
 // request is one line of the pool protocol.
 type request struct {
 	Job
-	Stats bool `json:"stats,omitempty"`
+	Stats   bool      `json:"stats,omitempty"`
+	Session string    `json:"session,omitempty"`
+	Close   bool      `json:"close,omitempty"`
+	Reply   *replyReq `json:"reply,omitempty"`
 }
 
 // Ready is the first line `pynox pool` writes.
@@ -61,19 +64,119 @@ func (p *Pool) Serve(ctx context.Context, r io.Reader, w io.Writer) error {
 	}
 	out.send(ready)
 
-	// Running plus queued jobs; the reader blocks beyond this.
+	// Running plus queued one-shot jobs; the reader blocks beyond this.
+	// Session requests queue per session instead (MaxPendingSteps), and
+	// replies and stats need no room.
 	slots := make(chan struct{}, 3*p.cfg.Workers)
 	var jobs sync.WaitGroup
 	// Jobs run to completion even when ctx ends: accepted work is answered.
 	jobCtx := context.WithoutCancel(ctx)
+	srv := &server{p: p, out: out, ctx: jobCtx, calls: map[int64]chan replyReq{}, sessions: map[string]*namedSession{}}
 
 	lines := make(chan lineOrErr)
 	stopRead := make(chan struct{})
 	go readLines(r, lines, stopRead)
 	defer close(stopRead)
 
+	start := func(job Job) {
+		jobs.Add(1)
+		go func() {
+			defer jobs.Done()
+			defer func() { <-slots }()
+			var jc *jobCalls
+			if len(job.Functions) > 0 {
+				job.Host, jc = srv.hostFor()
+			}
+			res, err := p.Run(jobCtx, job)
+			if jc != nil {
+				srv.endCalls(jc)
+			}
+			if err != nil {
+				res = p.refuse(&job, requestErrorf("%v", err))
+			}
+			out.send(res)
+		}()
+	}
+	// dispatch handles a request that needs no job slot, and returns the
+	// one-shot job of a request that does.
+	dispatch := func(l lineOrErr) (job *Job, eof bool) {
+		if l.tooLong {
+			out.send(p.refuse(&Job{}, requestErrorf("line exceeds %d bytes and was discarded", MaxLine)))
+			return nil, false
+		}
+		if l.err != nil {
+			return nil, true // a read error ends input like EOF
+		}
+		if len(bytes.TrimSpace(l.line)) == 0 {
+			return nil, false
+		}
+		req, err := decodeRequest(l.line)
+		switch {
+		case err != nil:
+			out.send(p.refuse(&Job{ID: req.ID}, err))
+		case req.Reply != nil:
+			srv.reply(req)
+		case req.Stats:
+			if extra := setFields(req); len(extra) > 1 || req.Session != "" || req.Close {
+				out.send(p.refuse(&Job{ID: req.ID}, requestErrorf("a stats request takes no other fields than id")))
+			} else {
+				out.send(statsEvent{ID: req.ID, Event: "stats", Stats: p.Stats()})
+			}
+		case req.Session != "":
+			srv.session(req)
+		case req.Close:
+			out.send(p.refuse(&Job{ID: req.ID}, requestErrorf("close needs the session to close")))
+		default:
+			return &req.Job, false
+		}
+		return nil, false
+	}
+
+	var waiting *Job // a one-shot job waiting for a slot
 loop:
 	for {
+		if waiting != nil {
+			// While a job waits for room, requests that need none (above
+			// all the replies its running peers may be waiting for) are
+			// still read; the next job stops reading until there is room.
+			select {
+			case slots <- struct{}{}:
+				start(*waiting)
+				waiting = nil
+				continue
+			case <-ctx.Done():
+				out.send(p.refuse(waiting, requestErrorf("the pool is shutting down")))
+				waiting = nil
+				break loop
+			case l, ok := <-lines:
+				if !ok {
+					slots <- struct{}{}
+					start(*waiting)
+					waiting = nil
+					break loop
+				}
+				job, eof := dispatch(l)
+				if eof {
+					slots <- struct{}{}
+					start(*waiting)
+					waiting = nil
+					break loop
+				}
+				if job != nil {
+					select {
+					case slots <- struct{}{}:
+						start(*waiting)
+						waiting = job
+					case <-ctx.Done():
+						out.send(p.refuse(waiting, requestErrorf("the pool is shutting down")))
+						out.send(p.refuse(job, requestErrorf("the pool is shutting down")))
+						waiting = nil
+						break loop
+					}
+				}
+				continue
+			}
+		}
 		var l lineOrErr
 		var ok bool
 		select {
@@ -84,47 +187,25 @@ loop:
 				break loop
 			}
 		}
-		if l.tooLong {
-			out.send(p.refuse(&Job{}, requestErrorf("line exceeds %d bytes and was discarded", MaxLine)))
-			continue
+		job, eof := dispatch(l)
+		if eof {
+			break
 		}
-		if l.err != nil {
-			break // a read error ends input like EOF
-		}
-		if len(bytes.TrimSpace(l.line)) == 0 {
-			continue
-		}
-		req, err := decodeRequest(l.line)
-		if err != nil {
-			out.send(p.refuse(&Job{ID: req.ID}, err))
-			continue
-		}
-		if req.Stats {
-			if err := onlyStats(req); err != nil {
-				out.send(p.refuse(&Job{ID: req.ID}, err))
-				continue
-			}
-			out.send(statsEvent{ID: req.ID, Event: "stats", Stats: p.Stats()})
+		if job == nil {
 			continue
 		}
 		select {
 		case slots <- struct{}{}:
-		case <-ctx.Done():
-			out.send(p.refuse(&req.Job, requestErrorf("the pool is shutting down")))
-			break loop
+			start(*job)
+		default:
+			waiting = job
 		}
-		jobs.Add(1)
-		go func(job Job) {
-			defer jobs.Done()
-			defer func() { <-slots }()
-			res, err := p.Run(jobCtx, job)
-			if err != nil {
-				res = p.refuse(&job, requestErrorf("%v", err))
-			}
-			out.send(res)
-		}(req.Job)
 	}
+	// No reply can come any more: calls waiting for one, and later ones,
+	// fail in their jobs at once instead of at their timeouts.
+	srv.endInput()
 	jobs.Wait()
+	srv.finishSessions()
 	return out.close()
 }
 
@@ -133,18 +214,6 @@ func (p *Pool) refuse(j *Job, e *Error) *Result {
 	res := p.refused(j, e)
 	p.finish(j, res)
 	return res
-}
-
-// onlyStats refuses a stats request that also carries job fields.
-func onlyStats(req request) *Error {
-	j := req.Job
-	j.ID = nil
-	if j.Code != "" || j.Script != "" || j.Name != "" || j.Profile != "" || j.Args != nil || j.AllowRead != nil ||
-		j.AllowWrite != nil || j.PackageDirs != nil || j.Env != nil || j.AllowNetwork ||
-		j.Timeout != 0 || j.Memory != 0 || j.MaxOutput != 0 || j.MaxFileSize != 0 {
-		return requestErrorf("a stats request takes no other fields than id")
-	}
-	return nil
 }
 
 // decodeRequest parses one request line strictly: unknown fields, wrong

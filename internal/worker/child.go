@@ -870,6 +870,13 @@ func (c *Child) watchCtl(events chan<- ctlEvent, stop <-chan struct{}) {
 				return
 			}
 		}
+		if !eof && len(c.pending) > 0 && poll == nil {
+			// A frame larger than the socket's buffer arrives in parts,
+			// after a single ring: read on until it is whole.
+			t := time.NewTicker(ctlPollInterval)
+			defer t.Stop()
+			poll = t.C
+		}
 		if eof {
 			var err error
 			if len(c.pending) > 0 {

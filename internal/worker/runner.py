@@ -100,6 +100,13 @@ def _write_all(fd, data):
         view = view[n:]
 
 
+def _ring():
+    try:
+        os.write(BELL, b"!")
+    except OSError:
+        pass  # Go then learns of the frame when the bell closes at exit
+
+
 def _read_exact(fd, n, buf=b""):
     chunks = [buf] if buf else []
     have = len(buf)
@@ -608,6 +615,7 @@ class Spare:
             """The host function failed; the message is the host's."""
 
         HostError.__module__ = "pynox_host"
+        HostError.__qualname__ = "HostError"
         mod.HostError = HostError
         lock = self.host_lock
         spare = self
@@ -615,18 +623,25 @@ class Spare:
         def make(name):
             def call(*args, **kwargs):
                 try:
-                    data = json.dumps({"t": "call", "step": spare.step, "function": name, "args": args,
-                                       "kwargs": kwargs}, separators=(",", ":"), allow_nan=False).encode()
+                    a = json.dumps(args, separators=(",", ":"), allow_nan=False)
+                    k = json.dumps(kwargs, separators=(",", ":"), allow_nan=False)
                 except (TypeError, ValueError) as e:
                     raise TypeError("arguments to %s must be JSON values: %s" % (name, e)) from None
-                if len(data) > MAX_CALL + 256:
-                    raise ValueError("arguments to %s are %d bytes of JSON; the limit is %d" % (name, len(data), MAX_CALL))
+                if len(a) + len(k) > MAX_CALL:
+                    raise ValueError("arguments to %s are %d bytes of JSON; the limit is %d" % (name, len(a) + len(k), MAX_CALL))
+                data = ('{"t":"call","step":%d,"function":%s,"args":%s,"kwargs":%s}' % (
+                    spare.step, json.dumps(name), a, k)).encode()
                 with lock:
-                    _write_all(FD, struct.pack("<I", len(data)) + data)
-                    try:
-                        os.write(BELL, b"!")
-                    except OSError:
-                        pass
+                    if len(data) > 32768:
+                        # More than the socket may hold: the header and a
+                        # ring first, so that Go reads the rest as it
+                        # comes.
+                        _write_all(FD, struct.pack("<I", len(data)))
+                        _ring()
+                        _write_all(FD, data)
+                    else:
+                        _write_all(FD, struct.pack("<I", len(data)) + data)
+                    _ring()
                     reply = _recv(FD)
                 if reply is None or reply.get("t") != "reply":
                     os._exit(75)  # the host is gone, or spoke out of turn

@@ -1,0 +1,148 @@
+package pynox
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"unicode"
+
+	"github.com/pynox/pynox/internal/worker"
+)
+
+// Host-function bounds of the pool protocol.
+const (
+	// MaxCallBytes bounds a host call's arguments and its result, each as
+	// JSON.
+	MaxCallBytes = worker.MaxCall
+	// MaxCalls is how many host calls one job, or one session step, may
+	// make; later calls raise pynox_host.HostError in the job.
+	MaxCalls = 1000
+	// MaxFunctions is how many host functions a job may declare.
+	MaxFunctions = 64
+)
+
+// Call is a host-function call made by a job: the CodeAct pattern, where
+// code written by a model calls the application's tools directly. Its
+// JSON form is the "call" event of `pynox pool`.
+type Call struct {
+	// JobID is the ID of the job (or session step) that made the call.
+	JobID any `json:"id"`
+	// Session names the session of a step's call; empty for one-shot jobs.
+	Session string `json:"session,omitempty"`
+	// ID is unique within the pool; a reply names it.
+	ID int64 `json:"call_id"`
+	// Function is one of the job's declared Functions.
+	Function string `json:"function"`
+	// Args and Kwargs are the call's arguments: a JSON array and a JSON
+	// object.
+	Args   json.RawMessage `json:"args"`
+	Kwargs json.RawMessage `json:"kwargs"`
+}
+
+// HostFunc answers a job's host calls. Its result is encoded as JSON (a
+// json.RawMessage is passed on as it is) and returned to the job; an error
+// raises pynox_host.HostError in the job with the error's text. ctx ends
+// when the job does (a timeout, say): the answer is then dropped.
+//
+// HostFunc runs on a goroutine of its own while the job waits, so it may
+// block; the time it takes counts against the job's timeout.
+type HostFunc func(ctx context.Context, call *Call) (any, error)
+
+// ResumeValue answers a [Call] surfaced by a [Checkout] as a [TurnEvent]:
+// build it with [Return] or [Raise].
+type ResumeValue struct {
+	result any
+	err    *string
+}
+
+// Return answers a call with a value, which is encoded as JSON (a
+// json.RawMessage is passed on as it is).
+func Return(v any) ResumeValue { return ResumeValue{result: v} }
+
+// Raise answers a call with an error: the job sees pynox_host.HostError
+// with this message.
+func Raise(message string) ResumeValue { return ResumeValue{err: &message} }
+
+// reply encodes v for the job; a value that cannot be encoded, or is too
+// large, becomes an error the job sees.
+func (v ResumeValue) reply() worker.Reply {
+	if v.err != nil {
+		return worker.Reply{Error: v.err}
+	}
+	var b []byte
+	var err error
+	if raw, ok := v.result.(json.RawMessage); ok {
+		if !json.Valid(raw) {
+			err = errors.New("the result is not valid JSON")
+		}
+		b = raw
+	} else {
+		b, err = json.Marshal(v.result)
+	}
+	if err == nil && len(b) > MaxCallBytes {
+		err = fmt.Errorf("the result is %d bytes of JSON; the limit is %d", len(b), MaxCallBytes)
+	}
+	if err != nil {
+		msg := "the host's result could not be passed on: " + err.Error()
+		return worker.Reply{Error: &msg}
+	}
+	return worker.Reply{Result: b}
+}
+
+// hostAdapter turns a HostFunc into the worker's callback, numbering the
+// calls pool-wide.
+func (p *Pool) hostAdapter(jobID any, session string, host HostFunc) worker.HostFunc {
+	if host == nil {
+		return nil
+	}
+	return func(c worker.Call, abort <-chan struct{}) worker.Reply {
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		go func() {
+			select {
+			case <-abort:
+				cancel()
+			case <-ctx.Done():
+			}
+		}()
+		call := &Call{JobID: jobID, Session: session, ID: p.callSeq.Add(1), Function: c.Function, Args: c.Args, Kwargs: c.Kwargs}
+		v, err := host(ctx, call)
+		if err != nil {
+			return Raise(err.Error()).reply()
+		}
+		return Return(v).reply()
+	}
+}
+
+// checkFunctions validates declared host-function names.
+func checkFunctions(names []string) *Error {
+	if len(names) > MaxFunctions {
+		return requestErrorf("functions: %d declared; at most %d are allowed", len(names), MaxFunctions)
+	}
+	seen := make(map[string]bool, len(names))
+	for _, n := range names {
+		if !isIdentifier(n) || strings.HasPrefix(n, "_") || n == "HostError" || len(n) > 64 {
+			return requestErrorf("functions: %q is not allowed: a name must be a Python identifier of at most 64 characters, not starting with _ and not HostError", n)
+		}
+		if seen[n] {
+			return requestErrorf("functions: %q is declared twice", n)
+		}
+		seen[n] = true
+	}
+	return nil
+}
+
+// isIdentifier reports whether s is an ASCII Python identifier.
+func isIdentifier(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i, r := range s {
+		if r > unicode.MaxASCII || !(r == '_' || unicode.IsLetter(r) || (i > 0 && unicode.IsDigit(r))) {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,173 @@
+package pynox
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+func TestHostFunctionsOverJSONL(t *testing.T) {
+	p := newTestPool(t, Config{Workers: 2})
+	ls := startLive(t, p)
+	ls.send(`{"id": "t1", "functions": ["search", "fail"], "code": "from pynox_host import search, fail, HostError\nprint(search('pynox', limit=2))\ntry:\n    fail()\nexcept HostError as e:\n    print('caught', e)"}`)
+	c := ls.call()
+	require.Equal(t, "t1", c["id"])
+	require.Equal(t, "search", c["function"])
+	require.Equal(t, []any{"pynox"}, c["args"])
+	require.Equal(t, map[string]any{"limit": json.Number("2")}, c["kwargs"])
+	ls.send(fmt.Sprintf(`{"reply": {"call_id": %s, "result": ["first hit", "second hit"]}}`, c["call_id"]))
+	c2 := ls.call()
+	require.Equal(t, "fail", c2["function"])
+	require.NotEqual(t, c["call_id"], c2["call_id"], "call ids are unique")
+	ls.send(fmt.Sprintf(`{"reply": {"call_id": %s, "error": "backend unavailable"}}`, c2["call_id"]))
+	r := ls.await("t1")
+	requireLineOK(t, r)
+	require.Equal(t, "['first hit', 'second hit']\ncaught backend unavailable\n", r["stdout"])
+	require.Equal(t, json.Number("2"), r["calls"])
+
+	// A reply to an answered call, to an unknown one, or malformed, is a
+	// RequestError; none reaches a job.
+	for i, line := range []string{
+		fmt.Sprintf(`{"id": "late", "reply": {"call_id": %s, "result": 1}}`, c["call_id"]),
+		`{"id": "unknown", "reply": {"call_id": 123456, "result": 1}}`,
+		`{"id": "both", "reply": {"call_id": 1, "result": 1, "error": "x"}}`,
+		`{"id": "neither", "reply": {"call_id": 1}}`,
+		`{"id": "noid", "reply": {"result": 1}}`,
+		`{"id": "extra", "reply": {"call_id": 1, "result": 1}, "code": "1"}`,
+		`{"id": "field", "reply": {"call_id": 1, "result": 1, "bogus": 2}}`,
+	} {
+		ls.send(line)
+		r := ls.next()
+		require.Equal(t, "RequestError", errType(r), "line %d: %v", i, r)
+	}
+
+	// Only declared names exist; a call forged on the control channel to
+	// any other name gets an error and the client never sees it.
+	ls.send(`{"id": "t2", "functions": ["search"], "code": "` +
+		`try:\n    from pynox_host import other\nexcept ImportError as e:\n    print('import', type(e).__name__)\n` +
+		`import json, os, struct\n` +
+		`def frame(o):\n    b = json.dumps(o).encode()\n    return struct.pack('<I', len(b)) + b\n` +
+		`os.write(3, frame({'t': 'call', 'step': 1, 'function': 'secret', 'args': [], 'kwargs': {}}))\n` +
+		`os.write(4, b'!')\n` +
+		`n = struct.unpack('<I', os.read(3, 4))[0]\nreply = json.loads(os.read(3, n))\nprint(reply['t'], 'error' in reply, reply.get('error'))"}`)
+	r = ls.await("t2")
+	requireLineOK(t, r)
+	require.Equal(t, "import ImportError\nreply True no host function named \"secret\"\n", r["stdout"])
+
+	// A job without functions has no pynox_host.
+	ls.send(`{"id": "t3", "code": "import pynox_host"}`)
+	require.Equal(t, "ModuleNotFoundError", errType(ls.await("t3")))
+
+	// Waiting for the host counts against the timeout; the unanswered call
+	// is dropped and a late reply is refused.
+	ls.send(`{"id": "t4", "functions": ["slow"], "timeout": "500ms", "code": "from pynox_host import slow\nslow()"}`)
+	c = ls.call()
+	r = ls.await("t4")
+	require.Equal(t, "TimeoutError", errType(r))
+	ls.send(fmt.Sprintf(`{"id": "after", "reply": {"call_id": %s, "result": 1}}`, c["call_id"]))
+	require.Equal(t, "RequestError", errType(ls.await("after")))
+
+	// Bad declarations are refused before anything runs.
+	for _, fns := range []string{`["_private"]`, `["HostError"]`, `["a-b"]`, `["x", "x"]`, `["1x"]`, `[""]`} {
+		ls.send(`{"id": "bad", "functions": ` + fns + `, "code": "1"}`)
+		require.Equal(t, "RequestError", errType(ls.await("bad")), fns)
+	}
+
+	// In a session the first request declares the functions; every step
+	// can use them.
+	ls.send(`{"id": "s1", "session": "tools", "functions": ["kv"], "code": "from pynox_host import kv"}`)
+	requireLineOK(t, ls.await("s1"))
+	for i := 2; i <= 3; i++ {
+		ls.send(fmt.Sprintf(`{"id": "s%d", "session": "tools", "code": "print(kv(%d))"}`, i, i))
+		c := ls.call()
+		require.Equal(t, fmt.Sprintf("s%d", i), c["id"])
+		require.Equal(t, "tools", c["session"])
+		ls.send(fmt.Sprintf(`{"reply": {"call_id": %s, "result": {"n": %d}}}`, c["call_id"], i*10))
+		r := ls.await(fmt.Sprintf("s%d", i))
+		requireLineOK(t, r)
+		require.Equal(t, fmt.Sprintf("{'n': %d}\n", i*10), r["stdout"])
+	}
+	ls.send(`{"id": "s4", "session": "tools", "functions": ["other"], "code": "1"}`)
+	require.Equal(t, "RequestError", errType(ls.await("s4")))
+	require.Empty(t, ls.finish())
+}
+
+func TestHostFunctionsGoAPI(t *testing.T) {
+	p := newTestPool(t, Config{Workers: 1})
+	var calls atomic.Int64
+	host := func(ctx context.Context, c *Call) (any, error) {
+		calls.Add(1)
+		switch c.Function {
+		case "echo":
+			return json.RawMessage(c.Args), nil
+		case "big":
+			return strings.Repeat("x", MaxCallBytes+10), nil
+		case "bad":
+			return func() {}, nil
+		case "boom":
+			return nil, errors.New("it broke")
+		case "wait":
+			<-ctx.Done()
+			return nil, ctx.Err()
+		}
+		return nil, fmt.Errorf("unexpected %s", c.Function)
+	}
+	fns := []string{"echo", "big", "bad", "boom", "wait"}
+
+	res := run(t, p, Job{Functions: fns, Host: host, Code: "from pynox_host import echo\nprint(echo(1, 'two', [3], {'four': None}))"})
+	requireOK(t, res)
+	require.Equal(t, "[1, 'two', [3], {'four': None}]\n", res.Stdout)
+
+	res = run(t, p, Job{Functions: fns, Host: host, Code: "from pynox_host import big, bad, boom, HostError\n" +
+		"for f in (big, bad, boom):\n    try:\n        f()\n    except HostError as e:\n        print(f.__name__, str(e)[:60])"})
+	requireOK(t, res)
+	require.Contains(t, res.Stdout, "big the host's result could not be passed on: the result is")
+	require.Contains(t, res.Stdout, "bad the host's result could not be passed on: json: unsupport")
+	require.Contains(t, res.Stdout, "boom it broke\n")
+
+	// Arguments must be JSON, and at most 1 MiB of it.
+	res = run(t, p, Job{Functions: fns, Host: host, Code: "from pynox_host import echo\n" +
+		"for a in (object(), float('nan'), 'x' * (1 << 20)):\n    try:\n        echo(a)\n    except (TypeError, ValueError) as e:\n        print(type(e).__name__)"})
+	requireOK(t, res)
+	require.Equal(t, "TypeError\nTypeError\nValueError\n", res.Stdout)
+
+	// A forged oversized call (bypassing the runner's check) is refused by
+	// the pool, and the job carries on.
+	before := calls.Load()
+	res = run(t, p, Job{Functions: fns, Host: host, Code: "import json, os, struct\n" +
+		"b = json.dumps({'t': 'call', 'step': 1, 'function': 'echo', 'args': ['y' * (1 << 20)], 'kwargs': {}}).encode()\n" +
+		"os.write(3, struct.pack('<I', len(b)))\nos.write(4, b'!')\nos.write(3, b)\nos.write(4, b'!')\n" +
+		"n = struct.unpack('<I', os.read(3, 4))[0]\nprint(json.loads(os.read(3, n)).get('error', '')[:40])"})
+	requireOK(t, res)
+	require.Contains(t, res.Stdout, "the arguments are 104858")
+	require.Equal(t, before, calls.Load(), "the host never saw it")
+
+	// Each job may make MaxCalls calls; the next raises HostError.
+	res = run(t, p, Job{Functions: fns, Host: host, Code: "from pynox_host import echo, HostError\n" +
+		"n = 0\ntry:\n    while True:\n        echo(n)\n        n += 1\nexcept HostError as e:\n    print(n, e)"})
+	requireOK(t, res)
+	require.Equal(t, fmt.Sprintf("%d this job made more than %d host calls\n", MaxCalls, MaxCalls), res.Stdout)
+
+	// Calls from several threads take turns.
+	res = run(t, p, Job{Functions: fns, Host: host, Code: "from pynox_host import echo\nimport threading\n" +
+		"out = []\ndef w(i):\n    for j in range(20):\n        out.append(echo(i, j) == [i, j])\n" +
+		"ts = [threading.Thread(target=w, args=(i,)) for i in range(4)]\n[t.start() for t in ts]\n[t.join() for t in ts]\nprint(len(out), all(out))"})
+	requireOK(t, res)
+	require.Equal(t, "80 True\n", res.Stdout)
+
+	// The host's wait counts against the timeout, and its ctx ends.
+	res = run(t, p, Job{Functions: fns, Host: host, Timeout: Duration(300 * time.Millisecond), Code: "from pynox_host import wait\nwait()"})
+	requireErrorType(t, res, "TimeoutError")
+
+	// Declared functions need a Host.
+	res = run(t, p, Job{Functions: []string{"x"}, Code: "1"})
+	requireErrorType(t, res, "RequestError")
+	requireOK(t, run(t, p, Job{Code: "print(1)"}))
+}

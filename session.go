@@ -1,0 +1,444 @@
+package pynox
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"sort"
+	"sync"
+	"time"
+)
+
+// Session and host-call bounds of the pool protocol.
+const (
+	// MaxPendingSteps is how many requests a session holds, running and
+	// queued; beyond it a request answers RequestError until it catches up.
+	MaxPendingSteps = 8
+	// maxSessionName bounds a session's name, in bytes.
+	maxSessionName = 256
+)
+
+// replyReq is the "reply" of a reply request: the answer to a host call.
+type replyReq struct {
+	CallID *int64          `json:"call_id"`
+	Result json.RawMessage `json:"result"`
+	Error  *string         `json:"error"`
+}
+
+// replyError answers a reply request that reached no call.
+type replyError struct {
+	ID     any        `json:"id"`
+	CallID *int64     `json:"call_id"`
+	Exit   int        `json:"exit"`
+	Error  *ErrorInfo `json:"error"`
+}
+
+// closedEvent answers a session's close request.
+type closedEvent struct {
+	ID      any    `json:"id"`
+	Session string `json:"session"`
+	Closed  bool   `json:"closed"`
+}
+
+// server is the state of one Serve call beyond its job queue: the named
+// sessions and the host calls waiting for a reply.
+type server struct {
+	p   *Pool
+	out *lineWriter
+	ctx context.Context // for jobs and steps: not canceled when Serve's ctx is
+
+	callMu    sync.Mutex
+	calls     map[int64]chan replyReq // host calls waiting for their reply
+	inputDone bool                    // no reply can come any more
+
+	mu       sync.Mutex
+	sessions map[string]*namedSession
+	steps    sync.WaitGroup // session requests accepted and not yet answered
+}
+
+// namedSession is a session of the pool protocol: a name, the requests
+// queued for it, and its Checkout once created.
+type namedSession struct {
+	name    string
+	queue   chan request
+	pending int       // requests queued or running (s.mu)
+	co      *Checkout // nil until created, and after it ends (s.mu)
+	ended   bool      // the last step ended its process: the next request creates one (session goroutine only)
+	// stepHost answers the running step's calls (set by the session
+	// goroutine before each step).
+	stepHost HostFunc
+}
+
+// jobCalls is the set of host calls of one job or session step waiting
+// for replies; once the job has its result, none is waiting any more.
+type jobCalls struct {
+	ids   map[int64]bool
+	ended bool
+}
+
+// hostFor returns the HostFunc of a job or session step served over JSON
+// Lines: each call becomes a "call" event and waits for the reply request
+// naming its call_id, or for the job's end. endCalls(jc) must run before
+// the job's result is written, so that a reply sent after the result
+// finds no call (a late reply is a RequestError).
+func (s *server) hostFor() (HostFunc, *jobCalls) {
+	jc := &jobCalls{ids: map[int64]bool{}}
+	return func(ctx context.Context, call *Call) (any, error) {
+		ch := make(chan replyReq, 1)
+		s.callMu.Lock()
+		switch {
+		case s.inputDone:
+			s.callMu.Unlock()
+			return nil, errNoInput
+		case jc.ended:
+			s.callMu.Unlock()
+			return nil, ctx.Err()
+		}
+		s.calls[call.ID] = ch
+		jc.ids[call.ID] = true
+		s.callMu.Unlock()
+		defer func() {
+			s.callMu.Lock()
+			delete(s.calls, call.ID)
+			delete(jc.ids, call.ID)
+			s.callMu.Unlock()
+		}()
+		s.out.send(callEvent{Event: "call", Call: call})
+		select {
+		case r := <-ch:
+			if r.Error != nil {
+				return nil, errors.New(*r.Error)
+			}
+			return r.Result, nil
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}, jc
+}
+
+// endCalls drops the job's waiting calls: replies to them are late.
+func (s *server) endCalls(jc *jobCalls) {
+	s.callMu.Lock()
+	defer s.callMu.Unlock()
+	jc.ended = true
+	for id := range jc.ids {
+		delete(s.calls, id)
+	}
+	jc.ids = nil
+}
+
+var errNoInput = errors.New("the client closed its input, so no reply can come")
+
+// endInput fails every call waiting for a reply, and every later one.
+func (s *server) endInput() {
+	msg := errNoInput.Error()
+	s.callMu.Lock()
+	defer s.callMu.Unlock()
+	s.inputDone = true
+	for id, ch := range s.calls {
+		delete(s.calls, id)
+		ch <- replyReq{Error: &msg}
+	}
+}
+
+// callEvent is the "call" line of the pool protocol.
+type callEvent struct {
+	Event string `json:"event"`
+	*Call
+}
+
+// reply routes a reply request to its waiting call; a reply that finds
+// none (unknown, already answered, or the job ended) is a RequestError.
+func (s *server) reply(req request) {
+	r := req.Reply
+	fail := func(e *Error) {
+		res := s.p.refused(&Job{ID: req.ID}, e)
+		s.p.finish(&Job{ID: req.ID}, res)
+		s.out.send(replyError{ID: req.ID, CallID: r.CallID, Exit: -1, Error: res.Error})
+	}
+	if extra := setFields(req); len(extra) > 0 {
+		fail(requestErrorf("a reply request takes no other fields than id and reply (got %v)", extra))
+		return
+	}
+	switch {
+	case r.CallID == nil:
+		fail(requestErrorf("reply: call_id is required"))
+		return
+	case (r.Result == nil) == (r.Error == nil):
+		fail(requestErrorf("reply: exactly one of result and error is required"))
+		return
+	case len(r.Result) > MaxCallBytes:
+		fail(requestErrorf("reply: the result is %d bytes of JSON; the limit is %d", len(r.Result), MaxCallBytes))
+		return
+	}
+	s.callMu.Lock()
+	ch, ok := s.calls[*r.CallID]
+	if ok {
+		delete(s.calls, *r.CallID)
+	}
+	s.callMu.Unlock()
+	if !ok {
+		fail(requestErrorf("reply: no call %d is waiting for a reply (it was answered already, its task ended, or it never existed)", *r.CallID))
+		return
+	}
+	ch <- *r
+}
+
+// session queues a session request (a step or a close) behind the
+// session's earlier ones.
+func (s *server) session(req request) {
+	refuse := func(e *Error) {
+		res := s.p.refuse(&req.Job, e)
+		res.Session = req.Session
+		s.out.send(res)
+	}
+	switch {
+	case len(req.Session) > maxSessionName:
+		refuse(requestErrorf("session: the name is %d bytes; the limit is %d", len(req.Session), maxSessionName))
+		return
+	case req.Close:
+		if extra := setFields(req); len(extra) > 0 {
+			refuse(requestErrorf("a close request takes no other fields than id and session (got %v)", extra))
+			return
+		}
+	case req.Script != "":
+		refuse(requestErrorf("sessions take inline code, not script"))
+		return
+	case req.Code == "":
+		refuse(requestErrorf("a session request needs code, or close"))
+		return
+	}
+	s.mu.Lock()
+	ns := s.sessions[req.Session]
+	if ns == nil {
+		if req.Close {
+			s.mu.Unlock()
+			refuse(requestErrorf("no session named %q is open", req.Session))
+			return
+		}
+		ns = &namedSession{name: req.Session, queue: make(chan request, MaxPendingSteps)}
+		s.sessions[req.Session] = ns
+		go s.runSession(ns)
+	}
+	if ns.pending >= MaxPendingSteps {
+		s.mu.Unlock()
+		refuse(requestErrorf("session %q has %d requests pending; wait for their results", req.Session, ns.pending))
+		return
+	}
+	ns.pending++
+	s.steps.Add(1)
+	ns.queue <- req
+	s.mu.Unlock()
+}
+
+// runSession answers a session's requests in order. It returns once the
+// session has no process and nothing queued.
+func (s *server) runSession(ns *namedSession) {
+	for req := range ns.queue {
+		s.serveSessionReq(ns, req)
+		s.steps.Done()
+		s.mu.Lock()
+		ns.pending--
+		if ns.pending == 0 && ns.co == nil {
+			if s.sessions[ns.name] == ns {
+				delete(s.sessions, ns.name)
+			}
+			s.mu.Unlock()
+			return
+		}
+		s.mu.Unlock()
+	}
+}
+
+func (s *server) serveSessionReq(ns *namedSession, req request) {
+	s.mu.Lock()
+	co := ns.co
+	s.mu.Unlock()
+	if co != nil && co.isFinished() != nil {
+		// Closed by the pool for being idle: the name starts afresh.
+		co = nil
+		ns.ended = false
+	}
+	if req.Close {
+		if co != nil {
+			co.Finish(context.Background())
+		}
+		s.mu.Lock()
+		ns.co = nil
+		if ns.pending == 1 && s.sessions[ns.name] == ns {
+			// Gone before the answer: a close that follows it finds no
+			// session, and a step that follows it creates one.
+			delete(s.sessions, ns.name)
+		}
+		s.mu.Unlock()
+		s.out.send(closedEvent{ID: req.ID, Session: ns.name, Closed: true})
+		return
+	}
+	accepted := time.Now()
+	refuse := func(e *Error) {
+		res := s.p.refuse(&req.Job, e)
+		res.Session = ns.name
+		s.out.send(res)
+	}
+	job := req.Job
+	job.Code, job.Name, job.Args, job.ID = "", "", nil, nil
+	job.Host = nil
+	if len(job.Functions) > 0 {
+		// The session's host forwards to the running step's.
+		job.Host = func(ctx context.Context, call *Call) (any, error) { return ns.stepHost(ctx, call) }
+	}
+	switch {
+	case co == nil:
+		var err error
+		co, err = s.p.Checkout(s.ctx, job)
+		if err != nil {
+			var pe *Error
+			switch {
+			case errors.As(err, &pe) && pe.Kind == KindExhausted:
+				refuse(requestErrorf("max_sessions (%d) sessions are open; close one first", s.p.cfg.MaxSessions))
+			case errors.As(err, &pe) && pe.Kind == KindRequest:
+				refuse(pe)
+			default:
+				k := KindCrashed
+				if errors.Is(err, ErrClosed) {
+					refuse(requestErrorf("the pool is shutting down"))
+					return
+				}
+				res := s.p.failed(&req.Job, &plan{}, k, "the session could not start: "+err.Error(), accepted, time.Now())
+				res.Policy = nil
+				res.Session = ns.name
+				res.SessionEnded = true
+				s.p.finish(&req.Job, res)
+				s.out.send(res)
+			}
+			return
+		}
+		co.name = ns.name
+		co.onEnd = func() { s.checkoutEnded(ns, co) }
+		s.mu.Lock()
+		ns.co = co
+		s.mu.Unlock()
+		ns.ended = false
+	case ns.ended:
+		// The last step ended the process: this request creates the next
+		// one, with the permissions it brings.
+		if err := co.reconfigure(job); err != nil {
+			var pe *Error
+			if errors.As(err, &pe) && pe.Kind == KindRequest {
+				refuse(pe)
+			} else {
+				refuse(requestErrorf("%v", err))
+			}
+			return
+		}
+		ns.ended = false
+	default:
+		if extra := permissionFields(req); len(extra) > 0 {
+			refuse(requestErrorf("session %q is running: a later request carries only code, name, args, timeout and max_output (got %v)", ns.name, extra))
+			return
+		}
+	}
+	var jc *jobCalls
+	ns.stepHost, jc = s.hostFor()
+	ev, err := co.Feed(s.ctx, Step{ID: req.ID, Code: req.Code, Name: req.Name, Args: req.Args,
+		Timeout: req.Timeout, MaxOutput: req.MaxOutput})
+	s.endCalls(jc)
+	if err != nil {
+		var pe *Error
+		if errors.As(err, &pe) && pe.Kind == KindRequest {
+			refuse(pe)
+			return
+		}
+		res := s.p.failed(&req.Job, &plan{}, KindCrashed, "the session ended before the step ran: "+err.Error(), accepted, time.Now())
+		res.Policy = nil
+		res.Session = ns.name
+		res.SessionEnded = true
+		s.p.finish(&req.Job, res)
+		s.out.send(res)
+		ns.ended = true
+		return
+	}
+	res := ev.Result
+	ns.ended = res.SessionEnded
+	s.out.send(res)
+}
+
+// checkoutEnded forgets a session the pool closed (idle, or the pool
+// closing).
+func (s *server) checkoutEnded(ns *namedSession, co *Checkout) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if ns.co != co {
+		return
+	}
+	ns.co = nil
+	if ns.pending == 0 && s.sessions[ns.name] == ns {
+		delete(s.sessions, ns.name)
+		close(ns.queue)
+	}
+}
+
+// finishSessions ends every session once no request is pending: sessions
+// end with the Serve call that named them.
+func (s *server) finishSessions() {
+	s.steps.Wait()
+	s.mu.Lock()
+	var cos []*Checkout
+	for _, ns := range s.sessions {
+		if ns.co != nil {
+			cos = append(cos, ns.co)
+		}
+	}
+	s.mu.Unlock()
+	for _, co := range cos {
+		co.Finish(context.Background())
+	}
+}
+
+// setFields lists the fields of a request beyond id, session, close and
+// reply, by their JSON names.
+func setFields(req request) []string {
+	j := req.Job
+	var f []string
+	add := func(set bool, name string) {
+		if set {
+			f = append(f, name)
+		}
+	}
+	add(j.Code != "", "code")
+	add(j.Script != "", "script")
+	add(j.Name != "", "name")
+	add(j.Args != nil, "args")
+	add(req.Stats, "stats")
+	add(j.Timeout != 0, "timeout")
+	add(j.MaxOutput != 0, "max_output")
+	f = append(f, permissionFields(req)...)
+	if req.Reply != nil && (req.Session != "" || req.Close) {
+		f = append(f, "session")
+	}
+	sort.Strings(f)
+	return f
+}
+
+// permissionFields lists the fields that only a session's creating
+// request may carry.
+func permissionFields(req request) []string {
+	j := req.Job
+	var f []string
+	add := func(set bool, name string) {
+		if set {
+			f = append(f, name)
+		}
+	}
+	add(j.AllowRead != nil, "allow_read")
+	add(j.AllowWrite != nil, "allow_write")
+	add(j.PackageDirs != nil, "package_dirs")
+	add(j.Env != nil, "env")
+	add(j.AllowNetwork, "allow_network")
+	add(j.Memory != 0, "memory")
+	add(j.MaxFileSize != 0, "max_file_size")
+	add(j.Profile != "", "profile")
+	add(j.Functions != nil, "functions")
+	add(j.Script != "", "script")
+	return f
+}
