@@ -2,6 +2,8 @@ package pynox
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -116,4 +118,63 @@ func BenchmarkRunPandas(b *testing.B) {
 	}
 	p := newTestPool(b, Config{Workers: 2, Python: py, Preload: []string{"pandas"}})
 	benchSequential(b, p, Job{Code: benchPandasCode}, benchPandasOut)
+}
+
+// BenchmarkCheckoutFeed measures sequential steps of one session through
+// Checkout.Feed: no fork, no confinement; the step's code runs in the
+// session's live process.
+func BenchmarkCheckoutFeed(b *testing.B) {
+	p := newTestPool(b, Config{Workers: 1})
+	ctx := context.Background()
+	co, err := p.Checkout(ctx, Job{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer co.Finish(ctx)
+	step := func() int64 {
+		ev, err := co.Feed(ctx, Step{Code: benchTrivialCode})
+		if err != nil {
+			b.Fatalf("Feed: %v", err)
+		}
+		r := ev.Result
+		if r == nil || r.Error != nil || r.Stdout != benchTrivialOut {
+			b.Fatalf("step failed: %+v", r)
+		}
+		return r.DurationUS
+	}
+	for range 5 {
+		step()
+	}
+	var total int64
+	n := 0
+	for b.Loop() {
+		total += step()
+		n++
+	}
+	b.ReportMetric(float64(total)/float64(n), "step-us/op")
+}
+
+// BenchmarkHostCall measures host-function calls: one session step makes
+// b.N calls, each answered by a Host function in this process; ns/op is
+// the round trip of one call (sandbox to Go and back), the step's own
+// overhead spread over them.
+func BenchmarkHostCall(b *testing.B) {
+	p := newTestPool(b, Config{Workers: 1})
+	ctx := context.Background()
+	host := func(ctx context.Context, c *Call) (any, error) { return json.RawMessage(c.Args[1 : len(c.Args)-1]), nil }
+	co, err := p.Checkout(ctx, Job{Functions: []string{"f"}, Host: host})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer co.Finish(ctx)
+	if ev, err := co.Feed(ctx, Step{Code: "from pynox_host import f\nprint(f(1))"}); err != nil || ev.Result.Stdout != "1\n" {
+		b.Fatalf("warm-up: %v %+v", err, ev.Result)
+	}
+	n := b.N
+	b.ResetTimer()
+	ev, err := co.Feed(ctx, Step{Code: fmt.Sprintf("x = 0\nfor i in range(%d):\n    x = f(x) + 1\nprint(x)", n)})
+	b.StopTimer()
+	if err != nil || ev.Result.Error != nil || ev.Result.Stdout != fmt.Sprintf("%d\n", n) {
+		b.Fatalf("calls failed: %v %+v", err, ev.Result)
+	}
 }

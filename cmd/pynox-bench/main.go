@@ -162,17 +162,16 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 
 // Report is everything one run measured; --json prints it.
 type Report struct {
-	Date        string     `json:"date"`
-	Nproc       int        `json:"nproc"`
-	Go          string     `json:"go"`
-	Kernel      string     `json:"kernel"`
-	CPU         string     `json:"cpu"`
-	Python      PythonInfo `json:"python"`
-	Pynox       string     `json:"pynox"`
-	Settings    string     `json:"settings"`
-	Rows        []*Row     `json:"rows"`
-	Memory      []*MemRow  `json:"memory"`
-	NotMeasured []*Row     `json:"not_measured"`
+	Date     string     `json:"date"`
+	Nproc    int        `json:"nproc"`
+	Go       string     `json:"go"`
+	Kernel   string     `json:"kernel"`
+	CPU      string     `json:"cpu"`
+	Python   PythonInfo `json:"python"`
+	Pynox    string     `json:"pynox"`
+	Settings string     `json:"settings"`
+	Rows     []*Row     `json:"rows"`
+	Memory   []*MemRow  `json:"memory"`
 	// StartupMS is each server's time from start to its ready line.
 	StartupMS map[string]float64 `json:"startup_ms"`
 	Elapsed   string             `json:"elapsed"`
@@ -267,6 +266,11 @@ func newReport() *Report {
 	add("14", thr, "pynox+pandas     trivial", "13")
 	add("15", thr, "naive            trivial", "13")
 	add("16", thr, "naive+pandas     trivial", "14")
+	add("17", "sessions", "pynox session     step        gap=G", "1")
+	add("18", "sessions", "pynox session     step        gap=0", "2")
+	add("19", "sessions", "pynox+pandas ses. step        gap=G", "3")
+	add("20", "host", "pynox            host call", "")
+	add("21", "host", "pynox+pandas     host call", "20")
 	addMem := func(id, name, vs string) {
 		r.Memory = append(r.Memory, &MemRow{ID: id, Name: name, Vs: vs})
 	}
@@ -280,10 +284,6 @@ func newReport() *Report {
 	addMem("M8", "pynox+pandas whole pool (Go + templates + children)", "")
 	addMem("M9", "naive+pandas server, idle", "")
 	addMem("M10", "naive+pandas job child, running", "M7")
-	r.NotMeasured = []*Row{
-		{ID: "S1", Section: "sessions", Name: "session step round trip"},
-		{ID: "H1", Section: "host functions", Name: "host-function call round trip"},
-	}
 	return r
 }
 
@@ -366,6 +366,14 @@ func (r *Report) print(w io.Writer) {
 				fmt.Fprintln(w)
 				fmt.Fprintln(w, "THROUGHPUT: trivial jobs, requests kept in flight as stated in the run line; median/p99 = round trip under load")
 				fmt.Fprintf(w, "%-4s %-38s %5s %9s %9s %9s %9s   %s\n", "#", "benchmark", "n", "jobs/s", "median", "p99", "srv-dur", "vs pynox")
+			case "sessions":
+				fmt.Fprintln(w)
+				fmt.Fprintln(w, "SESSIONS: trivial steps in one live session (__main__ kept), sequential, client-side round trip")
+				fmt.Fprintf(w, "%-4s %-38s %5s %9s %9s %9s %9s   %s\n", "#", "benchmark", "n", "median", "p99", "srv-dur", "srv-queue", "vs pynox")
+			case "host":
+				fmt.Fprintln(w)
+				fmt.Fprintln(w, "HOST FUNCTIONS: one job calls a host function n times; round trip = client writes a reply until the next call event arrives")
+				fmt.Fprintf(w, "%-4s %-38s %5s %9s %9s\n", "#", "benchmark", "n", "median", "p99")
 			}
 		}
 		if x.Skipped != "" {
@@ -382,6 +390,8 @@ func (r *Report) print(w io.Writer) {
 		if x.Section == "throughput" {
 			fmt.Fprintf(w, "%-4s %-38s %5d %9.0f %9s %9s %9s   %s\n", x.ID, x.Name, x.N, x.JobsPerS,
 				fmtMS(x.MedianUS), fmtMS(x.P99US), fmtMS(x.ServerDurUS), vs)
+		} else if x.Section == "host" {
+			fmt.Fprintf(w, "%-4s %-38s %5d %9s %9s   %s\n", x.ID, x.Name, x.N, fmtMS(x.MedianUS), fmtMS(x.P99US), vs)
 		} else {
 			fmt.Fprintf(w, "%-4s %-38s %5d %9s %9s %9s %9s   %s\n", x.ID, x.Name, x.N,
 				fmtMS(x.MedianUS), fmtMS(x.P99US), fmtMS(x.ServerDurUS), fmtMS(x.ServerQueueUS), vs)
@@ -410,11 +420,6 @@ func (r *Report) print(w io.Writer) {
 		}
 	}
 	fmt.Fprintln(w)
-	fmt.Fprintln(w)
-	fmt.Fprintln(w, "LATER ISSUES")
-	for _, x := range r.NotMeasured {
-		fmt.Fprintf(w, "%-4s %-38s %s\n", x.ID, x.Name, x.Skipped)
-	}
 	fmt.Fprintf(w, "\nratios: time ratio against the pynox row named (above 1 = slower; throughput: pynox jobs/s over this row's);\n")
 	fmt.Fprintf(w, "srv-dur/srv-queue: medians of the server's own duration_us/queue_us (naive: fork to reap). total run %s\n", r.Elapsed)
 }
@@ -492,7 +497,7 @@ func bench(ctx context.Context, o options) (*Report, error) {
 		}
 	}
 	if !withPandas {
-		skip(noPandas, "3", "4", "5", "8", "9", "10", "12", "14", "16", "M5", "M6", "M7", "M8", "M9", "M10")
+		skip(noPandas, "3", "4", "5", "8", "9", "10", "12", "14", "16", "19", "21", "M5", "M6", "M7", "M8", "M9", "M10")
 	}
 	if o.skipMemory {
 		skip("--skip-memory", "M1", "M2", "M3", "M4", "M5", "M6", "M7", "M8", "M9", "M10")
@@ -544,7 +549,15 @@ func bench(ctx context.Context, o options) (*Report, error) {
 		if err := s.throughput(rep.row("13"), trivialCode, trivialOut, o.n, o.warm, o.inflight); err != nil {
 			return err
 		}
-		probeLater(s, rep)
+		if err := s.sessionLatency(rep.row("17"), o.n, o.warm, o.gap); err != nil {
+			return err
+		}
+		if err := s.sessionLatency(rep.row("18"), o.n, o.warm, 0); err != nil {
+			return err
+		}
+		if err := s.hostCalls(rep.row("20"), o.n, o.warm); err != nil {
+			return err
+		}
 		if !o.skipMemory {
 			return s.memory(rep, "M1", "M2", "M3", "M4")
 		}
@@ -569,6 +582,12 @@ func bench(ctx context.Context, o options) (*Report, error) {
 				return err
 			}
 			if err := s.throughput(rep.row("14"), trivialCode, trivialOut, o.n, o.warm, o.inflight); err != nil {
+				return err
+			}
+			if err := s.sessionLatency(rep.row("19"), o.n, o.warm, o.gap); err != nil {
+				return err
+			}
+			if err := s.hostCalls(rep.row("21"), o.n, o.warm); err != nil {
 				return err
 			}
 			if !o.skipMemory {
@@ -690,23 +709,28 @@ func cold(ctx context.Context, row *Row, python, code, want string, n int) error
 // server is a running JSON Lines job server: pynox pool or the naive one.
 // Both take {"id", "code"} lines and answer {"id", "exit", "stdout", ...}.
 type server struct {
-	name   string
-	cmd    *exec.Cmd
-	stdin  io.WriteCloser
-	out    *bufio.Reader
-	stderr *tail
-	nextID int
-	ready  time.Duration
+	name     string
+	cmd      *exec.Cmd
+	stdin    io.WriteCloser
+	out      *bufio.Reader
+	stderr   *tail
+	nextID   int
+	sessions int // sessions opened, for unique names
+	ready    time.Duration
 }
 
 type result struct {
-	ID         json.Number `json:"id"`
-	Event      string      `json:"event"`
-	Exit       int         `json:"exit"`
-	Stdout     string      `json:"stdout"`
-	Stderr     string      `json:"stderr"`
-	DurationUS int64       `json:"duration_us"`
-	QueueUS    int64       `json:"queue_us"`
+	ID         json.Number     `json:"id"`
+	Event      string          `json:"event"`
+	Exit       int             `json:"exit"`
+	Stdout     string          `json:"stdout"`
+	Stderr     string          `json:"stderr"`
+	DurationUS int64           `json:"duration_us"`
+	QueueUS    int64           `json:"queue_us"`
+	Step       int             `json:"step"`
+	Closed     bool            `json:"closed"`
+	CallID     json.Number     `json:"call_id"`
+	Args       json.RawMessage `json:"args"`
 	Error      *struct {
 		Type    string `json:"type"`
 		Message string `json:"message"`
@@ -885,29 +909,100 @@ func (s *server) throughput(row *Row, code, want string, n, warm, inflight int) 
 	return nil
 }
 
-// probeLater finds out whether the pool takes session and host-function
-// requests yet; while it refuses the fields, the rows say so instead of
-// showing numbers.
-func probeLater(s *server, rep *Report) {
-	probe := func(row *Row, extra, what string) {
-		line, _ := s.request("print(1)", extra)
+// sessionLatency measures n sequential trivial steps in one session,
+// after warm unmeasured ones (the first of which starts the session).
+func (s *server) sessionLatency(row *Row, n, warm int, gap time.Duration) error {
+	s.sessions++
+	name := fmt.Sprintf(`,"session":"bench-%d"`, s.sessions)
+	var durs, queues []float64
+	for i := range warm + 1 + n {
+		if gap > 0 {
+			time.Sleep(gap)
+		}
+		line, id := s.request(trivialCode, name)
+		t0 := time.Now()
 		if _, err := s.stdin.Write(line); err != nil {
-			row.Skipped = "not measured: probe failed: " + err.Error()
-			return
+			return fmt.Errorf("%s: write: %v", s.name, err)
 		}
 		r, err := s.read()
+		d := time.Since(t0)
 		if err != nil {
-			row.Skipped = "not measured: probe failed: " + err.Error()
-			return
+			return err
 		}
-		if r.Error != nil && r.Error.Type == "RequestError" {
-			row.Skipped = fmt.Sprintf("not measured: the pool has no %s yet (it answers %q)", what, r.Error.Message)
-			return
+		if r.ID.String() != strconv.Itoa(id) {
+			return fmt.Errorf("%s: got result %s, want %d", s.name, r.ID, id)
 		}
-		row.Skipped = fmt.Sprintf("not measured: the pool accepts %s now, but this bench does not measure them yet", what)
+		if err := s.check(r, trivialOut); err != nil {
+			return err
+		}
+		if r.Step != i+1 {
+			return fmt.Errorf("%s: session step %d answered as step %d: the session did not live on", s.name, i+1, r.Step)
+		}
+		if i <= warm {
+			continue
+		}
+		row.rtts = append(row.rtts, d)
+		durs = append(durs, float64(r.DurationUS))
+		queues = append(queues, float64(r.QueueUS))
 	}
-	probe(rep.NotMeasured[0], `,"session":"pynox-bench-probe"`, "sessions")
-	probe(rep.NotMeasured[1], `,"functions":["pynox_bench_probe"]`, "host functions")
+	row.summarize(durs, queues)
+	line := []byte(`{"id":0,"session":"bench-` + strconv.Itoa(s.sessions) + `","close":true}` + "\n")
+	if _, err := s.stdin.Write(line); err != nil {
+		return err
+	}
+	r, err := s.read()
+	if err != nil {
+		return err
+	}
+	if !r.Closed {
+		return fmt.Errorf("%s: close answered %+v", s.name, r)
+	}
+	return nil
+}
+
+// hostCalls runs one job that calls a host function warm+n times and
+// times each call's round trip as the client sees it: from writing the
+// reply to one call until the next call event arrives.
+func (s *server) hostCalls(row *Row, n, warm int) error {
+	code := fmt.Sprintf("from pynox_host import f\nx = 0\nfor i in range(%d):\n    x = f(x)\nprint(x)", warm+n+1)
+	line, id := s.request(code, `,"functions":["f"]`)
+	if _, err := s.stdin.Write(line); err != nil {
+		return fmt.Errorf("%s: write: %v", s.name, err)
+	}
+	var sent time.Time
+	for i := 0; ; i++ {
+		r, err := s.read()
+		now := time.Now()
+		if err != nil {
+			return err
+		}
+		if r.Event != "call" {
+			if r.ID.String() != strconv.Itoa(id) {
+				return fmt.Errorf("%s: got %s, want the host-call job %d", s.name, r.ID, id)
+			}
+			if err := s.check(r, strconv.Itoa(warm+n+1)+"\n"); err != nil {
+				return err
+			}
+			break
+		}
+		if i > warm {
+			row.rtts = append(row.rtts, now.Sub(sent))
+		}
+		var args []int
+		if err := json.Unmarshal(r.Args, &args); err != nil || len(args) != 1 {
+			return fmt.Errorf("%s: call args %s", s.name, r.Args)
+		}
+		reply := []byte(`{"reply":{"call_id":` + r.CallID.String() + `,"result":` + strconv.Itoa(args[0]+1) + "}}\n")
+		sent = time.Now()
+		if _, err := s.stdin.Write(reply); err != nil {
+			return err
+		}
+	}
+	if len(row.rtts) != n {
+		return fmt.Errorf("%s: measured %d host calls, want %d", s.name, len(row.rtts), n)
+	}
+	row.summarize(nil, nil)
+	return nil
 }
 
 func (s *server) close() {

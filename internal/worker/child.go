@@ -55,6 +55,7 @@ type Child struct {
 	rings      chan struct{} // a ring is pending
 	bellClosed chan struct{} // the bell reached end of file
 	pending    []byte        // control bytes read but not yet a whole frame
+	rbuf       []byte        // read buffer of the control socket
 
 	// Set by Run (and RunStep) only, between turns.
 	session   bool
@@ -298,36 +299,63 @@ const maxCtlFrame = MaxCall + 64<<10
 
 var bufPool = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
 
-// capture reads f to EOF, keeping at most max bytes and discarding the rest.
-func capture(f *os.File, max int, out *[]byte, trunc *bool, wg *sync.WaitGroup) {
+// sink keeps at most max bytes of a stream and counts the rest as
+// truncated.
+type sink struct {
+	max   int
+	keep  []byte
+	trunc bool
+}
+
+func (k *sink) add(p []byte) {
+	room := k.max - len(k.keep)
+	if room > 0 {
+		k.keep = append(k.keep, p[:min(len(p), room)]...)
+	}
+	if len(p) > room {
+		k.trunc = true
+	}
+}
+
+func (k *sink) result() []byte {
+	if k.trunc {
+		return trimUTF8(k.keep)
+	}
+	return k.keep
+}
+
+// drainNow reads what a non-blocking pipe holds now, reporting whether it
+// reached end of file.
+func drainNow(fd int, k *sink) (eof bool) {
+	bp := bufPool.Get().(*[]byte)
+	defer bufPool.Put(bp)
+	for {
+		n, err := unix.Read(fd, *bp)
+		if n > 0 {
+			k.add((*bp)[:n])
+			continue
+		}
+		if err == unix.EINTR {
+			continue
+		}
+		return err == nil // 0 bytes without error: end of file
+	}
+}
+
+// capture reads f to EOF into k.
+func capture(f *os.File, k *sink, wg *sync.WaitGroup) {
 	defer wg.Done()
 	bp := bufPool.Get().(*[]byte)
 	defer bufPool.Put(bp)
-	buf := *bp
-	var keep []byte
 	for {
-		n, err := f.Read(buf)
+		n, err := f.Read(*bp)
 		if n > 0 {
-			room := max - len(keep)
-			if room > 0 {
-				take := n
-				if take > room {
-					take = room
-				}
-				keep = append(keep, buf[:take]...)
-			}
-			if n > room {
-				*trunc = true
-			}
+			k.add((*bp)[:n])
 		}
 		if err != nil {
-			break
+			return
 		}
 	}
-	if *trunc {
-		keep = trimUTF8(keep)
-	}
-	*out = keep
 }
 
 // trimUTF8 drops a multi-byte character cut in half at the end of b.
@@ -446,33 +474,55 @@ type pendingCall struct {
 }
 
 // turn hands one piece of code to the child and waits for its outcome.
+// Everything happens on the calling goroutine but the bell's reader, the
+// output pipes' readers (only for output that outlives the report, or a
+// job that runs longer than outputDelay) and host calls.
 func (c *Child) turn(ts turnSpec, cancel <-chan struct{}) *Outcome {
 	o := &Outcome{Started: ts.continued}
 
 	// Output capture starts when the job reports, ends, or has run for
 	// outputDelay; until then the pipes (64 KiB and more each) hold it.
+	// When it starts, what the pipes hold is read at once; only a pipe
+	// that is still open gets a reader goroutine.
+	outSink := sink{max: ts.maxOutput}
+	errSink := sink{max: ts.maxOutput}
 	var pipes <-chan struct{} // closed when both pipes reached EOF; nil until capture starts
 	var outFiles []*os.File
+	capturing := false
 	startCapture := func() {
-		if pipes != nil {
+		if capturing {
 			return
 		}
-		stdout := os.NewFile(uintptr(c.stdoutFd), "job-stdout")
-		stderr := os.NewFile(uintptr(c.stderrFd), "job-stderr")
+		capturing = true
+		outFd, errFd := c.stdoutFd, c.stderrFd
 		c.stdoutFd, c.stderrFd = -1, -1
+		outEOF := drainNow(outFd, &outSink)
+		errEOF := drainNow(errFd, &errSink)
+		closed := make(chan struct{})
+		pipes = closed
+		if outEOF && errEOF {
+			unix.Close(outFd)
+			unix.Close(errFd)
+			close(closed)
+			return
+		}
+		stdout := os.NewFile(uintptr(outFd), "job-stdout")
+		stderr := os.NewFile(uintptr(errFd), "job-stderr")
 		outFiles = []*os.File{stdout, stderr}
 		var wg sync.WaitGroup
 		wg.Add(2)
-		go capture(stdout, ts.maxOutput, &o.Stdout, &o.StdoutTrunc, &wg)
-		go capture(stderr, ts.maxOutput, &o.Stderr, &o.StderrTrunc, &wg)
-		closed := make(chan struct{})
+		go capture(stdout, &outSink, &wg)
+		go capture(stderr, &errSink, &wg)
 		go func() {
 			wg.Wait()
 			stdout.Close()
 			stderr.Close()
 			close(closed)
 		}()
-		pipes = closed
+	}
+	finishOutput := func() {
+		o.Stdout, o.StdoutTrunc = outSink.result(), outSink.trunc
+		o.Stderr, o.StderrTrunc = errSink.result(), errSink.trunc
 	}
 	captureTimer := time.NewTimer(outputDelay)
 	defer captureTimer.Stop()
@@ -483,22 +533,11 @@ func (c *Child) turn(ts turnSpec, cancel <-chan struct{}) *Outcome {
 		c.Kill()
 		startCapture()
 		<-pipes
+		finishOutput()
 		o.Status = c.waitStatus(time.Second)
 		o.End = time.Now()
 		return o
 	}
-
-	events := make(chan ctlEvent, 16)
-	stopWatch := make(chan struct{})
-	watchDone := make(chan struct{})
-	go func() {
-		defer close(watchDone)
-		c.watchCtl(events, stopWatch)
-	}()
-	defer func() {
-		close(stopWatch)
-		<-watchDone
-	}()
 
 	var timer <-chan time.Time
 	if ts.timeout > 0 {
@@ -537,9 +576,16 @@ func (c *Child) turn(ts turnSpec, cancel <-chan struct{}) *Outcome {
 			msg := "the host's reply could not be encoded: " + err.Error()
 			b, _ = json.Marshal(replyFrame{T: "reply", Error: &msg})
 		}
-		// The child is blocked reading its answer; a write that blocks
-		// anyway is bounded by the socket's send timeout, and must not
-		// hold up the timer.
+		if len(b) <= 4096 {
+			// The child is blocked reading its answer, so a small one
+			// goes at once; the socket's send timeout bounds it anyway.
+			if err := c.sendRaw(b, nil); err != nil {
+				kill()
+			}
+			return
+		}
+		// A large one may need the child to read as it goes: its write
+		// must not hold up the timer.
 		go func() {
 			if err := c.sendRaw(b, nil); err != nil {
 				c.Kill()
@@ -547,6 +593,108 @@ func (c *Child) turn(ts turnSpec, cancel <-chan struct{}) *Outcome {
 		}()
 	}
 	refuse := func(msg string) { answer(Reply{Error: &msg}) }
+
+	handle := func(m *childMsg) {
+		switch {
+		case m.T == "started" && !o.Started && o.SetupError == "":
+			o.Started = true
+		case m.T == "setup_error" && !o.Started && o.SetupError == "":
+			o.SetupError = m.Msg
+			if o.SetupError == "" {
+				o.SetupError = "confinement failed"
+			}
+		case m.T == "done" && o.Started && !o.Done && m.Exit != nil && m.Step == c.step && call == nil:
+			o.Done = true
+			o.Exit = *m.Exit
+			o.Error = m.Error
+			timer = nil
+			if c.session && !m.Final {
+				o.Alive = true
+			} else {
+				// Nothing the child does after reporting can matter.
+				kill()
+			}
+		case m.T == "call" && o.Started && !o.Done && call == nil && m.Step == c.step:
+			o.Calls++
+			switch {
+			case !c.functions[m.Function]:
+				// A call to an undeclared name never reaches the host.
+				refuse(fmt.Sprintf("no host function named %q", m.Function))
+			case ts.host == nil:
+				refuse("no host answers calls for this job")
+			case o.Calls > ts.maxCalls:
+				refuse(fmt.Sprintf("this job made more than %d host calls", ts.maxCalls))
+			case !jsonIs(m.Args, '[') || (len(m.Kwargs) > 0 && !jsonIs(m.Kwargs, '{') && string(m.Kwargs) != "null"):
+				violation("malformed host call")
+			case len(m.Args)+len(m.Kwargs) > MaxCall:
+				refuse(fmt.Sprintf("the arguments are %d bytes of JSON; the limit is %d", len(m.Args)+len(m.Kwargs), MaxCall))
+			default:
+				pc := &pendingCall{abort: make(chan struct{})}
+				call = pc
+				cl := Call{Function: m.Function, Args: m.Args, Kwargs: m.Kwargs}
+				if len(cl.Kwargs) == 0 || string(cl.Kwargs) == "null" {
+					cl.Kwargs = json.RawMessage("{}")
+				}
+				go func() {
+					r := ts.host(cl, pc.abort)
+					select {
+					case replies <- r:
+					case <-pc.abort:
+					}
+				}()
+			}
+		case o.Done && !o.Alive:
+			// Whatever follows its report is ignored; it is being killed.
+		default:
+			violation(fmt.Sprintf("unexpected %q frame on the control channel", m.T))
+		}
+	}
+
+	// The control channel is read when the bell rings, and polled once the
+	// bell is closed (the child exited, or its code closed the bell) or a
+	// frame is arriving in parts.
+	c.bellOnce.Do(func() { go c.readBell() })
+	ctlOpen := true
+	var poll <-chan time.Time
+	var ticker *time.Ticker
+	defer func() {
+		if ticker != nil {
+			ticker.Stop()
+		}
+	}()
+	startPoll := func() {
+		if ticker == nil {
+			ticker = time.NewTicker(ctlPollInterval)
+			poll = ticker.C
+		}
+	}
+	bellClosed := c.bellClosed
+	readCtl := func() {
+		if !ctlOpen {
+			return
+		}
+		msgs, partial, end, err := c.readFrames()
+		for i := range msgs {
+			handle(&msgs[i])
+		}
+		if partial {
+			startPoll()
+		}
+		if end {
+			ctlOpen = false
+			poll = nil
+			if err != nil && !o.Done && !killed {
+				violation(err.Error())
+			}
+			if o.Alive {
+				// The session's process closed its channel after its
+				// report: it is not alive after all.
+				o.Alive = false
+				kill()
+			}
+		}
+	}
+	readCtl() // frames may be waiting from before this turn
 
 	exitCh := c.exitCh
 	if c.status != nil {
@@ -560,9 +708,12 @@ func (c *Child) turn(ts turnSpec, cancel <-chan struct{}) *Outcome {
 		// outcome is known: the child's own report, a kill of ours, or —
 		// for a child that ended without reporting — its exit status. A
 		// reported or killed child's teardown is not waited for.
-		known := o.Done || o.SetupError != "" || o.Violation != "" || o.TimedOut || o.Canceled || (events == nil && o.Status != nil)
+		known := o.Done || o.SetupError != "" || o.Violation != "" || o.TimedOut || o.Canceled || (!ctlOpen && o.Status != nil)
 		if known {
 			startCapture()
+			if !pipesDone && isClosed(pipes) {
+				pipesDone = true
+			}
 			if pipesDone {
 				break
 			}
@@ -573,7 +724,8 @@ func (c *Child) turn(ts turnSpec, cancel <-chan struct{}) *Outcome {
 					// (its own pipe ends, say), which would keep the pipes
 					// open.
 					c.closeCtl()
-					events = nil
+					ctlOpen = false
+					poll = nil
 				}
 				// The child is dead or being killed, or a session between
 				// steps, so its pipes close soon; a job that smuggled their
@@ -588,77 +740,21 @@ func (c *Child) turn(ts turnSpec, cancel <-chan struct{}) *Outcome {
 		if !pipesDone {
 			pipesWait = pipes
 		}
+		var rings <-chan struct{}
+		if ctlOpen {
+			rings = c.rings
+		}
 		select {
 		case <-captureTimer.C:
 			startCapture()
-		case ev := <-events:
-			if ev.end {
-				events = nil
-				if ev.err != nil && !o.Done && !killed {
-					violation(ev.err.Error())
-				}
-				if o.Alive {
-					// The session's process closed its channel after its
-					// report: it is not alive after all.
-					o.Alive = false
-					kill()
-				}
-				continue
-			}
-			m := ev.msg
-			switch {
-			case m.T == "started" && !o.Started && o.SetupError == "":
-				o.Started = true
-			case m.T == "setup_error" && !o.Started && o.SetupError == "":
-				o.SetupError = m.Msg
-				if o.SetupError == "" {
-					o.SetupError = "confinement failed"
-				}
-			case m.T == "done" && o.Started && !o.Done && m.Exit != nil && m.Step == c.step && call == nil:
-				o.Done = true
-				o.Exit = *m.Exit
-				o.Error = m.Error
-				timer = nil
-				if c.session && !m.Final {
-					o.Alive = true
-				} else {
-					// Nothing the child does after reporting can matter.
-					kill()
-				}
-			case m.T == "call" && o.Started && !o.Done && call == nil && m.Step == c.step:
-				o.Calls++
-				switch {
-				case !c.functions[m.Function]:
-					// A call to an undeclared name never reaches the host.
-					refuse(fmt.Sprintf("no host function named %q", m.Function))
-				case ts.host == nil:
-					refuse("no host answers calls for this job")
-				case o.Calls > ts.maxCalls:
-					refuse(fmt.Sprintf("this job made more than %d host calls", ts.maxCalls))
-				case !jsonIs(m.Args, '[') || (len(m.Kwargs) > 0 && !jsonIs(m.Kwargs, '{') && string(m.Kwargs) != "null"):
-					violation("malformed host call")
-				case len(m.Args)+len(m.Kwargs) > MaxCall:
-					refuse(fmt.Sprintf("the arguments are %d bytes of JSON; the limit is %d", len(m.Args)+len(m.Kwargs), MaxCall))
-				default:
-					pc := &pendingCall{abort: make(chan struct{})}
-					call = pc
-					cl := Call{Function: m.Function, Args: m.Args, Kwargs: m.Kwargs}
-					if len(cl.Kwargs) == 0 || string(cl.Kwargs) == "null" {
-						cl.Kwargs = json.RawMessage("{}")
-					}
-					go func() {
-						r := ts.host(cl, pc.abort)
-						select {
-						case replies <- r:
-						case <-pc.abort:
-						}
-					}()
-				}
-			case o.Done && !o.Alive:
-				// Whatever follows its report is ignored; it is being killed.
-			default:
-				violation(fmt.Sprintf("unexpected %q frame on the control channel", m.T))
-			}
+		case <-rings:
+			readCtl()
+		case <-bellClosed:
+			bellClosed = nil
+			startPoll()
+			readCtl()
+		case <-poll:
+			readCtl()
 		case r := <-replies:
 			if call == nil {
 				continue
@@ -700,6 +796,7 @@ func (c *Child) turn(ts turnSpec, cancel <-chan struct{}) *Outcome {
 			}
 		}
 	}
+	finishOutput()
 	if o.Alive && (killed || c.status != nil) {
 		o.Alive = false
 	}
@@ -783,12 +880,6 @@ func (c *Child) closeCtl() {
 	}
 }
 
-type ctlEvent struct {
-	msg childMsg
-	err error // why the channel ended, nil for a clean close
-	end bool  // the channel ended; no more events follow
-}
-
 // readBell turns the bell's bytes into rings, for the child's whole
 // life, and closes bellClosed at its end of file.
 func (c *Child) readBell() {
@@ -806,96 +897,49 @@ func (c *Child) readBell() {
 	}
 }
 
-// watchCtl delivers the child's frames until stop closes: it reads the
-// control socket whenever the bell rings, and once the bell is closed (the
-// child exited, or its code closed the bell) it polls the socket until it
-// ends. The first read happens at once, for frames left from before.
-func (c *Child) watchCtl(events chan<- ctlEvent, stop <-chan struct{}) {
-	c.bellOnce.Do(func() { go c.readBell() })
-	tmp := make([]byte, 32<<10)
-	var poll <-chan time.Time
-	bellClosed := c.bellClosed
-	first := true // frames may be waiting from before this turn
+// readFrames reads what the control socket holds now and returns the whole
+// frames in it. partial reports the start of a frame still arriving; end
+// that the channel ended, with err saying why when it was not clean.
+func (c *Child) readFrames() (msgs []childMsg, partial, end bool, err error) {
+	if c.rbuf == nil {
+		c.rbuf = make([]byte, 32<<10)
+	}
+	tmp := c.rbuf
+	eof := false
 	for {
-		if !first {
-			select {
-			case <-c.rings:
-			case <-bellClosed:
-				bellClosed = nil
-				if poll == nil {
-					t := time.NewTicker(ctlPollInterval)
-					defer t.Stop()
-					poll = t.C
-				}
-			case <-poll:
-			case <-stop:
-				return
-			case <-c.closed:
-				return
-			}
+		n, rerr := c.recvCtl(tmp)
+		if rerr == unix.EINTR {
+			continue
 		}
-		first = false
-		// Read everything the socket holds now.
-		eof := false
-		for {
-			n, err := c.recvCtl(tmp)
-			if err == unix.EINTR {
-				continue
-			}
-			if err != nil || n == 0 {
-				eof = err == nil || (err != unix.EAGAIN && err != unix.EWOULDBLOCK)
-				break
-			}
-			c.pending = append(c.pending, tmp[:n]...)
-			if len(c.pending) > maxCtlFrame+frame.HeaderSize {
-				break
-			}
+		if rerr != nil || n == 0 {
+			eof = rerr == nil || (rerr != unix.EAGAIN && rerr != unix.EWOULDBLOCK)
+			break
 		}
-		for {
-			payload, rest, ok, err := frame.Split(c.pending, maxCtlFrame)
-			if err != nil {
-				c.emit(events, stop, ctlEvent{err: err, end: true})
-				return
-			}
-			if !ok {
-				break
-			}
-			var m childMsg
-			if err := json.Unmarshal(payload, &m); err != nil {
-				c.emit(events, stop, ctlEvent{err: fmt.Errorf("malformed control frame: %v", err), end: true})
-				return
-			}
-			c.pending = rest
-			if !c.emit(events, stop, ctlEvent{msg: m}) {
-				return
-			}
-		}
-		if !eof && len(c.pending) > 0 && poll == nil {
-			// A frame larger than the socket's buffer arrives in parts,
-			// after a single ring: read on until it is whole.
-			t := time.NewTicker(ctlPollInterval)
-			defer t.Stop()
-			poll = t.C
-		}
-		if eof {
-			var err error
-			if len(c.pending) > 0 {
-				err = errors.New("control channel cut inside a frame")
-			}
-			c.emit(events, stop, ctlEvent{err: err, end: true})
-			return
+		c.pending = append(c.pending, tmp[:n]...)
+		if len(c.pending) > maxCtlFrame+frame.HeaderSize {
+			break
 		}
 	}
-}
-
-// emit delivers ev unless the turn has finished with the child.
-func (c *Child) emit(events chan<- ctlEvent, stop <-chan struct{}, ev ctlEvent) bool {
-	select {
-	case events <- ev:
-		return true
-	case <-stop:
-		return false
-	case <-c.closed:
-		return false
+	for {
+		payload, rest, ok, ferr := frame.Split(c.pending, maxCtlFrame)
+		if ferr != nil {
+			return msgs, false, true, ferr
+		}
+		if !ok {
+			break
+		}
+		var m childMsg
+		if jerr := json.Unmarshal(payload, &m); jerr != nil {
+			return msgs, false, true, fmt.Errorf("malformed control frame: %v", jerr)
+		}
+		c.pending = rest
+		msgs = append(msgs, m)
 	}
+	if eof {
+		if len(c.pending) > 0 {
+			return msgs, false, true, errors.New("control channel cut inside a frame")
+		}
+		return msgs, false, true, nil
+	}
+	return msgs, len(c.pending) > 0, false, nil
 }
