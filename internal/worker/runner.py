@@ -393,6 +393,7 @@ class Spare:
         self.exited = False
         self.null_w = -1
         self.reserve = None
+        self.started_frame = b""
         # Held by a host call until its reply arrives, and by the runner
         # from a step's report until the next step begins: frames on the
         # channel never interleave, and no thread reads another's answer.
@@ -433,9 +434,12 @@ class Spare:
         if self.error is not None:
             self.send({"t": "setup_error", "msg": self.error})
             os._exit(71)
-        self.send({"t": "started"}, ring=False)
+        _write_all(FD, self.started_frame)  # no ring: see send
         self.step = int(job.get("step") or 1)
-        self.new_main(job)
+        if job.get("script"):
+            self.globals["__file__"] = job["name"]
+        for p in reversed(job.get("path") or []):
+            sys.path.insert(0, p)
         code, err = self.run(job)
         if not job.get("session") or self.exited:
             self.finish(code, err)
@@ -555,14 +559,35 @@ class Spare:
                "landlock_add_rule")
 
     def warm_up(self):
-        # Take the copy-on-write faults of a typical job now, not on the clock.
-        saved = sys.stdout
-        sys.stdout = io.StringIO()
+        """Takes the page faults of a typical job now, not on the clock: in
+        a process just forked, the first write to each page the template
+        shares costs a copy (several microseconds each on a VM). It runs a
+        job's whole path on a dummy job, with descriptors 1 and 2 pointing
+        at /dev/null, then prepares the real __main__ and fresh random
+        seeds: a spare serves exactly one job (or session)."""
+        saved = [os.dup(1), os.dup(2)]
+        null = os.open("/dev/null", os.O_WRONLY)
         try:
-            exec(compile("print(sum(range(100)))\n", "<warm-up>", "exec"), {"__builtins__": builtins})
-            json.loads(json.dumps({"t": "job", "code": "x", "env": {}, "argv": []}))
+            os.dup2(null, 1)
+            os.dup2(null, 2)
+            self.globals = {"__name__": "__main__", "__builtins__": builtins}
+            dummy = {"name": "<warm-up>", "code": "print(sum(range(100)))\n", "argv": []}
+            self.run(dummy)
+            self.run({"name": "<warm-up>", "code": "import sys\nraise SystemExit(0)", "argv": []})
+            sys.stdout.flush()
+            sys.stderr.flush()
+            linecache.cache.pop("<warm-up>", None)
+            json.loads(json.dumps({"t": "job", "code": "x", "name": "n", "env": {}, "argv": [], "rules": [],
+                                   "limits": {"memory": 1, "fsize": 1, "cpu": 1}, "step": 1}))
+            _pack({"t": "done", "step": 1, "exit": 0, "error": None, "final": True})
         finally:
-            sys.stdout = saved
+            os.dup2(saved[0], 1)
+            os.dup2(saved[1], 2)
+            for fd in saved + [null]:
+                os.close(fd)
+        self.exited = False
+        self.started_frame = _pack({"t": "started"})
+        self.new_main()
 
     # Request-dependent steps, done when the job arrives.
     def confine(self, job, fds):
@@ -659,16 +684,12 @@ class Spare:
         mod.__all__ = list(names)
         return mod
 
-    def new_main(self, job):
-        """The job's __main__ (a session keeps it across steps), sys.path,
-        and fresh random seeds."""
+    def new_main(self):
+        """The job's __main__ (a session keeps it across steps), and fresh
+        random seeds for it."""
         main = types.ModuleType("__main__")
         self.globals = main.__dict__
-        if job.get("script"):
-            self.globals["__file__"] = job["name"]
         sys.modules["__main__"] = main
-        for p in reversed(job.get("path") or []):
-            sys.path.insert(0, p)
         if "random" in sys.modules:
             sys.modules["random"].seed()
         npr = sys.modules.get("numpy.random")
