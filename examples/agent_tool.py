@@ -12,6 +12,19 @@
     tool = pool.tool(allow_read=["data"])
     tool("import os; print(os.listdir('data'))")
 
+    # Host functions (CodeAct): the code calls your Python functions.
+    def search(query, limit=3):
+        # Searches the docs.
+        return ["hit %d for %s" % (i, query) for i in range(limit)]
+    pool.run("from pynox_host import search\nprint(search('pynox', limit=2))",
+             functions={"search": search})
+
+    # Sessions: __main__ survives between calls.
+    with pool.session(allow_read=["data"]) as s:
+        s.run("x = 41")
+        print(s.run("print(x + 1)")["stdout"])   # "42\n"
+    notebook = pool.tool(session=True, functions={"search": search})
+
 Standard library only. The pool answers in completion order, so a reader
 thread routes each result line to the request waiting for its id; any
 number of threads may call run() at once.
@@ -20,6 +33,7 @@ Run this file directly for a demonstration against a pool built from this
 repository: python3 examples/agent_tool.py [path/to/pynox]
 """
 
+import inspect
 import itertools
 import json
 import os
@@ -53,15 +67,24 @@ class Pool:
             raise PoolError("pynox pool exited before it was ready (exit %s)" % self._proc.wait())
         self.ready = json.loads(ready)
         self._ids = itertools.count(1)
+        self._sessions = itertools.count(1)
         self._lock = threading.Lock()
         self._waiting = {}
+        self._functions = {}  # request id -> the host functions its code may call
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
 
     def _read(self):
         for line in self._proc.stdout:
             msg = json.loads(line)
-            slot = self._waiting.pop(json.dumps(msg.get("id")), None)
+            if msg.get("event") == "call":
+                # A host-function call: answer it on a thread of its own, so
+                # that other results keep flowing.
+                threading.Thread(target=self._answer, args=(msg,), daemon=True).start()
+                continue
+            key = json.dumps(msg.get("id"))
+            slot = self._waiting.pop(key, None)
+            self._functions.pop(key, None)
             if slot is not None:
                 slot["result"] = msg
                 slot["event"].set()
@@ -69,48 +92,99 @@ class Pool:
         for slot in list(self._waiting.values()):
             slot["event"].set()
 
-    def _request(self, req):
-        rid = "py-%d" % next(self._ids)
-        req = dict(req, id=rid)
-        slot = {"event": threading.Event(), "result": None}
-        self._waiting[json.dumps(rid)] = slot
-        data = (json.dumps(req) + "\n").encode()
+    def _answer(self, call):
+        fn = self._functions.get(json.dumps(call.get("id")), {}).get(call["function"])
+        try:
+            if fn is None:
+                raise LookupError("no function %r for request %r" % (call["function"], call.get("id")))
+            reply = {"call_id": call["call_id"], "result": fn(*call["args"], **call["kwargs"])}
+            data = json.dumps({"reply": reply})
+        except Exception as e:  # noqa: BLE001 - the error goes to the sandbox as HostError
+            data = json.dumps({"reply": {"call_id": call["call_id"], "error": "%s: %s" % (type(e).__name__, e)}})
+        self._write((data + "\n").encode())
+
+    def _write(self, data):
         with self._lock:
             try:
                 self._proc.stdin.write(data)
             except BrokenPipeError:
                 raise PoolError("pynox pool is not running") from None
+
+    def _request(self, req, functions=None):
+        rid = "py-%d" % next(self._ids)
+        req = dict(req, id=rid)
+        slot = {"event": threading.Event(), "result": None}
+        self._waiting[json.dumps(rid)] = slot
+        if functions:
+            self._functions[json.dumps(rid)] = functions
+        self._write((json.dumps(req) + "\n").encode())
         slot["event"].wait()
         if slot["result"] is None:
             raise PoolError("pynox pool exited before answering")
         return slot["result"]
 
-    def run(self, code, **fields):
+    def run(self, code, functions=None, **fields):
         """Runs code with the given request fields (allow_read, allow_write,
         timeout, memory, env, args, name, profile, ...) and returns the result
-        object. Check result["exit"] and result["error"]."""
-        return self._request(dict(fields, code=code))
+        object. Check result["exit"] and result["error"].
+
+        functions maps names to callables the code may call through
+        pynox_host (from pynox_host import search); they run in this
+        process, with JSON arguments and results."""
+        if functions:
+            fields["functions"] = sorted(functions)
+        return self._request(dict(fields, code=code), functions)
+
+    def session(self, functions=None, **grants):
+        """Returns a Session: a sandboxed process whose globals survive
+        between its run() calls. The grants and functions given here fix its
+        permissions."""
+        return Session(self, "py-session-%d" % next(self._sessions), grants, functions or {})
 
     def stats(self):
         """Returns the pool's counters."""
         return self._request({"stats": True})
 
-    def tool(self, **grants):
+    def tool(self, session=False, functions=None, **grants):
         """Returns a callable for a model's tool list: it runs code under the
-        given grants and returns what a model should read."""
+        given grants and returns what a model should read. With session=True
+        the tool is stateful (a variable defined in one call is there in the
+        next); functions are host functions the code may call, described in
+        the tool's docstring with their signatures and docstrings."""
+        functions = functions or {}
+        state = {"session": None}
 
         def python(code):
-            r = self.run(code, **grants)
+            if session:
+                if state["session"] is None:
+                    state["session"] = self.session(functions=functions, **grants)
+                r = state["session"].run(code)
+            else:
+                r = self.run(code, functions=functions, **grants)
             out = r["stdout"] + r["stderr"]
             if r["error"]:
                 err = r["error"]
                 out += "\n%s: %s" % (err["type"], err["message"])
                 if err.get("hint"):
                     out += "\nhint: " + err["hint"]
+            if r.get("session_ended"):
+                out += "\n(the session restarted: its variables are gone)"
             return out
 
-        python.__doc__ = "Run Python 3 code in a sandbox and return its output. Grants: %s" % (
+        doc = "Run Python 3 code in a sandbox and return its output. Grants: %s." % (
             json.dumps(grants) if grants else "none (no files, no network)")
+        if session:
+            doc += " Variables persist between calls."
+        if functions:
+            doc += "\nThe code can call these functions with `from pynox_host import NAME`:"
+            for name in sorted(functions):
+                fn = functions[name]
+                try:
+                    sig = str(inspect.signature(fn))
+                except (TypeError, ValueError):
+                    sig = "(...)"
+                doc += "\n  %s%s: %s" % (name, sig, (inspect.getdoc(fn) or "").strip())
+        python.__doc__ = doc
         return python
 
     def close(self):
@@ -122,6 +196,42 @@ class Pool:
         code = self._proc.wait()
         self._reader.join(timeout=5)
         return code
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+class Session:
+    """A sandboxed process whose __main__ survives between run() calls.
+    A Python exception leaves it alive; a timeout, crash or exit ends it, and
+    the next run() starts a new one (result["session_ended"] says so)."""
+
+    def __init__(self, pool, name, grants, functions):
+        self.pool, self.name, self.grants, self.functions = pool, name, grants, functions
+        self._fresh = True
+
+    def run(self, code, **step):
+        """Runs code in the session; step may carry name, args, timeout and
+        max_output."""
+        fields = dict(step, session=self.name)
+        if self._fresh:
+            # The first request (and the first after the process ended)
+            # fixes the permissions.
+            fields.update(self.grants)
+            if self.functions:
+                fields["functions"] = sorted(self.functions)
+        r = self.pool._request(dict(fields, code=code), self.functions)
+        self._fresh = bool(r.get("session_ended")) or (r.get("error") or {}).get("type") == "RequestError" and self._fresh
+        return r
+
+    def close(self):
+        """Ends the session's process."""
+        if not self._fresh:
+            self.pool._request({"session": self.name, "close": True})
+        self._fresh = True
 
     def __enter__(self):
         return self
@@ -148,6 +258,21 @@ def _demo(binary):
         print("jobs=%d ok=%d failed=%d" % (s["jobs"], s["ok"], s["failed"]))
         if s["jobs"] != 11 or s["ok"] != 9:
             sys.exit("unexpected counters: %r" % s)
+
+        def search(query, limit=3):
+            """Searches the documentation and returns the titles found."""
+            return ["%s result %d" % (query, i) for i in range(limit)]
+
+        r = pool.run("from pynox_host import search\nprint(search('pynox', limit=2))", functions={"search": search})
+        print("host call:", r["stdout"], end="")
+        with pool.session() as sess:
+            sess.run("total = 40")
+            print("session:", sess.run("total += 2\nprint(total)")["stdout"], end="")
+        notebook = pool.tool(session=True, functions={"search": search})
+        notebook("from pynox_host import search\nhits = search('sessions', limit=1)")
+        print("stateful tool:", notebook("print(hits)"), end="")
+        if "search(query, limit=3): Searches the documentation" not in notebook.__doc__:
+            sys.exit("tool description lacks the function: %r" % notebook.__doc__)
 
 
 if __name__ == "__main__":

@@ -384,4 +384,7 @@ func TestExamplesConfigAndPythonClient(t *testing.T) {
 	require.NoError(t, err, string(out))
 	require.Contains(t, string(out), "jobs=11 ok=9 failed=2")
 	require.Contains(t, string(out), "denied: PermissionError")
+	require.Contains(t, string(out), "host call: ['pynox result 0', 'pynox result 1']\n")
+	require.Contains(t, string(out), "session: 42\n")
+	require.Contains(t, string(out), "stateful tool: ['sessions result 0']\n")
 }

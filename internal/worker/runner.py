@@ -654,9 +654,12 @@ class Spare:
                     raise TypeError("arguments to %s must be JSON values: %s" % (name, e)) from None
                 if len(a) + len(k) > MAX_CALL:
                     raise ValueError("arguments to %s are %d bytes of JSON; the limit is %d" % (name, len(a) + len(k), MAX_CALL))
-                data = ('{"t":"call","step":%d,"function":%s,"args":%s,"kwargs":%s}' % (
-                    spare.step, json.dumps(name), a, k)).encode()
                 with lock:
+                    # The step is read under the lock: a thread that calls
+                    # between steps waits for the next one, and its call
+                    # is that step's.
+                    data = ('{"t":"call","step":%d,"function":%s,"args":%s,"kwargs":%s}' % (
+                        spare.step, json.dumps(name), a, k)).encode()
                     if len(data) > 32768:
                         # More than the socket may hold: the header and a
                         # ring first, so that Go reads the rest as it
