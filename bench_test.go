@@ -161,7 +161,9 @@ func BenchmarkCheckoutFeed(b *testing.B) {
 func BenchmarkHostCall(b *testing.B) {
 	p := newTestPool(b, Config{Workers: 1})
 	ctx := context.Background()
-	host := func(ctx context.Context, c *Call) (any, error) { return json.RawMessage(c.Args[1 : len(c.Args)-1]), nil }
+	host := func(ctx context.Context, c *Call) (any, error) {
+		return json.RawMessage(c.Args[1 : len(c.Args)-1]), nil
+	}
 	co, err := p.Checkout(ctx, Job{Functions: []string{"f"}, Host: host})
 	if err != nil {
 		b.Fatal(err)
