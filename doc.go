@@ -4,8 +4,9 @@
 // A trusted template process imports the interpreter and the operator's
 // preloads once; every job is a fresh child forked from it and confined by
 // Landlock, seccomp and rlimits before its first line runs. Go programs use
-// [New] and [Pool.Run]; every other language drives `pynox pool` (the
-// cmd/pynox command, a thin layer over [Pool.Serve]) over JSON Lines.
+// [New] and [Pool.Run] for one-shot jobs and [Pool.Checkout] for sessions;
+// every other language drives `pynox pool` (the cmd/pynox command, a thin
+// layer over [Pool.Serve]) over JSON Lines.
 //
 // # Process model
 //
@@ -110,6 +111,44 @@
 // but its own "done" (validated, size-bounded), and a malformed frame gets
 // it killed with PoolWorkerError.
 //
+// # Sessions
+//
+// [Pool.Checkout] starts a session: a template of its own (the spec's "the
+// first step pays the template start") and, at the first [Checkout.Feed],
+// one process forked from it and confined exactly as a job. The checkout's
+// job fixes permissions, limits, environment and host functions; each
+// [Step] brings code, name, args and optionally a timeout and output cap
+// within the ceiling. Steps run in order in the same __main__. A Python
+// exception leaves the process alive; an exit, a timeout, a crash, a
+// MemoryError or a broken protocol ends it (Result.SessionEnded), and the
+// next Feed forks a new one from the same template. Config.MaxSessions
+// caps open checkouts ([ErrExhausted] beyond), Config.SessionIdle closes
+// an idle one, and [Pool.Close] ends them all.
+//
+// Between steps the process may still run threads of its own; what they
+// write goes to /dev/null, a host call they make waits for the next step
+// (and is that step's), and the CPU time they burn counts against a
+// backstop renewed at each step (CPU used so far + the step's timeout +
+// 1s): a process that spins between steps dies of SIGXCPU. Its memory
+// limit is fixed at creation. The pool protocol's named sessions
+// (`"session": "name"`) are checkouts that [Pool.Serve] keeps by name, with
+// a queue of at most [MaxPendingSteps] requests each.
+//
+// # Host functions
+//
+// A job that declares Functions gets a pynox_host module with one function
+// per name (and pynox_host.HostError). A call encodes its arguments as
+// JSON (at most [MaxCallBytes]), sends a "call" frame on the job's control
+// channel and blocks until the pool writes the reply; the pool hands it to
+// Job.Host (or, for a checkout without a Host, returns it from Feed as a
+// [TurnEvent] to answer with [Checkout.Resume]). The time waiting counts
+// against the job's timeout; a job may make [MaxCalls] calls (per step in
+// a session). The pool checks every call frame before anyone sees it: a
+// name that was not declared, too many calls or too large arguments get
+// an error the job sees as HostError and the host never sees; a second
+// call while one waits, or a malformed one, is a protocol break
+// (PoolWorkerError). Calls from several threads take turns.
+//
 // # Relation to monty-pool
 //
 // The Go API is modelled on the Rust monty-pool crate, mapped onto CPython:
@@ -121,11 +160,32 @@
 //     jobs). checkout_timeout is the ctx passed to Run; request_timeout is
 //     Job.Timeout, enforced from Go exactly as monty's parent-side deadline.
 //   - PoolError kinds: [Kind]. Crashed is KindCrashed (PoolWorkerError),
-//     Timeout KindTimeout, Runtime KindRuntime, Spawn KindSpawn; a closed
-//     pool is KindClosed. A worker exceeding its memory limit is a Python
-//     MemoryError, as in monty.
-//   - Checkout, feed/resume, TurnEvent, ResumeValue: the session and host
-//     function parts of the pool protocol, which build on this engine.
+//     Timeout KindTimeout, Runtime KindRuntime, Spawn KindSpawn,
+//     Exhausted KindExhausted (Config.MaxSessions checkouts are open; no
+//     waiting, since a checkout is not a worker of the pool's), Finished
+//     KindFinished, Protocol KindProtocol (caller misuse: Resume with no
+//     call waiting, Feed while one waits; a child's protocol break is
+//     KindCrashed); a closed pool is KindClosed. A worker exceeding its
+//     memory limit is a Python MemoryError, as in monty.
+//   - Checkout, feed, resume, finish: [Checkout], [Checkout.Feed],
+//     [Checkout.Resume], [Checkout.Finish]. ReplConfig becomes the [Job]
+//     given to [Pool.Checkout] (script name: Step.Name; limits: the job's
+//     timeout and memory). As in monty, a Feed whose ctx ends kills the
+//     step (the process is discarded; the next Feed starts a new one) and
+//     a Python exception leaves the session usable. Dropping a Checkout
+//     without Finish leaves it to Config.SessionIdle.
+//   - TurnEvent: [TurnEvent] with Call (FunctionCall) or Result
+//     (Complete). OsCall, NameLookup and ResolveFutures do not apply: the
+//     job's OS calls are real system calls confined by the kernel, names
+//     are looked up by CPython itself, and host calls are synchronous
+//     (no futures).
+//   - ResumeValue: [Return] and [Raise] (Return and Error). Future,
+//     NotFound and NotHandled do not apply: calls are synchronous, and
+//     only declared names exist in pynox_host, so an undeclared one fails
+//     in the job before it reaches the host.
+//   - OnPrint streaming: not provided; a step's stdout and stderr come
+//     whole with its Result, captured at the descriptors (so C
+//     extensions' output is included), capped by MaxOutput.
 //   - MountSpec: does not apply. monty services file access from the
 //     parent because its interpreter has no real OS; pynox runs real CPython
 //     on the real filesystem and confines it with Landlock grants

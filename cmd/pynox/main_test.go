@@ -351,7 +351,7 @@ func TestExamplesRequestsFile(t *testing.T) {
 		require.NoError(t, json.Unmarshal([]byte(l), &m))
 		got[fmt.Sprint(m["id"])] = m
 	}
-	require.Len(t, got, 7)
+	require.Len(t, got, 10)
 	require.Equal(t, "hello from a confined CPython\n", got["hello"]["stdout"])
 	require.Equal(t, "{'apple': 7, 'pear': 5}\n", got["csv"]["stdout"])
 	errType := func(id string) string { return got[id]["error"].(map[string]any)["type"].(string) }
@@ -360,6 +360,10 @@ func TestExamplesRequestsFile(t *testing.T) {
 	require.Equal(t, "TimeoutError", errType("timeout"))
 	require.Equal(t, "RequestError", errType("bad"))
 	require.Equal(t, "stats", got["stats"]["event"])
+	require.Nil(t, got["nb-1"]["error"], "%v", got["nb-1"])
+	require.Equal(t, "3 rows kept between steps\n", got["nb-2"]["stdout"], "%v", got["nb-2"])
+	require.Equal(t, float64(2), got["nb-2"]["step"])
+	require.Equal(t, true, got["nb-3"]["closed"])
 }
 
 func TestExamplesConfigAndPythonClient(t *testing.T) {
