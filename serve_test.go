@@ -290,6 +290,9 @@ func FuzzDecodeRequest(f *testing.F) {
 		`{"id": 1, "code": "print(1)"}`,
 		`{"id": "x", "script": "a.py", "args": ["1"], "allow_read": ["d"], "env": {"A": "b"}, "timeout": "5s", "memory": "512m", "max_output": 10}`,
 		`{"stats": true}`, `{"id": null}`, `[]`, `"str"`, `{"memory": 1e99}`, `{"timeout": "-1s"}`, `{"id": {"a": 1}}`,
+		`{"id": 1, "session": "nb", "code": "x = 1", "functions": ["f"]}`, `{"id": 2, "session": "nb", "close": true}`,
+		`{"reply": {"call_id": 7, "result": ["a", 1, null]}}`, `{"reply": {"call_id": 7, "error": "e"}}`,
+		`{"reply": {"call_id": 7.5, "result": 1}}`, `{"reply": {"call_id": 7, "result": 1, "x": 2}}`,
 	} {
 		f.Add([]byte(s))
 	}
@@ -310,5 +313,8 @@ func FuzzDecodeRequest(f *testing.F) {
 		again, err2 := decodeRequest(b)
 		require.Nil(t, err2, "%s", b)
 		require.Equal(t, req.Code, again.Code)
+		require.Equal(t, req.Session, again.Session)
+		require.Equal(t, req.Functions, again.Functions)
+		require.Equal(t, req.Reply != nil, again.Reply != nil)
 	})
 }

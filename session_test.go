@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -452,4 +453,51 @@ func TestSessionOutputBetweenSteps(t *testing.T) {
 	require.NoError(t, err)
 	requireOK(t, ev.Result)
 	require.Equal(t, 3, ev.Result.Step)
+}
+
+func TestSessionLogLines(t *testing.T) {
+	var buf syncBuffer
+	p := newTestPool(t, Config{Workers: 1, Logger: slog.New(NewLogHandler(&buf))})
+	lines := serveLines(t, p, `{"id": "a", "session": "s", "code": "x = 1"}
+{"id": "b", "session": "s", "code": "print(x)"}
+{"id": "c", "code": "print(2)"}
+`)
+	require.Len(t, lines, 4)
+	var logs []map[string]any
+	for _, l := range strings.Split(strings.TrimSpace(buf.String()), "\n") {
+		var m map[string]any
+		require.NoError(t, json.Unmarshal([]byte(l), &m), l)
+		if m["event"] == "job" {
+			logs = append(logs, m)
+		}
+	}
+	require.Len(t, logs, 3)
+	byID := map[string]map[string]any{}
+	for _, l := range logs {
+		byID[l["id"].(string)] = l
+	}
+	require.Equal(t, "s", byID["b"]["session"])
+	require.Equal(t, float64(2), byID["b"]["step"])
+	require.Nil(t, byID["c"]["session"])
+	require.Nil(t, byID["c"]["step"])
+	_, has := byID["c"]["step"]
+	require.True(t, has, "step is null, not missing, for one-shot jobs")
+}
+
+// syncBuffer is a bytes.Buffer safe for concurrent writers.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
