@@ -7,6 +7,7 @@ package pynox
 
 import (
 	"context"
+	"errors"
 	"encoding/json"
 	"fmt"
 	"math/rand"
@@ -354,4 +355,69 @@ func loadRSS(t testing.TB) int64 {
 	}
 	t.Fatal("no VmRSS")
 	return 0
+}
+
+// TestLoadSessionsNoLeaks opens, uses and ends sessions in every way a
+// session can end, and makes host calls, then checks that descriptors,
+// processes and goroutines are back to where they started.
+func TestLoadSessionsNoLeaks(t *testing.T) {
+	p := newTestPool(t, Config{Workers: 1, MaxSessions: 4, SessionIdle: 300 * time.Millisecond})
+	fds0 := advWarm(t, p)
+	procs0 := loadDescendants(t)
+	goroutines0 := runtime.NumGoroutine()
+	ctx := context.Background()
+	host := func(ctx context.Context, c *Call) (any, error) { return 1, nil }
+	endings := []string{
+		"",                                   // finished by the caller
+		"import sys; sys.exit(2)",            // exit
+		"import ctypes; ctypes.string_at(0)", // crash
+		"while True: pass",                   // timeout
+		"import os; os.close(3)",             // a broken channel
+	}
+	for round := 0; round < 6; round++ {
+		var wg sync.WaitGroup
+		for i, end := range endings {
+			if i == 0 && round%2 == 1 {
+				continue // leave one to the idle timer every other round
+			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				co, err := p.Checkout(ctx, Job{Functions: []string{"f"}, Host: host, Timeout: Duration(300 * time.Millisecond)})
+				if err != nil {
+					if errors.Is(err, ErrExhausted) {
+						return // more endings than MaxSessions this round
+					}
+					t.Errorf("checkout: %v", err)
+					return
+				}
+				for s := 0; s < 3; s++ {
+					ev, err := co.Feed(ctx, Step{Code: "from pynox_host import f\nprint(f() + f())"})
+					if err != nil || ev.Result == nil || ev.Result.Stdout != "2\n" {
+						t.Errorf("step: %v %+v", err, ev.Result)
+						return
+					}
+				}
+				if end != "" {
+					ev, err := co.Feed(ctx, Step{Code: end})
+					if err != nil || ev.Result == nil || !ev.Result.SessionEnded {
+						t.Errorf("ending %q: %v %+v", end, err, ev.Result)
+					}
+				}
+				if i == 0 && round%2 == 1 {
+					return
+				}
+				co.Finish(ctx)
+			}()
+		}
+		wg.Wait()
+	}
+	require.Eventually(t, func() bool { return p.Stats().SessionsActive == 0 }, 5*time.Second, 20*time.Millisecond)
+	fds := advSteadyFDs(t)
+	require.Equal(t, fds0, fds, "host descriptors after the sessions")
+	require.Eventually(t, func() bool { return len(loadDescendants(t)) == len(procs0) }, 5*time.Second, 20*time.Millisecond,
+		"descendants: %v, baseline %v", loadDescendants(t), procs0)
+	require.Eventually(t, func() bool { return runtime.NumGoroutine() <= goroutines0+2 }, 5*time.Second, 20*time.Millisecond,
+		"goroutines: %d, baseline %d", runtime.NumGoroutine(), goroutines0)
+	advServes(t, p)
 }
