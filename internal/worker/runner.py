@@ -55,6 +55,7 @@ MSG_CAP = 4096
 MAX_FILES = 4096  # a job's descriptor limit (RLIMIT_NOFILE)
 RESERVE = 1 << 20  # bytes kept back to report a MemoryError with
 TB_FRAMES = 100  # innermost frames printed of a deeper traceback
+PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")
 MAX_CALL = 1 << 20  # bytes of a host call's JSON arguments, and of its result
 
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -514,7 +515,8 @@ class Spare:
         _check(_prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0), "prctl(PR_SET_PDEATHSIG)")
         if os.getppid() != self.parent:
             os._exit(0)
-        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        if signal.getsignal(signal.SIGXFSZ) != signal.SIG_IGN:
+            raise SetupError("SIGXFSZ is not ignored")
         # 3. capabilities and no_new_privs: given up by the template, checked
         # here.
         if self.tpl.setup_error:
@@ -544,8 +546,11 @@ class Spare:
         # untouched mapping is enough, and costs no page faults).
         self.reserve = mmap.mmap(-1, RESERVE)
         # The address space the job starts from; its allowance goes on top.
-        with open("/proc/self/statm") as f:
-            self.vm = int(f.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+        fd = os.open("/proc/self/statm", os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            self.vm = int(os.read(fd, 256).split()[0]) * PAGE_SIZE
+        finally:
+            os.close(fd)
         # 5. seccomp, installed now: attaching a filter costs hundreds of
         # microseconds (the kernel compiles it), too much to pay per job.
         # Everything the spare still does for its job (reading the frame,
@@ -573,7 +578,6 @@ class Spare:
             self.globals = {"__name__": "__main__", "__builtins__": builtins}
             dummy = {"name": "<warm-up>", "code": "print(sum(range(100)))\n", "argv": []}
             self.run(dummy)
-            self.run({"name": "<warm-up>", "code": "import sys\nraise SystemExit(0)", "argv": []})
             sys.stdout.flush()
             sys.stderr.flush()
             linecache.cache.pop("<warm-up>", None)
@@ -775,12 +779,17 @@ def drop_capabilities(cap_last, nr):
                     raise SetupError("capability set not empty: " + line.strip())
 
 
+_CAP_HDR = CapHeader(0x20080522, 0)
+_CAP_DATA = (CapData * 2)()
+
+
 def check_no_capabilities(nr):
     """Fails unless the effective, permitted and inheritable sets are empty."""
-    hdr = CapHeader(0x20080522, 0)
-    check = (CapData * 2)()
-    _check(_syscall(nr["capget"], ctypes.byref(hdr), ctypes.byref(check)), "capget")
-    for d in check:
+    _CAP_HDR.version, _CAP_HDR.pid = 0x20080522, 0
+    for d in _CAP_DATA:
+        d.effective = d.permitted = d.inheritable = 0xFFFFFFFF  # proven empty only by capget
+    _check(_syscall(nr["capget"], ctypes.byref(_CAP_HDR), ctypes.byref(_CAP_DATA)), "capget")
+    for d in _CAP_DATA:
         if d.effective or d.permitted or d.inheritable:
             raise SetupError("capabilities still held")
 
