@@ -310,10 +310,20 @@ func isDone(ch <-chan struct{}) bool {
 // or the pool is closed (ErrClosed). A ctx that ends while the job runs
 // kills the job.
 func (p *Pool) Run(ctx context.Context, job Job) (*Result, error) {
+	res, refill, err := p.run(ctx, job)
+	refill()
+	return res, err
+}
+
+// run is Run, but leaves the request for the next spare to the caller
+// (refill, never nil), to make once the answer is delivered: forking
+// while the answer is on its way competes with it for the CPU.
+func (p *Pool) run(ctx context.Context, job Job) (_ *Result, refill func(), _ error) {
+	refill = func() {}
 	p.mu.Lock()
 	if p.closed {
 		p.mu.Unlock()
-		return nil, ErrClosed
+		return nil, refill, ErrClosed
 	}
 	p.inflight.Add(1)
 	p.mu.Unlock()
@@ -322,17 +332,17 @@ func (p *Pool) Run(ctx context.Context, job Job) (*Result, error) {
 	accepted := time.Now()
 	pl, rerr := p.plan(&job, false)
 	if rerr != nil {
-		return p.refuse(&job, rerr), nil
+		return p.refuse(&job, rerr), refill, nil
 	}
 	defer pl.close()
 	if len(job.Functions) > 0 && job.Host == nil {
-		return p.refuse(&job, requestErrorf("functions are declared but the job has no Host to answer them")), nil
+		return p.refuse(&job, requestErrorf("functions are declared but the job has no Host to answer them")), refill, nil
 	}
 	pl.job.Host = p.hostAdapter(job.ID, "", job.Host)
 
 	w, err := p.acquire(ctx)
 	if err != nil {
-		return nil, err
+		return nil, refill, err
 	}
 	defer p.release(w)
 
@@ -342,24 +352,31 @@ func (p *Pool) Run(ctx context.Context, job Job) (*Result, error) {
 		if err != nil {
 			res := p.failed(&job, pl, KindCrashed, "no template could be started: "+err.Error(), accepted, time.Now())
 			p.finish(&job, res)
-			return res, nil
+			return res, refill, nil
 		}
 		child, err := tpl.Take(pl.network, ctx.Done())
 		if err != nil {
 			if ctx.Err() != nil {
-				return nil, ctx.Err()
+				return nil, refill, ctx.Err()
 			}
 			if attempt == 0 {
 				continue // the template died while forking; it is replaced
 			}
 			res := p.failed(&job, pl, KindCrashed, "template failed: "+err.Error(), accepted, time.Now())
 			p.finish(&job, res)
-			return res, nil
+			return res, refill, nil
 		}
 		if p.waiting.Load() > 0 {
 			child.RefillNow()
+		} else {
+			child.HoldRefill()
 		}
 		out = child.Run(&pl.job, ctx.Done())
+		if attempt == 0 && !out.Started && out.SetupError == "" && !out.Canceled && !out.TimedOut {
+			child.RefillNow() // retried at once below: its replacement is needed now
+		} else {
+			refill = child.RefillNow
+		}
 		// A child that died before it started the job ran no user code, so
 		// the job can safely go to a fresh spare, once.
 		if !out.Started && out.SetupError == "" && !out.Canceled && !out.TimedOut && attempt == 0 {
@@ -368,11 +385,11 @@ func (p *Pool) Run(ctx context.Context, job Job) (*Result, error) {
 		break
 	}
 	if out.Canceled {
-		return nil, ctx.Err()
+		return nil, refill, ctx.Err()
 	}
 	res := p.result(&job, pl, out, accepted)
 	p.finish(&job, res)
-	return res, nil
+	return res, refill, nil
 }
 
 // Close stops accepting jobs, waits for the running ones to finish, and

@@ -10,7 +10,12 @@ import (
 	"io"
 	"strings"
 	"sync"
+	"time"
 )
+
+// refillDelay bounds how long a spare's replacement waits for the answer
+// of the job it served to be written.
+const refillDelay = 5 * time.Millisecond
 
 // MaxLine is the longest request line `pynox pool` reads, newline
 // excluded; a longer line is discarded with a RequestError.
@@ -87,7 +92,10 @@ func (p *Pool) Serve(ctx context.Context, r io.Reader, w io.Writer) error {
 			if len(job.Functions) > 0 {
 				job.Host, jc = srv.hostFor()
 			}
-			res, err := p.Run(jobCtx, job)
+			res, refill, err := p.run(jobCtx, job)
+			// The next spare is asked for once the answer is written, or
+			// soon anyway when the client is slow to read it.
+			soon := time.AfterFunc(refillDelay, refill)
 			if jc != nil {
 				srv.endCalls(jc)
 			}
@@ -95,6 +103,9 @@ func (p *Pool) Serve(ctx context.Context, r io.Reader, w io.Writer) error {
 				res = p.refuse(&job, requestErrorf("%v", err))
 			}
 			out.send(res)
+			if soon.Stop() {
+				refill()
+			}
 		}()
 	}
 	// dispatch handles a request that needs no job slot, and returns the

@@ -1,6 +1,7 @@
 package worker
 
 import (
+	"sync/atomic"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -46,6 +47,7 @@ type Child struct {
 	killOnce   sync.Once
 	ctlMu      sync.RWMutex // guards ctlFd: a closed descriptor number may be reused at once
 	refillOnce sync.Once
+	holdRefill atomic.Bool // Close leaves the refill to RefillNow
 	closed     chan struct{} // closed by Close
 	kind       int           // kindDeny or kindAllow
 
@@ -125,11 +127,16 @@ func (c *Child) Close() {
 			unix.Close(c.stderrFd)
 		}
 		unix.Close(c.pidfd)
-		if !c.tpl.onDemand {
+		if !c.tpl.onDemand && !c.holdRefill.Load() {
 			c.refillOnce.Do(func() { c.tpl.refill(c.kind) })
 		}
 	})
 }
+
+// HoldRefill makes Close leave the request for this child's replacement
+// to RefillNow: the pool asks for it once the job's answer is out, so that
+// the fork does not compete with delivering it.
+func (c *Child) HoldRefill() { c.holdRefill.Store(true) }
 
 // RefillNow asks the template for this child's replacement right away
 // instead of when the child is closed. Under a backlog the replacement's
