@@ -60,6 +60,9 @@ type Step struct {
 	// session's. The ceiling bounds both.
 	Timeout   Duration
 	MaxOutput int
+	// Host answers this step's host calls instead of the session job's
+	// Host. With neither, calls surface as TurnEvents.
+	Host HostFunc
 }
 
 // TurnEvent is how a turn of a [Checkout] ended: the step called a host
@@ -100,6 +103,12 @@ type turnMsg struct {
 // error when the template cannot start, with ErrClosed after Close, and
 // with ctx.Err() when ctx ends first.
 func (p *Pool) Checkout(ctx context.Context, job Job) (*Checkout, error) {
+	return p.checkout(ctx, job, "", nil)
+}
+
+// checkout is Checkout for a named session of the pool protocol; onEnd
+// runs once when the checkout ends, whatever ends it.
+func (p *Pool) checkout(ctx context.Context, job Job, name string, onEnd func(*Checkout)) (*Checkout, error) {
 	if job.Code != "" || len(job.Args) > 0 || job.Name != "" {
 		return nil, requestErrorf("a checkout's job takes no code, name or args: each Step brings its own")
 	}
@@ -107,23 +116,30 @@ func (p *Pool) Checkout(ctx context.Context, job Job) (*Checkout, error) {
 	if rerr != nil {
 		return nil, rerr
 	}
-	c := &Checkout{pool: p, job: job, pl: pl, turnDone: make(chan struct{})}
+	c := &Checkout{pool: p, job: job, pl: pl, name: name, turnDone: make(chan struct{})}
+	if onEnd != nil {
+		c.onEnd = func() { onEnd(c) }
+	}
+	// Registered under the pool's lock too, so that Close either sees this
+	// checkout or this sees Close.
 	p.mu.Lock()
 	closed := p.closed
-	p.mu.Unlock()
 	p.coMu.Lock()
 	switch {
 	case closed:
 		p.coMu.Unlock()
+		p.mu.Unlock()
 		pl.close()
 		return nil, ErrClosed
 	case len(p.checkouts) >= p.cfg.MaxSessions:
 		p.coMu.Unlock()
+		p.mu.Unlock()
 		pl.close()
 		return nil, &Error{Kind: KindExhausted, Type: "Exhausted", Message: "max_sessions sessions are open; finish one first"}
 	}
 	p.checkouts[c] = struct{}{}
 	p.coMu.Unlock()
+	p.mu.Unlock()
 
 	// The template's start is not bound to ctx beyond the wait: a caller
 	// that gives up leaves nothing behind.
@@ -230,17 +246,34 @@ func (c *Checkout) Feed(ctx context.Context, step Step) (TurnEvent, error) {
 	c.idle.Stop()
 	c.lastUse = time.Now()
 	t := &activeTurn{events: make(chan turnMsg, 1), replies: make(chan worker.Reply, 1)}
-	host := c.pool.hostAdapter(step.ID, c.name, c.job.Host)
+	h := step.Host
+	if h == nil {
+		h = c.job.Host
+	}
+	host := c.pool.hostAdapter(step.ID, c.name, h)
 	if host == nil {
 		host = t.host(c.pool, step.ID, c.name)
 	}
 	ws.Host = host
-	// A dead session template is replaced: the step pays its start.
+	// A dead session template is replaced: the step pays its start. Its
+	// process died with it, and this step says so instead of running in a
+	// new process as if nothing had happened.
 	if c.tpl == nil || isDone(c.tpl.Done()) {
+		lost, prev := c.child != nil, c.steps
 		if c.tpl != nil {
 			c.tpl.Close()
 		}
-		c.child = nil
+		c.endProcess()
+		if lost {
+			c.tpl = nil
+			c.armIdle()
+			c.steps = prev + 1
+			res := c.pool.failed(&Job{ID: step.ID}, c.pl, KindCrashed, "the session's process died with its template; the next step starts a new one", accepted, time.Now())
+			c.stamp(res, true)
+			c.steps = 0
+			c.pool.finish(&Job{ID: step.ID}, res)
+			return TurnEvent{Result: res}, nil
+		}
 		opts := c.pool.templateOptions()
 		opts.OnDemand = true
 		tpl, err := worker.Start(opts)

@@ -125,12 +125,15 @@
 // caps open checkouts ([ErrExhausted] beyond), Config.SessionIdle closes
 // an idle one, and [Pool.Close] ends them all.
 //
-// Between steps the process may still run threads of its own; what they
-// write goes to /dev/null, a host call they make waits for the next step
-// (and is that step's), and the CPU time they burn counts against a
-// backstop renewed at each step (CPU used so far + the step's timeout +
-// 1s): a process that spins between steps dies of SIGXCPU. Its memory
-// limit is fixed at creation. The pool protocol's named sessions
+// Between steps the pool stops the process (SIGSTOP through its pidfd)
+// and resumes it for the next step (SIGCONT), so threads it started burn
+// no CPU and write nothing while nobody waits on it; descriptors 1 and 2
+// point at /dev/null then, and a host call from such a thread belongs to
+// the step that is running. A frame found on the control channel when a
+// step begins was forged (the runner holds its channel between steps) and
+// ends the session. A CPU-time backstop is renewed at each step (CPU used
+// so far + the step's timeout + 1s). Its memory limit is fixed at
+// creation. The pool protocol's named sessions
 // (`"session": "name"`) are checkouts that [Pool.Serve] keeps by name, with
 // a queue of at most [MaxPendingSteps] requests each.
 //

@@ -1,6 +1,7 @@
 package pynox
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -170,4 +171,42 @@ func TestHostFunctionsGoAPI(t *testing.T) {
 	res = run(t, p, Job{Functions: []string{"x"}, Code: "1"})
 	requireErrorType(t, res, "RequestError")
 	requireOK(t, run(t, p, Job{Code: "print(1)"}))
+}
+
+// TestHostRepliesBehindQueuedJobs pipelines more jobs than the pool holds,
+// each calling the host, then answers the calls as they come: the replies
+// must reach their calls although job lines sit before them.
+func TestHostRepliesBehindQueuedJobs(t *testing.T) {
+	p := newTestPool(t, Config{Workers: 1})
+	ls := startLive(t, p)
+	const n = 8
+	for i := 0; i < n; i++ {
+		ls.send(fmt.Sprintf(`{"id": %d, "functions": ["f"], "timeout": "20s", "code": "from pynox_host import f\nprint(f(%d))"}`, i, i))
+	}
+	start := time.Now()
+	for i := 0; i < n; i++ {
+		c := ls.call()
+		ls.send(fmt.Sprintf(`{"reply": {"call_id": %s, "result": %s}}`, c["call_id"], c["args"].([]any)[0]))
+	}
+	for i := 0; i < n; i++ {
+		r := ls.await(i)
+		requireLineOK(t, r)
+		require.Equal(t, fmt.Sprintf("%d\n", i), r["stdout"])
+	}
+	require.Less(t, time.Since(start), 15*time.Second, "answered well before the 20s timeouts")
+	require.Empty(t, ls.finish())
+}
+
+// TestHostCallsFailAtEndOfInput: once the client closes its input, a call
+// waiting for a reply fails in its job at once.
+func TestHostCallsFailAtEndOfInput(t *testing.T) {
+	p := newTestPool(t, Config{Workers: 1})
+	var out bytes.Buffer
+	start := time.Now()
+	in := `{"id": 1, "functions": ["f"], "timeout": "20s", "code": "from pynox_host import f, HostError\ntry:\n    f()\nexcept HostError as e:\n    print(e)"}` + "\n" +
+		`{"id": 2, "code": "print(2)"}` + "\n"
+	require.NoError(t, p.Serve(context.Background(), strings.NewReader(in), &out))
+	require.Less(t, time.Since(start), 10*time.Second)
+	require.Contains(t, out.String(), `"stdout":"the client closed its input, so no reply can come\n"`)
+	require.Contains(t, out.String(), `"stdout":"2\n"`)
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
 	"strconv"
 	"strings"
 	"testing"
@@ -148,22 +149,39 @@ func TestHostileSessionStealsItsNextStep(t *testing.T) {
 func TestHostileSessionCPUBetweenSteps(t *testing.T) {
 	p := newTestPool(t, Config{Workers: 1})
 	co := checkout(t, p, Job{Timeout: Duration(time.Second)})
-	// A thread that burns CPU between steps meets the session's CPU-time
-	// backstop (renewed per step: CPU used + timeout + 1s) and dies with
-	// its process.
-	requireOK(t, feed(t, co, "import threading\ndef spin():\n    while True:\n        pass\nthreading.Thread(target=spin, daemon=True).start()"))
+	// A thread that would burn CPU between steps (ignoring SIGXCPU, so no
+	// rlimit could stop it) does not run at all: the pool stops the
+	// session's process between steps and resumes it for the next.
+	requireOK(t, feed(t, co, "import signal, threading\nsignal.signal(signal.SIGXCPU, signal.SIG_IGN)\n"+
+		"n = 0\ndef spin():\n    global n\n    while True:\n        n += 1\nthreading.Thread(target=spin, daemon=True).start()"))
 	pid := co.Pid()
-	require.Eventually(t, func() bool { return !processAlive(pid) }, 20*time.Second, 50*time.Millisecond,
-		"the spinning session must hit its CPU backstop")
-	r := feed(t, co, "print('after')")
-	require.True(t, r.SessionEnded || r.Step == 1, "%+v", r)
-	if r.SessionEnded {
-		requireErrorType(t, r, "SignalError")
-		require.Contains(t, r.Error.Message, "SIGXCPU")
-		r = feed(t, co, "print('after')")
-	}
+	// SIGSTOP takes effect when the process is next scheduled.
+	require.Eventually(t, func() bool { s, _ := procStateCPU(t, pid); return s == "T" }, 5*time.Second, 5*time.Millisecond,
+		"stopped between steps")
+	_, cpu0 := procStateCPU(t, pid)
+	time.Sleep(time.Second)
+	state, cpu1 := procStateCPU(t, pid)
+	require.Equal(t, "T", state, "still stopped")
+	require.LessOrEqual(t, cpu1-cpu0, uint64(2), "clock ticks of CPU used while stopped")
+	r := feed(t, co, "import time\nbefore = n\ntime.sleep(0.05)\nprint(n > before)")
 	requireOK(t, r)
-	require.Equal(t, 1, r.Step)
+	require.Equal(t, "True\n", r.Stdout, "the thread runs again during a step")
+	require.Equal(t, 2, r.Step)
+	advServes(t, p)
+}
+
+// procStateCPU returns a process's state letter and its user+system CPU
+// time in clock ticks.
+func procStateCPU(t *testing.T, pid int) (string, uint64) {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	require.NoError(t, err)
+	f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+2:]))
+	utime, err := strconv.ParseUint(f[11], 10, 64)
+	require.NoError(t, err)
+	stime, err := strconv.ParseUint(f[12], 10, 64)
+	require.NoError(t, err)
+	return f[0], utime + stime
 }
 
 func TestHostileSessionsIsolated(t *testing.T) {

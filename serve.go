@@ -143,77 +143,80 @@ func (p *Pool) Serve(ctx context.Context, r io.Reader, w io.Writer) error {
 		return nil, false
 	}
 
-	var waiting *Job // a one-shot job waiting for a slot
+	// Jobs read but not yet given a slot, in order. Normally at most one
+	// waits and reading stops there (backpressure). While host calls wait
+	// for replies, reading goes on, because their replies may be queued
+	// behind job lines: up to maxHeld jobs are held then.
+	var held []Job
+	maxHeld := 16 * p.cfg.Workers
+	eof := false
+	shutdown := func() {
+		for i := range held {
+			out.send(p.refuse(&held[i], requestErrorf("the pool is shutting down")))
+		}
+		held = nil
+	}
 loop:
 	for {
-		if waiting != nil {
-			// While a job waits for room, requests that need none (above
-			// all the replies its running peers may be waiting for) are
-			// still read; the next job stops reading until there is room.
+		for len(held) > 0 {
 			select {
 			case slots <- struct{}{}:
-				start(*waiting)
-				waiting = nil
+				start(held[0])
+				held = held[1:]
 				continue
-			case <-ctx.Done():
-				out.send(p.refuse(waiting, requestErrorf("the pool is shutting down")))
-				waiting = nil
-				break loop
-			case l, ok := <-lines:
-				if !ok {
-					slots <- struct{}{}
-					start(*waiting)
-					waiting = nil
-					break loop
-				}
-				job, eof := dispatch(l)
-				if eof {
-					slots <- struct{}{}
-					start(*waiting)
-					waiting = nil
-					break loop
-				}
-				if job != nil {
-					select {
-					case slots <- struct{}{}:
-						start(*waiting)
-						waiting = job
-					case <-ctx.Done():
-						out.send(p.refuse(waiting, requestErrorf("the pool is shutting down")))
-						out.send(p.refuse(job, requestErrorf("the pool is shutting down")))
-						waiting = nil
-						break loop
-					}
-				}
-				continue
+			default:
 			}
-		}
-		var l lineOrErr
-		var ok bool
-		select {
-		case <-ctx.Done():
-			break loop
-		case l, ok = <-lines:
-			if !ok {
-				break loop
-			}
-		}
-		job, eof := dispatch(l)
-		if eof {
 			break
 		}
-		if job == nil {
-			continue
+		if eof && len(held) == 0 {
+			break
+		}
+		linesCh := lines
+		if eof || (len(held) >= 1 && !srv.callsWaiting()) || len(held) >= maxHeld {
+			linesCh = nil
+		}
+		var slotCh chan<- struct{}
+		if len(held) > 0 {
+			slotCh = slots
+		}
+		var recheck <-chan time.Time
+		var recheckTimer *time.Timer
+		if linesCh == nil && !eof && len(held) < maxHeld {
+			// A call may start waiting for a reply while reading is held
+			// back: look again soon.
+			recheckTimer = time.NewTimer(10 * time.Millisecond)
+			recheck = recheckTimer.C
 		}
 		select {
-		case slots <- struct{}{}:
-			start(*job)
-		default:
-			waiting = job
+		case <-ctx.Done():
+			shutdown()
+			break loop
+		case slotCh <- struct{}{}:
+			start(held[0])
+			held = held[1:]
+		case <-recheck:
+		case l, ok := <-linesCh:
+			var job *Job
+			ended := !ok
+			if ok {
+				job, ended = dispatch(l)
+			}
+			if ended {
+				// No reply can come any more: calls waiting for one, and
+				// later ones, fail in their jobs at once instead of at
+				// their timeouts.
+				eof = true
+				srv.endInput()
+				continue
+			}
+			if job != nil {
+				held = append(held, *job)
+			}
+		}
+		if recheckTimer != nil {
+			recheckTimer.Stop()
 		}
 	}
-	// No reply can come any more: calls waiting for one, and later ones,
-	// fail in their jobs at once instead of at their timeouts.
 	srv.endInput()
 	jobs.Wait()
 	srv.finishSessions()

@@ -64,14 +64,12 @@ type namedSession struct {
 	pending int       // requests queued or running (s.mu)
 	co      *Checkout // nil until created, and after it ends (s.mu)
 	ended   bool      // the last step ended its process: the next request creates one (session goroutine only)
-	// stepHost answers the running step's calls (set by the session
-	// goroutine before each step).
-	stepHost HostFunc
 }
 
 // jobCalls is the set of host calls of one job or session step waiting
 // for replies; once the job has its result, none is waiting any more.
 type jobCalls struct {
+	mu    sync.Mutex // held while a call event is written, and by endCalls
 	ids   map[int64]bool
 	ended bool
 }
@@ -85,25 +83,30 @@ func (s *server) hostFor() (HostFunc, *jobCalls) {
 	jc := &jobCalls{ids: map[int64]bool{}}
 	return func(ctx context.Context, call *Call) (any, error) {
 		ch := make(chan replyReq, 1)
-		s.callMu.Lock()
-		switch {
-		case s.inputDone:
-			s.callMu.Unlock()
-			return nil, errNoInput
-		case jc.ended:
-			s.callMu.Unlock()
+		// The event is written under the job's lock, which endCalls takes
+		// before the job's result is written: no call event ever follows
+		// its job's result.
+		jc.mu.Lock()
+		if jc.ended {
+			jc.mu.Unlock()
 			return nil, ctx.Err()
+		}
+		s.callMu.Lock()
+		if s.inputDone {
+			s.callMu.Unlock()
+			jc.mu.Unlock()
+			return nil, errNoInput
 		}
 		s.calls[call.ID] = ch
 		jc.ids[call.ID] = true
 		s.callMu.Unlock()
+		s.out.send(callEvent{Event: "call", Call: call})
+		jc.mu.Unlock()
 		defer func() {
 			s.callMu.Lock()
 			delete(s.calls, call.ID)
-			delete(jc.ids, call.ID)
 			s.callMu.Unlock()
 		}()
-		s.out.send(callEvent{Event: "call", Call: call})
 		select {
 		case r := <-ch:
 			if r.Error != nil {
@@ -118,6 +121,8 @@ func (s *server) hostFor() (HostFunc, *jobCalls) {
 
 // endCalls drops the job's waiting calls: replies to them are late.
 func (s *server) endCalls(jc *jobCalls) {
+	jc.mu.Lock()
+	defer jc.mu.Unlock()
 	s.callMu.Lock()
 	defer s.callMu.Unlock()
 	jc.ended = true
@@ -128,6 +133,13 @@ func (s *server) endCalls(jc *jobCalls) {
 }
 
 var errNoInput = errors.New("the client closed its input, so no reply can come")
+
+// callsWaiting reports whether a host call waits for its reply.
+func (s *server) callsWaiting() bool {
+	s.callMu.Lock()
+	defer s.callMu.Unlock()
+	return len(s.calls) > 0
+}
 
 // endInput fails every call waiting for a reply, and every later one.
 func (s *server) endInput() {
@@ -282,15 +294,12 @@ func (s *server) serveSessionReq(ns *namedSession, req request) {
 	}
 	job := req.Job
 	job.Code, job.Name, job.Args, job.ID = "", "", nil, nil
-	job.Host = nil
-	if len(job.Functions) > 0 {
-		// The session's host forwards to the running step's.
-		job.Host = func(ctx context.Context, call *Call) (any, error) { return ns.stepHost(ctx, call) }
-	}
+	job.Host = nil // each step brings its own (Step.Host)
 	switch {
 	case co == nil:
 		var err error
-		co, err = s.p.Checkout(s.ctx, job)
+		created := ns
+		co, err = s.p.checkout(s.ctx, job, ns.name, func(co *Checkout) { s.checkoutEnded(created, co) })
 		if err != nil {
 			var pe *Error
 			switch {
@@ -313,8 +322,6 @@ func (s *server) serveSessionReq(ns *namedSession, req request) {
 			}
 			return
 		}
-		co.name = ns.name
-		co.onEnd = func() { s.checkoutEnded(ns, co) }
 		s.mu.Lock()
 		ns.co = co
 		s.mu.Unlock()
@@ -338,10 +345,9 @@ func (s *server) serveSessionReq(ns *namedSession, req request) {
 			return
 		}
 	}
-	var jc *jobCalls
-	ns.stepHost, jc = s.hostFor()
+	stepHost, jc := s.hostFor()
 	ev, err := co.Feed(s.ctx, Step{ID: req.ID, Code: req.Code, Name: req.Name, Args: req.Args,
-		Timeout: req.Timeout, MaxOutput: req.MaxOutput})
+		Timeout: req.Timeout, MaxOutput: req.MaxOutput, Host: stepHost})
 	s.endCalls(jc)
 	if err != nil {
 		var pe *Error

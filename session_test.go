@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -130,7 +131,14 @@ func (ls *liveServe) call() map[string]any {
 	}
 	ls.mu.Unlock()
 	for {
-		m := ls.next()
+		var m map[string]any
+		select {
+		case mm, ok := <-ls.lines:
+			require.True(ls.t, ok, "output ended before a call event")
+			m = mm
+		case <-time.After(60 * time.Second):
+			ls.t.Fatal("no call event within 60s")
+		}
 		if m["event"] == "call" {
 			return m
 		}
@@ -500,4 +508,42 @@ func (s *syncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
+}
+
+func TestSessionTemplateDeath(t *testing.T) {
+	p := newTestPool(t, Config{Workers: 1})
+	ctx := context.Background()
+	co, err := p.Checkout(ctx, Job{})
+	require.NoError(t, err)
+	defer co.Finish(ctx)
+	fds0 := advSteadyFDs(t)
+	for i := 0; i < 3; i++ {
+		ev, err := co.Feed(ctx, Step{Code: "x = 1"})
+		require.NoError(t, err)
+		requireOK(t, ev.Result)
+		co.mu.Lock()
+		tplPid := co.tpl.Pid()
+		co.mu.Unlock()
+		require.NoError(t, syscall.Kill(tplPid, syscall.SIGKILL))
+		co.mu.Lock()
+		done := co.tpl.Done()
+		co.mu.Unlock()
+		<-done
+		// The step after the loss says the session ended; the one after
+		// runs in a new process.
+		ev, err = co.Feed(ctx, Step{Code: "print(x)"})
+		require.NoError(t, err)
+		requireErrorType(t, ev.Result, "PoolWorkerError")
+		require.True(t, ev.Result.SessionEnded)
+		require.Equal(t, 2, ev.Result.Step)
+		ev, err = co.Feed(ctx, Step{Code: "print('x' in globals())"})
+		require.NoError(t, err)
+		requireOK(t, ev.Result)
+		require.Equal(t, "False\n", ev.Result.Stdout)
+		require.Equal(t, 1, ev.Result.Step)
+		ev, err = co.Feed(ctx, Step{Code: "raise SystemExit"})
+		require.NoError(t, err)
+		require.True(t, ev.Result.SessionEnded)
+	}
+	require.Equal(t, fds0, advSteadyFDs(t), "no descriptor of a lost process is left behind")
 }

@@ -1,12 +1,12 @@
 package worker
 
 import (
-	"sync/atomic"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
@@ -47,7 +47,8 @@ type Child struct {
 	killOnce   sync.Once
 	ctlMu      sync.RWMutex // guards ctlFd: a closed descriptor number may be reused at once
 	refillOnce sync.Once
-	holdRefill atomic.Bool // Close leaves the refill to RefillNow
+	holdRefill atomic.Bool   // Close leaves the refill to RefillNow
+	pidMu      sync.Mutex    // guards pidfd against a signal racing its close
 	closed     chan struct{} // closed by Close
 	kind       int           // kindDeny or kindAllow
 
@@ -108,8 +109,17 @@ func (c *Child) exited(st ExitStatus) {
 
 // Kill sends SIGKILL through the child's pidfd, which cannot hit a reused
 // pid.
-func (c *Child) Kill() {
-	_ = unix.PidfdSendSignal(c.pidfd, unix.SIGKILL, nil, 0)
+func (c *Child) Kill() { c.signal(unix.SIGKILL) }
+
+// signal sends sig through the pidfd unless Close has released it (its
+// number may name another process's pidfd by now).
+func (c *Child) signal(sig unix.Signal) error {
+	c.pidMu.Lock()
+	defer c.pidMu.Unlock()
+	if c.pidfd < 0 {
+		return unix.EBADF
+	}
+	return unix.PidfdSendSignal(c.pidfd, sig, nil, 0)
 }
 
 // Close kills the child, releases every host-side descriptor, and asks
@@ -126,7 +136,10 @@ func (c *Child) Close() {
 			unix.Close(c.stdoutFd)
 			unix.Close(c.stderrFd)
 		}
+		c.pidMu.Lock()
 		unix.Close(c.pidfd)
+		c.pidfd = -1
+		c.pidMu.Unlock()
 		if !c.tpl.onDemand && !c.holdRefill.Load() {
 			c.refillOnce.Do(func() { c.tpl.refill(c.kind) })
 		}
@@ -430,6 +443,32 @@ type Step struct {
 // is closed and Outcome.Alive is false.
 func (c *Child) RunStep(st *Step, cancel <-chan struct{}) *Outcome {
 	c.step++
+	// Between steps the process is stopped, and the runner holds its host
+	// lock from its report until the next step: nothing may be waiting on
+	// the channel. Anything there was forged, and ends the session.
+	msgs, partial, end, err := c.readFrames()
+	switch {
+	case len(msgs) > 0 || partial || err != nil:
+		now := time.Now()
+		c.Close()
+		return &Outcome{Started: true, Violation: "the session's process wrote on its control channel between steps", Start: now, End: now}
+	case end:
+		now := time.Now()
+		c.Kill()
+		o := &Outcome{Started: true, Start: now}
+		o.Status = c.status
+		if o.Status == nil {
+			o.Status = c.waitStatus(time.Second)
+		}
+		c.Close()
+		o.End = time.Now()
+		return o
+	}
+	if err := c.signal(unix.SIGCONT); err != nil {
+		now := time.Now()
+		c.Close()
+		return &Outcome{Started: true, Violation: "the session's process could not be resumed: " + err.Error(), Start: now, End: now}
+	}
 	var out, errp [2]int
 	if err := unix.Pipe2(out[:], unix.O_CLOEXEC); err != nil {
 		c.Close()
@@ -806,6 +845,14 @@ func (c *Child) turn(ts turnSpec, cancel <-chan struct{}) *Outcome {
 	finishOutput()
 	if o.Alive && (killed || c.status != nil) {
 		o.Alive = false
+	}
+	if o.Alive {
+		// A session's process does not run between steps: its threads
+		// neither burn CPU nor write anything until the next step.
+		if err := c.signal(unix.SIGSTOP); err != nil {
+			o.Alive = false
+			kill()
+		}
 	}
 	o.End = time.Now()
 	return o
