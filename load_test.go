@@ -7,8 +7,8 @@ package pynox
 
 import (
 	"context"
-	"errors"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math/rand"
 	"os"
