@@ -307,18 +307,10 @@ func (s *server) serveSessionReq(ns *namedSession, req request) {
 				refuse(requestErrorf("max_sessions (%d) sessions are open; close one first", s.p.cfg.MaxSessions))
 			case errors.As(err, &pe) && pe.Kind == KindRequest:
 				refuse(pe)
+			case errors.Is(err, ErrClosed):
+				refuse(requestErrorf("the pool is shutting down"))
 			default:
-				k := KindCrashed
-				if errors.Is(err, ErrClosed) {
-					refuse(requestErrorf("the pool is shutting down"))
-					return
-				}
-				res := s.p.failed(&req.Job, &plan{}, k, "the session could not start: "+err.Error(), accepted, time.Now())
-				res.Policy = nil
-				res.Session = ns.name
-				res.SessionEnded = true
-				s.p.finish(&req.Job, res)
-				s.out.send(res)
+				s.sessionFailed(ns, req, "the session could not start: "+err.Error(), accepted)
 			}
 			return
 		}
@@ -355,17 +347,23 @@ func (s *server) serveSessionReq(ns *namedSession, req request) {
 			refuse(pe)
 			return
 		}
-		res := s.p.failed(&req.Job, &plan{}, KindCrashed, "the session ended before the step ran: "+err.Error(), accepted, time.Now())
-		res.Policy = nil
-		res.Session = ns.name
-		res.SessionEnded = true
-		s.p.finish(&req.Job, res)
-		s.out.send(res)
+		s.sessionFailed(ns, req, "the session ended before the step ran: "+err.Error(), accepted)
 		ns.ended = true
 		return
 	}
 	res := ev.Result
 	ns.ended = res.SessionEnded
+	s.out.send(res)
+}
+
+// sessionFailed answers a session request the pool could not run with a
+// PoolWorkerError that ends the session.
+func (s *server) sessionFailed(ns *namedSession, req request, msg string, accepted time.Time) {
+	res := s.p.failed(&req.Job, &plan{}, KindCrashed, msg, accepted, time.Now())
+	res.Policy = nil
+	res.Session = ns.name
+	res.SessionEnded = true
+	s.p.finish(&req.Job, res)
 	s.out.send(res)
 }
 

@@ -87,13 +87,13 @@ func (ls *liveServe) next() map[string]any {
 	}
 }
 
-// await returns the answer whose id is id, keeping other lines for next.
-func (ls *liveServe) await(id any) map[string]any {
+// take returns the first line, held or new, that match accepts, keeping
+// the others for later; what names it in a failure.
+func (ls *liveServe) take(what string, match func(map[string]any) bool) map[string]any {
 	ls.t.Helper()
-	want := fmt.Sprint(id)
 	ls.mu.Lock()
 	for i, m := range ls.held {
-		if fmt.Sprint(m["id"]) == want && m["event"] != "call" {
+		if match(m) {
 			ls.held = append(ls.held[:i], ls.held[i+1:]...)
 			ls.mu.Unlock()
 			return m
@@ -104,12 +104,12 @@ func (ls *liveServe) await(id any) map[string]any {
 		var m map[string]any
 		select {
 		case mm, ok := <-ls.lines:
-			require.True(ls.t, ok, "output ended before id %s", want)
+			require.True(ls.t, ok, "output ended before %s", what)
 			m = mm
 		case <-time.After(60 * time.Second):
-			ls.t.Fatalf("no answer for id %s within 60s", want)
+			ls.t.Fatalf("no %s within 60s", what)
 		}
-		if fmt.Sprint(m["id"]) == want && m["event"] != "call" {
+		if match(m) {
 			return m
 		}
 		ls.mu.Lock()
@@ -118,34 +118,19 @@ func (ls *liveServe) await(id any) map[string]any {
 	}
 }
 
+// await returns the answer whose id is id, keeping other lines for next.
+func (ls *liveServe) await(id any) map[string]any {
+	ls.t.Helper()
+	want := fmt.Sprint(id)
+	return ls.take("the answer for id "+want, func(m map[string]any) bool {
+		return fmt.Sprint(m["id"]) == want && m["event"] != "call"
+	})
+}
+
 // call waits for the next call event.
 func (ls *liveServe) call() map[string]any {
 	ls.t.Helper()
-	ls.mu.Lock()
-	for i, m := range ls.held {
-		if m["event"] == "call" {
-			ls.held = append(ls.held[:i], ls.held[i+1:]...)
-			ls.mu.Unlock()
-			return m
-		}
-	}
-	ls.mu.Unlock()
-	for {
-		var m map[string]any
-		select {
-		case mm, ok := <-ls.lines:
-			require.True(ls.t, ok, "output ended before a call event")
-			m = mm
-		case <-time.After(60 * time.Second):
-			ls.t.Fatal("no call event within 60s")
-		}
-		if m["event"] == "call" {
-			return m
-		}
-		ls.mu.Lock()
-		ls.held = append(ls.held, m)
-		ls.mu.Unlock()
-	}
+	return ls.take("a call event", func(m map[string]any) bool { return m["event"] == "call" })
 }
 
 // finish closes the input and waits for Serve, returning the lines

@@ -800,9 +800,10 @@ func (s *server) check(r *result, want string) error {
 	return nil
 }
 
-// roundTrip sends one request and waits for its result.
-func (s *server) roundTrip(code, want string) (*result, time.Duration, error) {
-	line, id := s.request(code, "")
+// roundTrip sends one request (extra: more JSON fields) and waits for its
+// result.
+func (s *server) roundTrip(code, want, extra string) (*result, time.Duration, error) {
+	line, id := s.request(code, extra)
 	t0 := time.Now()
 	if _, err := s.stdin.Write(line); err != nil {
 		return nil, 0, fmt.Errorf("%s: write: %v", s.name, err)
@@ -826,7 +827,7 @@ func (s *server) latency(row *Row, code, want string, n, warm int, gap time.Dura
 		if gap > 0 {
 			time.Sleep(gap)
 		}
-		r, d, err := s.roundTrip(code, want)
+		r, d, err := s.roundTrip(code, want, "")
 		if err != nil {
 			return err
 		}
@@ -844,7 +845,7 @@ func (s *server) latency(row *Row, code, want string, n, warm int, gap time.Dura
 // throughput keeps inflight requests outstanding until n have completed.
 func (s *server) throughput(row *Row, code, want string, n, warm, inflight int) error {
 	for range warm {
-		if _, _, err := s.roundTrip(code, want); err != nil {
+		if _, _, err := s.roundTrip(code, want, ""); err != nil {
 			return err
 		}
 	}
@@ -919,20 +920,8 @@ func (s *server) sessionLatency(row *Row, n, warm int, gap time.Duration) error 
 		if gap > 0 {
 			time.Sleep(gap)
 		}
-		line, id := s.request(trivialCode, name)
-		t0 := time.Now()
-		if _, err := s.stdin.Write(line); err != nil {
-			return fmt.Errorf("%s: write: %v", s.name, err)
-		}
-		r, err := s.read()
-		d := time.Since(t0)
+		r, d, err := s.roundTrip(trivialCode, trivialOut, name)
 		if err != nil {
-			return err
-		}
-		if r.ID.String() != strconv.Itoa(id) {
-			return fmt.Errorf("%s: got result %s, want %d", s.name, r.ID, id)
-		}
-		if err := s.check(r, trivialOut); err != nil {
 			return err
 		}
 		if r.Step != i+1 {

@@ -484,11 +484,7 @@ class Spare:
     def end_step(self):
         """Flushes the step's output and lets go of its pipes: descriptors 1
         and 2 name /dev/null until the next step brings its own."""
-        for stream in (sys.stdout, sys.stderr):
-            try:
-                stream.flush()
-            except BaseException:  # noqa: BLE001 - a closed stream loses nothing more
-                pass
+        _flush_std()
         for fd in (1, 2):
             try:
                 os.dup2(self.null_w, fd)
@@ -742,11 +738,7 @@ class Spare:
         return 0, None
 
     def finish(self, code, err):
-        for stream in (sys.stdout, sys.stderr):
-            try:
-                stream.flush()
-            except BaseException:  # noqa: BLE001 - a closed stream loses nothing more
-                pass
+        _flush_std()
         for fd in (1, 2):
             try:
                 os.close(fd)
@@ -792,6 +784,14 @@ def check_no_capabilities(nr):
     for d in _CAP_DATA:
         if d.effective or d.permitted or d.inheritable:
             raise SetupError("capabilities still held")
+
+
+def _flush_std():
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except BaseException:  # noqa: BLE001 - a closed stream loses nothing more
+            pass
 
 
 def _exit_code(e):
