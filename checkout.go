@@ -139,10 +139,12 @@ func (p *Pool) checkout(ctx context.Context, job Job, name string, onEnd func(*C
 	}
 	p.checkouts[c] = struct{}{}
 	p.coMu.Unlock()
+	p.restarts.Add(1) // the template's start, below
 	p.mu.Unlock()
 
 	// The template's start is not bound to ctx beyond the wait: a caller
-	// that gives up leaves nothing behind.
+	// that gives up leaves nothing behind. Close waits for the start
+	// (restarts), so no template outlives the pool.
 	type started struct {
 		t   *worker.Template
 		err error
@@ -156,20 +158,25 @@ func (p *Pool) checkout(ctx context.Context, job Job, name string, onEnd func(*C
 	}()
 	select {
 	case s := <-ch:
+		defer p.restarts.Done()
 		if s.err != nil {
 			c.end(ErrFinished)
 			return nil, &Error{Kind: KindSpawn, Type: "Spawn", Err: s.err}
 		}
 		c.mu.Lock()
-		c.tpl = s.t
+		finished := c.finished
+		if finished == nil {
+			c.tpl = s.t
+		}
 		c.mu.Unlock()
-		if c.isFinished() != nil { // the pool closed meanwhile
+		if finished != nil { // the pool closed meanwhile
 			s.t.Close()
 			return nil, ErrClosed
 		}
 	case <-ctx.Done():
 		c.end(ErrFinished)
 		go func() {
+			defer p.restarts.Done()
 			if s := <-ch; s.t != nil {
 				s.t.Close()
 			}

@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -676,4 +678,34 @@ func TestWedgedTemplateReplaced(t *testing.T) {
 	requireOK(t, r)
 	require.Equal(t, "served\n", r.Stdout)
 	require.NotContains(t, p.TemplatePIDs(), pid)
+}
+
+// panicOnce is a slog handler whose first job record panics.
+type panicOnce struct{ done atomic.Bool }
+
+func (h *panicOnce) Enabled(context.Context, slog.Level) bool { return true }
+func (h *panicOnce) Handle(context.Context, slog.Record) error {
+	if h.done.CompareAndSwap(false, true) {
+		panic("logger failed")
+	}
+	return nil
+}
+func (h *panicOnce) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h *panicOnce) WithGroup(string) slog.Handler      { return h }
+
+// TestPanicKeepsSpares: a panic after a job (here, in the caller's logger)
+// still asks for the template's next spare, so the next job does not wait
+// for a template declared wedged.
+func TestPanicKeepsSpares(t *testing.T) {
+	p := newTestPool(t, Config{Workers: 1, Logger: slog.New(&panicOnce{})})
+	func() {
+		defer func() { require.NotNil(t, recover(), "the logger's panic reaches the caller") }()
+		run(t, p, Job{Code: "print(1)"})
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	res, err := p.Run(ctx, Job{Code: "print(2)"})
+	require.NoError(t, err, "the next job found no spare")
+	requireOK(t, res)
+	require.Equal(t, "2\n", res.Stdout)
 }

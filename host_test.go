@@ -210,3 +210,41 @@ func TestHostCallsFailAtEndOfInput(t *testing.T) {
 	require.Contains(t, out.String(), `"stdout":"the client closed its input, so no reply can come\n"`)
 	require.Contains(t, out.String(), `"stdout":"2\n"`)
 }
+
+// TestHostRepliesBehindManyQueuedJobs pipelines more host-calling jobs than
+// the pool holds: those beyond what it holds are refused at once, and every
+// reply still reaches its call, so no job waits for its timeout.
+func TestHostRepliesBehindManyQueuedJobs(t *testing.T) {
+	p := newTestPool(t, Config{Workers: 1})
+	ls := startLive(t, p)
+	const n = 3 + 16 + 6 // slots, held, and some beyond
+	for i := 0; i < n; i++ {
+		ls.send(fmt.Sprintf(`{"id": %d, "functions": ["f"], "timeout": "30s", "code": "from pynox_host import f\nprint(f(%d))"}`, i, i))
+	}
+	ok, refused := 0, 0
+	answered := map[int]bool{}
+	for len(answered) < n {
+		m := ls.take("a call or a result", func(map[string]any) bool { return true })
+		if m["event"] == "call" {
+			ls.send(fmt.Sprintf(`{"reply": {"call_id": %s, "result": %s}}`, m["call_id"], m["args"].([]any)[0]))
+			continue
+		}
+		id, err := m["id"].(json.Number).Int64()
+		require.NoError(t, err)
+		require.False(t, answered[int(id)], "id %d answered twice", id)
+		answered[int(id)] = true
+		switch errType(m) {
+		case "":
+			require.Equal(t, fmt.Sprintf("%d\n", id), m["stdout"])
+			ok++
+		case "RequestError":
+			require.Contains(t, errMessage(m), "waiting for a worker")
+			refused++
+		default:
+			t.Fatalf("job %d: %v", id, m)
+		}
+	}
+	require.Equal(t, n, ok+refused)
+	require.GreaterOrEqual(t, ok, 19, "every job the pool holds runs")
+	require.Empty(t, ls.finish())
+}

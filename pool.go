@@ -347,6 +347,8 @@ func (p *Pool) run(ctx context.Context, job Job) (_ *Result, refill func(), _ er
 	defer p.release(w)
 
 	var out *worker.Outcome
+	var held *worker.Child // whose refill waits for the answer
+	heldSet := false
 	for attempt := 0; ; attempt++ {
 		tpl, err := w.template()
 		if err != nil {
@@ -370,6 +372,18 @@ func (p *Pool) run(ctx context.Context, job Job) (_ *Result, refill func(), _ er
 			child.RefillNow()
 		} else {
 			child.HoldRefill()
+			if !heldSet {
+				heldSet = true
+				// A panic (a logger's, say) must not leave the template
+				// without its next spare.
+				defer func() {
+					if r := recover(); r != nil {
+						held.RefillNow()
+						panic(r)
+					}
+				}()
+			}
+			held = child
 		}
 		out = child.Run(&pl.job, ctx.Done())
 		if attempt == 0 && !out.Started && out.SetupError == "" && !out.Canceled && !out.TimedOut {

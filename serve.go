@@ -76,7 +76,8 @@ func (p *Pool) Serve(ctx context.Context, r io.Reader, w io.Writer) error {
 	var jobs sync.WaitGroup
 	// Jobs run to completion even when ctx ends: accepted work is answered.
 	jobCtx := context.WithoutCancel(ctx)
-	srv := &server{p: p, out: out, ctx: jobCtx, calls: map[int64]chan replyReq{}, sessions: map[string]*namedSession{}}
+	srv := &server{p: p, out: out, ctx: jobCtx, calls: map[int64]chan replyReq{}, sessions: map[string]*namedSession{},
+		callWake: make(chan struct{}, 1)}
 
 	lines := make(chan lineOrErr)
 	stopRead := make(chan struct{})
@@ -146,7 +147,8 @@ func (p *Pool) Serve(ctx context.Context, r io.Reader, w io.Writer) error {
 	// Jobs read but not yet given a slot, in order. Normally at most one
 	// waits and reading stops there (backpressure). While host calls wait
 	// for replies, reading goes on, because their replies may be queued
-	// behind job lines: up to maxHeld jobs are held then.
+	// behind job lines: up to maxHeld jobs are held then, and a job line
+	// beyond that is refused at once rather than left blocking the replies.
 	var held []Job
 	maxHeld := 16 * p.cfg.Workers
 	eof := false
@@ -172,20 +174,12 @@ loop:
 			break
 		}
 		linesCh := lines
-		if eof || (len(held) >= 1 && !srv.callsWaiting()) || len(held) >= maxHeld {
+		if eof || (len(held) > 0 && !srv.callsWaiting()) {
 			linesCh = nil
 		}
 		var slotCh chan<- struct{}
 		if len(held) > 0 {
 			slotCh = slots
-		}
-		var recheck <-chan time.Time
-		var recheckTimer *time.Timer
-		if linesCh == nil && !eof && len(held) < maxHeld {
-			// A call may start waiting for a reply while reading is held
-			// back: look again soon.
-			recheckTimer = time.NewTimer(10 * time.Millisecond)
-			recheck = recheckTimer.C
 		}
 		select {
 		case <-ctx.Done():
@@ -194,7 +188,8 @@ loop:
 		case slotCh <- struct{}{}:
 			start(held[0])
 			held = held[1:]
-		case <-recheck:
+		case <-srv.callWake:
+			// A call started waiting for a reply: read on (next round).
 		case l, ok := <-linesCh:
 			var job *Job
 			ended := !ok
@@ -209,12 +204,13 @@ loop:
 				srv.endInput()
 				continue
 			}
-			if job != nil {
+			switch {
+			case job == nil:
+			case len(held) >= maxHeld:
+				out.send(p.refuse(job, requestErrorf("%d requests are waiting for a worker while host calls wait for replies; read results and answer calls before sending more", len(held))))
+			default:
 				held = append(held, *job)
 			}
-		}
-		if recheckTimer != nil {
-			recheckTimer.Stop()
 		}
 	}
 	srv.endInput()

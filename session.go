@@ -50,6 +50,7 @@ type server struct {
 	callMu    sync.Mutex
 	calls     map[int64]chan replyReq // host calls waiting for their reply
 	inputDone bool                    // no reply can come any more
+	callWake  chan struct{}           // a call started waiting (Serve reads on)
 
 	mu       sync.Mutex
 	sessions map[string]*namedSession
@@ -100,6 +101,10 @@ func (s *server) hostFor() (HostFunc, *jobCalls) {
 		s.calls[call.ID] = ch
 		jc.ids[call.ID] = true
 		s.callMu.Unlock()
+		select {
+		case s.callWake <- struct{}{}:
+		default:
+		}
 		s.out.send(callEvent{Event: "call", Call: call})
 		jc.mu.Unlock()
 		defer func() {

@@ -532,3 +532,23 @@ func TestSessionTemplateDeath(t *testing.T) {
 	}
 	require.Equal(t, fds0, advSteadyFDs(t), "no descriptor of a lost process is left behind")
 }
+
+// TestCloseWaitsForStartingCheckout: a checkout whose template is still
+// starting when the pool closes leaves no process behind Close.
+func TestCloseWaitsForStartingCheckout(t *testing.T) {
+	requireSandbox(t)
+	p, err := New(Config{Workers: 1, Dir: t.TempDir(), Python: testPython()})
+	require.NoError(t, err)
+	errc := make(chan error, 1)
+	go func() {
+		_, err := p.Checkout(context.Background(), Job{})
+		errc <- err
+	}()
+	time.Sleep(3 * time.Millisecond)
+	require.NoError(t, p.Close())
+	require.Empty(t, loadPoolProcesses(t, p), "no process survives Close")
+	err = <-errc
+	if err != nil {
+		require.ErrorIs(t, err, ErrClosed)
+	}
+}
