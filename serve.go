@@ -52,6 +52,10 @@ type statsEvent struct {
 // w, in completion order. At most twice the worker count of requests wait
 // behind the running ones; beyond that Serve stops reading, and a blocked
 // writer holds everything back, so nothing is buffered without bound.
+// While host calls wait for replies it reads on (the replies may come
+// after more job lines), holding up to 16 × workers more jobs and refusing
+// job lines beyond that. Session requests queue per session
+// (MaxPendingSteps); replies and stats need no room.
 //
 // Serve returns nil after EOF on r once every accepted job is answered.
 // When ctx ends it stops reading, answers the jobs already accepted, and
