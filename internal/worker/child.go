@@ -464,11 +464,7 @@ func (c *Child) RunStep(st *Step, cancel <-chan struct{}) *Outcome {
 		o.End = time.Now()
 		return o
 	}
-	if err := c.signal(unix.SIGCONT); err != nil {
-		now := time.Now()
-		c.Close()
-		return &Outcome{Started: true, Violation: "the session's process could not be resumed: " + err.Error(), Start: now, End: now}
-	}
+
 	var out, errp [2]int
 	if err := unix.Pipe2(out[:], unix.O_CLOEXEC); err != nil {
 		c.Close()
@@ -484,11 +480,37 @@ func (c *Child) RunStep(st *Step, cancel <-chan struct{}) *Outcome {
 	unix.SetNonblock(errp[0], true)
 	c.stdoutFd, c.stderrFd = out[0], errp[0]
 	f := stepFrame{T: "step", Step: c.step, Code: st.Code, Name: st.Name, Argv: st.Argv, CPU: st.CPUSecs}
+	payload, err := json.Marshal(&f)
+	if err != nil {
+		unix.Close(out[1])
+		unix.Close(errp[1])
+		unix.Close(out[0])
+		unix.Close(errp[0])
+		c.stdoutFd, c.stderrFd = -1, -1
+		c.Close()
+		now := time.Now()
+		return &Outcome{Started: true, Violation: "step frame: " + err.Error(), Start: now, End: now}
+	}
 	o := c.turn(turnSpec{
 		send: func() error {
-			err := c.sendFrame(&f, []int{out[1], errp[1]})
+			// The process is stopped. A frame that fits the socket's
+			// buffer goes first, so that the process, once resumed, finds
+			// it at once (one wake-up, not two); a larger one needs the
+			// process reading.
+			small := len(payload) < 32<<10
+			if !small {
+				if err := c.signal(unix.SIGCONT); err != nil {
+					unix.Close(out[1])
+					unix.Close(errp[1])
+					return err
+				}
+			}
+			err := c.sendRaw(payload, []int{out[1], errp[1]})
 			unix.Close(out[1])
 			unix.Close(errp[1])
+			if err == nil && small {
+				err = c.signal(unix.SIGCONT)
+			}
 			return err
 		},
 		timeout:   st.Timeout,
