@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -546,7 +547,21 @@ func TestCloseWaitsForStartingCheckout(t *testing.T) {
 	}()
 	time.Sleep(3 * time.Millisecond)
 	require.NoError(t, p.Close())
-	require.Empty(t, loadPoolProcesses(t, p), "no process survives Close")
+	// Close has waited for every template (the session's, still starting,
+	// included); their children die of their parent-death signal a moment
+	// later.
+	var templates []int
+	for _, pid := range loadPoolProcesses(t, p) {
+		if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid)); err == nil {
+			f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+2:]))
+			if f[1] == strconv.Itoa(os.Getpid()) && f[0] != "Z" {
+				templates = append(templates, pid)
+			}
+		}
+	}
+	require.Empty(t, templates, "no template survives Close")
+	require.Eventually(t, func() bool { return len(loadPoolProcesses(t, p)) == 0 }, 5*time.Second, 10*time.Millisecond,
+		"no process survives the pool: %v", loadPoolProcesses(t, p))
 	err = <-errc
 	if err != nil {
 		require.ErrorIs(t, err, ErrClosed)
