@@ -384,17 +384,17 @@ func (c *Checkout) stepPlan(s *Step) (*worker.Step, *Error) {
 
 // host surfaces a turn's calls to the caller of Feed and Resume.
 func (t *activeTurn) host(p *Pool, jobID any, session string) worker.HostFunc {
-	return func(wc worker.Call, abort <-chan struct{}) worker.Reply {
+	return func(ctx context.Context, wc worker.Call) worker.Reply {
 		call := &Call{JobID: jobID, Session: session, ID: p.callSeq.Add(1), Function: wc.Function, Args: wc.Args, Kwargs: wc.Kwargs}
 		select {
 		case t.events <- turnMsg{call: call}:
-		case <-abort:
+		case <-ctx.Done():
 			return worker.Reply{}
 		}
 		select {
 		case r := <-t.replies:
 			return r
-		case <-abort:
+		case <-ctx.Done():
 			return worker.Reply{}
 		}
 	}

@@ -97,16 +97,7 @@ func (p *Pool) hostAdapter(jobID any, session string, host HostFunc) worker.Host
 	if host == nil {
 		return nil
 	}
-	return func(c worker.Call, abort <-chan struct{}) worker.Reply {
-		ctx, cancel := context.WithCancel(context.Background())
-		defer cancel()
-		go func() {
-			select {
-			case <-abort:
-				cancel()
-			case <-ctx.Done():
-			}
-		}()
+	return func(ctx context.Context, c worker.Call) worker.Reply {
 		call := &Call{JobID: jobID, Session: session, ID: p.callSeq.Add(1), Function: c.Function, Args: c.Args, Kwargs: c.Kwargs}
 		v, err := host(ctx, call)
 		if err != nil {

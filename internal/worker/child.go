@@ -1,6 +1,7 @@
 package worker
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -208,9 +209,9 @@ type Reply struct {
 }
 
 // HostFunc answers a job's host call. It runs on its own goroutine and
-// must return soon after abort closes (the job ended: its reply is no
-// longer wanted).
-type HostFunc func(call Call, abort <-chan struct{}) Reply
+// must return soon after ctx ends (the turn ended: its reply is no longer
+// wanted).
+type HostFunc func(ctx context.Context, call Call) Reply
 
 // Grant is one Landlock rule: an O_PATH descriptor the host opened and
 // verified, and the rights it gives. Run sends the descriptor; the caller
@@ -538,7 +539,8 @@ type turnSpec struct {
 
 // pendingCall is a host call the turn is waiting on.
 type pendingCall struct {
-	abort chan struct{}
+	ctx    context.Context
+	cancel context.CancelFunc
 }
 
 // turn hands one piece of code to the child and waits for its outcome.
@@ -633,7 +635,7 @@ func (c *Child) turn(ts turnSpec, cancel <-chan struct{}) *Outcome {
 	replies := make(chan Reply, 1)
 	endCall := func() {
 		if call != nil {
-			close(call.abort)
+			call.cancel()
 			call = nil
 		}
 	}
@@ -697,17 +699,18 @@ func (c *Child) turn(ts turnSpec, cancel <-chan struct{}) *Outcome {
 			case len(m.Args)+len(m.Kwargs) > MaxCall:
 				refuse(fmt.Sprintf("the arguments are %d bytes of JSON; the limit is %d", len(m.Args)+len(m.Kwargs), MaxCall))
 			default:
-				pc := &pendingCall{abort: make(chan struct{})}
+				ctx, cancel := context.WithCancel(context.Background())
+				pc := &pendingCall{ctx: ctx, cancel: cancel}
 				call = pc
 				cl := Call{Function: m.Function, Args: m.Args, Kwargs: m.Kwargs}
 				if len(cl.Kwargs) == 0 || string(cl.Kwargs) == "null" {
 					cl.Kwargs = json.RawMessage("{}")
 				}
 				go func() {
-					r := ts.host(cl, pc.abort)
+					r := ts.host(pc.ctx, cl)
 					select {
 					case replies <- r:
-					case <-pc.abort:
+					case <-pc.ctx.Done():
 					}
 				}()
 			}
@@ -827,7 +830,8 @@ func (c *Child) turn(ts turnSpec, cancel <-chan struct{}) *Outcome {
 			if call == nil {
 				continue
 			}
-			call = nil // its abort channel is not closed: the handler is done
+			call.cancel() // the handler is done
+			call = nil
 			if r.Error == nil && len(r.Result) > MaxCall {
 				msg := fmt.Sprintf("the host's result is %d bytes of JSON; the limit is %d", len(r.Result), MaxCall)
 				r = Reply{Error: &msg}
