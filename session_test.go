@@ -450,15 +450,19 @@ func TestSessionOutputBetweenSteps(t *testing.T) {
 }
 
 func TestSessionLogLines(t *testing.T) {
-	var buf syncBuffer
-	p := newTestPool(t, Config{Workers: 1, Logger: slog.New(NewLogHandler(&buf))})
+	logFile, err := os.CreateTemp(t.TempDir(), "log") // an *os.File takes concurrent writes
+	require.NoError(t, err)
+	defer logFile.Close()
+	p := newTestPool(t, Config{Workers: 1, Logger: slog.New(NewLogHandler(logFile))})
 	lines := serveLines(t, p, `{"id": "a", "session": "s", "code": "x = 1"}
 {"id": "b", "session": "s", "code": "print(x)"}
 {"id": "c", "code": "print(2)"}
 `)
 	require.Len(t, lines, 4)
 	var logs []map[string]any
-	for _, l := range strings.Split(strings.TrimSpace(buf.String()), "\n") {
+	logged, err := os.ReadFile(logFile.Name())
+	require.NoError(t, err)
+	for _, l := range strings.Split(strings.TrimSpace(string(logged)), "\n") {
 		var m map[string]any
 		require.NoError(t, json.Unmarshal([]byte(l), &m), l)
 		if m["event"] == "job" {
@@ -476,24 +480,6 @@ func TestSessionLogLines(t *testing.T) {
 	require.Nil(t, byID["c"]["step"])
 	_, has := byID["c"]["step"]
 	require.True(t, has, "step is null, not missing, for one-shot jobs")
-}
-
-// syncBuffer is a bytes.Buffer safe for concurrent writers.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 func TestSessionTemplateDeath(t *testing.T) {
