@@ -2,7 +2,6 @@ package pynox
 
 import (
 	"context"
-	"math"
 	"sync"
 	"time"
 
@@ -330,7 +329,6 @@ func (c *Checkout) Feed(ctx context.Context, step Step) (TurnEvent, error) {
 			out = child.RunStep(ws, cancel)
 		}
 		res := c.pool.result(&Job{ID: step.ID}, &stepPl, out, accepted)
-		res.Calls = out.Calls
 		t.events <- turnMsg{result: res, alive: out.Alive, canceled: out.Canceled}
 	}()
 	return c.await(ctx, t)
@@ -356,9 +354,6 @@ func (c *Checkout) stepPlan(s *Step) (*worker.Step, *Error) {
 		}
 		timeout = time.Duration(v)
 	}
-	if s.MaxOutput < 0 {
-		return nil, requestErrorf("max_output must not be negative")
-	}
 	maxOut := c.pl.job.MaxOutput
 	if s.MaxOutput != 0 {
 		v, err := limit("max_output", int64(s.MaxOutput), int64(l.MaxOutput), formatSize)
@@ -377,7 +372,7 @@ func (c *Checkout) stepPlan(s *Step) (*worker.Step, *Error) {
 		Argv:      nonNilStrings(s.Args),
 		Timeout:   timeout,
 		MaxOutput: maxOut,
-		CPUSecs:   int64(math.Ceil(timeout.Seconds())) + 1,
+		CPUSecs:   cpuBackstop(timeout),
 		MaxCalls:  MaxCalls,
 	}, nil
 }

@@ -82,9 +82,6 @@ func (p *Pool) plan(req *Job, session bool) (pl *plan, rerr *Error) {
 	if err != nil {
 		return nil, err
 	}
-	if j.MaxOutput < 0 {
-		return nil, requestErrorf("max_output must not be negative")
-	}
 	maxOut, err := limit("max_output", int64(j.MaxOutput), int64(l.MaxOutput), formatSize)
 	if err != nil {
 		return nil, err
@@ -118,7 +115,7 @@ func (p *Pool) plan(req *Job, session bool) (pl *plan, rerr *Error) {
 	abi := p.info.Landlock.ABI
 	readCeiling := p.readCeiling
 	for _, path := range j.AllowRead {
-		real, err := pl.grant("allow_read", p.cfg.Dir, path, readCeiling, sandbox.ReadAccess(abi))
+		real, _, err := pl.grant("allow_read", p.cfg.Dir, path, readCeiling, sandbox.ReadAccess(abi))
 		if err != nil {
 			return nil, err
 		}
@@ -126,18 +123,18 @@ func (p *Pool) plan(req *Job, session bool) (pl *plan, rerr *Error) {
 	}
 	var pkgDirs []string
 	for _, path := range j.PackageDirs {
-		real, err := pl.grant("package_dirs", p.cfg.Dir, path, readCeiling, sandbox.ReadAccess(abi))
+		real, isDir, err := pl.grant("package_dirs", p.cfg.Dir, path, readCeiling, sandbox.ReadAccess(abi))
 		if err != nil {
 			return nil, err
 		}
-		if st, err := os.Stat(real); err != nil || !st.IsDir() {
+		if !isDir {
 			return nil, requestErrorf("package_dirs: %s is not a directory", real)
 		}
 		pkgDirs = append(pkgDirs, real)
 	}
 	protected := append(append([]string(nil), p.info.RuntimePaths...), pkgDirs...)
 	for _, path := range j.AllowWrite {
-		real, err := pl.grant("allow_write", p.cfg.Dir, path, l.AllowWrite, sandbox.WriteAccess(abi))
+		real, _, err := pl.grant("allow_write", p.cfg.Dir, path, l.AllowWrite, sandbox.WriteAccess(abi))
 		if err != nil {
 			return nil, err
 		}
@@ -163,7 +160,7 @@ func (p *Pool) plan(req *Job, session bool) (pl *plan, rerr *Error) {
 	if name == "" {
 		name = DefaultName
 	}
-	cpu := int64(math.Ceil(time.Duration(timeout).Seconds())) + 1
+	cpu := cpuBackstop(time.Duration(timeout))
 	pl.job = worker.Job{
 		Code:    code,
 		Name:    name,
@@ -189,9 +186,18 @@ func (p *Pool) plan(req *Job, session bool) (pl *plan, rerr *Error) {
 	return pl, nil
 }
 
+// cpuBackstop is the RLIMIT_CPU of a job (or session step) with this
+// timeout: one second past it, so that Go's timer acts first.
+func cpuBackstop(timeout time.Duration) int64 {
+	return int64(math.Ceil(timeout.Seconds())) + 1
+}
+
 // limit applies a ceiling: zero means the ceiling's value, more than the
 // ceiling is refused.
 func limit(field string, v, ceiling int64, format func(int64) string) (int64, *Error) {
+	if v < 0 {
+		return 0, requestErrorf("%s must not be negative", field)
+	}
 	if v == 0 {
 		return ceiling, nil
 	}
@@ -205,12 +211,12 @@ func limit(field string, v, ceiling int64, format func(int64) string) (int64, *E
 // names through the descriptor (so no later symlink swap can redirect it),
 // checks it lies beneath one of ceiling, and keeps the descriptor for the
 // job's Landlock rule.
-func (pl *plan) grant(field, dir, path string, ceiling []string, access uint64) (string, *Error) {
+func (pl *plan) grant(field, dir, path string, ceiling []string, access uint64) (real string, isDir bool, rerr *Error) {
 	if path == "" {
-		return "", requestErrorf("%s: empty path", field)
+		return "", false, requestErrorf("%s: empty path", field)
 	}
 	if strings.ContainsRune(path, 0) {
-		return "", requestErrorf("%s: path contains a NUL byte", field)
+		return "", false, requestErrorf("%s: path contains a NUL byte", field)
 	}
 	abs := path
 	if !filepath.IsAbs(abs) {
@@ -218,28 +224,29 @@ func (pl *plan) grant(field, dir, path string, ceiling []string, access uint64) 
 	}
 	fd, err := unix.Open(abs, unix.O_PATH|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return "", requestErrorf("%s: %s: %v", field, path, err)
+		return "", false, requestErrorf("%s: %s: %v", field, path, err)
 	}
-	real, err := os.Readlink("/proc/self/fd/" + strconv.Itoa(fd))
+	real, err = os.Readlink("/proc/self/fd/" + strconv.Itoa(fd))
 	if err != nil || !filepath.IsAbs(real) {
 		unix.Close(fd)
-		return "", requestErrorf("%s: %s: cannot resolve", field, path)
+		return "", false, requestErrorf("%s: %s: cannot resolve", field, path)
 	}
 	if !beneathAny(real, ceiling) {
 		unix.Close(fd)
-		return "", requestErrorf("%s: %s is outside the pool's ceiling (%s)", field, real, ceilingList(ceiling))
+		return "", false, requestErrorf("%s: %s is outside the pool's ceiling (%s)", field, real, ceilingList(ceiling))
 	}
 	var st unix.Stat_t
 	if err := unix.Fstat(fd, &st); err != nil {
 		unix.Close(fd)
-		return "", requestErrorf("%s: %s: %v", field, path, err)
+		return "", false, requestErrorf("%s: %s: %v", field, path, err)
 	}
-	if st.Mode&unix.S_IFMT != unix.S_IFDIR {
+	isDir = st.Mode&unix.S_IFMT == unix.S_IFDIR
+	if !isDir {
 		access = sandbox.ForFile(access)
 	}
 	pl.fds = append(pl.fds, fd)
 	pl.accessOf = append(pl.accessOf, access)
-	return real, nil
+	return real, isDir, nil
 }
 
 // readScript reads a script file for a job: the pool reads it, so it must

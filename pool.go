@@ -2,7 +2,6 @@ package pynox
 
 import (
 	"context"
-	"errors"
 	"log/slog"
 	"os"
 	"sync"
@@ -100,13 +99,13 @@ func New(cfg Config) (*Pool, error) {
 		}(i)
 	}
 	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
+	if i := firstErr(errs); errs[i] != nil {
 		for _, t := range tpls {
 			if t != nil {
 				t.Close()
 			}
 		}
-		return nil, &Error{Kind: KindSpawn, Type: "Spawn", Err: errs[firstErr(errs)]}
+		return nil, &Error{Kind: KindSpawn, Type: "Spawn", Err: errs[i]}
 	}
 	p.info = tpls[0].Info()
 	for _, t := range tpls {
@@ -128,9 +127,12 @@ func (w *poolWorker) watch() {
 		w.mu.Lock()
 		tpl := w.tpl
 		w.mu.Unlock()
-		var died <-chan struct{}
 		if tpl != nil {
-			died = tpl.Done()
+			select {
+			case <-tpl.Done():
+			case <-w.pool.closing:
+				return
+			}
 		} else {
 			// The last replacement failed; try again after a pause.
 			t := time.NewTimer(time.Second)
@@ -140,11 +142,6 @@ func (w *poolWorker) watch() {
 				t.Stop()
 				return
 			}
-		}
-		select {
-		case <-died:
-		case <-w.pool.closing:
-			return
 		}
 		if _, err := w.template(); err != nil {
 			if isDone(w.pool.closing) {
@@ -386,16 +383,14 @@ func (p *Pool) run(ctx context.Context, job Job) (_ *Result, refill func(), _ er
 			held = child
 		}
 		out = child.Run(&pl.job, ctx.Done())
-		if attempt == 0 && !out.Started && out.SetupError == "" && !out.Canceled && !out.TimedOut {
-			child.RefillNow() // retried at once below: its replacement is needed now
-		} else {
-			refill = child.RefillNow
-		}
 		// A child that died before it started the job ran no user code, so
-		// the job can safely go to a fresh spare, once.
-		if !out.Started && out.SetupError == "" && !out.Canceled && !out.TimedOut && attempt == 0 {
+		// the job can safely go to a fresh spare, once; that child's
+		// replacement is needed at once.
+		if attempt == 0 && !out.Started && out.SetupError == "" && !out.Canceled && !out.TimedOut {
+			child.RefillNow()
 			continue
 		}
+		refill = child.RefillNow
 		break
 	}
 	if out.Canceled {

@@ -169,8 +169,7 @@ type callEvent struct {
 func (s *server) reply(req request) {
 	r := req.Reply
 	fail := func(e *Error) {
-		res := s.p.refused(&Job{ID: req.ID}, e)
-		s.p.finish(&Job{ID: req.ID}, res)
+		res := s.p.refuse(&Job{ID: req.ID}, e)
 		s.out.send(replyError{ID: req.ID, CallID: r.CallID, Exit: -1, Error: res.Error})
 	}
 	if extra := setFields(req); len(extra) > 0 {
@@ -204,25 +203,20 @@ func (s *server) reply(req request) {
 // session queues a session request (a step or a close) behind the
 // session's earlier ones.
 func (s *server) session(req request) {
-	refuse := func(e *Error) {
-		res := s.p.refuse(&req.Job, e)
-		res.Session = req.Session
-		s.out.send(res)
-	}
 	switch {
 	case len(req.Session) > maxSessionName:
-		refuse(requestErrorf("session: the name is %d bytes; the limit is %d", len(req.Session), maxSessionName))
+		s.refuseSession(req, requestErrorf("session: the name is %d bytes; the limit is %d", len(req.Session), maxSessionName))
 		return
 	case req.Close:
 		if extra := setFields(req); len(extra) > 0 {
-			refuse(requestErrorf("a close request takes no other fields than id and session (got %v)", extra))
+			s.refuseSession(req, requestErrorf("a close request takes no other fields than id and session (got %v)", extra))
 			return
 		}
 	case req.Script != "":
-		refuse(requestErrorf("sessions take inline code, not script"))
+		s.refuseSession(req, requestErrorf("sessions take inline code, not script"))
 		return
 	case req.Code == "":
-		refuse(requestErrorf("a session request needs code, or close"))
+		s.refuseSession(req, requestErrorf("a session request needs code, or close"))
 		return
 	}
 	s.mu.Lock()
@@ -230,7 +224,7 @@ func (s *server) session(req request) {
 	if ns == nil {
 		if req.Close {
 			s.mu.Unlock()
-			refuse(requestErrorf("no session named %q is open", req.Session))
+			s.refuseSession(req, requestErrorf("no session named %q is open", req.Session))
 			return
 		}
 		ns = &namedSession{name: req.Session, queue: make(chan request, MaxPendingSteps)}
@@ -239,7 +233,7 @@ func (s *server) session(req request) {
 	}
 	if ns.pending >= MaxPendingSteps {
 		s.mu.Unlock()
-		refuse(requestErrorf("session %q has %d requests pending; wait for their results", req.Session, ns.pending))
+		s.refuseSession(req, requestErrorf("session %q has %d requests pending; wait for their results", req.Session, ns.pending))
 		return
 	}
 	ns.pending++
@@ -292,11 +286,6 @@ func (s *server) serveSessionReq(ns *namedSession, req request) {
 		return
 	}
 	accepted := time.Now()
-	refuse := func(e *Error) {
-		res := s.p.refuse(&req.Job, e)
-		res.Session = ns.name
-		s.out.send(res)
-	}
 	job := req.Job
 	job.Code, job.Name, job.Args, job.ID = "", "", nil, nil
 	job.Host = nil // each step brings its own (Step.Host)
@@ -309,11 +298,11 @@ func (s *server) serveSessionReq(ns *namedSession, req request) {
 			var pe *Error
 			switch {
 			case errors.As(err, &pe) && pe.Kind == KindExhausted:
-				refuse(requestErrorf("max_sessions (%d) sessions are open; close one first", s.p.cfg.MaxSessions))
+				s.refuseSession(req, requestErrorf("max_sessions (%d) sessions are open; close one first", s.p.cfg.MaxSessions))
 			case errors.As(err, &pe) && pe.Kind == KindRequest:
-				refuse(pe)
+				s.refuseSession(req, pe)
 			case errors.Is(err, ErrClosed):
-				refuse(requestErrorf("the pool is shutting down"))
+				s.refuseSession(req, requestErrorf("the pool is shutting down"))
 			default:
 				s.sessionFailed(ns, req, "the session could not start: "+err.Error(), accepted)
 			}
@@ -329,16 +318,16 @@ func (s *server) serveSessionReq(ns *namedSession, req request) {
 		if err := co.reconfigure(job); err != nil {
 			var pe *Error
 			if errors.As(err, &pe) && pe.Kind == KindRequest {
-				refuse(pe)
+				s.refuseSession(req, pe)
 			} else {
-				refuse(requestErrorf("%v", err))
+				s.refuseSession(req, requestErrorf("%v", err))
 			}
 			return
 		}
 		ns.ended = false
 	default:
 		if extra := permissionFields(req); len(extra) > 0 {
-			refuse(requestErrorf("session %q is running: a later request carries only code, name, args, timeout and max_output (got %v)", ns.name, extra))
+			s.refuseSession(req, requestErrorf("session %q is running: a later request carries only code, name, args, timeout and max_output (got %v)", ns.name, extra))
 			return
 		}
 	}
@@ -349,7 +338,7 @@ func (s *server) serveSessionReq(ns *namedSession, req request) {
 	if err != nil {
 		var pe *Error
 		if errors.As(err, &pe) && pe.Kind == KindRequest {
-			refuse(pe)
+			s.refuseSession(req, pe)
 			return
 		}
 		s.sessionFailed(ns, req, "the session ended before the step ran: "+err.Error(), accepted)
@@ -358,6 +347,14 @@ func (s *server) serveSessionReq(ns *namedSession, req request) {
 	}
 	res := ev.Result
 	ns.ended = res.SessionEnded
+	s.out.send(res)
+}
+
+// refuseSession answers a session request that runs nothing.
+func (s *server) refuseSession(req request, e *Error) {
+	res := s.p.refused(&req.Job, e)
+	res.Session = req.Session
+	s.p.finish(&req.Job, res)
 	s.out.send(res)
 }
 

@@ -480,18 +480,8 @@ func (c *Child) RunStep(st *Step, cancel <-chan struct{}) *Outcome {
 	unix.SetNonblock(out[0], true)
 	unix.SetNonblock(errp[0], true)
 	c.stdoutFd, c.stderrFd = out[0], errp[0]
-	f := stepFrame{T: "step", Step: c.step, Code: st.Code, Name: st.Name, Argv: st.Argv, CPU: st.CPUSecs}
-	payload, err := json.Marshal(&f)
-	if err != nil {
-		unix.Close(out[1])
-		unix.Close(errp[1])
-		unix.Close(out[0])
-		unix.Close(errp[0])
-		c.stdoutFd, c.stderrFd = -1, -1
-		c.Close()
-		now := time.Now()
-		return &Outcome{Started: true, Violation: "step frame: " + err.Error(), Start: now, End: now}
-	}
+	// Strings and numbers only: encoding cannot fail.
+	payload, _ := json.Marshal(&stepFrame{T: "step", Step: c.step, Code: st.Code, Name: st.Name, Argv: st.Argv, CPU: st.CPUSecs})
 	o := c.turn(turnSpec{
 		send: func() error {
 			// The process is stopped. A frame that fits the socket's
@@ -765,7 +755,6 @@ func (c *Child) turn(ts turnSpec, cancel <-chan struct{}) *Outcome {
 			}
 		}
 	}
-	readCtl() // frames may be waiting from before this turn
 
 	exitCh := c.exitCh
 	if c.status != nil {
@@ -850,9 +839,7 @@ func (c *Child) turn(ts turnSpec, cancel <-chan struct{}) *Outcome {
 			if ok {
 				o.Status = &st
 				c.status = &st
-				if o.Alive {
-					o.Alive = false
-				}
+				o.Alive = false
 			}
 		case <-timer:
 			timer = nil
