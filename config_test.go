@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/pynox/pynox/internal/sandbox"
 )
 
 func writeFile(t *testing.T, path, content string) string {
@@ -241,6 +243,19 @@ func TestPreloadHygiene(t *testing.T) {
 	requireOK(t, r)
 	require.Equal(t, "1 True\n", r.Stdout)
 	require.Equal(t, []string{"fine"}, r.Runtime.PreloadedModules)
+
+	// The pool's package dirs are read-only in every job's Landlock rules,
+	// although the template has them on its sys.path too.
+	real, err := filepath.EvalSymlinks(site)
+	require.NoError(t, err)
+	found := false
+	for _, rule := range p.info.Landlock.Rules {
+		if rule.Path == real {
+			found = true
+			require.Equal(t, sandbox.ReadAccess(p.info.Landlock.ABI), rule.Access, "package dir rights")
+		}
+	}
+	require.True(t, found, "no rule for the package dir %s", real)
 }
 
 func TestWriteGrantOverPreloadRefused(t *testing.T) {

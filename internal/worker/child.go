@@ -310,6 +310,11 @@ const ctlSendTimeout = 5 * time.Second
 // child whose code closed its bell.
 const ctlPollInterval = 5 * time.Millisecond
 
+// inlineFrame is a frame size that always fits a control socket's buffer
+// (a Unix socket's is 200 KiB and more by default): a write of that much
+// never waits for the reader. runner.py's INLINE_FRAME is the same.
+const inlineFrame = 32 << 10
+
 // drainTimeout bounds the wait for a finished job's output pipes to close.
 const drainTimeout = 2 * time.Second
 
@@ -488,7 +493,7 @@ func (c *Child) RunStep(st *Step, cancel <-chan struct{}) *Outcome {
 			// buffer goes first, so that the process, once resumed, finds
 			// it at once (one wake-up, not two); a larger one needs the
 			// process reading.
-			small := len(payload) < 32<<10
+			small := len(payload) < inlineFrame
 			if !small {
 				if err := c.signal(unix.SIGCONT); err != nil {
 					unix.Close(out[1])
@@ -636,9 +641,9 @@ func (c *Child) turn(ts turnSpec, cancel <-chan struct{}) *Outcome {
 			msg := "the host's reply could not be encoded: " + err.Error()
 			b, _ = json.Marshal(replyFrame{T: "reply", Error: &msg})
 		}
-		if len(b) <= 4096 {
-			// The child is blocked reading its answer, so a small one
-			// goes at once; the socket's send timeout bounds it anyway.
+		if len(b) < inlineFrame {
+			// It fits the socket's buffer, so the write does not wait for
+			// the child to read.
 			if err := c.sendRaw(b, nil); err != nil {
 				kill()
 			}

@@ -57,6 +57,7 @@ RESERVE = 1 << 20  # bytes kept back to report a MemoryError with
 TB_FRAMES = 100  # innermost frames printed of a deeper traceback
 PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")
 MAX_CALL = 1 << 20  # bytes of a host call's JSON arguments, and of its result
+INLINE_FRAME = 32 << 10  # a frame this size fits the control socket's buffer (child.go: inlineFrame)
 
 _libc = ctypes.CDLL(None, use_errno=True)
 _syscall = _libc.syscall
@@ -118,6 +119,19 @@ def _read_exact(fd, n, buf=b""):
         chunks.append(b)
         have += len(b)
     return b"".join(chunks)
+
+
+def _split(buf):
+    """Returns the first whole frame in buf, decoded, and the bytes after
+    it; (None, buf) when buf holds no whole frame yet."""
+    if len(buf) < 4:
+        return None, buf
+    (n,) = struct.unpack("<I", buf[:4])
+    if n > MAX_FRAME:
+        raise ValueError("frame too large")
+    if len(buf) < 4 + n:
+        return None, buf
+    return json.loads(buf[4:4 + n]), buf[4 + n:]
 
 
 def _recv(fd):
@@ -213,7 +227,7 @@ class Template:
             if extra:
                 self.fatal("preload %s left descriptors open: %s" % (mod, ", ".join(extra)))
             preloaded.append(mod)
-        threads, extra = self.hygiene()
+        threads, extra = self.hygiene() if not preloaded else (1, [])  # each preload was checked
         if threads != 1 or extra:
             self.fatal("runner started with %d threads and stray descriptors %s" % (threads, extra))
         paths = [sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix]
@@ -256,7 +270,6 @@ class Template:
         # template, which needs none, gives them up once, and every child
         # inherits that across fork. A failure here is not fatal to the
         # template but to every job: spares report it as a setup error.
-        self.setup_error = None
         try:
             drop_capabilities(cfg["cap_last"], cfg["syscalls"])
             _check(_prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "prctl(PR_SET_NO_NEW_PRIVS)")
@@ -287,12 +300,10 @@ class Template:
                     if not chunk:
                         self.shutdown()
                     buf += chunk
-                    while len(buf) >= 4:
-                        (n,) = struct.unpack("<I", buf[:4])
-                        if len(buf) < 4 + n:
+                    while True:
+                        msg, buf = _split(buf)
+                        if msg is None:
                             break
-                        msg = json.loads(buf[4:4 + n])
-                        buf = buf[4 + n:]
                         if msg.get("t") == "fork":
                             pidfd = self.fork_spare(msg.get("kind", "deny"))
                             if pidfd is not None:
@@ -383,8 +394,7 @@ class Spare:
         self.kind = kind
         self.parent = parent
         self.vm = 0
-        self.cfg = tpl.cfg
-        self.nr = self.cfg["syscalls"]
+        self.nr = tpl.cfg["syscalls"]
         self.ctl, self.out_w, self.err_w, self.bell_w = ctl, out_w, err_w, bell_w
         self.error = None
         self.ruleset = -1
@@ -401,17 +411,13 @@ class Spare:
         self.host_lock = _thread.allocate_lock()
         self.channels = False  # descriptors 0-4 are the spare's own
 
-    def send(self, obj, ring=True):
-        """Writes a frame to the control channel and, unless told otherwise,
-        rings the bell so that Go reads it now. "started" does not ring: Go
-        reads it with the frame that follows, and a job that finishes fast
-        wakes the host once instead of twice."""
+    def send(self, obj):
+        """Writes a frame to the control channel and rings the bell so that
+        Go reads it now. ("started" is written without a ring: Go reads it
+        with the frame that follows, and a job that finishes fast wakes the
+        host once instead of twice.)"""
         _write_all(FD, _pack(obj))
-        if ring:
-            try:
-                os.write(BELL, b"!")
-            except OSError:
-                pass  # Go then learns of the frame when the bell closes at exit
+        _ring()
 
     def main(self):
         try:
@@ -469,7 +475,7 @@ class Spare:
             cpu = int(msg.get("cpu") or 0)
             if cpu > 0:
                 used = int(sum(os.times()[:2]))
-                _soft, hard = resource.getrlimit(resource.RLIMIT_CPU)
+                hard = self.cpu_hard
                 soft = used + cpu
                 if hard != resource.RLIM_INFINITY and soft > hard:
                     soft = hard
@@ -522,11 +528,11 @@ class Spare:
             raise SetupError("no_new_privs is not set")
         # 4. Landlock: a fresh ruleset holding the runtime rules; the job's
         # grants are added and it is enforced when the job arrives.
-        ll = self.cfg["landlock"]
+        ll = self.tpl.cfg["landlock"]
         if ll.get("error"):
             raise SetupError(ll["error"])
-        if self.cfg.get("seccomp_error"):
-            raise SetupError(self.cfg["seccomp_error"])
+        if self.tpl.cfg.get("seccomp_error"):
+            raise SetupError(self.tpl.cfg["seccomp_error"])
         net = ll["handled_net_deny"] if self.kind == "deny" else 0
         attr = RulesetAttr(ll["handled_fs"], net, ll["scoped"])
         size = 24 if ll["abi"] >= 6 else (16 if ll["abi"] >= 4 else 8)
@@ -537,6 +543,10 @@ class Spare:
         for rfd, _ in self.tpl.runtime_fds:
             os.close(rfd)
         self.warm_up()
+        # rlimits that do not depend on the request: no core dumps, and the
+        # job's descriptor limit.
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+        resource.setrlimit(resource.RLIMIT_NOFILE, (MAX_FILES, MAX_FILES))
         # Address space set aside to report a MemoryError with when the job
         # used up its allowance (RLIMIT_AS counts address space, so an
         # untouched mapping is enough, and costs no page faults).
@@ -604,14 +614,13 @@ class Spare:
         vm = self.vm + lim["memory"]
         resource.setrlimit(resource.RLIMIT_AS, (vm, vm))
         resource.setrlimit(resource.RLIMIT_FSIZE, (lim["fsize"], lim["fsize"]))
-        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
         if job.get("session"):
             # A session's backstop is renewed per step (soft limit only:
             # the hard one could never be raised again).
-            resource.setrlimit(resource.RLIMIT_CPU, (lim["cpu"], resource.getrlimit(resource.RLIMIT_CPU)[1]))
+            self.cpu_hard = resource.getrlimit(resource.RLIMIT_CPU)[1]
+            resource.setrlimit(resource.RLIMIT_CPU, (lim["cpu"], self.cpu_hard))
         else:
             resource.setrlimit(resource.RLIMIT_CPU, (lim["cpu"], lim["cpu"] + 1))
-        resource.setrlimit(resource.RLIMIT_NOFILE, (MAX_FILES, MAX_FILES))
         # 4. Landlock: add the request's grants and enforce.
         if bool(job.get("network")) != (self.kind == "allow"):
             raise SetupError("a %s spare cannot serve a job with network=%r" % (self.kind, job.get("network")))
@@ -646,6 +655,8 @@ class Spare:
         spare = self
 
         def make(name):
+            quoted = json.dumps(name)
+
             def call(*args, **kwargs):
                 try:
                     a = json.dumps(args, separators=(",", ":"), allow_nan=False)
@@ -659,8 +670,8 @@ class Spare:
                     # between steps waits for the next one, and its call
                     # is that step's.
                     data = ('{"t":"call","step":%d,"function":%s,"args":%s,"kwargs":%s}' % (
-                        spare.step, json.dumps(name), a, k)).encode()
-                    if len(data) > 32768:
+                        spare.step, quoted, a, k)).encode()
+                    if len(data) > INLINE_FRAME:
                         # More than the socket may hold: the header and a
                         # ring first, so that Go reads the rest as it
                         # comes.
@@ -758,9 +769,10 @@ def drop_capabilities(cap_last, nr):
         if _prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) != 0 and ctypes.get_errno() not in (1, 22):
             raise SetupError("prctl(PR_CAPBSET_DROP, %d): %s" % (cap, os.strerror(ctypes.get_errno())))
     _prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0)
-    hdr = CapHeader(0x20080522, 0)
-    data = (CapData * 2)()
-    _check(_syscall(nr["capset"], ctypes.byref(hdr), ctypes.byref(data)), "capset")
+    _CAP_HDR.version, _CAP_HDR.pid = 0x20080522, 0
+    for d in _CAP_DATA:
+        d.effective = d.permitted = d.inheritable = 0
+    _check(_syscall(nr["capset"], ctypes.byref(_CAP_HDR), ctypes.byref(_CAP_DATA)), "capset")
     check_no_capabilities(nr)
     with open("/proc/self/status") as f:
         for line in f:

@@ -191,7 +191,7 @@ func (t *Template) handshake(opts Options) error {
 	defer t.conn.SetDeadline(time.Time{})
 	r := frame.NewReader(t.conn, 1<<20)
 	if err := t.send(map[string]any{"t": "init", "v": Proto, "preload": nonNil(opts.Preload),
-		"package_dirs": nonNil(opts.PackageDirs)}, nil); err != nil {
+		"package_dirs": nonNil(opts.PackageDirs)}); err != nil {
 		return t.startErr("send init", err)
 	}
 	var h hello
@@ -210,7 +210,7 @@ func (t *Template) handshake(opts Options) error {
 	if err != nil {
 		return err
 	}
-	if err := t.send(policy, nil); err != nil {
+	if err := t.send(policy); err != nil {
 		return t.startErr("send policy", err)
 	}
 	var ready hello
@@ -271,12 +271,14 @@ func (t *Template) policy(h hello, opts Options) (map[string]any, error) {
 			t.info.RuntimePaths = append(t.info.RuntimePaths, real)
 		}
 	}
+	// Package dirs first: they are on the template's sys.path too, and the
+	// first rule for a path is the one kept; they are read-only.
+	for _, p := range opts.PackageDirs {
+		add(p, sandbox.ReadAccess(abi), true)
+	}
 	rt := sandbox.RuntimeAccess(abi)
 	for _, p := range h.Paths {
 		add(p, rt, true)
-	}
-	for _, p := range opts.PackageDirs {
-		add(p, sandbox.ReadAccess(abi), true)
 	}
 	for _, p := range systemPaths {
 		add(p, rt, false)
@@ -331,7 +333,6 @@ func (t *Template) policy(h hello, opts Options) (map[string]any, error) {
 		"seccomp":       progs,
 		"seccomp_error": secErr,
 		"cap_last":      capLast(),
-		"env":           envMap(opts.Env),
 		"syscalls": map[string]int{
 			"landlock_create_ruleset": unix.SYS_LANDLOCK_CREATE_RULESET,
 			"landlock_add_rule":       unix.SYS_LANDLOCK_ADD_RULE,
@@ -385,7 +386,7 @@ func (t *Template) Err() error {
 	return t.deadErr
 }
 
-func (t *Template) send(v any, fds []int) error {
+func (t *Template) send(v any) error {
 	b, err := json.Marshal(v)
 	if err != nil {
 		return err
@@ -427,7 +428,7 @@ func isClosed(ch <-chan struct{}) bool {
 }
 
 func (t *Template) requestFork(kind int) error {
-	return t.send(map[string]string{"t": "fork", "kind": kindNames[kind]}, nil)
+	return t.send(map[string]string{"t": "fork", "kind": kindNames[kind]})
 }
 
 // Take returns the template's ready spare of the kind the job needs (with
@@ -668,16 +669,6 @@ func nonNil(s []string) []string {
 		return []string{}
 	}
 	return s
-}
-
-func envMap(env []string) map[string]string {
-	m := make(map[string]string, len(env))
-	for _, kv := range env {
-		if k, v, ok := strings.Cut(kv, "="); ok {
-			m[k] = v
-		}
-	}
-	return m
 }
 
 // tailBuffer keeps the last max bytes written to it and passes whole lines
