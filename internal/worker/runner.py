@@ -266,13 +266,25 @@ class Template:
             buf = ctypes.create_string_buffer(raw, len(raw))
             prog = SockFprog(len(raw) // 8, ctypes.cast(buf, ctypes.c_void_p))
             self.seccomp[key] = (prog, buf)
-        # Capabilities and no_new_privs are not request-dependent: the
-        # template, which needs none, gives them up once, and every child
-        # inherits that across fork. A failure here is not fatal to the
-        # template but to every job: spares report it as a setup error.
+        # Capabilities, no_new_privs and the SIGXFSZ disposition are not
+        # request-dependent: the template, which needs none of what it gives
+        # up, does it once and checks it, and every child inherits it across
+        # fork (none of it can come back without an execve). A failure here,
+        # or a policy the host could not build, is not fatal to the template
+        # but to every job: each spare reports it as a setup error.
         try:
             drop_capabilities(cfg["cap_last"], cfg["syscalls"])
             _check(_prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "prctl(PR_SET_NO_NEW_PRIVS)")
+            if _prctl(PR_GET_NO_NEW_PRIVS, 0, 0, 0, 0) != 1:
+                raise SetupError("no_new_privs is not set")
+            # A write beyond RLIMIT_FSIZE must fail with EFBIG, not kill the
+            # job (CPython ignores SIGXFSZ already; this does not rely on it).
+            signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+            for err in (cfg["landlock"].get("error"), cfg.get("seccomp_error")):
+                if err:
+                    raise SetupError(err)
+        except SetupError as e:
+            self.setup_error = str(e)
         except BaseException as e:  # noqa: BLE001 - reported per job
             self.setup_error = "%s: %s" % (type(e).__name__, e)
         # The job's standard streams, line-buffered like a terminal's. They
@@ -517,22 +529,14 @@ class Spare:
         _check(_prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0), "prctl(PR_SET_PDEATHSIG)")
         if os.getppid() != self.parent:
             os._exit(0)
-        if signal.getsignal(signal.SIGXFSZ) != signal.SIG_IGN:
-            raise SetupError("SIGXFSZ is not ignored")
-        # 3. capabilities and no_new_privs: given up by the template, checked
-        # here.
+        # 3. capabilities, no_new_privs, SIGXFSZ: given up and checked by the
+        # template; anything that failed there (or in building the policy)
+        # fails every spare.
         if self.tpl.setup_error:
             raise SetupError(self.tpl.setup_error)
-        check_no_capabilities(self.nr)
-        if _prctl(PR_GET_NO_NEW_PRIVS, 0, 0, 0, 0) != 1:
-            raise SetupError("no_new_privs is not set")
         # 4. Landlock: a fresh ruleset holding the runtime rules; the job's
         # grants are added and it is enforced when the job arrives.
         ll = self.tpl.cfg["landlock"]
-        if ll.get("error"):
-            raise SetupError(ll["error"])
-        if self.tpl.cfg.get("seccomp_error"):
-            raise SetupError(self.tpl.cfg["seccomp_error"])
         net = ll["handled_net_deny"] if self.kind == "deny" else 0
         attr = RulesetAttr(ll["handled_fs"], net, ll["scoped"])
         size = 24 if ll["abi"] >= 6 else (16 if ll["abi"] >= 4 else 8)
