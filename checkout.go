@@ -134,7 +134,7 @@ func (p *Pool) checkout(ctx context.Context, job Job, name string, onEnd func(*C
 		p.coMu.Unlock()
 		p.mu.Unlock()
 		pl.close()
-		return nil, &Error{Kind: KindExhausted, Type: "Exhausted", Message: "max_sessions sessions are open; finish one first"}
+		return nil, newError(KindExhausted, "max_sessions sessions are open; finish one first")
 	}
 	p.checkouts[c] = struct{}{}
 	p.coMu.Unlock()
@@ -160,7 +160,7 @@ func (p *Pool) checkout(ctx context.Context, job Job, name string, onEnd func(*C
 		defer p.restarts.Done()
 		if s.err != nil {
 			c.end(ErrFinished)
-			return nil, &Error{Kind: KindSpawn, Type: "Spawn", Err: s.err}
+			return nil, &Error{Kind: KindSpawn, Type: KindSpawn.String(), Err: s.err}
 		}
 		c.mu.Lock()
 		finished := c.finished
@@ -206,7 +206,7 @@ func (c *Checkout) armIdle() {
 			stale := time.Since(c.lastUse) >= c.pool.cfg.SessionIdle
 			c.mu.Unlock()
 			if stale {
-				c.end(&Error{Kind: KindFinished, Type: "Finished", Message: "the session was idle for " + c.pool.cfg.SessionIdle.String() + " and was closed"})
+				c.end(newError(KindFinished, "the session was idle for %s and was closed", c.pool.cfg.SessionIdle))
 			}
 		})
 	} else {
@@ -243,7 +243,7 @@ func (c *Checkout) Feed(ctx context.Context, step Step) (TurnEvent, error) {
 		return TurnEvent{}, c.finished
 	}
 	if c.turn != nil {
-		return TurnEvent{}, &Error{Kind: KindProtocol, Type: "Protocol", Message: "a host call is waiting for Resume"}
+		return TurnEvent{}, newError(KindProtocol, "a host call is waiting for Resume")
 	}
 	ws, rerr := c.stepPlan(&step)
 	if rerr != nil {
@@ -274,7 +274,7 @@ func (c *Checkout) Feed(ctx context.Context, step Step) (TurnEvent, error) {
 			c.tpl = nil
 			c.armIdle()
 			c.steps = prev + 1
-			res := c.pool.failed(&Job{ID: step.ID}, c.pl, KindCrashed, "the session's process died with its template; the next step starts a new one", accepted, time.Now())
+			res := c.pool.failed(&Job{ID: step.ID}, c.pl, KindCrashed, "the session's process died with its template; the next step starts a new one", accepted)
 			c.stamp(res, true)
 			c.steps = 0
 			c.pool.finish(&Job{ID: step.ID}, res)
@@ -286,7 +286,7 @@ func (c *Checkout) Feed(ctx context.Context, step Step) (TurnEvent, error) {
 		if err != nil {
 			c.tpl = nil
 			c.armIdle()
-			res := c.pool.failed(&Job{ID: step.ID}, c.pl, KindCrashed, "the session's template could not be started: "+err.Error(), accepted, time.Now())
+			res := c.pool.failed(&Job{ID: step.ID}, c.pl, KindCrashed, "the session's template could not be started: "+err.Error(), accepted)
 			c.stamp(res, true)
 			c.pool.finish(&Job{ID: step.ID}, res)
 			return TurnEvent{Result: res}, nil
@@ -302,7 +302,7 @@ func (c *Checkout) Feed(ctx context.Context, step Step) (TurnEvent, error) {
 			if ctx.Err() != nil {
 				return TurnEvent{}, ctx.Err()
 			}
-			res := c.pool.failed(&Job{ID: step.ID}, c.pl, KindCrashed, "the session's template failed: "+err.Error(), accepted, time.Now())
+			res := c.pool.failed(&Job{ID: step.ID}, c.pl, KindCrashed, "the session's template failed: "+err.Error(), accepted)
 			c.stamp(res, true)
 			c.pool.finish(&Job{ID: step.ID}, res)
 			return TurnEvent{Result: res}, nil
@@ -407,7 +407,7 @@ func (c *Checkout) Resume(ctx context.Context, v ResumeValue) (TurnEvent, error)
 	}
 	t := c.turn
 	if t == nil || t.pending == nil {
-		return TurnEvent{}, &Error{Kind: KindProtocol, Type: "Protocol", Message: "no host call is waiting for Resume"}
+		return TurnEvent{}, newError(KindProtocol, "no host call is waiting for Resume")
 	}
 	t.pending = nil
 	c.idle.Stop()
@@ -552,7 +552,7 @@ func (c *Checkout) reconfigure(job Job) error {
 	}
 	if c.child != nil || c.turn != nil {
 		pl.close()
-		return &Error{Kind: KindProtocol, Type: "Protocol", Message: "the session's process is still alive"}
+		return newError(KindProtocol, "the session's process is still alive")
 	}
 	c.pl.close()
 	c.pl = pl

@@ -62,11 +62,11 @@ type poolWorker struct {
 func New(cfg Config) (*Pool, error) {
 	cfg, err := cfg.withDefaults()
 	if err != nil {
-		return nil, &Error{Kind: KindSpawn, Type: "Spawn", Message: "invalid config", Err: err}
+		return nil, &Error{Kind: KindSpawn, Type: KindSpawn.String(), Message: "invalid config", Err: err}
 	}
 	python, err := FindPython(cfg.Python)
 	if err != nil {
-		return nil, &Error{Kind: KindSpawn, Type: "Spawn", Err: err}
+		return nil, &Error{Kind: KindSpawn, Type: KindSpawn.String(), Err: err}
 	}
 	log := cfg.Logger
 	if log == nil {
@@ -85,7 +85,6 @@ func New(cfg Config) (*Pool, error) {
 
 		readCeiling: append(append([]string(nil), cfg.Limits.AllowRead...), cfg.Limits.AllowWrite...),
 	}
-	p.stats.errors = map[string]int64{}
 	// Start the templates in parallel: with heavy preloads each takes a
 	// noticeable fraction of a second.
 	tpls := make([]*worker.Template, cfg.Workers)
@@ -105,7 +104,7 @@ func New(cfg Config) (*Pool, error) {
 				t.Close()
 			}
 		}
-		return nil, &Error{Kind: KindSpawn, Type: "Spawn", Err: errs[i]}
+		return nil, &Error{Kind: KindSpawn, Type: KindSpawn.String(), Err: errs[i]}
 	}
 	p.info = tpls[0].Info()
 	for _, t := range tpls {
@@ -349,7 +348,7 @@ func (p *Pool) run(ctx context.Context, job Job) (_ *Result, refill func(), _ er
 	for attempt := 0; ; attempt++ {
 		tpl, err := w.template()
 		if err != nil {
-			res := p.failed(&job, pl, KindCrashed, "no template could be started: "+err.Error(), accepted, time.Now())
+			res := p.failed(&job, pl, KindCrashed, "no template could be started: "+err.Error(), accepted)
 			p.finish(&job, res)
 			return res, refill, nil
 		}
@@ -361,7 +360,7 @@ func (p *Pool) run(ctx context.Context, job Job) (_ *Result, refill func(), _ er
 			if attempt == 0 {
 				continue // the template died while forking; it is replaced
 			}
-			res := p.failed(&job, pl, KindCrashed, "template failed: "+err.Error(), accepted, time.Now())
+			res := p.failed(&job, pl, KindCrashed, "template failed: "+err.Error(), accepted)
 			p.finish(&job, res)
 			return res, refill, nil
 		}

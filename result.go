@@ -45,12 +45,12 @@ func (p *Pool) refused(j *Job, e *Error) *Result {
 }
 
 // failed is the result of a job the pool could not run or finish.
-func (p *Pool) failed(j *Job, pl *plan, k Kind, msg string, accepted, now time.Time) *Result {
+func (p *Pool) failed(j *Job, pl *plan, k Kind, msg string, accepted time.Time) *Result {
 	return &Result{
 		ID:      j.ID,
 		Exit:    -1,
 		Error:   &ErrorInfo{Type: k.String(), Message: msg},
-		QueueUS: now.Sub(accepted).Microseconds(),
+		QueueUS: time.Since(accepted).Microseconds(),
 		Runtime: p.runtime(),
 		Policy:  p.policy(pl),
 		kind:    k,

@@ -361,7 +361,7 @@ func (s *server) refuseSession(req request, e *Error) {
 // sessionFailed answers a session request the pool could not run with a
 // PoolWorkerError that ends the session.
 func (s *server) sessionFailed(ns *namedSession, req request, msg string, accepted time.Time) {
-	res := s.p.failed(&req.Job, &plan{}, KindCrashed, msg, accepted, time.Now())
+	res := s.p.failed(&req.Job, &plan{}, KindCrashed, msg, accepted)
 	res.Policy = nil
 	res.Session = ns.name
 	res.SessionEnded = true

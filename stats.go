@@ -37,9 +37,8 @@ type Stats struct {
 }
 
 type statsCounters struct {
-	mu     sync.Mutex
-	s      Stats
-	errors map[string]int64
+	mu sync.Mutex
+	s  Stats // Errors is copied by snapshot
 }
 
 func (c *statsCounters) record(r *Result) {
@@ -49,7 +48,10 @@ func (c *statsCounters) record(r *Result) {
 	c.s.DurationMSTotal += r.DurationMS
 	c.s.QueueUSTotal += r.QueueUS
 	if r.Error != nil {
-		c.errors[r.Error.Type]++
+		if c.s.Errors == nil {
+			c.s.Errors = map[string]int64{}
+		}
+		c.s.Errors[r.Error.Type]++
 	}
 	switch r.kind {
 	case 0, KindRuntime:
@@ -73,6 +75,9 @@ func (c *statsCounters) snapshot() Stats {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	s := c.s
-	s.Errors = maps.Clone(c.errors)
+	s.Errors = maps.Clone(c.s.Errors)
+	if s.Errors == nil {
+		s.Errors = map[string]int64{}
+	}
 	return s
 }
