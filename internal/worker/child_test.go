@@ -1,6 +1,8 @@
 package worker
 
 import (
+	"encoding/json"
+	"fmt"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -27,4 +29,14 @@ func TestPathBeneath(t *testing.T) {
 	require.False(t, pathBeneath("/usr/lib", "/usr/lib"), "a path is not beneath itself")
 	require.False(t, pathBeneath("/usr/lib64", "/usr/lib"))
 	require.True(t, pathBeneath("/x", "/"))
+}
+
+// The template recognises the host's fork requests by their exact bytes and
+// treats any other frame as a protocol error: both sides must agree.
+func TestForkFramesMatchRunner(t *testing.T) {
+	for kind, payload := range forkFrames {
+		require.True(t, json.Valid(payload), "kind %d", kind)
+		want := fmt.Sprintf(`b'%s': "%s"`, payload, kindNames[kind])
+		require.Contains(t, runnerSource, want, "runner.py's _FORK_KINDS must hold the host's frame")
+	}
 }

@@ -25,6 +25,7 @@
 #
 # Host functions: a job that declares them gets a `pynox_host` module whose
 # functions send a "call" frame and block until Go writes the "reply".
+import _socket
 import _thread
 import array
 import builtins
@@ -122,8 +123,8 @@ def _read_exact(fd, n, buf=b""):
 
 
 def _split(buf):
-    """Returns the first whole frame in buf, decoded, and the bytes after
-    it; (None, buf) when buf holds no whole frame yet."""
+    """Returns the payload of the first whole frame in buf and the bytes
+    after it; (None, buf) when buf holds no whole frame yet."""
     if len(buf) < 4:
         return None, buf
     (n,) = struct.unpack("<I", buf[:4])
@@ -131,7 +132,20 @@ def _split(buf):
         raise ValueError("frame too large")
     if len(buf) < 4 + n:
         return None, buf
-    return json.loads(buf[4:4 + n]), buf[4 + n:]
+    return buf[4:4 + n], buf[4 + n:]
+
+
+def _frame(payload):
+    return struct.pack("<I", len(payload)) + payload
+
+
+# The template's own frames: the host's two fork requests, in their exact
+# bytes (template.go: forkFrames; anything else is a protocol error), and
+# the template's reports, formatted without the json module. After each
+# fork every page the template writes is copied once more (the spare still
+# shares it), and encoding or decoding JSON touches some sixty pages of the
+# json module and its objects; these frames touch almost none.
+_FORK_KINDS = {b'{"t":"fork","kind":"deny"}': "deny", b'{"t":"fork","kind":"allow"}': "allow"}
 
 
 def _recv(fd):
@@ -176,12 +190,8 @@ class Template:
         self.seccomp = {}
         self.setup_error = None
 
-    def send(self, obj, fds=None):
-        data = _pack(obj)
-        if fds:
-            self.sock.sendmsg([data], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))])
-        else:
-            self.sock.sendall(data)
+    def send(self, obj):
+        self.sock.sendall(_pack(obj))
 
     def fatal(self, msg):
         try:
@@ -313,13 +323,15 @@ class Template:
                         self.shutdown()
                     buf += chunk
                     while True:
-                        msg, buf = _split(buf)
-                        if msg is None:
+                        payload, buf = _split(buf)
+                        if payload is None:
                             break
-                        if msg.get("t") == "fork":
-                            pidfd = self.fork_spare(msg.get("kind", "deny"))
-                            if pidfd is not None:
-                                poller.register(pidfd, select.POLLIN)
+                        kind = _FORK_KINDS.get(payload)
+                        if kind is None:
+                            self.fatal("unexpected frame from the host: %r" % payload[:200])
+                        pidfd = self.fork_spare(kind)
+                        if pidfd is not None:
+                            poller.register(pidfd, select.POLLIN)
                 else:
                     pid = self.children.pop(fd)
                     poller.unregister(fd)
@@ -328,12 +340,11 @@ class Template:
                     except ChildProcessError:
                         status = 0
                     os.close(fd)
-                    rep = {"t": "exit", "pid": pid}
                     if os.WIFSIGNALED(status):
-                        rep["signal"] = os.WTERMSIG(status)
+                        rep = b'{"t":"exit","pid":%d,"signal":%d}' % (pid, os.WTERMSIG(status))
                     else:
-                        rep["code"] = os.WEXITSTATUS(status)
-                    self.send(rep)
+                        rep = b'{"t":"exit","pid":%d,"code":%d}' % (pid, os.WEXITSTATUS(status))
+                    self.sock.sendall(_frame(rep))
 
     def shutdown(self):
         for pid in self.children.values():
@@ -344,7 +355,7 @@ class Template:
         os._exit(0)
 
     def fork_spare(self, kind):
-        a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        a, b = _socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)  # no socket.socket objects
         ctl_parent, ctl_child = a.detach(), b.detach()
         out_r, out_w = os.pipe()
         err_r, err_w = os.pipe()
@@ -370,7 +381,9 @@ class Template:
                 os.close(fd)
             self.send({"t": "spare_error", "msg": "pidfd_open: %s" % e})
             return None
-        self.send({"t": "spare", "pid": pid, "kind": kind}, [ctl_parent, out_r, err_r, pidfd, bell_r])
+        spare = b'{"t":"spare","pid":%d,"kind":"%s"}' % (pid, kind.encode())
+        self.sock.sendmsg([_frame(spare)], [(socket.SOL_SOCKET, socket.SCM_RIGHTS,
+                                              array.array("i", [ctl_parent, out_r, err_r, pidfd, bell_r]))])
         for fd in (ctl_parent, out_r, err_r, bell_r):
             os.close(fd)
         self.children[pidfd] = pid

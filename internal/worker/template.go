@@ -391,10 +391,15 @@ func (t *Template) send(v any) error {
 	if err != nil {
 		return err
 	}
-	buf := frame.Append(make([]byte, 0, len(b)+frame.HeaderSize), b)
+	return t.write(b)
+}
+
+// write sends one frame holding payload to the template.
+func (t *Template) write(payload []byte) error {
+	buf := frame.Append(make([]byte, 0, len(payload)+frame.HeaderSize), payload)
 	t.wmu.Lock()
 	defer t.wmu.Unlock()
-	_, err = t.conn.Write(buf)
+	_, err := t.conn.Write(buf)
 	return err
 }
 
@@ -427,8 +432,16 @@ func isClosed(ch <-chan struct{}) bool {
 	}
 }
 
+// forkFrames are the payloads of the two fork requests. runner.py knows
+// them by their exact bytes (its _FORK_KINDS), so that the template decodes
+// no JSON between forks.
+var forkFrames = [2][]byte{
+	kindDeny:  []byte(`{"t":"fork","kind":"deny"}`),
+	kindAllow: []byte(`{"t":"fork","kind":"allow"}`),
+}
+
 func (t *Template) requestFork(kind int) error {
-	return t.send(map[string]string{"t": "fork", "kind": kindNames[kind]})
+	return t.write(forkFrames[kind])
 }
 
 // Take returns the template's ready spare of the kind the job needs (with
