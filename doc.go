@@ -16,7 +16,8 @@
 //	template   python3 -I -B -c <embedded runner>   (one per worker)
 //	   │   trusted, single-threaded; holds fds 0-3 and O_PATH descriptors
 //	   │   of the runtime paths; imports preloads, then drops every
-//	   │   capability (bounding set too) and sets no_new_privs, once;
+//	   │   capability (bounding set too), sets no_new_privs and attaches
+//	   │   the seccomp template layer, once;
 //	   │   forks the next spare when the last one is done with (or as soon
 //	   │   as it is taken, when jobs are waiting); reaps children and
 //	   │   reports their exit status
@@ -24,8 +25,8 @@
 //	spare      request-independent confinement done ahead of time:
 //	   │   only its own fds (0 /dev/null, 1-2 output pipes, 3 control,
 //	   │   4 bell), own session, parent-death signal, a Landlock ruleset
-//	   │   holding the runtime rules, the seccomp filter of its kind (with
-//	   │   or without network), standard streams, warmed up
+//	   │   holding the runtime rules, the seccomp job layer of its kind
+//	   │   (with or without network), standard streams, warmed up
 //	   ▼ job frame (+ the grants' O_PATH fds) on its own control socket
 //	job        environment, rlimits, the request's Landlock grants and
 //	           restrict_self — then "started", the code, "done"
@@ -47,9 +48,10 @@
 // # Confinement
 //
 // Each job, before its first line runs, has gone through these steps.
-// Those that do not depend on the request happen earlier — capabilities
-// and no_new_privs in the template, descriptors, the Landlock ruleset and
-// the seccomp filter in the spare — which only makes the process stricter
+// Those that do not depend on the request happen earlier — capabilities,
+// no_new_privs and the seccomp template layer in the template,
+// descriptors, the Landlock ruleset and the seccomp job layer in the
+// spare — which only makes the process stricter
 // sooner; the request's environment, rlimits and Landlock grants come when
 // the job arrives, and Landlock is enforced last:
 //
@@ -72,6 +74,12 @@
 //  5. seccomp (built in Go, internal/seccomp): no process creation, no exec,
 //     no sockets unless the network is granted (then IPv4/IPv6 only), none
 //     of the kernel surface a job never needs, and the architecture checked.
+//     It comes in two layers, because attaching a filter costs the kernel
+//     time in proportion to its length: the template attaches the long one
+//     (everything the template itself can live without) once, and each
+//     spare only a short one on top (process creation, pidfd_open, sockets
+//     without the network); the kernel runs both and the stricter answer
+//     wins.
 //
 // If any step fails no user code runs, and the job answers
 // SandboxSetupError. Landlock can only add rules, so a write grant that

@@ -712,3 +712,38 @@ func TestPanicKeepsSpares(t *testing.T) {
 	requireOK(t, res)
 	require.Equal(t, "2\n", res.Stdout)
 }
+
+// TestSeccompLayers checks where each seccomp layer lives: a template runs
+// under the template layer alone (with no capabilities and no_new_privs),
+// and a job's process under the template layer and its own job layer.
+func TestSeccompLayers(t *testing.T) {
+	p := newTestPool(t, Config{Workers: 1})
+	requireOK(t, run(t, p, Job{Code: "pass"}))
+	status := func(pid int) string {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+		require.NoError(t, err)
+		return string(b)
+	}
+	pids := p.TemplatePIDs()
+	require.Len(t, pids, 1)
+	tpl := status(pids[0])
+	if !strings.Contains(tpl, "Seccomp_filters:") {
+		t.Skip("this kernel's /proc/<pid>/status has no Seccomp_filters line (Linux < 5.9)")
+	}
+	for _, want := range []string{"Seccomp:\t2\n", "Seccomp_filters:\t1\n", "NoNewPrivs:\t1\n", "CapEff:\t0000000000000000\n"} {
+		require.Contains(t, tpl, want, "template")
+	}
+
+	// A live job process: a session's, stopped between its steps.
+	ctx := context.Background()
+	c, err := p.Checkout(ctx, Job{})
+	require.NoError(t, err)
+	defer c.Finish(ctx)
+	ev, err := c.Feed(ctx, Step{Code: "x = 1"})
+	require.NoError(t, err)
+	requireOK(t, ev.Result)
+	job := status(c.Pid())
+	for _, want := range []string{"Seccomp:\t2\n", "Seccomp_filters:\t2\n", "NoNewPrivs:\t1\n", "CapEff:\t0000000000000000\n"} {
+		require.Contains(t, job, want, "job")
+	}
+}

@@ -20,6 +20,7 @@ var nativeTable = &archTable{
 	ioctl:       unix.SYS_IOCTL,
 	prlimit64:   unix.SYS_PRLIMIT64,
 	personality: unix.SYS_PERSONALITY,
+	pidfdOpen:   unix.SYS_PIDFD_OPEN,
 
 	deny: append([]sysEntry{
 		{"utimensat", unix.SYS_UTIMENSAT},
@@ -30,7 +31,6 @@ var nativeTable = &archTable{
 		{"ptrace", unix.SYS_PTRACE},
 		{"process_vm_readv", unix.SYS_PROCESS_VM_READV},
 		{"process_vm_writev", unix.SYS_PROCESS_VM_WRITEV},
-		{"pidfd_open", unix.SYS_PIDFD_OPEN},
 		{"pidfd_getfd", unix.SYS_PIDFD_GETFD},
 		{"pidfd_send_signal", unix.SYS_PIDFD_SEND_SIGNAL},
 		{"kcmp", unix.SYS_KCMP},

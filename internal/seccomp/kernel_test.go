@@ -80,12 +80,15 @@ func kernelChild(variant string) int {
 		return fail("PR_SET_NO_NEW_PRIVS: %v", err)
 	}
 	tidsBefore := threadIDs()
-	fprog := unix.SockFprog{Len: uint16(len(prog)), Filter: &prog[0]}
-	r1, _, errno := unix.Syscall(unix.SYS_SECCOMP, unix.SECCOMP_SET_MODE_FILTER,
-		unix.SECCOMP_FILTER_FLAG_TSYNC, uintptr(unsafe.Pointer(&fprog)))
-	runtime.KeepAlive(prog)
-	if errno != 0 || r1 != 0 {
-		return fail("seccomp(SET_MODE_FILTER, TSYNC): r1=%d errno=%v", r1, errno)
+	// The two layers in the pool's order: the template's, then the job's.
+	for _, layer := range []Program{prog.Template, prog.Job} {
+		fprog := unix.SockFprog{Len: uint16(len(layer)), Filter: &layer[0]}
+		r1, _, errno := unix.Syscall(unix.SYS_SECCOMP, unix.SECCOMP_SET_MODE_FILTER,
+			unix.SECCOMP_FILTER_FLAG_TSYNC, uintptr(unsafe.Pointer(&fprog)))
+		runtime.KeepAlive(layer)
+		if errno != 0 || r1 != 0 {
+			return fail("seccomp(SET_MODE_FILTER, TSYNC): r1=%d errno=%v", r1, errno)
+		}
 	}
 	if mode, err := unix.PrctlRetInt(unix.PR_GET_SECCOMP, 0, 0, 0, 0); err != nil || mode != 2 {
 		return fail("PR_GET_SECCOMP = %d, %v; want 2", mode, err)

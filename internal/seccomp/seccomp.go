@@ -3,11 +3,14 @@
 // Package seccomp builds the classic-BPF seccomp filter that confines a pynox
 // job.
 //
-// A job is a forked CPython child; as its last confinement step (after
-// no_new_privs is set and Landlock is applied) it installs the program built
-// here with prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &sock_fprog). The Go
-// side only produces the program as data (see Program.Bytes); the Python side
-// wraps those bytes in a struct sock_fprog and applies them.
+// The filter comes in two layers (see Layers), each installed with
+// prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &sock_fprog) after
+// no_new_privs is set: the long Template layer once by the template
+// process, before its first fork, and the short Job layer by every spare it
+// forks, which inherits the first. The Go side only produces the programs
+// as data (see Program.Bytes); the Python side wraps those bytes in a
+// struct sock_fprog and applies them. What follows is the policy of the
+// two layers together.
 //
 // The policy is a deny list on top of a default of SECCOMP_RET_ALLOW. Unless
 // stated otherwise a denied system call fails with EPERM
@@ -22,7 +25,8 @@
 //   - Process creation is denied: fork, vfork, execve, execveat and any clone
 //     that does not create a thread (CLONE_THREAD clear) or that requests a new
 //     namespace. clone3 fails with ENOSYS instead, so that the C library falls
-//     back to clone, whose flags the filter can inspect.
+//     back to clone, whose flags the filter can inspect. pidfd_open is
+//     denied too (the template, which needs it, only has the first layer).
 //   - socket is denied for every domain, unless Policy.AllowNetwork is set, in
 //     which case AF_INET and AF_INET6 sockets are allowed. socketpair is always
 //     allowed.
@@ -115,8 +119,9 @@ type archTable struct {
 	auditName string
 	x32       bool // deny the x32 ABI (nr >= __X32_SYSCALL_BIT)
 
-	// System calls with argument-dependent rules.
-	clone, clone3, socket, ioctl, prlimit64, personality uint32
+	// System calls with argument-dependent rules, and pidfd_open, which
+	// only the job layer denies (the template needs it).
+	clone, clone3, socket, ioctl, prlimit64, personality, pidfdOpen uint32
 
 	// deny lists the system calls that always fail with EPERM.
 	deny []sysEntry
@@ -131,6 +136,7 @@ func (t *archTable) special() []sysEntry {
 		{"ioctl", t.ioctl},
 		{"prlimit64", t.prlimit64},
 		{"personality", t.personality},
+		{"pidfd_open", t.pidfdOpen},
 	}
 }
 
@@ -229,17 +235,63 @@ func tableFor(goarch string) (*archTable, error) {
 	return nativeTable, nil
 }
 
+// Layers is the filter as the pool installs it: two programs, each
+// attached with its own prctl. The kernel runs every filter a process has
+// and the most restrictive answer wins (Layers.Run does the same), so a
+// spare confined by both gets exactly the policy the package documents.
+//
+// Attaching a filter costs the kernel time in proportion to its length (it
+// converts and JIT-compiles the program, and runs it once for every
+// system call number to build its per-syscall action cache). The template
+// therefore attaches the long, policy-independent layer once, before its
+// first fork, and every spare inherits it; each spare attaches only the
+// short job layer.
+type Layers struct {
+	// Template is everything that the template process itself may live
+	// under: the architecture checks, the x32 ABI, clone3, socket domains
+	// other than AF_INET and AF_INET6, ioctl, prlimit64, personality, the
+	// scheduling calls and the fixed deny list (fork, vfork, execve and
+	// execveat included: the template forks with clone).
+	Template Program
+	// Job is what only a job is denied: clone unless it creates a thread
+	// in no new namespace, pidfd_open and, without AllowNetwork, every
+	// socket.
+	Job Program
+}
+
+// Run returns the action the kernel takes for d under both layers: each
+// program runs, and the answer whose action (the high 16 bits, compared as
+// a signed number, so that SECCOMP_RET_KILL_PROCESS is the most
+// restrictive) is lowest wins; of two equal actions, the newer layer's
+// (Job's) answer is kept, as kernel/seccomp.c's seccomp_run_filters does.
+func (l Layers) Run(d Data) (uint32, error) {
+	ret := ActionAllow
+	for _, p := range []Program{l.Job, l.Template} { // newest first
+		r, err := p.Run(d)
+		if err != nil {
+			return 0, err
+		}
+		if actionOnly(r) < actionOnly(ret) {
+			ret = r
+		}
+	}
+	return ret, nil
+}
+
+// actionOnly is the kernel's ACTION_ONLY: the action bits as a signed value.
+func actionOnly(r uint32) int32 { return int32(r & unix.SECCOMP_RET_ACTION_FULL) }
+
 // Build returns the filter for p on the running architecture; amd64 and arm64
-// are supported and any other architecture yields an error naming it.
-func Build(p Policy) (Program, error) {
+// are supported.
+func Build(p Policy) (Layers, error) {
 	return buildFor(runtime.GOARCH, p)
 }
 
 // buildFor builds the filter for p on goarch.
-func buildFor(goarch string, p Policy) (Program, error) {
+func buildFor(goarch string, p Policy) (Layers, error) {
 	t, err := tableFor(goarch)
 	if err != nil {
-		return nil, err
+		return Layers{}, err
 	}
 	return build(t, p)
 }
@@ -248,7 +300,7 @@ func buildFor(goarch string, p Policy) (Program, error) {
 // conditional jump offset within the 8-bit jt/jf fields.
 const maxChunk = 200
 
-func build(t *archTable, p Policy) (Program, error) {
+func build(t *archTable, p Policy) (Layers, error) {
 	// Reject tables that would make one rule shadow another.
 	seen := make(map[uint32]string)
 	all := append(t.special(), t.deny...)
@@ -257,31 +309,41 @@ func build(t *archTable, p Policy) (Program, error) {
 	}
 	for _, e := range all {
 		if prev, dup := seen[e.nr]; dup {
-			return nil, fmt.Errorf("seccomp: %s: syscall %d listed twice (%s, %s)", t.goarch, e.nr, prev, e.name)
+			return Layers{}, fmt.Errorf("seccomp: %s: syscall %d listed twice (%s, %s)", t.goarch, e.nr, prev, e.name)
 		}
 		if t.x32 && e.nr >= x32SyscallBit {
-			return nil, fmt.Errorf("seccomp: %s: syscall %s number %d has the x32 bit", t.goarch, e.name, e.nr)
+			return Layers{}, fmt.Errorf("seccomp: %s: syscall %s number %d has the x32 bit", t.goarch, e.name, e.nr)
 		}
 		seen[e.nr] = e.name
 	}
+	tpl, err := buildTemplate(t)
+	if err != nil {
+		return Layers{}, err
+	}
+	job, err := buildJob(t, p)
+	if err != nil {
+		return Layers{}, err
+	}
+	return Layers{Template: tpl, Job: job}, nil
+}
 
-	var b asm
-
-	// 1. Architecture.
+// archCheck emits: kill the process unless the audit architecture is the
+// native one, then load the system call number.
+func (b *asm) archCheck(t *archTable) {
 	b.stmt(unix.BPF_LD|unix.BPF_W|unix.BPF_ABS, offArch)
 	b.jeq(t.auditArch, 1, 0)
 	b.ret(retKill)
-
-	// 2. System call number, x32 ABI.
 	b.stmt(unix.BPF_LD|unix.BPF_W|unix.BPF_ABS, offNr)
-	if t.x32 {
-		b.jump(unix.BPF_JMP|unix.BPF_JGE|unix.BPF_K, x32SyscallBit, 0, 1)
-		b.ret(retEPERM)
-	}
+}
 
-	// 3. Process creation (fork, vfork, execve and execveat are in t.deny).
-	b.jeq(t.clone3, 0, 1)
-	b.ret(retENOSYS)
+// buildJob builds the short layer each spare attaches.
+func buildJob(t *archTable, p Policy) (Program, error) {
+	var b asm
+	// The numbers below mean what they say only for the native
+	// architecture (the template layer kills any other anyway).
+	b.archCheck(t)
+
+	// clone: only a thread (CLONE_THREAD set) in no new namespace.
 	{
 		skip, deny := b.label(), b.label()
 		b.jumpL(unix.BPF_JMP|unix.BPF_JEQ|unix.BPF_K, t.clone, next, skip)
@@ -293,12 +355,39 @@ func build(t *archTable, p Policy) (Program, error) {
 		b.ret(retEPERM)
 		b.bind(skip)
 	}
-
-	// 4. socket(domain, ...).
+	// pidfd_open, and socket without the network.
+	b.jeq(t.pidfdOpen, 0, 1)
+	b.ret(retEPERM)
 	if !p.AllowNetwork {
 		b.jeq(t.socket, 0, 1)
 		b.ret(retEPERM)
-	} else {
+	}
+	b.ret(retAllow)
+	return b.finish()
+}
+
+// buildTemplate builds the long, policy-independent layer.
+func buildTemplate(t *archTable) (Program, error) {
+	var b asm
+
+	// 1. Architecture and system call number.
+	b.archCheck(t)
+
+	// 2. The x32 ABI.
+	if t.x32 {
+		b.jump(unix.BPF_JMP|unix.BPF_JGE|unix.BPF_K, x32SyscallBit, 0, 1)
+		b.ret(retEPERM)
+	}
+
+	// 3. clone3 fails with ENOSYS, so that the C library falls back to
+	// clone, whose flags the job layer can inspect (fork, vfork, execve
+	// and execveat are in t.deny).
+	b.jeq(t.clone3, 0, 1)
+	b.ret(retENOSYS)
+
+	// 4. socket(domain, ...): AF_INET and AF_INET6 at most (the job layer
+	// denies those too without the network).
+	{
 		skip, allow := b.label(), b.label()
 		b.jumpL(unix.BPF_JMP|unix.BPF_JEQ|unix.BPF_K, t.socket, next, skip)
 		b.loadArgLo(0)
@@ -338,7 +427,7 @@ func build(t *archTable, p Policy) (Program, error) {
 		b.bind(skip)
 	}
 
-	// 8b. Scheduling calls only on the calling process.
+	// 8. Scheduling calls only on the calling process.
 	for _, e := range t.selfOnly() {
 		b.argsAreZero(e.nr, e.args...)
 	}

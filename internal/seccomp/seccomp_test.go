@@ -100,12 +100,16 @@ func policies() []struct {
 func TestBuildProgramShape(t *testing.T) {
 	for _, pol := range policies() {
 		t.Run(pol.name, func(t *testing.T) {
-			prog, err := Build(pol.p)
+			l, err := Build(pol.p)
 			require.NoError(t, err)
-			require.NotEmpty(t, prog)
-			require.Less(t, len(prog), unix.BPF_MAXINSNS)
-			require.NoError(t, prog.validate())
-			t.Logf("%s: %d instructions", pol.name, len(prog))
+			for _, prog := range []Program{l.Template, l.Job} {
+				require.NotEmpty(t, prog)
+				require.Less(t, len(prog), unix.BPF_MAXINSNS)
+				require.NoError(t, prog.validate())
+			}
+			// The job layer is what every spare pays to attach: it stays short.
+			require.Less(t, len(l.Job), 20)
+			t.Logf("%s: template layer %d instructions, job layer %d", pol.name, len(l.Template), len(l.Job))
 		})
 	}
 }
@@ -297,7 +301,7 @@ func TestPolicyVMExhaustive(t *testing.T) {
 	model := func(p Policy, nr uint32, args [6]uint64) uint32 {
 		lo := func(i int) uint32 { return uint32(args[i]) }
 		switch {
-		case denied[nr]:
+		case denied[nr], nr == unix.SYS_PIDFD_OPEN:
 			return eperm
 		case nr == unix.SYS_CLONE3:
 			return enosys
@@ -373,7 +377,7 @@ func TestBuildChunkedDenyList(t *testing.T) {
 	}
 	prog, err := build(&tbl, Policy{})
 	require.NoError(t, err)
-	require.Less(t, len(prog), unix.BPF_MAXINSNS)
+	require.Less(t, len(prog.Template), unix.BPF_MAXINSNS)
 	for _, e := range tbl.deny {
 		got, err := prog.Run(call(e.nr))
 		require.NoError(t, err)
@@ -526,8 +530,9 @@ func TestDataLayout(t *testing.T) {
 func TestBytes(t *testing.T) {
 	for _, pol := range policies() {
 		t.Run(pol.name, func(t *testing.T) {
-			prog, err := Build(pol.p)
+			l, err := Build(pol.p)
 			require.NoError(t, err)
+			prog := l.Template
 			b := prog.Bytes()
 			require.Len(t, b, 8*len(prog))
 			first := unix.SockFilter{
@@ -550,9 +555,10 @@ func TestBytes(t *testing.T) {
 func TestString(t *testing.T) {
 	for _, pol := range policies() {
 		t.Run(pol.name, func(t *testing.T) {
-			prog, err := Build(pol.p)
+			l, err := Build(pol.p)
 			require.NoError(t, err)
-			s := prog.String()
+			s := l.Template.String() + l.Job.String()
+			prog := append(append(Program{}, l.Template...), l.Job...)
 			lines := strings.Split(strings.TrimSuffix(s, "\n"), "\n")
 			require.Len(t, lines, len(prog))
 			for _, want := range []string{
@@ -574,5 +580,71 @@ func TestString(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestLayersSplit checks what each layer does alone: the template process
+// lives under the template layer only and must be able to fork (clone) and
+// open pidfds of its children, and nothing else the policy denies; the
+// job layer alone is what makes a spare unable to do either.
+func TestLayersSplit(t *testing.T) {
+	for _, pol := range policies() {
+		l, err := Build(pol.p)
+		require.NoError(t, err)
+		fork := call(unix.SYS_CLONE, uint64(unix.SIGCHLD))
+		for _, tc := range []struct {
+			name string
+			prog Program
+			d    Data
+			want uint32
+		}{
+			{"template: fork", l.Template, fork, ActionAllow},
+			{"template: pidfd_open", l.Template, call(unix.SYS_PIDFD_OPEN, 1234, 0), ActionAllow},
+			{"template: socketpair", l.Template, call(unix.SYS_SOCKETPAIR, unix.AF_UNIX, unix.SOCK_STREAM, 0, 0x1000), ActionAllow},
+			{"template: execve", l.Template, call(unix.SYS_EXECVE, 0x1000, 0x2000, 0x3000), eperm},
+			{"template: ptrace", l.Template, call(unix.SYS_PTRACE, 16, 1), eperm},
+			{"template: clone3", l.Template, call(unix.SYS_CLONE3, 0x1000, 88), enosys},
+			{"template: socket AF_UNIX", l.Template, call(unix.SYS_SOCKET, unix.AF_UNIX, unix.SOCK_STREAM, 0), eperm},
+			{"template: socket AF_INET", l.Template, call(unix.SYS_SOCKET, unix.AF_INET, unix.SOCK_STREAM, 0), ActionAllow},
+			{"template: foreign arch", l.Template, Data{Nr: 20, Arch: unix.AUDIT_ARCH_I386}, ActionKillProcess},
+			{"job: fork", l.Job, fork, eperm},
+			{"job: pidfd_open", l.Job, call(unix.SYS_PIDFD_OPEN, 1234, 0), eperm},
+			{"job: read", l.Job, call(unix.SYS_READ, 0, 0x1000, 1), ActionAllow},
+			{"job: foreign arch", l.Job, Data{Nr: 20, Arch: unix.AUDIT_ARCH_I386}, ActionKillProcess},
+		} {
+			got, err := tc.prog.Run(tc.d)
+			require.NoError(t, err)
+			require.Equalf(t, tc.want, got, "%s %s: want %s, got %s", pol.name, tc.name, retName(tc.want), retName(got))
+		}
+		inet, err := l.Job.Run(call(unix.SYS_SOCKET, unix.AF_INET, unix.SOCK_STREAM, 0))
+		require.NoError(t, err)
+		if pol.p.AllowNetwork {
+			require.Equal(t, ActionAllow, inet)
+		} else {
+			require.Equal(t, eperm, inet)
+		}
+	}
+}
+
+// TestLayersPrecedence checks Layers.Run against the kernel's rule: the
+// lowest action wins, compared as a signed number, and of equal actions the
+// newer (job) layer's data.
+func TestLayersPrecedence(t *testing.T) {
+	ret := func(k uint32) Program { return Program{{Code: unix.BPF_RET | unix.BPF_K, K: k}} }
+	eacces := ActionErrno | uint32(unix.EACCES)
+	for _, tc := range []struct {
+		tpl, job, want uint32
+	}{
+		{ActionAllow, ActionAllow, ActionAllow},
+		{ActionAllow, eperm, eperm},
+		{eperm, ActionAllow, eperm},
+		{ActionKillProcess, eperm, ActionKillProcess},
+		{eperm, ActionKillProcess, ActionKillProcess},
+		{eacces, eperm, eperm}, // equal actions: the job layer's errno
+		{eperm, eacces, eacces},
+	} {
+		got, err := Layers{Template: ret(tc.tpl), Job: ret(tc.job)}.Run(call(unix.SYS_READ))
+		require.NoError(t, err)
+		require.Equal(t, tc.want, got, "template %s, job %s", retName(tc.tpl), retName(tc.job))
 	}
 }

@@ -6,14 +6,15 @@
 # little-endian length and a JSON payload.
 #
 # Template: imports the operator's preloads, proves it holds no extra
-# threads or descriptors, then forks "spare" children on request and
-# reports their exits. It never runs user code.
+# threads or descriptors, gives up its capabilities, sets no_new_privs,
+# attaches the seccomp template layer, then forks "spare" children on
+# request and reports their exits. It never runs user code.
 #
 # Spare: a forked child that does every request-independent confinement
-# step ahead of time (descriptors, session, parent-death signal,
-# capabilities, no_new_privs, the Landlock runtime rules, and the seccomp
-# filter of its kind: "deny" spares serve jobs without the network, "allow"
-# spares jobs with it) and warms itself up, then waits on its own control
+# step ahead of time (descriptors, session, parent-death signal, the
+# Landlock runtime rules, and the seccomp job layer of its kind on top of
+# the template layer it inherits: "deny" spares serve jobs without the
+# network, "allow" spares jobs with it) and warms itself up, then waits on its own control
 # channel (fd 3) for one job. For the job it adds the request's
 # environment, rlimits and Landlock grants, enforces Landlock, reports
 # "started", runs the code and reports "done".
@@ -293,6 +294,14 @@ class Template:
             for err in (cfg["landlock"].get("error"), cfg.get("seccomp_error")):
                 if err:
                     raise SetupError(err)
+            # The long, policy-independent seccomp layer, attached once here
+            # and inherited by every spare, which adds only the short job
+            # layer of its kind: attaching costs the kernel time in
+            # proportion to a filter's length. It allows what the template
+            # itself does (clone, pidfd_open) and denies the rest of the
+            # policy to the template too.
+            prog, _buf = self.seccomp["template"]
+            _check(_prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.addressof(prog), 0, 0), "seccomp (template layer)")
         except SetupError as e:
             self.setup_error = str(e)
         except BaseException as e:  # noqa: BLE001 - reported per job
@@ -574,12 +583,13 @@ class Spare:
             self.vm = int(os.read(fd, 256).split()[0]) * PAGE_SIZE
         finally:
             os.close(fd)
-        # 5. seccomp, installed now: attaching a filter costs hundreds of
-        # microseconds (the kernel compiles it), too much to pay per job.
-        # Everything the spare still does for its job (reading the frame,
-        # rlimits, Landlock, writing frames) is allowed by it.
+        # 5. seccomp: the job layer of the spare's kind, on top of the
+        # template layer it inherited; installed now, as attaching a filter
+        # costs hundreds of microseconds (the kernel compiles it), too much
+        # to pay per job. Everything the spare still does for its job
+        # (reading the frame, rlimits, Landlock, writing frames) is allowed.
         prog, _buf = self.tpl.seccomp[self.kind]
-        _check(_prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.addressof(prog), 0, 0), "seccomp")
+        _check(_prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.addressof(prog), 0, 0), "seccomp (job layer)")
 
     def add_rule(self, ruleset, fd, access):
         attr = PathBeneath(access, fd)

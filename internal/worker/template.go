@@ -315,16 +315,20 @@ func (t *Template) policy(h hello, opts Options) (map[string]any, error) {
 	ll["handled_net_deny"] = rs.HandledNet
 	ll["scoped"] = rs.Scoped
 
+	// The template attaches the template layer once; each spare attaches
+	// the job layer of its kind on top (see seccomp.Layers). The template
+	// layer does not depend on the policy.
 	progs := map[string]string{}
 	var secErr string
 	for key, pol := range map[string]seccomp.Policy{"deny": {}, "allow": {AllowNetwork: true}} {
-		p, err := seccomp.Build(pol)
+		l, err := seccomp.Build(pol)
 		if err != nil {
 			secErr = "seccomp: " + err.Error()
 			progs = map[string]string{}
 			break
 		}
-		progs[key] = hex.EncodeToString(p.Bytes())
+		progs[key] = hex.EncodeToString(l.Job.Bytes())
+		progs["template"] = hex.EncodeToString(l.Template.Bytes())
 	}
 	return map[string]any{
 		"t":             "policy",
