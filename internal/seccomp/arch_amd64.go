@@ -18,13 +18,18 @@ var nativeTable = &archTable{
 	ioctl:       unix.SYS_IOCTL,
 	prlimit64:   unix.SYS_PRLIMIT64,
 	personality: unix.SYS_PERSONALITY,
-	pidfdOpen:   unix.SYS_PIDFD_OPEN,
+
+	// The template forks (glibc through clone, musl through fork) and
+	// opens pidfds of its children; a job may do neither.
+	jobDeny: []sysEntry{
+		{"fork", unix.SYS_FORK},
+		{"pidfd_open", unix.SYS_PIDFD_OPEN},
+	},
 
 	deny: append([]sysEntry{
 		{"utimensat", unix.SYS_UTIMENSAT},
 		{"inotify_init", unix.SYS_INOTIFY_INIT},
 		// Process creation and program execution (clone and clone3 are handled above).
-		{"fork", unix.SYS_FORK},
 		{"vfork", unix.SYS_VFORK},
 		{"execve", unix.SYS_EXECVE},
 		{"execveat", unix.SYS_EXECVEAT},

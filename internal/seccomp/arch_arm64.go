@@ -20,7 +20,12 @@ var nativeTable = &archTable{
 	ioctl:       unix.SYS_IOCTL,
 	prlimit64:   unix.SYS_PRLIMIT64,
 	personality: unix.SYS_PERSONALITY,
-	pidfdOpen:   unix.SYS_PIDFD_OPEN,
+
+	// The template opens pidfds of its children; a job may not (arm64 has
+	// no fork system call: clone is handled by the job layer).
+	jobDeny: []sysEntry{
+		{"pidfd_open", unix.SYS_PIDFD_OPEN},
+	},
 
 	deny: append([]sysEntry{
 		{"utimensat", unix.SYS_UTIMENSAT},

@@ -131,6 +131,9 @@ func kernelChild(variant string) int {
 		exitIfChild(r1, e)
 		report("vfork", e)
 	}
+	// Allowed to the template (the first layer), denied by the job layer.
+	r1, _, e = unix.RawSyscall(unix.SYS_PIDFD_OPEN, ppid, 0, 0)
+	report("pidfd_open_parent", closeOnSuccess(r1, e))
 	_, _, e = unix.RawSyscall(unix.SYS_EXECVE, uintptr(unsafe.Pointer(truePath)),
 		uintptr(unsafe.Pointer(&argv[0])), uintptr(unsafe.Pointer(&envv[0])))
 	report("execve", e)
@@ -294,6 +297,7 @@ func kernelExpectations(allowNetwork bool) []probeWant {
 		{"socket_netlink", is(unix.EPERM)},
 		{"socketpair", is(0)},
 		{"ptrace_attach", is(unix.EPERM)},
+		{"pidfd_open_parent", is(unix.EPERM)},
 		{"unshare", is(unix.EPERM)},
 		{"mount", is(unix.EPERM)},
 		{"bpf", is(unix.EPERM)},

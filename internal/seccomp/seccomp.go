@@ -26,7 +26,8 @@
 //     that does not create a thread (CLONE_THREAD clear) or that requests a new
 //     namespace. clone3 fails with ENOSYS instead, so that the C library falls
 //     back to clone, whose flags the filter can inspect. pidfd_open is
-//     denied too (the template, which needs it, only has the first layer).
+//     denied too. (The template, which forks and opens pidfds, has only the
+//     first layer: clone, fork and pidfd_open are the job layer's.)
 //   - socket is denied for every domain, unless Policy.AllowNetwork is set, in
 //     which case AF_INET and AF_INET6 sockets are allowed. socketpair is always
 //     allowed.
@@ -119,9 +120,12 @@ type archTable struct {
 	auditName string
 	x32       bool // deny the x32 ABI (nr >= __X32_SYSCALL_BIT)
 
-	// System calls with argument-dependent rules, and pidfd_open, which
-	// only the job layer denies (the template needs it).
-	clone, clone3, socket, ioctl, prlimit64, personality, pidfdOpen uint32
+	// System calls with argument-dependent rules.
+	clone, clone3, socket, ioctl, prlimit64, personality uint32
+
+	// jobDeny lists the system calls that only the job layer denies (with
+	// EPERM): the template itself needs them.
+	jobDeny []sysEntry
 
 	// deny lists the system calls that always fail with EPERM.
 	deny []sysEntry
@@ -136,7 +140,6 @@ func (t *archTable) special() []sysEntry {
 		{"ioctl", t.ioctl},
 		{"prlimit64", t.prlimit64},
 		{"personality", t.personality},
-		{"pidfd_open", t.pidfdOpen},
 	}
 }
 
@@ -205,7 +208,7 @@ func (t *archTable) syscallNames() map[uint32]string {
 	for _, e := range t.special() {
 		m[e.nr] = e.name
 	}
-	for _, e := range t.deny {
+	for _, e := range append(t.deny, t.jobDeny...) {
 		m[e.nr] = e.name
 	}
 	return m
@@ -218,7 +221,7 @@ func (t *archTable) lookup(name string) (uint32, bool) {
 			return e.nr, true
 		}
 	}
-	for _, e := range t.deny {
+	for _, e := range append(t.deny, t.jobDeny...) {
 		if e.name == name {
 			return e.nr, true
 		}
@@ -250,12 +253,12 @@ type Layers struct {
 	// Template is everything that the template process itself may live
 	// under: the architecture checks, the x32 ABI, clone3, socket domains
 	// other than AF_INET and AF_INET6, ioctl, prlimit64, personality, the
-	// scheduling calls and the fixed deny list (fork, vfork, execve and
-	// execveat included: the template forks with clone).
+	// scheduling calls and the fixed deny list (vfork, execve and
+	// execveat included).
 	Template Program
 	// Job is what only a job is denied: clone unless it creates a thread
-	// in no new namespace, pidfd_open and, without AllowNetwork, every
-	// socket.
+	// in no new namespace, fork (amd64), pidfd_open and, without
+	// AllowNetwork, every socket.
 	Job Program
 }
 
@@ -303,7 +306,7 @@ const maxChunk = 200
 func build(t *archTable, p Policy) (Layers, error) {
 	// Reject tables that would make one rule shadow another.
 	seen := make(map[uint32]string)
-	all := append(t.special(), t.deny...)
+	all := append(append(t.special(), t.deny...), t.jobDeny...)
 	for _, e := range t.selfOnly() {
 		all = append(all, sysEntry{e.name, e.nr})
 	}
@@ -355,9 +358,12 @@ func buildJob(t *archTable, p Policy) (Program, error) {
 		b.ret(retEPERM)
 		b.bind(skip)
 	}
-	// pidfd_open, and socket without the network.
-	b.jeq(t.pidfdOpen, 0, 1)
-	b.ret(retEPERM)
+	// What the template needs and a job may not have, and socket without
+	// the network.
+	for _, e := range t.jobDeny {
+		b.jeq(e.nr, 0, 1)
+		b.ret(retEPERM)
+	}
 	if !p.AllowNetwork {
 		b.jeq(t.socket, 0, 1)
 		b.ret(retEPERM)
@@ -380,8 +386,8 @@ func buildTemplate(t *archTable) (Program, error) {
 	}
 
 	// 3. clone3 fails with ENOSYS, so that the C library falls back to
-	// clone, whose flags the job layer can inspect (fork, vfork, execve
-	// and execveat are in t.deny).
+	// clone, whose flags the job layer can inspect (vfork, execve and
+	// execveat are in t.deny, fork in t.jobDeny).
 	b.jeq(t.clone3, 0, 1)
 	b.ret(retENOSYS)
 

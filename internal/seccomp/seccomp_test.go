@@ -142,7 +142,7 @@ func TestTableCoversRequiredSyscalls(t *testing.T) {
 	}
 	// Every deny-list entry must be one of the required names (no accidental
 	// extra denials).
-	for _, e := range nativeTable.deny {
+	for _, e := range append(nativeTable.deny, nativeTable.jobDeny...) {
 		require.Contains(t, requiredDenied, e.name)
 	}
 }
@@ -295,13 +295,13 @@ func TestPolicyVM(t *testing.T) {
 // arguments.
 func TestPolicyVMExhaustive(t *testing.T) {
 	denied := make(map[uint32]bool)
-	for _, e := range nativeTable.deny {
+	for _, e := range append(nativeTable.deny, nativeTable.jobDeny...) {
 		denied[e.nr] = true
 	}
 	model := func(p Policy, nr uint32, args [6]uint64) uint32 {
 		lo := func(i int) uint32 { return uint32(args[i]) }
 		switch {
-		case denied[nr], nr == unix.SYS_PIDFD_OPEN:
+		case denied[nr]:
 			return eperm
 		case nr == unix.SYS_CLONE3:
 			return enosys
@@ -362,7 +362,7 @@ func TestBuildChunkedDenyList(t *testing.T) {
 	// A synthetic table with more denials than fit in one 8-bit jump range
 	// exercises the JA trampolines between chunks.
 	tbl := *nativeTable
-	tbl.deny = nil
+	tbl.deny, tbl.jobDeny = nil, nil
 	special := map[uint32]bool{}
 	for _, e := range tbl.special() {
 		special[e.nr] = true
@@ -615,6 +615,14 @@ func TestLayersSplit(t *testing.T) {
 			got, err := tc.prog.Run(tc.d)
 			require.NoError(t, err)
 			require.Equalf(t, tc.want, got, "%s %s: want %s, got %s", pol.name, tc.name, retName(tc.want), retName(got))
+		}
+		for _, e := range nativeTable.jobDeny {
+			got, err := l.Template.Run(call(e.nr))
+			require.NoError(t, err)
+			require.Equal(t, ActionAllow, got, "template: %s", e.name)
+			got, err = l.Job.Run(call(e.nr))
+			require.NoError(t, err)
+			require.Equal(t, eperm, got, "job: %s", e.name)
 		}
 		inet, err := l.Job.Run(call(unix.SYS_SOCKET, unix.AF_INET, unix.SOCK_STREAM, 0))
 		require.NoError(t, err)

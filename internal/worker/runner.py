@@ -298,7 +298,7 @@ class Template:
             # and inherited by every spare, which adds only the short job
             # layer of its kind: attaching costs the kernel time in
             # proportion to a filter's length. It allows what the template
-            # itself does (clone, pidfd_open) and denies the rest of the
+            # itself does (clone, fork, pidfd_open) and denies the rest of the
             # policy to the template too.
             prog, _buf = self.seccomp["template"]
             _check(_prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.addressof(prog), 0, 0), "seccomp (template layer)")
