@@ -747,3 +747,21 @@ func TestSeccompLayers(t *testing.T) {
 		require.Contains(t, job, want, "job")
 	}
 }
+
+// TestNoWarmUpTraces checks that the dummy jobs the template and the spare
+// run through the job path before any real job (see rehearse in runner.py)
+// leave nothing a job can see: no globals, no cached source, no exception,
+// the job's own argv.
+func TestNoWarmUpTraces(t *testing.T) {
+	p := newTestPool(t, Config{Workers: 1})
+	code := "import sys, linecache\n" +
+		"print(sorted(k for k in globals() if not k.startswith('__') and k not in ('sys', 'linecache')))\n" +
+		"print(sorted(linecache.cache))\n" +
+		"print(hasattr(sys, 'last_value'), sys.exc_info()[0], sys.argv)\n" +
+		"print(__name__, sys.modules['__main__'].__dict__ is globals())\n"
+	for i := 0; i < 2; i++ { // a spare's first job, and the next spare's
+		r := run(t, p, Job{Code: code, Name: "job.py", Args: []string{"a"}})
+		requireOK(t, r)
+		require.Equal(t, "[]\n['job.py']\nFalse None ['job.py', 'a']\n__main__ True\n", r.Stdout)
+	}
+}
