@@ -57,6 +57,7 @@ package seccomp
 import (
 	"fmt"
 	"runtime"
+	"slices"
 
 	"golang.org/x/sys/unix"
 )
@@ -208,7 +209,7 @@ func (t *archTable) syscallNames() map[uint32]string {
 	for _, e := range t.special() {
 		m[e.nr] = e.name
 	}
-	for _, e := range append(t.deny, t.jobDeny...) {
+	for _, e := range slices.Concat(t.deny, t.jobDeny) {
 		m[e.nr] = e.name
 	}
 	return m
@@ -221,7 +222,7 @@ func (t *archTable) lookup(name string) (uint32, bool) {
 			return e.nr, true
 		}
 	}
-	for _, e := range append(t.deny, t.jobDeny...) {
+	for _, e := range slices.Concat(t.deny, t.jobDeny) {
 		if e.name == name {
 			return e.nr, true
 		}
@@ -306,7 +307,7 @@ const maxChunk = 200
 func build(t *archTable, p Policy) (Layers, error) {
 	// Reject tables that would make one rule shadow another.
 	seen := make(map[uint32]string)
-	all := append(append(t.special(), t.deny...), t.jobDeny...)
+	all := slices.Concat(t.special(), t.deny, t.jobDeny)
 	for _, e := range t.selfOnly() {
 		all = append(all, sysEntry{e.name, e.nr})
 	}

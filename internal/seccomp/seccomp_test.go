@@ -142,7 +142,7 @@ func TestTableCoversRequiredSyscalls(t *testing.T) {
 	}
 	// Every deny-list entry must be one of the required names (no accidental
 	// extra denials).
-	for _, e := range append(nativeTable.deny, nativeTable.jobDeny...) {
+	for _, e := range slices.Concat(nativeTable.deny, nativeTable.jobDeny) {
 		require.Contains(t, requiredDenied, e.name)
 	}
 }
@@ -295,7 +295,7 @@ func TestPolicyVM(t *testing.T) {
 // arguments.
 func TestPolicyVMExhaustive(t *testing.T) {
 	denied := make(map[uint32]bool)
-	for _, e := range append(nativeTable.deny, nativeTable.jobDeny...) {
+	for _, e := range slices.Concat(nativeTable.deny, nativeTable.jobDeny) {
 		denied[e.nr] = true
 	}
 	model := func(p Policy, nr uint32, args [6]uint64) uint32 {

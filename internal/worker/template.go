@@ -109,6 +109,11 @@ var systemPaths = []string{
 	"/etc/nsswitch.conf", "/etc/host.conf", "/etc/gai.conf", "/etc/protocols", "/etc/services",
 }
 
+// testPolicyHook, set only by this package's tests, may change the policy
+// a template is sent (to prove that a confinement step the kernel refuses
+// fails every job closed).
+var testPolicyHook func(policy map[string]any)
+
 // Start launches a template and completes its handshake. It fails with the
 // template's own account (a preload that failed, left a thread or an open
 // descriptor) when it has one.
@@ -209,6 +214,9 @@ func (t *Template) handshake(opts Options) error {
 	policy, err := t.policy(h, opts)
 	if err != nil {
 		return err
+	}
+	if testPolicyHook != nil {
+		testPolicyHook(policy)
 	}
 	if err := t.send(policy); err != nil {
 		return t.startErr("send policy", err)
