@@ -1,13 +1,16 @@
 package pynox
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
 
 	"github.com/pynox/pynox/internal/sandbox"
 )
@@ -339,4 +342,35 @@ func TestStatsAfterMixedOutcomes(t *testing.T) {
 	require.Equal(t, 2, s.Workers)
 	require.Greater(t, s.DurationMSTotal, int64(100))
 	require.Greater(t, s.QueueUSTotal, int64(0))
+}
+
+// TestPandasTemplateHugePages checks that a template with pandas preloaded
+// has its dense anonymous memory backed by transparent huge pages
+// (runner.py: _collapse_huge_pages), which makes each fork and exit
+// cheaper, and that its jobs still run.
+func TestPandasTemplateHugePages(t *testing.T) {
+	pandasAvailable(t)
+	if thp, err := os.ReadFile("/sys/kernel/mm/transparent_hugepage/enabled"); err != nil || strings.Contains(string(thp), "[never]") {
+		t.Skip("transparent huge pages are unavailable or disabled on this machine")
+	}
+	var uts unix.Utsname
+	require.NoError(t, unix.Uname(&uts))
+	var major, minor int
+	fmt.Sscanf(unix.ByteSliceToString(uts.Release[:]), "%d.%d", &major, &minor)
+	if major < 6 || (major == 6 && minor < 1) {
+		t.Skipf("MADV_COLLAPSE needs Linux 6.1; this is %d.%d", major, minor)
+	}
+	p := newTestPool(t, Config{Workers: 1, Preload: []string{"pandas"}})
+	requireOK(t, run(t, p, Job{Code: "import pandas; print(pandas.DataFrame({'a': [1, 2]}).a.sum())"}))
+	pids := p.TemplatePIDs()
+	require.Len(t, pids, 1)
+	rollup, err := os.ReadFile(fmt.Sprintf("/proc/%d/smaps_rollup", pids[0]))
+	require.NoError(t, err)
+	var huge int
+	for _, line := range strings.Split(string(rollup), "\n") {
+		if strings.HasPrefix(line, "AnonHugePages:") {
+			fmt.Sscanf(strings.TrimPrefix(line, "AnonHugePages:"), "%d", &huge)
+		}
+	}
+	require.Greater(t, huge, 0, "no huge pages in the pandas template:\n%s", rollup)
 }
