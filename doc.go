@@ -17,7 +17,10 @@
 //	   │   trusted, single-threaded; holds fds 0-3 and O_PATH descriptors
 //	   │   of the runtime paths; imports preloads, then drops every
 //	   │   capability (bounding set too), sets no_new_privs and attaches
-//	   │   the seccomp template layer, once;
+//	   │   the seccomp template layer, once; runs a fixed dummy job (and
+//	   │   a failing one) through the job path, so that the state CPython
+//	   │   builds lazily is shared by every child, and backs its dense
+//	   │   heap with huge pages (cheaper forks and exits);
 //	   │   forks the next spare when the last one is done with (or as soon
 //	   │   as it is taken, when jobs are waiting); reaps children and
 //	   │   reports their exit status
