@@ -1,6 +1,7 @@
 package pynox
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"os/exec"
@@ -364,13 +365,32 @@ func TestPandasTemplateHugePages(t *testing.T) {
 	requireOK(t, run(t, p, Job{Code: "import pandas; print(pandas.DataFrame({'a': [1, 2]}).a.sum())"}))
 	pids := p.TemplatePIDs()
 	require.Len(t, pids, 1)
-	rollup, err := os.ReadFile(fmt.Sprintf("/proc/%d/smaps_rollup", pids[0]))
-	require.NoError(t, err)
-	var huge int
-	for _, line := range strings.Split(string(rollup), "\n") {
-		if strings.HasPrefix(line, "AnonHugePages:") {
-			fmt.Sscanf(strings.TrimPrefix(line, "AnonHugePages:"), "%d", &huge)
+	hugeKB := func(pid int) int {
+		rollup, err := os.ReadFile(fmt.Sprintf("/proc/%d/smaps_rollup", pid))
+		require.NoError(t, err)
+		var kb int
+		for _, line := range strings.Split(string(rollup), "\n") {
+			if strings.HasPrefix(line, "AnonHugePages:") {
+				fmt.Sscanf(strings.TrimPrefix(line, "AnonHugePages:"), "%d", &kb)
+			}
 		}
+		return kb
 	}
-	require.Greater(t, huge, 0, "no huge pages in the pandas template:\n%s", rollup)
+	require.Greater(t, hugeKB(pids[0]), 0, "no huge pages in the pandas template")
+
+	// A session's template forks once: it skips the collapse, which would
+	// only delay the session's first step.
+	ctx := context.Background()
+	c, err := p.Checkout(ctx, Job{})
+	require.NoError(t, err)
+	defer c.Finish(ctx)
+	ev, err := c.Feed(ctx, Step{Code: "x = 1"})
+	require.NoError(t, err)
+	requireOK(t, ev.Result)
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", c.Pid()))
+	require.NoError(t, err)
+	var ppid int
+	_, err = fmt.Sscanf(string(stat[strings.LastIndexByte(string(stat), ')')+2:]), "%c %d", new(byte), &ppid)
+	require.NoError(t, err)
+	require.Zero(t, hugeKB(ppid), "the session's template (pid %d) collapsed its heap", ppid)
 }

@@ -196,7 +196,7 @@ func (t *Template) handshake(opts Options) error {
 	defer t.conn.SetDeadline(time.Time{})
 	r := frame.NewReader(t.conn, 1<<20)
 	if err := t.send(map[string]any{"t": "init", "v": Proto, "preload": nonNil(opts.Preload),
-		"package_dirs": nonNil(opts.PackageDirs)}); err != nil {
+		"package_dirs": nonNil(opts.PackageDirs), "on_demand": opts.OnDemand}); err != nil {
 		return t.startErr("send init", err)
 	}
 	var h hello
