@@ -244,24 +244,28 @@ func (r *countingReader) consumed() int {
 }
 
 func TestServeBackpressure(t *testing.T) {
-	p := newTestPool(t, Config{Workers: 1})
-	in := &countingReader{}
-	for i := 0; i < 50; i++ {
-		in.lines = append(in.lines, fmt.Sprintf(`{"id": %d, "code": "print(%d)"}`+"\n", i, i))
+	// Job lines, and lines each naming a new session beyond max_sessions
+	// (every one but the first is refused).
+	for _, line := range []string{`{"id": %d, "code": "print(%d)"}`, `{"id": %d, "session": "s%d", "code": "pass"}`} {
+		p := newTestPool(t, Config{Workers: 1, MaxSessions: 1})
+		in := &countingReader{}
+		for i := 0; i < 50; i++ {
+			in.lines = append(in.lines, fmt.Sprintf(line+"\n", i, i))
+		}
+		w := &blockingWriter{release: make(chan struct{})}
+		done := make(chan error, 1)
+		go func() { done <- p.Serve(context.Background(), in, w) }()
+		// With stdout blocked after the ready line, the pool may hold the
+		// running job plus a queue of twice the workers, plus the line being
+		// read and the handful in the reader's buffer; never all 50.
+		time.Sleep(1500 * time.Millisecond)
+		held := in.consumed()
+		require.Less(t, held, 10, "the pool kept reading while its output was blocked (%s)", line)
+		close(w.release)
+		require.NoError(t, <-done)
+		require.Equal(t, 50, in.consumed())
+		require.Equal(t, 51, strings.Count(w.buf.String(), "\n"))
 	}
-	w := &blockingWriter{release: make(chan struct{})}
-	done := make(chan error, 1)
-	go func() { done <- p.Serve(context.Background(), in, w) }()
-	// With stdout blocked after the ready line, the pool may hold the
-	// running job plus a queue of twice the workers, plus the line being
-	// read and the handful in the reader's buffer; never all 50.
-	time.Sleep(1500 * time.Millisecond)
-	held := in.consumed()
-	require.Less(t, held, 10, "the pool kept reading while its output was blocked")
-	close(w.release)
-	require.NoError(t, <-done)
-	require.Equal(t, 50, in.consumed())
-	require.Equal(t, 51, strings.Count(w.buf.String(), "\n"))
 }
 
 func TestServeStopsOnContext(t *testing.T) {

@@ -227,6 +227,15 @@ func (s *server) session(req request) {
 			s.refuseSession(req, requestErrorf("no session named %q is open", req.Session))
 			return
 		}
+		if len(s.sessions) >= s.p.cfg.MaxSessions {
+			// Refused here, by the reader, like a job line over the
+			// limit: a client that sends new names without reading its
+			// answers is held up instead of each name costing a
+			// goroutine that waits to send its refusal.
+			s.mu.Unlock()
+			s.refuseSession(req, s.tooManySessions())
+			return
+		}
 		ns = &namedSession{name: req.Session, queue: make(chan request, MaxPendingSteps)}
 		s.sessions[req.Session] = ns
 		go s.runSession(ns)
@@ -298,7 +307,7 @@ func (s *server) serveSessionReq(ns *namedSession, req request) {
 			var pe *Error
 			switch {
 			case errors.As(err, &pe) && pe.Kind == KindExhausted:
-				s.refuseSession(req, requestErrorf("max_sessions (%d) sessions are open; close one first", s.p.cfg.MaxSessions))
+				s.refuseSession(req, s.tooManySessions())
 			case errors.As(err, &pe) && pe.Kind == KindRequest:
 				s.refuseSession(req, pe)
 			case errors.Is(err, ErrClosed):
@@ -356,6 +365,11 @@ func (s *server) refuseSession(req request, e *Error) {
 	res.Session = req.Session
 	s.p.finish(&req.Job, res)
 	s.out.send(res)
+}
+
+// tooManySessions is the refusal of a new session beyond max_sessions.
+func (s *server) tooManySessions() *Error {
+	return requestErrorf("max_sessions (%d) sessions are open; close one first", s.p.cfg.MaxSessions)
 }
 
 // sessionFailed answers a session request the pool could not run with a
