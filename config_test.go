@@ -1,7 +1,6 @@
 package pynox
 
 import (
-	"context"
 	"fmt"
 	"os"
 	"os/exec"
@@ -380,17 +379,9 @@ func TestPandasTemplateHugePages(t *testing.T) {
 
 	// A session's template forks once: it skips the collapse, which would
 	// only delay the session's first step.
-	ctx := context.Background()
-	c, err := p.Checkout(ctx, Job{})
-	require.NoError(t, err)
-	defer c.Finish(ctx)
-	ev, err := c.Feed(ctx, Step{Code: "x = 1"})
-	require.NoError(t, err)
-	requireOK(t, ev.Result)
-	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", c.Pid()))
-	require.NoError(t, err)
-	var ppid int
-	_, err = fmt.Sscanf(string(stat[strings.LastIndexByte(string(stat), ')')+2:]), "%c %d", new(byte), &ppid)
-	require.NoError(t, err)
+	co := checkout(t, p, Job{})
+	requireOK(t, feed(t, co, "x = 1"))
+	_, ppid, ok := procStat(co.Pid())
+	require.True(t, ok)
 	require.Zero(t, hugeKB(ppid), "the session's template (pid %d) collapsed its heap", ppid)
 }

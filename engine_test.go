@@ -735,14 +735,9 @@ func TestSeccompLayers(t *testing.T) {
 	}
 
 	// A live job process: a session's, stopped between its steps.
-	ctx := context.Background()
-	c, err := p.Checkout(ctx, Job{})
-	require.NoError(t, err)
-	defer c.Finish(ctx)
-	ev, err := c.Feed(ctx, Step{Code: "x = 1"})
-	require.NoError(t, err)
-	requireOK(t, ev.Result)
-	job := status(c.Pid())
+	co := checkout(t, p, Job{})
+	requireOK(t, feed(t, co, "x = 1"))
+	job := status(co.Pid())
 	for _, want := range []string{"Seccomp:\t2\n", "Seccomp_filters:\t2\n", "NoNewPrivs:\t1\n", "CapEff:\t0000000000000000\n"} {
 		require.Contains(t, job, want, "job")
 	}

@@ -79,11 +79,23 @@ func requireErrorType(t testing.TB, res *Result, typ string) {
 }
 
 func processAlive(pid int) bool {
+	state, _, ok := procStat(pid)
+	// A zombie has finished running.
+	return ok && state != "Z"
+}
+
+// procStat returns a process's state letter and parent pid from
+// /proc/<pid>/stat; ok is false when the process is gone.
+func procStat(pid int) (state string, ppid int, ok bool) {
 	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
 	if err != nil {
-		return false
+		return "", 0, false
 	}
-	// A zombie has finished running.
-	fields := strings.Fields(string(b))
-	return len(fields) > 2 && fields[2] != "Z"
+	// The command name is in parentheses and may hold spaces.
+	f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
+	if len(f) < 2 {
+		return "", 0, false
+	}
+	ppid, err = strconv.Atoi(f[1])
+	return f[0], ppid, err == nil
 }

@@ -295,18 +295,9 @@ func loadDescendants(t testing.TB) []int {
 		if err != nil {
 			continue
 		}
-		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
-		if err != nil {
-			continue // gone
+		if _, ppid, ok := procStat(pid); ok {
+			children[ppid] = append(children[ppid], pid)
 		}
-		// The command name is in parentheses and may hold spaces.
-		rest := string(b[strings.LastIndexByte(string(b), ')')+1:])
-		f := strings.Fields(rest)
-		if len(f) < 2 {
-			continue
-		}
-		ppid, _ := strconv.Atoi(f[1])
-		children[ppid] = append(children[ppid], pid)
 	}
 	var out []int
 	queue := []int{os.Getpid()}

@@ -10,7 +10,6 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -538,11 +537,8 @@ func TestCloseWaitsForStartingCheckout(t *testing.T) {
 	// later.
 	var templates []int
 	for _, pid := range loadPoolProcesses(t, p) {
-		if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid)); err == nil {
-			f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+2:]))
-			if f[1] == strconv.Itoa(os.Getpid()) && f[0] != "Z" {
-				templates = append(templates, pid)
-			}
+		if state, ppid, ok := procStat(pid); ok && ppid == os.Getpid() && state != "Z" {
+			templates = append(templates, pid)
 		}
 	}
 	require.Empty(t, templates, "no template survives Close")
