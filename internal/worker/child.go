@@ -471,19 +471,12 @@ func (c *Child) RunStep(st *Step, cancel <-chan struct{}) *Outcome {
 		return o
 	}
 
-	var out, errp [2]int
-	if err := unix.Pipe2(out[:], unix.O_CLOEXEC); err != nil {
+	out, errp, err := outputPipes()
+	if err != nil {
 		c.Close()
-		return &Outcome{Started: true, SetupError: "pipe: " + err.Error(), Start: time.Now(), End: time.Now()}
+		now := time.Now()
+		return &Outcome{Started: true, SetupError: "pipe: " + err.Error(), Start: now, End: now}
 	}
-	if err := unix.Pipe2(errp[:], unix.O_CLOEXEC); err != nil {
-		unix.Close(out[0])
-		unix.Close(out[1])
-		c.Close()
-		return &Outcome{Started: true, SetupError: "pipe: " + err.Error(), Start: time.Now(), End: time.Now()}
-	}
-	unix.SetNonblock(out[0], true)
-	unix.SetNonblock(errp[0], true)
 	c.stdoutFd, c.stderrFd = out[0], errp[0]
 	// Strings and numbers only: encoding cannot fail.
 	payload, _ := json.Marshal(&stepFrame{T: "step", Step: c.step, Code: st.Code, Name: st.Name, Argv: st.Argv, CPU: st.CPUSecs})
@@ -519,6 +512,22 @@ func (c *Child) RunStep(st *Step, cancel <-chan struct{}) *Outcome {
 		c.Close()
 	}
 	return o
+}
+
+// outputPipes makes a step's stdout and stderr pipes; their read ends
+// are non-blocking.
+func outputPipes() (out, errp [2]int, err error) {
+	if err = unix.Pipe2(out[:], unix.O_CLOEXEC); err != nil {
+		return out, errp, err
+	}
+	if err = unix.Pipe2(errp[:], unix.O_CLOEXEC); err != nil {
+		unix.Close(out[0])
+		unix.Close(out[1])
+		return out, errp, err
+	}
+	unix.SetNonblock(out[0], true)
+	unix.SetNonblock(errp[0], true)
+	return out, errp, nil
 }
 
 // turnSpec is what differs between a job's first turn and a session's

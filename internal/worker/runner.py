@@ -92,9 +92,12 @@ def _check(ret, what):
 
 # ---------------------------------------------------------------- framing
 
+def _frame(payload):
+    return struct.pack("<I", len(payload)) + payload
+
+
 def _pack(obj):
-    data = json.dumps(obj, separators=(",", ":")).encode()
-    return struct.pack("<I", len(data)) + data
+    return _frame(json.dumps(obj, separators=(",", ":")).encode())
 
 
 def _write_all(fd, data):
@@ -134,10 +137,6 @@ def _split(buf):
     if len(buf) < 4 + n:
         return None, buf
     return buf[4:4 + n], buf[4 + n:]
-
-
-def _frame(payload):
-    return struct.pack("<I", len(payload)) + payload
 
 
 # The template's own frames: the host's two fork requests, in their exact
@@ -738,15 +737,16 @@ class Spare:
                     # is that step's.
                     data = ('{"t":"call","step":%d,"function":%s,"args":%s,"kwargs":%s}' % (
                         spare.step, quoted, a, k)).encode()
+                    framed = _frame(data)
                     if len(data) > INLINE_FRAME:
                         # More than the socket may hold: the header and a
                         # ring first, so that Go reads the rest as it
                         # comes.
-                        _write_all(FD, struct.pack("<I", len(data)))
+                        _write_all(FD, framed[:4])
                         _ring()
-                        _write_all(FD, data)
+                        _write_all(FD, memoryview(framed)[4:])
                     else:
-                        _write_all(FD, struct.pack("<I", len(data)) + data)
+                        _write_all(FD, framed)
                     _ring()
                     reply = _recv(FD)
                 if reply is None or reply.get("t") != "reply":
