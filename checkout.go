@@ -86,8 +86,8 @@ func (t *activeTurn) stop() { t.kill.Do(func() { close(t.cancel) }) }
 
 type turnMsg struct {
 	call     *Call
-	result   *Result // nil when the step was canceled
-	alive    bool    // the session's process lives on
+	result   *Result
+	alive    bool // the session's process lives on
 	canceled bool
 }
 
@@ -150,9 +150,7 @@ func (p *Pool) checkout(ctx context.Context, job Job, name string, onEnd func(*C
 	}
 	ch := make(chan started, 1)
 	go func() {
-		opts := p.templateOptions()
-		opts.OnDemand = true
-		t, err := worker.Start(opts)
+		t, err := p.startSessionTemplate()
 		ch <- started{t, err}
 	}()
 	select {
@@ -270,26 +268,16 @@ func (c *Checkout) Feed(ctx context.Context, step Step) (TurnEvent, error) {
 			c.tpl.Close()
 		}
 		c.endProcess()
+		c.tpl = nil
 		if lost {
-			c.tpl = nil
-			c.armIdle()
 			c.steps = prev + 1
-			res := c.pool.failed(&Job{ID: step.ID}, c.pl, KindCrashed, "the session's process died with its template; the next step starts a new one", accepted)
-			c.stamp(res, true)
+			ev := c.failStep(step.ID, "the session's process died with its template; the next step starts a new one", accepted)
 			c.steps = 0
-			c.pool.finish(&Job{ID: step.ID}, res)
-			return TurnEvent{Result: res}, nil
+			return ev, nil
 		}
-		opts := c.pool.templateOptions()
-		opts.OnDemand = true
-		tpl, err := worker.Start(opts)
+		tpl, err := c.pool.startSessionTemplate()
 		if err != nil {
-			c.tpl = nil
-			c.armIdle()
-			res := c.pool.failed(&Job{ID: step.ID}, c.pl, KindCrashed, "the session's template could not be started: "+err.Error(), accepted)
-			c.stamp(res, true)
-			c.pool.finish(&Job{ID: step.ID}, res)
-			return TurnEvent{Result: res}, nil
+			return c.failStep(step.ID, "the session's template could not be started: "+err.Error(), accepted), nil
 		}
 		c.tpl = tpl
 	}
@@ -298,14 +286,11 @@ func (c *Checkout) Feed(ctx context.Context, step Step) (TurnEvent, error) {
 		var err error
 		child, err = c.tpl.Take(c.pl.network, ctx.Done())
 		if err != nil {
-			c.armIdle()
 			if ctx.Err() != nil {
+				c.armIdle()
 				return TurnEvent{}, ctx.Err()
 			}
-			res := c.pool.failed(&Job{ID: step.ID}, c.pl, KindCrashed, "the session's template failed: "+err.Error(), accepted)
-			c.stamp(res, true)
-			c.pool.finish(&Job{ID: step.ID}, res)
-			return TurnEvent{Result: res}, nil
+			return c.failStep(step.ID, "the session's template failed: "+err.Error(), accepted), nil
 		}
 		c.child = child
 		c.steps = 0
@@ -348,7 +333,7 @@ func (c *Checkout) stepPlan(s *Step) (*worker.Step, *Error) {
 	l := c.pool.cfg.Limits
 	timeout := c.pl.job.Timeout
 	if s.Timeout != 0 {
-		v, err := limit("timeout", int64(s.Timeout), int64(l.Timeout), func(v int64) string { return time.Duration(v).String() })
+		v, err := limit("timeout", int64(s.Timeout), int64(l.Timeout), formatDuration)
 		if err != nil {
 			return nil, err
 		}
@@ -380,7 +365,7 @@ func (c *Checkout) stepPlan(s *Step) (*worker.Step, *Error) {
 // host surfaces a turn's calls to the caller of Feed and Resume.
 func (t *activeTurn) host(p *Pool, jobID any, session string) worker.HostFunc {
 	return func(ctx context.Context, wc worker.Call) worker.Reply {
-		call := &Call{JobID: jobID, Session: session, ID: p.callSeq.Add(1), Function: wc.Function, Args: wc.Args, Kwargs: wc.Kwargs}
+		call := p.newCall(jobID, session, wc)
 		select {
 		case t.events <- turnMsg{call: call}:
 		case <-ctx.Done():
@@ -438,15 +423,14 @@ func (c *Checkout) await(ctx context.Context, t *activeTurn) (TurnEvent, error) 
 		m.canceled = true
 	}
 	c.turn = nil
-	if m.canceled || m.result == nil {
+	if m.canceled {
 		c.endProcess()
 		c.armIdle()
 		if err := ctx.Err(); err != nil {
 			return TurnEvent{}, err
 		}
-		if c.finished != nil {
-			return TurnEvent{}, c.finished
-		}
+		// The checkout ended under the turn: end waits for c.mu, which
+		// this holds, to record why.
 		return TurnEvent{}, ErrFinished
 	}
 	res := m.result
@@ -467,6 +451,24 @@ func drainTurn(t *activeTurn) turnMsg {
 			return m
 		}
 	}
+}
+
+// failStep answers a step the session could not run with a
+// PoolWorkerError that ends the session; c.mu is held.
+func (c *Checkout) failStep(id any, msg string, accepted time.Time) TurnEvent {
+	c.armIdle()
+	res := c.pool.failed(&Job{ID: id}, c.pl, KindCrashed, msg, accepted)
+	c.stamp(res, true)
+	c.pool.finish(&Job{ID: id}, res)
+	return TurnEvent{Result: res}
+}
+
+// startSessionTemplate starts a session's own template, which forks only
+// when asked.
+func (p *Pool) startSessionTemplate() (*worker.Template, error) {
+	opts := p.templateOptions()
+	opts.OnDemand = true
+	return worker.Start(opts)
 }
 
 // stamp marks a result as a session step's; c.mu is held.
@@ -490,11 +492,8 @@ func (c *Checkout) endProcess() {
 // slot among Config.MaxSessions is free again. A step still running is
 // killed. Finishing twice returns ErrFinished.
 func (c *Checkout) Finish(ctx context.Context) error {
-	c.mu.Lock()
-	already := c.finished
-	c.mu.Unlock()
-	if already != nil {
-		return already
+	if err := c.isFinished(); err != nil {
+		return err
 	}
 	c.end(ErrFinished)
 	return nil

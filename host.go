@@ -91,6 +91,11 @@ func (v ResumeValue) reply() worker.Reply {
 	return worker.Reply{Result: b}
 }
 
+// newCall numbers a job's call pool-wide.
+func (p *Pool) newCall(jobID any, session string, c worker.Call) *Call {
+	return &Call{JobID: jobID, Session: session, ID: p.callSeq.Add(1), Function: c.Function, Args: c.Args, Kwargs: c.Kwargs}
+}
+
 // hostAdapter turns a HostFunc into the worker's callback, numbering the
 // calls pool-wide.
 func (p *Pool) hostAdapter(jobID any, session string, host HostFunc) worker.HostFunc {
@@ -98,7 +103,7 @@ func (p *Pool) hostAdapter(jobID any, session string, host HostFunc) worker.Host
 		return nil
 	}
 	return func(ctx context.Context, c worker.Call) worker.Reply {
-		call := &Call{JobID: jobID, Session: session, ID: p.callSeq.Add(1), Function: c.Function, Args: c.Args, Kwargs: c.Kwargs}
+		call := p.newCall(jobID, session, c)
 		v, err := host(ctx, call)
 		if err != nil {
 			return Raise(err.Error()).reply()

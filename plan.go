@@ -74,7 +74,7 @@ func (p *Pool) plan(req *Job, session bool) (pl *plan, rerr *Error) {
 		return nil, requestErrorf("code is %d bytes; the limit is %d", len(j.Code), maxCodeSize)
 	}
 	l := p.cfg.Limits
-	timeout, err := limit("timeout", int64(j.Timeout), int64(l.Timeout), func(v int64) string { return time.Duration(v).String() })
+	timeout, err := limit("timeout", int64(j.Timeout), int64(l.Timeout), formatDuration)
 	if err != nil {
 		return nil, err
 	}

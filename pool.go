@@ -344,7 +344,16 @@ func (p *Pool) run(ctx context.Context, job Job) (_ *Result, refill func(), _ er
 
 	var out *worker.Outcome
 	var held *worker.Child // whose refill waits for the answer
-	heldSet := false
+	// A panic (a logger's, say) must not leave the template without its
+	// next spare.
+	defer func() {
+		if r := recover(); r != nil {
+			if held != nil {
+				held.RefillNow()
+			}
+			panic(r)
+		}
+	}()
 	for attempt := 0; ; attempt++ {
 		tpl, err := w.template()
 		if err != nil {
@@ -368,17 +377,6 @@ func (p *Pool) run(ctx context.Context, job Job) (_ *Result, refill func(), _ er
 			child.RefillNow()
 		} else {
 			child.HoldRefill()
-			if !heldSet {
-				heldSet = true
-				// A panic (a logger's, say) must not leave the template
-				// without its next spare.
-				defer func() {
-					if r := recover(); r != nil {
-						held.RefillNow()
-						panic(r)
-					}
-				}()
-			}
 			held = child
 		}
 		out = child.Run(&pl.job, ctx.Done())

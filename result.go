@@ -18,6 +18,9 @@ func (p *Pool) runtime() Runtime {
 }
 
 func (p *Pool) policy(pl *plan) *Policy {
+	if pl == nil {
+		return nil // no plan was made: nothing was enforced
+	}
 	network := "deny"
 	if pl.network {
 		network = "allow"

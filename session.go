@@ -297,7 +297,6 @@ func (s *server) serveSessionReq(ns *namedSession, req request) {
 	accepted := time.Now()
 	job := req.Job
 	job.Code, job.Name, job.Args, job.ID = "", "", nil, nil
-	job.Host = nil // each step brings its own (Step.Host)
 	switch {
 	case co == nil:
 		var err error
@@ -375,8 +374,7 @@ func (s *server) tooManySessions() *Error {
 // sessionFailed answers a session request the pool could not run with a
 // PoolWorkerError that ends the session.
 func (s *server) sessionFailed(ns *namedSession, req request, msg string, accepted time.Time) {
-	res := s.p.failed(&req.Job, &plan{}, KindCrashed, msg, accepted)
-	res.Policy = nil
+	res := s.p.failed(&req.Job, nil, KindCrashed, msg, accepted)
 	res.Session = ns.name
 	res.SessionEnded = true
 	s.p.finish(&req.Job, res)
@@ -459,6 +457,5 @@ func permissionFields(req request) []string {
 	add(j.MaxFileSize != 0, "max_file_size")
 	add(j.Profile != "", "profile")
 	add(j.Functions != nil, "functions")
-	add(j.Script != "", "script")
 	return f
 }

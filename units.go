@@ -111,6 +111,9 @@ func ParseSize(str string) (int64, error) {
 	return v * mult, nil
 }
 
+// formatDuration renders nanoseconds as a time.Duration does.
+func formatDuration(ns int64) string { return time.Duration(ns).String() }
+
 // formatSize renders a byte count the way a person would write it.
 func formatSize(n int64) string {
 	switch {
