@@ -103,6 +103,7 @@ func TestHostFunctionsOverJSONL(t *testing.T) {
 func TestHostFunctionsGoAPI(t *testing.T) {
 	p := newTestPool(t, Config{Workers: 1})
 	var calls atomic.Int64
+	waitEnded := make(chan struct{}, 1)
 	host := func(ctx context.Context, c *Call) (any, error) {
 		calls.Add(1)
 		switch c.Function {
@@ -116,6 +117,7 @@ func TestHostFunctionsGoAPI(t *testing.T) {
 			return nil, errors.New("it broke")
 		case "wait":
 			<-ctx.Done()
+			waitEnded <- struct{}{}
 			return nil, ctx.Err()
 		}
 		return nil, fmt.Errorf("unexpected %s", c.Function)
@@ -166,6 +168,11 @@ func TestHostFunctionsGoAPI(t *testing.T) {
 	// The host's wait counts against the timeout, and its ctx ends.
 	res = run(t, p, Job{Functions: fns, Host: host, Timeout: Duration(300 * time.Millisecond), Code: "from pynox_host import wait\nwait()"})
 	requireErrorType(t, res, "TimeoutError")
+	select {
+	case <-waitEnded:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the host function's ctx did not end with the job")
+	}
 
 	// Declared functions need a Host.
 	res = run(t, p, Job{Functions: []string{"x"}, Code: "1"})

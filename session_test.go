@@ -425,27 +425,22 @@ func TestCheckoutAPI(t *testing.T) {
 
 func TestSessionOutputBetweenSteps(t *testing.T) {
 	p := newTestPool(t, Config{Workers: 1})
-	ctx := context.Background()
-	co, err := p.Checkout(ctx, Job{})
-	require.NoError(t, err)
-	defer co.Finish(ctx)
+	co := checkout(t, p, Job{})
 	// A thread that keeps writing between steps writes to /dev/null then;
 	// during a step its output is that step's.
-	ev, err := co.Feed(ctx, Step{Code: "import threading, time, os, sys\n" +
-		"def spam():\n    while True:\n        os.write(1, b'.')\n        time.sleep(0.001)\n" +
-		"threading.Thread(target=spam, daemon=True).start()\nprint('started')"})
-	require.NoError(t, err)
-	requireOK(t, ev.Result)
+	requireOK(t, feed(t, co, "import threading, time, os, sys\n"+
+		"def spam():\n    while True:\n        os.write(1, b'.')\n        time.sleep(0.001)\n"+
+		"threading.Thread(target=spam, daemon=True).start()\nprint('started')"))
 	time.Sleep(100 * time.Millisecond)
-	ev, err = co.Feed(ctx, Step{Code: "import time\ntime.sleep(0.05)\nprint('two')"})
-	require.NoError(t, err)
-	requireOK(t, ev.Result)
-	require.Contains(t, ev.Result.Stdout, "two\n")
-	require.Less(t, strings.Count(ev.Result.Stdout, "."), 200, "only the step's own 50ms of dots")
-	ev, err = co.Feed(ctx, Step{Code: "print(sum(range(10)))"})
-	require.NoError(t, err)
-	requireOK(t, ev.Result)
-	require.Equal(t, 3, ev.Result.Step)
+	r := feed(t, co, "import time\ntime.sleep(0.05)\nprint('two')")
+	requireOK(t, r)
+	require.Contains(t, r.Stdout, "two\n")
+	dots := strings.Count(r.Stdout, ".")
+	require.Less(t, dots, 200, "only the step's own 50ms of dots")
+	require.Greater(t, dots, 0, "the thread's writes during the step are the step's output")
+	r = feed(t, co, "print(sum(range(10)))")
+	requireOK(t, r)
+	require.Equal(t, 3, r.Step)
 }
 
 func TestSessionLogLines(t *testing.T) {

@@ -83,12 +83,7 @@ func TestJobLayerOnEveryKind(t *testing.T) {
 		"            os._exit(0)\n" +
 		"        print(name, 'ALLOWED')\n"
 	for _, network := range []bool{false, true} {
-		c, err := tpl.Take(network, nil)
-		require.NoError(t, err)
-		job := Job{Code: probe, Network: network, Name: "<code>", Timeout: 10 * time.Second, MaxOutput: 1 << 16,
-			Limits: Limits{Memory: 256 << 20, Fsize: 1 << 20, CPUSecs: 10}}
-		o := c.Run(&job, nil)
-		c.Close()
+		o := runTestJob(t, tpl, Job{Code: probe, Network: network})
 		require.True(t, o.Started, "setup error: %s", o.SetupError)
 		require.Equal(t, "fork denied\npidfd_open denied\n", string(o.Stdout), "network=%v; stderr: %s", network, o.Stderr)
 	}
