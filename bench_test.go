@@ -126,11 +126,7 @@ func BenchmarkRunPandas(b *testing.B) {
 func BenchmarkCheckoutFeed(b *testing.B) {
 	p := newTestPool(b, Config{Workers: 1})
 	ctx := context.Background()
-	co, err := p.Checkout(ctx, Job{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer co.Finish(ctx)
+	co := checkout(b, p, Job{})
 	step := func() int64 {
 		ev, err := co.Feed(ctx, Step{Code: benchTrivialCode})
 		if err != nil {
@@ -164,11 +160,7 @@ func BenchmarkHostCall(b *testing.B) {
 	host := func(ctx context.Context, c *Call) (any, error) {
 		return json.RawMessage(c.Args[1 : len(c.Args)-1]), nil
 	}
-	co, err := p.Checkout(ctx, Job{Functions: []string{"f"}, Host: host})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer co.Finish(ctx)
+	co := checkout(b, p, Job{Functions: []string{"f"}, Host: host})
 	if ev, err := co.Feed(ctx, Step{Code: "from pynox_host import f\nprint(f(1))"}); err != nil || ev.Result.Stdout != "1\n" {
 		b.Fatalf("warm-up: %v %+v", err, ev.Result)
 	}

@@ -483,17 +483,7 @@ func TestTemplateKilled(t *testing.T) {
 	require.Len(t, pids, 1)
 	require.NoError(t, syscall.Kill(pids[0], syscall.SIGKILL))
 	// The replacement starts at once, not when the next job arrives.
-	var newPids []int
-	deadline := time.Now().Add(20 * time.Second)
-	for time.Now().Before(deadline) {
-		newPids = p.TemplatePIDs()
-		if len(newPids) == 1 && newPids[0] != pids[0] {
-			break
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	require.Len(t, newPids, 1)
-	require.NotEqual(t, pids[0], newPids[0], "no replacement template appeared")
+	newPids := []int{awaitNewTemplate(t, p, pids[0])}
 	r := run(t, p, Job{Code: "print('after idle kill')"})
 	requireOK(t, r)
 
@@ -663,15 +653,7 @@ func TestWedgedTemplateReplaced(t *testing.T) {
 	// Replace the template so that its successor carries the short timeout.
 	old := p.TemplatePIDs()[0]
 	require.NoError(t, syscall.Kill(old, syscall.SIGKILL))
-	var pid int
-	require.Eventually(t, func() bool {
-		pids := p.TemplatePIDs()
-		if len(pids) == 1 && pids[0] != old {
-			pid = pids[0]
-			return true
-		}
-		return false
-	}, 20*time.Second, 10*time.Millisecond)
+	pid := awaitNewTemplate(t, p, old)
 	// Stop it so that it forks no more (it is wedged), then use up the spare
 	// it already has: the next job finds no spare.
 	require.NoError(t, syscall.Kill(pid, syscall.SIGSTOP))

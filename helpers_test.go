@@ -87,15 +87,37 @@ func processAlive(pid int) bool {
 // procStat returns a process's state letter and parent pid from
 // /proc/<pid>/stat; ok is false when the process is gone.
 func procStat(pid int) (state string, ppid int, ok bool) {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return "", 0, false
-	}
-	// The command name is in parentheses and may hold spaces.
-	f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
+	f := procStatFields(pid)
 	if len(f) < 2 {
 		return "", 0, false
 	}
-	ppid, err = strconv.Atoi(f[1])
+	ppid, err := strconv.Atoi(f[1])
 	return f[0], ppid, err == nil
+}
+
+// procStatFields returns the fields of /proc/<pid>/stat after the command
+// name (field 3, the state, first); nil when the process is gone.
+func procStatFields(pid int) []string {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return nil
+	}
+	// The command name is in parentheses and may hold spaces.
+	return strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
+}
+
+// awaitNewTemplate waits for the pool's single template to be a new one,
+// replacing old, and returns its pid.
+func awaitNewTemplate(t *testing.T, p *Pool, old int) int {
+	t.Helper()
+	var pid int
+	require.Eventually(t, func() bool {
+		pids := p.TemplatePIDs()
+		if len(pids) == 1 && pids[0] != old {
+			pid = pids[0]
+			return true
+		}
+		return false
+	}, 20*time.Second, 10*time.Millisecond, "no replacement template appeared")
+	return pid
 }

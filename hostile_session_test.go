@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"os"
 	"strconv"
 	"strings"
 	"testing"
@@ -29,7 +28,7 @@ func feed(t *testing.T, co *Checkout, code string) *Result {
 	return ev.Result
 }
 
-func checkout(t *testing.T, p *Pool, job Job) *Checkout {
+func checkout(t testing.TB, p *Pool, job Job) *Checkout {
 	t.Helper()
 	co, err := p.Checkout(context.Background(), job)
 	require.NoError(t, err)
@@ -174,9 +173,8 @@ func TestHostileSessionCPUBetweenSteps(t *testing.T) {
 // time in clock ticks.
 func procStateCPU(t *testing.T, pid int) (string, uint64) {
 	t.Helper()
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	require.NoError(t, err)
-	f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+2:]))
+	f := procStatFields(pid)
+	require.Greater(t, len(f), 12, "process %d is gone", pid)
 	utime, err := strconv.ParseUint(f[11], 10, 64)
 	require.NoError(t, err)
 	stime, err := strconv.ParseUint(f[12], 10, 64)

@@ -478,38 +478,27 @@ func TestSessionLogLines(t *testing.T) {
 
 func TestSessionTemplateDeath(t *testing.T) {
 	p := newTestPool(t, Config{Workers: 1})
-	ctx := context.Background()
-	co, err := p.Checkout(ctx, Job{})
-	require.NoError(t, err)
-	defer co.Finish(ctx)
+	co := checkout(t, p, Job{})
 	fds0 := advSteadyFDs(t)
 	for i := 0; i < 3; i++ {
-		ev, err := co.Feed(ctx, Step{Code: "x = 1"})
-		require.NoError(t, err)
-		requireOK(t, ev.Result)
+		requireOK(t, feed(t, co, "x = 1"))
 		co.mu.Lock()
-		tplPid := co.tpl.Pid()
+		tpl := co.tpl
 		co.mu.Unlock()
-		require.NoError(t, syscall.Kill(tplPid, syscall.SIGKILL))
-		co.mu.Lock()
-		done := co.tpl.Done()
-		co.mu.Unlock()
-		<-done
+		require.NoError(t, syscall.Kill(tpl.Pid(), syscall.SIGKILL))
+		<-tpl.Done()
 		// The step after the loss says the session ended; the one after
 		// runs in a new process.
-		ev, err = co.Feed(ctx, Step{Code: "print(x)"})
-		require.NoError(t, err)
-		requireErrorType(t, ev.Result, "PoolWorkerError")
-		require.True(t, ev.Result.SessionEnded)
-		require.Equal(t, 2, ev.Result.Step)
-		ev, err = co.Feed(ctx, Step{Code: "print('x' in globals())"})
-		require.NoError(t, err)
-		requireOK(t, ev.Result)
-		require.Equal(t, "False\n", ev.Result.Stdout)
-		require.Equal(t, 1, ev.Result.Step)
-		ev, err = co.Feed(ctx, Step{Code: "raise SystemExit"})
-		require.NoError(t, err)
-		require.True(t, ev.Result.SessionEnded)
+		r := feed(t, co, "print(x)")
+		requireErrorType(t, r, "PoolWorkerError")
+		require.True(t, r.SessionEnded)
+		require.Equal(t, 2, r.Step)
+		r = feed(t, co, "print('x' in globals())")
+		requireOK(t, r)
+		require.Equal(t, "False\n", r.Stdout)
+		require.Equal(t, 1, r.Step)
+		r = feed(t, co, "raise SystemExit")
+		require.True(t, r.SessionEnded)
 	}
 	require.Equal(t, fds0, advSteadyFDs(t), "no descriptor of a lost process is left behind")
 }
