@@ -65,11 +65,14 @@ for name, f in [("fork", os.fork), ("passwd", lambda: open("/etc/passwd").read()
 	advServes(t, p)
 }
 
+// forgeSend is Python defining send(s): it writes the string s as a frame
+// on the control channel (descriptor 3) and rings the bell (4), as the
+// runner would.
+const forgeSend = "import os, struct\ndef send(s):\n    b = s.encode()\n    os.write(3, struct.pack('<I', len(b)) + b)\n    os.write(4, b'!')\n"
+
 func TestHostileSessionForgedFrames(t *testing.T) {
 	p := newTestPool(t, Config{Workers: 1})
-	frame := func(obj string) string {
-		return "import os, struct\nb = " + obj + ".encode()\nos.write(3, struct.pack('<I', len(b)) + b)\nos.write(4, b'!')\n"
-	}
+	frame := func(obj string) string { return forgeSend + "send(" + obj + ")\n" }
 	cases := []struct {
 		name string
 		code string
@@ -217,7 +220,7 @@ func TestHostileHostCalls(t *testing.T) {
 		seen = append(seen, c.Function)
 		return "ok", nil
 	}
-	raw := "import os, struct\ndef send(s):\n    b = s.encode()\n    os.write(3, struct.pack('<I', len(b)) + b)\n    os.write(4, b'!')\n"
+	raw := forgeSend
 	cases := []struct{ name, code string }{
 		// Two calls without waiting for the first answer.
 		{"two calls at once", raw + "send('{\"t\":\"call\",\"step\":1,\"function\":\"g\",\"args\":[],\"kwargs\":{}}')\nsend('{\"t\":\"call\",\"step\":1,\"function\":\"f\",\"args\":[],\"kwargs\":{}}')\nimport time\ntime.sleep(2)"},

@@ -25,13 +25,19 @@ func serveLines(t *testing.T, p *Pool, input string) []map[string]any {
 	sc := bufio.NewScanner(&out)
 	sc.Buffer(make([]byte, 1<<20), 8<<20)
 	for sc.Scan() {
-		var m map[string]any
-		dec := json.NewDecoder(bytes.NewReader(sc.Bytes()))
-		dec.UseNumber()
-		require.NoError(t, dec.Decode(&m), sc.Text())
+		m, err := decodeLine(sc.Bytes())
+		require.NoError(t, err, sc.Text())
 		lines = append(lines, m)
 	}
 	return lines
+}
+
+// decodeLine decodes one output line, numbers kept as json.Number.
+func decodeLine(b []byte) (map[string]any, error) {
+	var m map[string]any
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.UseNumber()
+	return m, dec.Decode(&m)
 }
 
 func byID(t *testing.T, lines []map[string]any) map[string]map[string]any {

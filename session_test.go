@@ -2,7 +2,6 @@ package pynox
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -11,7 +10,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -26,8 +24,7 @@ type liveServe struct {
 	in    *io.PipeWriter
 	lines chan map[string]any
 	done  chan error
-	mu    sync.Mutex
-	held  []map[string]any // read while looking for another line
+	held  []map[string]any // read while looking for another line (test goroutine only)
 }
 
 func startLive(t *testing.T, p *Pool) *liveServe {
@@ -44,10 +41,8 @@ func startLive(t *testing.T, p *Pool) *liveServe {
 		sc := bufio.NewScanner(outR)
 		sc.Buffer(make([]byte, 1<<20), 8<<20)
 		for sc.Scan() {
-			var m map[string]any
-			dec := json.NewDecoder(bytes.NewReader(sc.Bytes()))
-			dec.UseNumber()
-			if dec.Decode(&m) != nil {
+			m, err := decodeLine(sc.Bytes())
+			if err != nil {
 				m = map[string]any{"undecodable": sc.Text()}
 			}
 			ls.lines <- m
@@ -69,37 +64,19 @@ func (ls *liveServe) send(line string) {
 // next returns the next line not yet taken.
 func (ls *liveServe) next() map[string]any {
 	ls.t.Helper()
-	ls.mu.Lock()
-	if len(ls.held) > 0 {
-		m := ls.held[0]
-		ls.held = ls.held[1:]
-		ls.mu.Unlock()
-		return m
-	}
-	ls.mu.Unlock()
-	select {
-	case m, ok := <-ls.lines:
-		require.True(ls.t, ok, "output ended")
-		return m
-	case <-time.After(60 * time.Second):
-		ls.t.Fatal("no output line within 60s")
-		return nil
-	}
+	return ls.take("an output line", func(map[string]any) bool { return true })
 }
 
 // take returns the first line, held or new, that match accepts, keeping
 // the others for later; what names it in a failure.
 func (ls *liveServe) take(what string, match func(map[string]any) bool) map[string]any {
 	ls.t.Helper()
-	ls.mu.Lock()
 	for i, m := range ls.held {
 		if match(m) {
 			ls.held = append(ls.held[:i], ls.held[i+1:]...)
-			ls.mu.Unlock()
 			return m
 		}
 	}
-	ls.mu.Unlock()
 	for {
 		var m map[string]any
 		select {
@@ -112,9 +89,7 @@ func (ls *liveServe) take(what string, match func(map[string]any) bool) map[stri
 		if match(m) {
 			return m
 		}
-		ls.mu.Lock()
 		ls.held = append(ls.held, m)
-		ls.mu.Unlock()
 	}
 }
 
@@ -138,11 +113,8 @@ func (ls *liveServe) call() map[string]any {
 func (ls *liveServe) finish() []map[string]any {
 	ls.t.Helper()
 	ls.in.Close()
-	var rest []map[string]any
-	ls.mu.Lock()
-	rest = append(rest, ls.held...)
+	rest := ls.held
 	ls.held = nil
-	ls.mu.Unlock()
 	for m := range ls.lines {
 		rest = append(rest, m)
 	}
