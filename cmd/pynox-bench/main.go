@@ -27,9 +27,11 @@
 //
 // Every ratio is a time ratio against the pynox row it names: above 1 means
 // slower (or, for throughput, fewer jobs per second) than pynox. Nothing is
-// asserted; the numbers are for reading. Sessions and host-function round
-// trips are probed, and reported as not measured while the pool refuses
-// them.
+// asserted; the numbers are for reading.
+//
+// Sessions: sequential trivial steps in one live session. Host functions:
+// one job calling a host function n times, each call answered by this
+// command as a JSON Lines client would.
 package main
 
 import (
@@ -56,6 +58,9 @@ import (
 	"github.com/pynox/pynox"
 	"golang.org/x/sys/unix"
 )
+
+// pandasRows are the rows, and memory rows, that need pandas.
+var pandasRows = []string{"3", "4", "5", "8", "9", "10", "12", "14", "16", "19", "21", "M5", "M6", "M7", "M8", "M9", "M10"}
 
 //go:embed naive_server.py
 var naiveServer []byte
@@ -373,7 +378,7 @@ func (r *Report) print(w io.Writer) {
 			case "host":
 				fmt.Fprintln(w)
 				fmt.Fprintln(w, "HOST FUNCTIONS: one job calls a host function n times; round trip = client writes a reply until the next call event arrives")
-				fmt.Fprintf(w, "%-4s %-38s %5s %9s %9s\n", "#", "benchmark", "n", "median", "p99")
+				fmt.Fprintf(w, "%-4s %-38s %5s %9s %9s   %s\n", "#", "benchmark", "n", "median", "p99", "vs pynox")
 			}
 		}
 		if x.Skipped != "" {
@@ -497,7 +502,7 @@ func bench(ctx context.Context, o options) (*Report, error) {
 		}
 	}
 	if !withPandas {
-		skip(noPandas, "3", "4", "5", "8", "9", "10", "12", "14", "16", "19", "21", "M5", "M6", "M7", "M8", "M9", "M10")
+		skip(noPandas, pandasRows...)
 	}
 	if o.skipMemory {
 		skip("--skip-memory", "M1", "M2", "M3", "M4", "M5", "M6", "M7", "M8", "M9", "M10")
@@ -518,10 +523,10 @@ func bench(ctx context.Context, o options) (*Report, error) {
 		return a
 	}
 	gapRows := func(s *server, gapID, zeroID string) error {
-		if err := s.latency(rep.row(gapID), trivialCode, trivialOut, o.n, o.warm, o.gap); err != nil {
+		if err := s.latency(rep.row(gapID), trivialCode, trivialOut, "", o.n, o.warm, o.gap); err != nil {
 			return err
 		}
-		return s.latency(rep.row(zeroID), trivialCode, trivialOut, o.n, o.warm, 0)
+		return s.latency(rep.row(zeroID), trivialCode, trivialOut, "", o.n, o.warm, 0)
 	}
 
 	// Cold interpreters.
@@ -578,7 +583,7 @@ func bench(ctx context.Context, o options) (*Report, error) {
 			if err := gapRows(s, "3", "4"); err != nil {
 				return err
 			}
-			if err := s.latency(rep.row("5"), pandasCode, pandasOut, o.n, o.warm, o.gap); err != nil {
+			if err := s.latency(rep.row("5"), pandasCode, pandasOut, "", o.n, o.warm, o.gap); err != nil {
 				return err
 			}
 			if err := s.throughput(rep.row("14"), trivialCode, trivialOut, o.n, o.warm, o.inflight); err != nil {
@@ -627,7 +632,7 @@ func bench(ctx context.Context, o options) (*Report, error) {
 			if err := gapRows(s, "8", "9"); err != nil {
 				return err
 			}
-			if err := s.latency(rep.row("10"), pandasCode, pandasOut, o.n, o.warm, o.gap); err != nil {
+			if err := s.latency(rep.row("10"), pandasCode, pandasOut, "", o.n, o.warm, o.gap); err != nil {
 				return err
 			}
 			if err := s.throughput(rep.row("16"), trivialCode, trivialOut, o.n, o.warm, o.inflight); err != nil {
@@ -720,21 +725,18 @@ type server struct {
 }
 
 type result struct {
-	ID         json.Number     `json:"id"`
-	Event      string          `json:"event"`
-	Exit       int             `json:"exit"`
-	Stdout     string          `json:"stdout"`
-	Stderr     string          `json:"stderr"`
-	DurationUS int64           `json:"duration_us"`
-	QueueUS    int64           `json:"queue_us"`
-	Step       int             `json:"step"`
-	Closed     bool            `json:"closed"`
-	CallID     json.Number     `json:"call_id"`
-	Args       json.RawMessage `json:"args"`
-	Error      *struct {
-		Type    string `json:"type"`
-		Message string `json:"message"`
-	} `json:"error"`
+	ID         json.Number      `json:"id"`
+	Event      string           `json:"event"`
+	Exit       int              `json:"exit"`
+	Stdout     string           `json:"stdout"`
+	Stderr     string           `json:"stderr"`
+	DurationUS int64            `json:"duration_us"`
+	QueueUS    int64            `json:"queue_us"`
+	Step       int              `json:"step"`
+	Closed     bool             `json:"closed"`
+	CallID     json.Number      `json:"call_id"`
+	Args       json.RawMessage  `json:"args"`
+	Error      *pynox.ErrorInfo `json:"error"`
 }
 
 func startServer(ctx context.Context, rep *Report, name, bin string, args []string, dir string) (*server, error) {
@@ -820,16 +822,21 @@ func (s *server) roundTrip(code, want, extra string) (*result, time.Duration, er
 }
 
 // latency measures n sequential round trips after warm unmeasured ones,
-// sleeping gap before each.
-func (s *server) latency(row *Row, code, want string, n, warm int, gap time.Duration) error {
+// sleeping gap before each. extra adds JSON fields to every request; with
+// a session's name in it, the i-th answer must be the session's step i+1.
+func (s *server) latency(row *Row, code, want, extra string, n, warm int, gap time.Duration) error {
+	session := strings.Contains(extra, `"session"`)
 	var durs, queues []float64
 	for i := range warm + n {
 		if gap > 0 {
 			time.Sleep(gap)
 		}
-		r, d, err := s.roundTrip(code, want, "")
+		r, d, err := s.roundTrip(code, want, extra)
 		if err != nil {
 			return err
+		}
+		if session && r.Step != i+1 {
+			return fmt.Errorf("%s: session step %d answered as step %d: the session did not live on", s.name, i+1, r.Step)
 		}
 		if i < warm {
 			continue
@@ -911,32 +918,15 @@ func (s *server) throughput(row *Row, code, want string, n, warm, inflight int) 
 }
 
 // sessionLatency measures n sequential trivial steps in one session,
-// after warm unmeasured ones (the first of which starts the session).
+// after warm+1 unmeasured ones (the first starts the session), then
+// closes it.
 func (s *server) sessionLatency(row *Row, n, warm int, gap time.Duration) error {
 	s.sessions++
-	name := fmt.Sprintf(`,"session":"bench-%d"`, s.sessions)
-	var durs, queues []float64
-	for i := range warm + 1 + n {
-		if gap > 0 {
-			time.Sleep(gap)
-		}
-		r, d, err := s.roundTrip(trivialCode, trivialOut, name)
-		if err != nil {
-			return err
-		}
-		if r.Step != i+1 {
-			return fmt.Errorf("%s: session step %d answered as step %d: the session did not live on", s.name, i+1, r.Step)
-		}
-		if i <= warm {
-			continue
-		}
-		row.rtts = append(row.rtts, d)
-		durs = append(durs, float64(r.DurationUS))
-		queues = append(queues, float64(r.QueueUS))
+	name := `"bench-` + strconv.Itoa(s.sessions) + `"`
+	if err := s.latency(row, trivialCode, trivialOut, `,"session":`+name, n, warm+1, gap); err != nil {
+		return err
 	}
-	row.summarize(durs, queues)
-	line := []byte(`{"id":0,"session":"bench-` + strconv.Itoa(s.sessions) + `","close":true}` + "\n")
-	if _, err := s.stdin.Write(line); err != nil {
+	if _, err := s.stdin.Write([]byte(`{"id":0,"session":` + name + `,"close":true}` + "\n")); err != nil {
 		return err
 	}
 	r, err := s.read()
