@@ -14,7 +14,7 @@
 
     # Host functions (CodeAct): the code calls your Python functions.
     def search(query, limit=3):
-        # Searches the docs.
+        '''Searches the docs.'''   # the tool's description shows it
         return ["hit %d for %s" % (i, query) for i in range(limit)]
     pool.run("from pynox_host import search\nprint(search('pynox', limit=2))",
              functions={"search": search})
@@ -82,7 +82,7 @@ class Pool:
                 # that other results keep flowing.
                 threading.Thread(target=self._answer, args=(msg,), daemon=True).start()
                 continue
-            key = json.dumps(msg.get("id"))
+            key = msg.get("id")
             slot = self._waiting.pop(key, None)
             self._functions.pop(key, None)
             if slot is not None:
@@ -93,20 +93,21 @@ class Pool:
             slot["event"].set()
 
     def _answer(self, call):
-        fn = self._functions.get(json.dumps(call.get("id")), {}).get(call["function"])
+        fn = self._functions.get(call.get("id"), {}).get(call["function"])
         try:
             if fn is None:
                 raise LookupError("no function %r for request %r" % (call["function"], call.get("id")))
             reply = {"call_id": call["call_id"], "result": fn(*call["args"], **call["kwargs"])}
-            data = json.dumps({"reply": reply})
+            data = json.dumps({"reply": reply})  # inside the try: a result that is not JSON is an error too
         except Exception as e:  # noqa: BLE001 - the error goes to the sandbox as HostError
             data = json.dumps({"reply": {"call_id": call["call_id"], "error": "%s: %s" % (type(e).__name__, e)}})
-        self._write((data + "\n").encode())
+        self._write(data)
 
-    def _write(self, data):
+    def _write(self, line):
+        """Writes one request line (JSON text without its newline)."""
         with self._lock:
             try:
-                self._proc.stdin.write(data)
+                self._proc.stdin.write((line + "\n").encode())
             except BrokenPipeError:
                 raise PoolError("pynox pool is not running") from None
 
@@ -114,10 +115,10 @@ class Pool:
         rid = "py-%d" % next(self._ids)
         req = dict(req, id=rid)
         slot = {"event": threading.Event(), "result": None}
-        self._waiting[json.dumps(rid)] = slot
+        self._waiting[rid] = slot
         if functions:
-            self._functions[json.dumps(rid)] = functions
-        self._write((json.dumps(req) + "\n").encode())
+            self._functions[rid] = functions
+        self._write(json.dumps(req))
         slot["event"].wait()
         if slot["result"] is None:
             raise PoolError("pynox pool exited before answering")
@@ -224,7 +225,8 @@ class Session:
             if self.functions:
                 fields["functions"] = sorted(self.functions)
         r = self.pool._request(dict(fields, code=code), self.functions)
-        self._fresh = bool(r.get("session_ended")) or (r.get("error") or {}).get("type") == "RequestError" and self._fresh
+        refused = (r.get("error") or {}).get("type") == "RequestError"
+        self._fresh = bool(r.get("session_ended")) or (self._fresh and refused)
         return r
 
     def close(self):
