@@ -307,9 +307,7 @@ func TestSessionLimits(t *testing.T) {
 }
 
 func TestSessionsEndWithPool(t *testing.T) {
-	requireSandbox(t)
-	p, err := New(Config{Workers: 1, Dir: t.TempDir(), Python: testPython()})
-	require.NoError(t, err)
+	p := newTestPool(t, Config{Workers: 1}) // closed below; the cleanup's second Close does nothing
 	co, err := p.Checkout(context.Background(), Job{})
 	require.NoError(t, err)
 	ev, err := co.Feed(context.Background(), Step{Code: "import os\nprint(os.getpid())"})
@@ -478,9 +476,7 @@ func TestSessionTemplateDeath(t *testing.T) {
 // TestCloseWaitsForStartingCheckout: a checkout whose template is still
 // starting when the pool closes leaves no process behind Close.
 func TestCloseWaitsForStartingCheckout(t *testing.T) {
-	requireSandbox(t)
-	p, err := New(Config{Workers: 1, Dir: t.TempDir(), Python: testPython()})
-	require.NoError(t, err)
+	p := newTestPool(t, Config{Workers: 1}) // closed below; the cleanup's second Close does nothing
 	errc := make(chan error, 1)
 	go func() {
 		_, err := p.Checkout(context.Background(), Job{})
@@ -500,8 +496,7 @@ func TestCloseWaitsForStartingCheckout(t *testing.T) {
 	require.Empty(t, templates, "no template survives Close")
 	require.Eventually(t, func() bool { return len(loadPoolProcesses(t, p)) == 0 }, 5*time.Second, 10*time.Millisecond,
 		"no process survives the pool: %v", loadPoolProcesses(t, p))
-	err = <-errc
-	if err != nil {
+	if err := <-errc; err != nil {
 		require.ErrorIs(t, err, ErrClosed)
 	}
 }
