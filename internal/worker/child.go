@@ -956,7 +956,7 @@ func (c *Child) turn(ts turnSpec, cancel <-chan struct{}) *Outcome {
 		case <-rings:
 			readCtl()
 			if n := c.rung.Load(); n > 2*c.frames+spareRings {
-				violation(fmt.Sprintf("it rang its bell (descriptor 4) %d times for %d control frames; at most two rings per frame are expected", n, c.frames))
+				violation(fmt.Sprintf("it rang its bell (descriptor 4) %d times but wrote %d frames on its control channel; the limit is two rings per frame and %d more", n, c.frames, spareRings))
 			}
 		case <-bellClosed:
 			bellClosed = nil
