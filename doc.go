@@ -150,8 +150,8 @@
 // a per-step one again. Each step is held to its own CPU time (its timeout
 // + 2s, all threads together) by the pool, which reads the process's CPU
 // clock while the step runs and kills it past that (TimeoutError); the
-// soft limit, renewed at each step, sends SIGXCPU a second earlier. Its
-// memory limit is fixed at creation. The pool protocol's named sessions
+// soft limit, renewed at each step, sends SIGXCPU at least a second
+// earlier. Its memory limit is fixed at creation. The pool protocol's named sessions
 // (`"session": "name"`) are checkouts that [Pool.Serve] keeps by name, with
 // a queue of at most [MaxPendingSteps] requests each.
 //
