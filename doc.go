@@ -39,7 +39,9 @@
 // anything it writes to any descriptor reaches only its own control channel,
 // bell and output pipes. The host reads the control channel when the child
 // rings its bell (a byte on a pipe), so the "started" report wakes nobody
-// and a short job wakes the host once; a job that closes its bell is polled. Go reads the pipes itself (output is captured at
+// and a short job wakes the host once; a job that closes its bell is polled.
+// The bell is read in bulk, and a job that rings more than twice per frame
+// it writes (and 256 more) is killed as a protocol break. Go reads the pipes itself (output is captured at
 // descriptors 1 and 2, so os.write and C extensions are captured too),
 // keeps at most max_output bytes of each and drains the rest. Timeouts are
 // enforced from Go with a pidfd, which cannot hit a reused pid. A job that
@@ -142,9 +144,14 @@
 // point at /dev/null then, and a host call from such a thread belongs to
 // the step that is running. A frame found on the control channel when a
 // step begins was forged (the runner holds its channel between steps) and
-// ends the session. A CPU-time backstop is renewed at each step (CPU used
-// so far + the step's timeout + 1s). Its memory limit is fixed at
-// creation. The pool protocol's named sessions
+// ends the session. Its hard RLIMIT_CPU is the CPU time of its whole
+// life (an hour, internal/worker.SessionCPU), set before its code runs:
+// neither the process nor, without CAP_SYS_RESOURCE, the pool could raise
+// a per-step one again. Each step is held to its own CPU time (its timeout
+// + 2s, all threads together) by the pool, which reads the process's CPU
+// clock while the step runs and kills it past that (TimeoutError); the
+// soft limit, renewed at each step, sends SIGXCPU at least a second
+// earlier. Its memory limit is fixed at creation. The pool protocol's named sessions
 // (`"session": "name"`) are checkouts that [Pool.Serve] keeps by name, with
 // a queue of at most [MaxPendingSteps] requests each.
 //
@@ -158,8 +165,10 @@
 // [TurnEvent] to answer with [Checkout.Resume]). The time waiting counts
 // against the job's timeout; a job may make [MaxCalls] calls (per step in
 // a session). The pool checks every call frame before anyone sees it: a
-// name that was not declared, too many calls or too large arguments get
-// an error the job sees as HostError and the host never sees; a second
+// name that was not declared, too many calls, too large arguments, or
+// arguments not every client can decode (invalid UTF-8, nested deeper than
+// 256 levels, a number longer than 4,300 characters) get an error the job
+// sees as HostError and the host never sees; a second
 // call while one waits, or a malformed one, is a protocol break
 // (PoolWorkerError). Calls from several threads take turns.
 //

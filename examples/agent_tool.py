@@ -27,7 +27,10 @@
 
 Standard library only. The pool answers in completion order, so a reader
 thread routes each result line to the request waiting for its id; any
-number of threads may call run() at once.
+number of threads may call run() at once. A line the reader cannot decode
+is logged and skipped (a call event's call is answered with an error, a
+result's request fails with PoolError); if the reader stops, every waiting
+request, and every later one, fails with PoolError.
 
 Run this file directly for a demonstration against a pool built from this
 repository: python3 examples/agent_tool.py [path/to/pynox]
@@ -36,11 +39,20 @@ repository: python3 examples/agent_tool.py [path/to/pynox]
 import inspect
 import itertools
 import json
+import logging
 import os
+import re
 import shutil
 import subprocess
 import sys
 import threading
+
+log = logging.getLogger("agent_tool")
+
+# The start of a line the reader could not decode: the pool writes "event"
+# (calls only) and "id" first, so these find whom the line was for.
+_CALL_PREFIX = re.compile(rb'\{"event":"call","id":(?:"(?:[^"\\]|\\.)*"|[-0-9.eE+]+),(?:"session":"(?:[^"\\]|\\.)*",)?"call_id":(\d+),')
+_RESULT_PREFIX = re.compile(rb'\{"id":("(?:[^"\\]|\\.)*"|-?\d+),')
 
 
 class PoolError(Exception):
@@ -68,29 +80,77 @@ class Pool:
         self.ready = json.loads(ready)
         self._ids = itertools.count(1)
         self._sessions = itertools.count(1)
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # one request line at a time
+        self._state = threading.Lock()  # guards _waiting and _stopped
+        self._stopped = None  # why the reader stopped, once it has
         self._waiting = {}
         self._functions = {}  # request id -> the host functions its code may call
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
 
     def _read(self):
-        for line in self._proc.stdout:
+        reason = "pynox pool exited before answering"
+        try:
+            for line in self._proc.stdout:
+                try:
+                    self._dispatch(line)
+                except Exception as e:  # noqa: BLE001 - one bad line must not stop the reader
+                    log.warning("skipped a line from pynox pool: %s: %s", type(e).__name__, e)
+        except BaseException as e:  # noqa: BLE001 - reported to every waiting request
+            reason = "the reader of pynox pool's output failed: %s: %s" % (type(e).__name__, e)
+            raise
+        finally:
+            # Wake everyone still waiting, and refuse new requests.
+            with self._state:
+                self._stopped = reason
+                slots = list(self._waiting.values())
+                self._waiting.clear()
+            for slot in slots:
+                slot["error"] = reason
+                slot["event"].set()
+
+    def _dispatch(self, line):
+        try:
             msg = json.loads(line)
-            if msg.get("event") == "call":
-                # A host-function call: answer it on a thread of its own, so
-                # that other results keep flowing.
-                threading.Thread(target=self._answer, args=(msg,), daemon=True).start()
-                continue
-            key = msg.get("id")
+        except Exception as e:  # noqa: BLE001 - ValueError, RecursionError...
+            self._unreadable(line, e)
+            return
+        if msg.get("event") == "call":
+            # A host-function call: answer it on a thread of its own, so
+            # that other results keep flowing.
+            threading.Thread(target=self._answer, args=(msg,), daemon=True).start()
+            return
+        self._deliver(msg.get("id"), result=msg)
+
+    def _deliver(self, key, result=None, error=None):
+        with self._state:
             slot = self._waiting.pop(key, None)
             self._functions.pop(key, None)
-            if slot is not None:
-                slot["result"] = msg
-                slot["event"].set()
-        # The pool is gone: wake everyone still waiting.
-        for slot in list(self._waiting.values()):
+        if slot is not None:
+            slot["result"], slot["error"] = result, error
             slot["event"].set()
+
+    def _unreadable(self, line, err):
+        """Handles a line that is not JSON Python can read: a call it starts
+        is answered with an error, a result fails its request; anything
+        else is skipped."""
+        what = "%s: %s" % (type(err).__name__, str(err)[:200])
+        m = _CALL_PREFIX.match(line)
+        if m:
+            log.warning("answered an unreadable call event with an error (%s)", what)
+            self._write(json.dumps({"reply": {"call_id": int(m.group(1)),
+                                              "error": "the client could not read the call (%s)" % what}}))
+            return
+        m = _RESULT_PREFIX.match(line)
+        if m:
+            try:
+                key = json.loads(m.group(1))
+            except ValueError:
+                key = None
+            if key in self._waiting:
+                self._deliver(key, error="unreadable result from pynox pool (%s)" % what)
+                return
+        log.warning("skipped a line from pynox pool that is not JSON (%s): %r", what, line[:200])
 
     def _answer(self, call):
         fn = self._functions.get(call.get("id"), {}).get(call["function"])
@@ -114,14 +174,17 @@ class Pool:
     def _request(self, req, functions=None):
         rid = "py-%d" % next(self._ids)
         req = dict(req, id=rid)
-        slot = {"event": threading.Event(), "result": None}
-        self._waiting[rid] = slot
-        if functions:
-            self._functions[rid] = functions
+        slot = {"event": threading.Event(), "result": None, "error": None}
+        with self._state:
+            if self._stopped:
+                raise PoolError(self._stopped)
+            self._waiting[rid] = slot
+            if functions:
+                self._functions[rid] = functions
         self._write(json.dumps(req))
         slot["event"].wait()
         if slot["result"] is None:
-            raise PoolError("pynox pool exited before answering")
+            raise PoolError(slot["error"] or "pynox pool exited before answering")
         return slot["result"]
 
     def run(self, code, functions=None, **fields):

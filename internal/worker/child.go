@@ -1,11 +1,15 @@
 package worker
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
+	"runtime"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -50,6 +54,7 @@ type Child struct {
 	refillOnce sync.Once
 	holdRefill atomic.Bool   // Close leaves the refill to RefillNow
 	pidMu      sync.Mutex    // guards pidfd against a signal racing its close
+	hostPid    int           // the process's pid in the pool's pid namespace, once known (cpuTime)
 	closed     chan struct{} // closed by Close
 	kind       int           // kindDeny or kindAllow
 
@@ -58,6 +63,8 @@ type Child struct {
 	bellOnce   sync.Once
 	rings      chan struct{} // a ring is pending
 	bellClosed chan struct{} // the bell reached end of file
+	rung       atomic.Int64  // bytes read from the bell: one ring each
+	frames     int64         // whole frames read from the control socket
 	pending    []byte        // control bytes read but not yet a whole frame
 	rbuf       []byte        // read buffer of the control socket
 
@@ -165,7 +172,20 @@ type Limits struct {
 	Memory  int64 `json:"memory"` // address space on top of the template's
 	Fsize   int64 `json:"fsize"`  // RLIMIT_FSIZE
 	CPUSecs int64 `json:"cpu"`    // RLIMIT_CPU backstop
+	// SessionCPU is a session's hard RLIMIT_CPU: the CPU time of its whole
+	// life. Run sets it to SessionCPU when it is zero.
+	SessionCPU int64 `json:"session_cpu,omitempty"`
 }
+
+// SessionCPU is the CPU time, in seconds, of a session's whole life: its
+// hard RLIMIT_CPU. A process cannot raise its own hard limit (nor can the
+// pool without CAP_SYS_RESOURCE, which root in a container often lacks),
+// so a session's is set once, when it is confined, and bounds what its
+// code can get by raising its soft limit and ignoring SIGXCPU. Each turn
+// is held to its own allowance (its CPUSecs) by the pool, which reads the
+// process's CPU clock while the turn runs. A session that reaches it is
+// killed, and the next step starts a new process.
+const SessionCPU = 3600
 
 // Job is what a child needs to confine itself and run one piece of code.
 type Job struct {
@@ -240,6 +260,7 @@ type Outcome struct {
 	Error       *ErrorInfo  // the exception the child reported (when Done)
 	Status      *ExitStatus // how the process ended, when known
 	TimedOut    bool        // killed at Job.Timeout
+	CPUExceeded bool        // a session's turn killed for using more CPU time than its allowance
 	Canceled    bool        // killed because the caller's cancel channel closed
 	Violation   string      // the child broke the control protocol and was killed
 	Stdout      []byte
@@ -406,6 +427,11 @@ func (c *Child) Run(job *Job, cancel <-chan struct{}) *Outcome {
 	f := jobFrame{T: "job", Code: job.Code, Name: job.Name, Script: job.Script, Argv: job.Argv,
 		Env: job.Env, Path: job.Path, Network: job.Network, Limits: job.Limits,
 		Session: job.Session, Step: 1, Functions: job.Functions}
+	var cpu int64
+	if job.Session {
+		f.Limits.SessionCPU = cmp.Or(f.Limits.SessionCPU, SessionCPU)
+		cpu = job.Limits.CPUSecs
+	}
 	fds := make([]int, len(job.Grants))
 	f.Rules = make([]uint64, len(job.Grants))
 	for i, g := range job.Grants {
@@ -424,6 +450,7 @@ func (c *Child) Run(job *Job, cancel <-chan struct{}) *Outcome {
 		maxOutput: job.MaxOutput,
 		host:      job.Host,
 		maxCalls:  job.MaxCalls,
+		cpu:       cpu,
 	}, cancel)
 	if !o.Alive {
 		c.Close()
@@ -506,12 +533,73 @@ func (c *Child) RunStep(st *Step, cancel <-chan struct{}) *Outcome {
 		maxOutput: st.MaxOutput,
 		host:      st.Host,
 		maxCalls:  st.MaxCalls,
+		cpu:       st.CPUSecs,
 		continued: true,
 	}, cancel)
 	if !o.Alive {
 		c.Close()
 	}
 	return o
+}
+
+// cpuTime returns the CPU time the child's process has used, all its
+// threads together: the process's CPU clock, which anyone may read. Its
+// pid is taken from the pidfd once (a reused pid could only make the
+// pool read another process's clock; signals go through the pidfd).
+func (c *Child) cpuTime() (time.Duration, error) {
+	c.pidMu.Lock()
+	defer c.pidMu.Unlock()
+	if c.pidfd < 0 {
+		return 0, unix.ESRCH
+	}
+	if c.hostPid == 0 {
+		pid, err := pidfdPid(c.pidfd)
+		if err != nil {
+			return 0, err
+		}
+		c.hostPid = pid
+	}
+	var ts unix.Timespec
+	if err := unix.ClockGettime(processCPUClock(c.hostPid), &ts); err != nil {
+		return 0, err
+	}
+	return time.Duration(ts.Nano()), nil
+}
+
+// processCPUClock is the clock of a process's CPU time (all its threads,
+// the dead ones included): glibc's clock_getcpuclockid, which reading
+// needs no permission.
+func processCPUClock(pid int) int32 {
+	const cpuClockSched = 2 // CPUCLOCK_SCHED: user and system time, in ns
+	return int32(^uint32(pid)<<3) | cpuClockSched
+}
+
+// pidfdPid returns the pid, in the pool's pid namespace, of the process a
+// pidfd names: from PIDFD_GET_INFO (Linux 6.13) or, on older kernels,
+// from the pidfd's fdinfo.
+func pidfdPid(pidfd int) (int, error) {
+	info := unix.PidfdInfo{Mask: unix.PIDFD_INFO_PID}
+	err := unix.IoctlPidfdInfo(pidfd, &info)
+	if err == nil {
+		return int(info.Tgid), nil
+	}
+	if err != unix.ENOTTY && err != unix.EINVAL {
+		return 0, err
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/self/fdinfo/%d", pidfd))
+	if err != nil {
+		return 0, err
+	}
+	for line := range strings.Lines(string(b)) {
+		if v, ok := strings.CutPrefix(line, "Pid:"); ok {
+			pid, err := strconv.Atoi(strings.TrimSpace(v))
+			if err != nil || pid <= 0 {
+				return 0, fmt.Errorf("pidfd fdinfo names pid %q", strings.TrimSpace(v))
+			}
+			return pid, nil
+		}
+	}
+	return 0, errors.New("pidfd fdinfo names no pid")
 }
 
 // outputPipes makes a step's stdout and stderr pipes; their read ends
@@ -539,6 +627,10 @@ type turnSpec struct {
 	host      HostFunc
 	maxCalls  int
 	continued bool // a later step: the process was already running user code
+	// cpu is a session turn's CPU time in seconds: the turn is killed when
+	// it has used a second more (as by a one-shot job's hard RLIMIT_CPU).
+	// Zero for one-shot jobs, whose own hard RLIMIT_CPU does it.
+	cpu int64
 }
 
 // pendingCall is a host call the turn is waiting on.
@@ -619,6 +711,35 @@ func (c *Child) turn(ts turnSpec, cancel <-chan struct{}) *Outcome {
 		defer t.Stop()
 		timer = t.C
 	}
+	// A session's turn is held to its CPU time from here (its hard
+	// RLIMIT_CPU is the session's whole life's): the process's CPU clock
+	// is read when the turn could have used up what is left of it on
+	// every CPU at once, and at least once a second.
+	var cpuBase, cpuMax time.Duration
+	var cpuCheck <-chan time.Time
+	var cpuTimer *time.Timer
+	armCPU := func(used time.Duration) {
+		wait := (cpuMax - used) / time.Duration(runtime.NumCPU())
+		wait = min(max(wait, 10*time.Millisecond), time.Second)
+		if cpuTimer == nil {
+			cpuTimer = time.NewTimer(wait)
+		} else {
+			cpuTimer.Reset(wait)
+		}
+		cpuCheck = cpuTimer.C
+	}
+	defer func() {
+		if cpuTimer != nil {
+			cpuTimer.Stop()
+		}
+	}()
+	cpuBaseErr := error(nil)
+	if ts.cpu > 0 {
+		cpuMax = time.Duration(ts.cpu+1) * time.Second
+		if cpuBase, cpuBaseErr = c.cpuTime(); cpuBaseErr == nil {
+			armCPU(0)
+		}
+	}
 	killed := false
 	kill := func() {
 		if !killed {
@@ -630,6 +751,11 @@ func (c *Child) turn(ts turnSpec, cancel <-chan struct{}) *Outcome {
 		if o.Violation == "" && !o.Done {
 			o.Violation = msg
 		}
+		kill()
+	}
+	if cpuBaseErr != nil {
+		// Without it the turn could not be held to its CPU time.
+		o.SetupError = "the session's CPU time cannot be read: " + cpuBaseErr.Error()
 		kill()
 	}
 
@@ -703,6 +829,12 @@ func (c *Child) turn(ts turnSpec, cancel <-chan struct{}) *Outcome {
 			case len(m.Args)+len(m.Kwargs) > MaxCall:
 				refuse(fmt.Sprintf("the arguments are %d bytes of JSON; the limit is %d", len(m.Args)+len(m.Kwargs), MaxCall))
 			default:
+				// What the job wrote goes to the host, and in `pynox pool`
+				// onto the client's stream, only if every client can read it.
+				if err := cmp.Or(checkCallJSON(m.Args), checkCallJSON(m.Kwargs)); err != nil {
+					refuse(fmt.Sprintf("the arguments to %s cannot be passed on: %v", m.Function, err))
+					break
+				}
 				ctx, cancel := context.WithCancel(context.Background())
 				pc := &pendingCall{ctx: ctx, cancel: cancel}
 				call = pc
@@ -782,7 +914,7 @@ func (c *Child) turn(ts turnSpec, cancel <-chan struct{}) *Outcome {
 		// outcome is known: the child's own report, a kill of ours, or —
 		// for a child that ended without reporting — its exit status. A
 		// reported or killed child's teardown is not waited for.
-		known := o.Done || o.SetupError != "" || o.Violation != "" || o.TimedOut || o.Canceled || (!ctlOpen && o.Status != nil)
+		known := o.Done || o.SetupError != "" || o.Violation != "" || o.TimedOut || o.CPUExceeded || o.Canceled || (!ctlOpen && o.Status != nil)
 		if known {
 			startCapture()
 			if !pipesDone && isClosed(pipes) {
@@ -823,6 +955,9 @@ func (c *Child) turn(ts turnSpec, cancel <-chan struct{}) *Outcome {
 			startCapture()
 		case <-rings:
 			readCtl()
+			if n := c.rung.Load(); n > 2*c.frames+spareRings {
+				violation(fmt.Sprintf("it rang its bell (descriptor 4) %d times but wrote %d frames on its control channel; the limit is two rings per frame and %d more", n, c.frames, spareRings))
+			}
 		case <-bellClosed:
 			bellClosed = nil
 			startPoll()
@@ -861,6 +996,21 @@ func (c *Child) turn(ts turnSpec, cancel <-chan struct{}) *Outcome {
 				o.TimedOut = true
 				kill()
 			}
+		case <-cpuCheck:
+			cpuCheck = nil
+			if o.Done || killed {
+				continue
+			}
+			now, err := c.cpuTime()
+			switch {
+			case err != nil:
+				// The process is gone: its end is on its way.
+			case now-cpuBase > cpuMax:
+				o.CPUExceeded = true
+				kill()
+			default:
+				armCPU(now - cpuBase)
+			}
 		case <-cancel:
 			cancel = nil
 			if !o.Done {
@@ -883,6 +1033,63 @@ func (c *Child) turn(ts turnSpec, cancel <-chan struct{}) *Outcome {
 	}
 	o.End = time.Now()
 	return o
+}
+
+// MaxCallDepth bounds how deeply a host call's arguments nest (arrays and
+// objects): Python's json module, in the client that answers the call,
+// fails on a line nested some thousand levels deep.
+const MaxCallDepth = 256
+
+// MaxCallNumber bounds the length of a number in a host call's arguments:
+// CPython refuses to convert an integer of more than 4,300 digits by
+// default, so its json module fails on the line that holds one.
+const MaxCallNumber = 4300
+
+// checkCallJSON checks JSON that Go has already found valid (a call's
+// arguments, written by the job) against what every client can decode:
+// valid UTF-8, at most MaxCallDepth levels, numbers of at most
+// MaxCallNumber characters. Honest calls pass: the runner encodes them
+// with Python's json module, as ASCII.
+func checkCallJSON(raw json.RawMessage) error {
+	if !utf8.Valid(raw) {
+		// Outside its strings JSON is ASCII: the bad bytes are in a string.
+		return errors.New("a string is not valid UTF-8")
+	}
+	depth, num := 0, 0
+	inString, escaped := false, false
+	for _, ch := range raw {
+		if inString {
+			switch {
+			case escaped:
+				escaped = false
+			case ch == '\\':
+				escaped = true
+			case ch == '"':
+				inString = false
+			}
+			continue
+		}
+		if ch == '-' || ch == '+' || ch == '.' || ch == 'e' || ch == 'E' || ('0' <= ch && ch <= '9') {
+			// Outside strings these bytes belong to numbers only (the
+			// literals true, false and null aside, which are short).
+			if num++; num > MaxCallNumber {
+				return fmt.Errorf("a number is longer than %d characters", MaxCallNumber)
+			}
+			continue
+		}
+		num = 0
+		switch ch {
+		case '"':
+			inString = true
+		case '[', '{':
+			if depth++; depth > MaxCallDepth {
+				return fmt.Errorf("they nest deeper than %d levels", MaxCallDepth)
+			}
+		case ']', '}':
+			depth--
+		}
+	}
+	return nil
 }
 
 // jsonIs reports whether raw is a JSON value starting with the byte b ('['
@@ -961,13 +1168,28 @@ func (c *Child) closeCtl() {
 	}
 }
 
+// bellRead is how much readBell takes from the bell at once: a job that
+// floods its bell is found out on the first read, not after thousands.
+const bellRead = 4 << 10
+
+// spareRings is how many more rings than twice its whole frames a child
+// may make before it is killed for ringing without writing frames. The
+// runner rings once per frame, and twice for a frame too large for the
+// socket's buffer (after its header, and after the rest); a ring may also
+// find its frame already read with the one before it. An honest child
+// never comes near it; a flood of its bell passes it in one read.
+const spareRings = 256
+
 // readBell turns the bell's bytes into rings, for the child's whole
-// life, and closes bellClosed at its end of file.
+// life, and closes bellClosed at its end of file. It reads in bulk and
+// counts each byte as a ring (Child.rung); the turn compares the count
+// with the frames the rings brought.
 func (c *Child) readBell() {
 	defer close(c.bellClosed)
-	buf := make([]byte, 64)
+	buf := make([]byte, bellRead)
 	for {
-		_, err := c.bell.Read(buf)
+		n, err := c.bell.Read(buf)
+		c.rung.Add(int64(n))
 		if err != nil {
 			return
 		}
@@ -1014,6 +1236,7 @@ func (c *Child) readFrames() (msgs []childMsg, partial, end bool, err error) {
 			return msgs, false, true, fmt.Errorf("malformed control frame: %v", jerr)
 		}
 		c.pending = rest
+		c.frames++
 		msgs = append(msgs, m)
 	}
 	if eof {

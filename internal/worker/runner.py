@@ -533,9 +533,7 @@ class Spare:
             if cpu > 0:
                 used = int(sum(os.times()[:2]))
                 hard = self.cpu_hard
-                soft = used + cpu
-                if hard != resource.RLIM_INFINITY and soft > hard:
-                    soft = hard
+                soft = min(used + cpu, hard)
                 try:
                     resource.setrlimit(resource.RLIMIT_CPU, (soft, hard))
                 except (OSError, ValueError):
@@ -681,10 +679,12 @@ class Spare:
         resource.setrlimit(resource.RLIMIT_AS, (vm, vm))
         resource.setrlimit(resource.RLIMIT_FSIZE, (lim["fsize"], lim["fsize"]))
         if job.get("session"):
-            # A session's backstop is renewed per step (soft limit only:
-            # the hard one could never be raised again).
-            self.cpu_hard = resource.getrlimit(resource.RLIMIT_CPU)[1]
-            resource.setrlimit(resource.RLIMIT_CPU, (lim["cpu"], self.cpu_hard))
+            # A session's soft limit is renewed per step; its hard limit is
+            # the CPU time of its whole life, as the session's code could
+            # raise its soft limit (and ignore SIGXCPU) up to it. The pool
+            # holds each step to its own allowance from outside.
+            self.cpu_hard = lim["session_cpu"]
+            resource.setrlimit(resource.RLIMIT_CPU, (min(lim["cpu"], self.cpu_hard), self.cpu_hard))
         else:
             resource.setrlimit(resource.RLIMIT_CPU, (lim["cpu"], lim["cpu"] + 1))
         # 4. Landlock: add the request's grants and enforce.

@@ -1,0 +1,197 @@
+package pynox
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os/exec"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/pynox/pynox/internal/worker"
+)
+
+// Adversarial probes of the job's side of the control protocol as the
+// worker reads it: forged host calls whose arguments no client could read,
+// a flood of the bell, and a session's CPU-time limit.
+
+// forgeCall is Python defining call(payload): it writes payload (bytes, a
+// whole "call" frame's JSON) on the control channel, rings the bell, and
+// prints the host's reply frame.
+const forgeCall = "import os, struct\n" +
+	"def read(n):\n" +
+	"    b = b''\n" +
+	"    while len(b) < n:\n" +
+	"        c = os.read(3, n - len(b))\n" +
+	"        if not c:\n" +
+	"            raise SystemExit('channel closed')\n" +
+	"        b += c\n" +
+	"    return b\n" +
+	"def call(payload):\n" +
+	"    os.write(3, struct.pack('<I', len(payload)) + payload)\n" +
+	"    os.write(4, b'!')\n" +
+	"    n = struct.unpack('<I', read(4))[0]\n" +
+	"    print(read(n).decode())\n"
+
+// badCallArgs are forged call frames (Python bytes expressions) whose
+// arguments Go's JSON decoder accepts but Python's json module does not.
+var badCallArgs = []struct{ name, frame string }{
+	{"invalid UTF-8 in args", `b'{"t":"call","step":1,"function":"f","args":["\xff\xfe"],"kwargs":{}}'`},
+	{"invalid UTF-8 in kwargs", `b'{"t":"call","step":1,"function":"f","args":[],"kwargs":{"k":"a\xc3"}}'`},
+	{"5,000-deep args", `b'{"t":"call","step":1,"function":"f","args":' + b'[' * 5000 + b']' * 5000 + b',"kwargs":{}}'`},
+	{"5,000-deep kwargs", `b'{"t":"call","step":1,"function":"f","args":[],"kwargs":{"k":' + b'{"k":' * 4999 + b'1' + b'}' * 4999 + b'}}'`},
+	{"5,000-digit integer", `b'{"t":"call","step":1,"function":"f","args":[' + b'7' * 5000 + b'],"kwargs":{}}'`},
+	{"5,000-digit kwarg", `b'{"t":"call","step":1,"function":"f","args":[],"kwargs":{"n":-' + b'7' * 5000 + b'}}'`},
+}
+
+// TestHostileCallArguments forges host calls whose arguments are valid
+// JSON to Go but not to every client, and checks that the call is refused
+// in the job, before any host function sees it.
+func TestHostileCallArguments(t *testing.T) {
+	p := newTestPool(t, Config{Workers: 1})
+	var called atomic.Int64
+	host := func(ctx context.Context, c *Call) (any, error) {
+		called.Add(1)
+		return "reached the host", nil
+	}
+	for _, tc := range badCallArgs {
+		t.Run(tc.name, func(t *testing.T) {
+			r := run(t, p, Job{Functions: []string{"f"}, Host: host, Timeout: Duration(10 * time.Second),
+				Code: forgeCall + "call(" + tc.frame + ")\nprint('still running')"})
+			requireOK(t, r)
+			require.Contains(t, r.Stdout, `"error":"the arguments to f cannot be passed on: `)
+			require.Contains(t, r.Stdout, "still running")
+			require.Zero(t, called.Load(), "the host function was called")
+		})
+	}
+	// Honest calls near the limits still reach the host.
+	r := run(t, p, Job{Functions: []string{"f"}, Host: host, Code: "import sys\nfrom pynox_host import f\n" +
+		"deep = []\nfor _ in range(254):\n    deep = [deep]\n" +
+		"print(f('naïve \\U0001f40d', deep, n=int('9' * 4299), x=-1.5e300))"})
+	requireOK(t, r)
+	require.Equal(t, "reached the host\n", r.Stdout)
+	require.EqualValues(t, 1, called.Load())
+	advServes(t, p)
+}
+
+// TestHostileCallArgumentsOnTheStream forges the same calls under `pynox
+// pool`'s protocol: every line the pool writes must be one Python's json
+// module reads (the reference client's reader dies on the first that is
+// not, and every request then hangs).
+func TestHostileCallArgumentsOnTheStream(t *testing.T) {
+	py, err := exec.LookPath("/usr/bin/python3")
+	if err != nil {
+		t.Skip("no /usr/bin/python3 to read the stream with")
+	}
+	p := newTestPool(t, Config{Workers: 1})
+	var in strings.Builder
+	for i, tc := range badCallArgs {
+		req, err := json.Marshal(map[string]any{"id": fmt.Sprintf("forger-%d", i), "functions": []string{"f"}, "timeout": "5s",
+			"code": forgeCall + "call(" + tc.frame + ")"})
+		require.NoError(t, err)
+		in.Write(req)
+		in.WriteString("\n")
+	}
+	in.WriteString(`{"id": "after", "code": "print('after')"}` + "\n")
+	var out bytes.Buffer
+	require.NoError(t, p.Serve(context.Background(), strings.NewReader(in.String()), &out))
+
+	check := exec.Command(py, "-c", "import json, sys\n"+
+		"for line in sys.stdin.buffer:\n"+
+		"    try:\n"+
+		"        m = json.loads(line)\n"+
+		"    except Exception as e:\n"+
+		"        print('UNREADABLE %s: %r' % (type(e).__name__, line[:120]))\n"+
+		"        continue\n"+
+		"    print(m.get('event') or m.get('id'), m.get('error') and m['error']['type'], (m.get('stdout') or '').strip())\n")
+	check.Stdin = bytes.NewReader(out.Bytes())
+	got, err := check.CombinedOutput()
+	require.NoError(t, err, string(got))
+	lines := strings.Split(strings.TrimSpace(string(got)), "\n")
+	require.Len(t, lines, len(badCallArgs)+2, "%s", got)
+	require.Equal(t, "ready None ", lines[0])
+	for _, l := range lines[1:] {
+		require.NotContains(t, l, "UNREADABLE")
+		require.NotContains(t, l, "call ", "a forged call reached the client: %s", l)
+		if strings.HasPrefix(l, "forger-") {
+			require.Contains(t, l, `"error":"the arguments to f cannot be passed on: `)
+		}
+	}
+	require.Contains(t, lines, "after None after")
+}
+
+// TestHostileBellFlood floods the bell (descriptor 4) with no frames on
+// the control channel: the job is ended as a protocol break at once, not
+// after its timeout, and the pool serves on.
+func TestHostileBellFlood(t *testing.T) {
+	p := newTestPool(t, Config{Workers: 1})
+	r := run(t, p, Job{Timeout: Duration(20 * time.Second), Code: "import os, time\n" +
+		"block = b'!' * 65536\n" +
+		"end = time.monotonic() + 5\n" +
+		"while time.monotonic() < end:\n" +
+		"    os.write(4, block)\n" +
+		"print('flooded for 5 s')"})
+	requireErrorType(t, r, "PoolWorkerError")
+	require.Contains(t, r.Error.Message, "rang its bell")
+	require.NotContains(t, r.Stdout, "flooded")
+	advServes(t, p)
+}
+
+// TestBellHonestPatterns runs what rings the bell legitimately and often:
+// hundreds of host calls, and calls too large for the socket's buffer,
+// whose header rings before the rest is written, in a job and across a
+// session's steps.
+func TestBellHonestPatterns(t *testing.T) {
+	p := newTestPool(t, Config{Workers: 1})
+	host := func(ctx context.Context, c *Call) (any, error) { return len(c.Args), nil }
+	code := "from pynox_host import f\n" +
+		"n = sum(1 for i in range(900) if f(i) > 0)\n" +
+		"big = sum(f('x' * 300000) for _ in range(20))\n" +
+		"print(n, big)"
+	r := run(t, p, Job{Functions: []string{"f"}, Host: host, Code: code})
+	requireOK(t, r)
+	require.Equal(t, "900 6000080\n", r.Stdout)
+
+	co := checkout(t, p, Job{Functions: []string{"f"}, Host: host})
+	for i := 0; i < 5; i++ {
+		r := feed(t, co, code)
+		requireOK(t, r)
+		require.Equal(t, "900 6000080\n", r.Stdout)
+	}
+}
+
+// TestHostileSessionCPULimit checks that a session's code cannot lift its
+// CPU-time limit, at its first step or a later one: the hard limit is
+// finite (the session's whole life's CPU time) and stays so. That each
+// step is held to its own allowance below it is
+// internal/worker.TestSessionStepCPULimit.
+func TestHostileSessionCPULimit(t *testing.T) {
+	p := newTestPool(t, Config{Workers: 1})
+	co := checkout(t, p, Job{Timeout: Duration(5 * time.Second)})
+	probe := "import resource\n" +
+		"soft, hard = resource.getrlimit(resource.RLIMIT_CPU)\n" +
+		"print('hard', hard)\n" +
+		"for lim in ((resource.RLIM_INFINITY, resource.RLIM_INFINITY), (hard + 100, hard + 100)):\n" +
+		"    try:\n" +
+		"        resource.setrlimit(resource.RLIMIT_CPU, lim)\n" +
+		"    except ValueError:\n" +
+		"        print('refused')\n" +
+		"    else:\n" +
+		"        print('RAISED')\n" +
+		"import ctypes\n" +
+		"libc = ctypes.CDLL(None, use_errno=True)\n" +
+		"class R(ctypes.Structure):\n" +
+		"    _fields_ = [('cur', ctypes.c_ulong), ('max', ctypes.c_ulong)]\n" +
+		"new = R(2**64 - 1, 2**64 - 1)\n" +
+		"print('prlimit', libc.prlimit(0, resource.RLIMIT_CPU, ctypes.byref(new), None), ctypes.get_errno())\n"
+	for step := 1; step <= 3; step++ {
+		r := feed(t, co, probe+"x = 0\nfor i in range(3000000):\n    x += i\n")
+		requireOK(t, r)
+		require.Equal(t, fmt.Sprintf("hard %d\nrefused\nrefused\nprlimit -1 1\n", worker.SessionCPU), r.Stdout, "step %d", step)
+	}
+}
