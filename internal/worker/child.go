@@ -25,8 +25,11 @@ type ExitStatus struct {
 
 // Child is one forked, pre-confined spare; it runs at most one job.
 type Child struct {
-	Pid int
-	tpl *Template
+	// Pid is the child's process id in the caller's PID namespace, or 0
+	// when the host could not learn it (the child was already reaped).
+	Pid   int
+	nsPid int // its pid as its template knows it: the key of exit reports
+	tpl   *Template
 	// The control socket is a raw descriptor that Go reads only when the
 	// child rings its bell (a pipe, registered with the poller), closes it,
 	// or the host polls it as a fallback: the "started" frame then wakes
@@ -69,8 +72,9 @@ type Child struct {
 }
 
 // newChild takes the spare's descriptors as the template sent them:
-// control socket, stdout and stderr read ends, pidfd, bell read end.
-func newChild(t *Template, pid, kind int, fds []int) (*Child, error) {
+// control socket, stdout and stderr read ends, pidfd, bell read end. nsPid
+// is the pid the template reported, in its own namespace.
+func newChild(t *Template, nsPid, kind int, fds []int) (*Child, error) {
 	for _, fd := range fds {
 		unix.CloseOnExec(fd)
 	}
@@ -85,8 +89,15 @@ func newChild(t *Template, pid, kind int, fds []int) (*Child, error) {
 		closeAll(fds)
 		return nil, fmt.Errorf("child channels: %w", err)
 	}
+	pid := nsPid
+	if t.info.PIDNamespace {
+		// The template's pids are its namespace's; the pidfd names the
+		// process in ours.
+		pid, _ = PidOfPidfd(fds[3])
+	}
 	return &Child{
 		Pid:        pid,
+		nsPid:      nsPid,
 		tpl:        t,
 		ctlFd:      fds[0],
 		bell:       os.NewFile(uintptr(fds[4]), "job-bell"),

@@ -202,7 +202,7 @@ class Template:
         try:
             self.send({"t": "fatal", "msg": msg})
         finally:
-            os._exit(2)
+            self.shutdown(2)
 
     @staticmethod
     def hygiene():
@@ -377,14 +377,56 @@ class Template:
                     else:
                         rep = b'{"t":"exit","pid":%d,"code":%d}' % (pid, os.WEXITSTATUS(status))
                     self.sock.sendall(_frame(rep))
+            self.reap_orphans()
 
-    def shutdown(self):
-        for pid in self.children.values():
+    def reap_orphans(self):
+        """Reaps exited children that are not spares of ours. As PID 1 of
+        its own PID namespace the template inherits every orphan in it; no
+        spare can fork, so there should be none, but a zombie must never
+        pile up. Spares are left to their pidfds (their status is
+        reported), so the first zombie is only looked at (WNOWAIT) and the
+        search stops at one of ours: its pidfd is readable, and the next
+        pass, right after it is reaped, goes on."""
+        ours = None
+        while True:
+            try:
+                info = os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+            except ChildProcessError:
+                return
+            if info is None or info.si_pid == 0:
+                return
+            if ours is None:
+                ours = set(self.children.values())
+            if info.si_pid in ours:
+                return
+            try:
+                os.waitpid(info.si_pid, os.WNOHANG)
+            except ChildProcessError:
+                return
+
+    def shutdown(self, code=0):
+        """Kills every child and waits for each before exiting, so that none
+        is left a zombie for whoever inherits it. (As PID 1 of its own
+        namespace, its exit then makes the kernel kill and reap anything
+        else in the namespace.)"""
+        pids = list(self.children.values())
+        for pid in pids:
             try:
                 os.kill(pid, signal.SIGKILL)
             except OSError:
                 pass
-        os._exit(0)
+        for pid in pids:
+            try:
+                os.waitpid(pid, 0)
+            except ChildProcessError:
+                pass
+        while True:
+            try:
+                if os.waitpid(-1, os.WNOHANG)[0] == 0:
+                    break
+            except ChildProcessError:
+                break
+        os._exit(code)
 
     def fork_spare(self, kind):
         a, b = _socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)  # no socket.socket objects
