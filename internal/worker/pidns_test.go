@@ -1,10 +1,12 @@
 package worker
 
 import (
+	"encoding/hex"
 	"os"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
@@ -58,4 +60,57 @@ func TestPidOfPidfd(t *testing.T) {
 	require.Equal(t, os.Getpid(), pid)
 	_, err = PidOfPidfd(0) // not a pidfd
 	require.Error(t, err)
+}
+
+// procState returns a process's state letter and parent pid ("" when it
+// is gone).
+func procState(pid int) (string, int) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return "", 0
+	}
+	f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
+	ppid, _ := strconv.Atoi(f[1])
+	return f[0], ppid
+}
+
+// TestTemplateReapsOrphans lets a job fork (its seccomp job layer replaced
+// by one that allows everything) so that its child is orphaned: as PID 1
+// of its namespace the template inherits it, and reaps it once it exits,
+// at its next event.
+func TestTemplateReapsOrphans(t *testing.T) {
+	// One instruction: return SECCOMP_RET_ALLOW.
+	testPolicyHook = func(policy map[string]any) {
+		policy["seccomp"].(map[string]string)["deny"] = hex.EncodeToString([]byte{0x06, 0, 0, 0, 0, 0, 0xff, 0x7f})
+	}
+	defer func() { testPolicyHook = nil }()
+	tpl := startTestTemplate(t, false)
+	if !tpl.Info().PIDNamespace {
+		t.Skipf("this kernel or user may not create PID namespaces: %v", pidns.refused)
+	}
+	out := runTestJob(t, tpl, Job{Code: `import os, time
+r, w = os.pipe()
+if os.fork() == 0:
+    for fd in (1, 2, 3, 4, r):
+        os.close(fd)
+    os.write(w, os.readlink('/proc/self').encode())
+    os.close(w)
+    time.sleep(0.3)
+    os._exit(0)
+os.close(w)
+print(os.read(r, 64).decode())
+`})
+	require.True(t, out.Done, "setup error %q, stderr %s", out.SetupError, out.Stderr)
+	orphan, err := strconv.Atoi(strings.TrimSpace(string(out.Stdout)))
+	require.NoError(t, err, "stdout %q", out.Stdout)
+	// Its parent gone, it exits and waits as a zombie of the template.
+	require.Eventually(t, func() bool { s, _ := procState(orphan); return s == "Z" || s == "" }, 10*time.Second, 10*time.Millisecond)
+	_, ppid := procState(orphan)
+	require.Equal(t, tpl.Pid(), ppid, "the orphan's reaper is its namespace's PID 1, the template")
+	// The template's next event (a fork) reaps it.
+	c, err := tpl.Take(false, nil)
+	require.NoError(t, err)
+	c.Close()
+	require.Eventually(t, func() bool { s, _ := procState(orphan); return s == "" }, 10*time.Second, 10*time.Millisecond,
+		"the template left its orphan a zombie")
 }
