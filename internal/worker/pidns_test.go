@@ -41,12 +41,12 @@ func TestTemplatePIDNamespace(t *testing.T) {
 	c, err := tpl.Take(false, nil)
 	require.NoError(t, err)
 	defer c.Close()
-	require.NotEqual(t, c.nsPid, c.Pid)
-	require.Equal(t, strconv.Itoa(c.Pid)+"\t"+strconv.Itoa(c.nsPid), statusField(t, c.Pid, "NSpid"))
-	require.Equal(t, strconv.Itoa(tpl.Pid()), statusField(t, c.Pid, "PPid"))
+	require.NotEqual(t, c.nsPid, c.Pid())
+	require.Equal(t, strconv.Itoa(c.Pid())+"\t"+strconv.Itoa(c.nsPid), statusField(t, c.Pid(), "NSpid"))
+	require.Equal(t, strconv.Itoa(tpl.Pid()), statusField(t, c.Pid(), "PPid"))
 	got, err := PidOfPidfd(c.pidfd)
 	require.NoError(t, err)
-	require.Equal(t, c.Pid, got)
+	require.Equal(t, c.Pid(), got)
 }
 
 func TestPidOfPidfd(t *testing.T) {

@@ -8,7 +8,10 @@
 # Template: imports the operator's preloads, proves it holds no extra
 # threads or descriptors, gives up its capabilities, sets no_new_privs,
 # attaches the seccomp template layer, then forks "spare" children on
-# request and reports their exits. It never runs user code.
+# request and reports their exits. It never runs user code. Where the
+# kernel allows it, it is PID 1 of a PID namespace of its own: its pids are
+# that namespace's, it reaps any orphan the namespace hands it, and its
+# death kills every process in it.
 #
 # Spare: a forked child that does every request-independent confinement
 # step ahead of time (descriptors, session, parent-death signal, the
@@ -391,7 +394,7 @@ class Template:
         while True:
             try:
                 info = os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)
-            except ChildProcessError:
+            except OSError:  # ECHILD: no child at all
                 return
             if info is None or info.si_pid == 0:
                 return
@@ -401,7 +404,7 @@ class Template:
                 return
             try:
                 os.waitpid(info.si_pid, os.WNOHANG)
-            except ChildProcessError:
+            except OSError:
                 return
 
     def shutdown(self, code=0):
@@ -418,13 +421,13 @@ class Template:
         for pid in pids:
             try:
                 os.waitpid(pid, 0)
-            except ChildProcessError:
+            except OSError:
                 pass
         while True:
             try:
                 if os.waitpid(-1, os.WNOHANG)[0] == 0:
                     break
-            except ChildProcessError:
+            except OSError:
                 break
         os._exit(code)
 

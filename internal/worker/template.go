@@ -7,6 +7,11 @@
 // channels (control socket, stdout and stderr pipes, pidfd) to Go over its
 // socket with SCM_RIGHTS and keeps none of them, so a job never holds the
 // template's channel. The template reports each child's exit status.
+//
+// Each template is PID 1 of a PID namespace of its own where the kernel
+// allows it (see PIDNamespaceAuto): its pids, in its frames, are that
+// namespace's, and the host knows the template by cmd.Process.Pid and each
+// child by its pidfd (PidOfPidfd).
 package worker
 
 import (
@@ -660,7 +665,8 @@ func closeAll(fds []int) {
 }
 
 // fail marks the template dead, kills it, and wakes everyone waiting on
-// it. Its children die with it (parent-death signal).
+// it. Its children die with it (with its PID namespace, or by their
+// parent-death signal).
 func (t *Template) fail(err error) {
 	t.mu.Lock()
 	if t.dead {
@@ -690,7 +696,9 @@ func (t *Template) fail(err error) {
 func (t *Template) kill() {
 	if t.cmd != nil && t.cmd.Process != nil {
 		// The template runs in its own process group; its children are in
-		// sessions of their own and die by their parent-death signal.
+		// sessions of their own and die with its PID namespace (or by
+		// their parent-death signal). SIGKILL reaches a namespace's PID 1
+		// from outside it.
 		_ = unix.Kill(-t.cmd.Process.Pid, unix.SIGKILL)
 		_ = t.cmd.Process.Kill()
 	}
@@ -698,7 +706,8 @@ func (t *Template) kill() {
 }
 
 // Close stops the template: closing its channel makes it kill its
-// children and exit; a template that does not within a second is killed.
+// children, wait for them and exit; a template that does not within a
+// second is killed. Close returns once the template has been reaped.
 func (t *Template) Close() error {
 	t.conn.CloseWrite()
 	select {
