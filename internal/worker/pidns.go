@@ -24,7 +24,11 @@ var pidns struct {
 	refused error // why not, when !ok
 }
 
-// pidnsAttr returns the clone flags and id maps of a template's PID
+// testPIDNSHook, set only by this package's tests, may spoil the
+// attributes of a start in a PID namespace (to prove the fallback).
+var testPIDNSHook func(attr *syscall.SysProcAttr)
+
+// pidnsAttr sets the clone flags and id maps of a template's PID
 // namespace: a plain CLONE_NEWPID as root; otherwise a user namespace
 // (which an unprivileged process may create) owning the PID namespace,
 // with the caller's uid and gid mapped to themselves and setgroups
@@ -63,6 +67,9 @@ func startProcess(opts Options, channel *os.File, stderr io.Writer) (cmd *exec.C
 		c.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
 		if ns {
 			pidnsAttr(c.SysProcAttr)
+			if testPIDNSHook != nil {
+				testPIDNSHook(c.SysProcAttr)
+			}
 		}
 		return c
 	}

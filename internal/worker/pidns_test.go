@@ -3,8 +3,10 @@ package worker
 import (
 	"encoding/hex"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -113,4 +115,39 @@ print(os.read(r, 64).decode())
 	c.Close()
 	require.Eventually(t, func() bool { s, _ := procState(orphan); return s == "" }, 10*time.Second, 10*time.Millisecond,
 		"the template left its orphan a zombie")
+}
+
+// TestPIDNamespaceFallback makes the kernel refuse the namespace (an id
+// map it cannot write) and checks that "auto" falls back to an ordinary
+// child, remembers it, and that "require" then refuses to start.
+func TestPIDNamespaceFallback(t *testing.T) {
+	startTestTemplate(t, false) // skips without Landlock or python3
+	reset := func() {
+		pidns.mu.Lock()
+		pidns.known, pidns.ok, pidns.refused = false, false, nil
+		pidns.mu.Unlock()
+	}
+	reset()
+	t.Cleanup(func() { testPIDNSHook = nil; reset() })
+	tries := 0
+	testPIDNSHook = func(attr *syscall.SysProcAttr) {
+		tries++
+		attr.Cloneflags |= syscall.CLONE_NEWUSER
+		attr.UidMappings = []syscall.SysProcIDMap{{ContainerID: 0, HostID: 0, Size: 0}} // EINVAL
+	}
+	tpl := startTestTemplate(t, false)
+	require.False(t, tpl.Info().PIDNamespace)
+	require.Equal(t, 1, tries)
+	out := runTestJob(t, tpl, Job{Code: "import os\nprint(os.getpid() == int(os.readlink('/proc/self')))"})
+	require.True(t, out.Done, "setup error %q", out.SetupError)
+	require.Equal(t, "True\n", string(out.Stdout))
+	// Remembered: the next start does not try again.
+	require.False(t, startTestTemplate(t, false).Info().PIDNamespace)
+	require.Equal(t, 1, tries)
+	py, err := filepath.EvalSymlinks("/usr/bin/python3")
+	require.NoError(t, err)
+	_, err = Start(Options{Python: py, Dir: t.TempDir(), Env: []string{"PATH=/usr/bin:/bin"}, PIDNamespace: PIDNamespaceRequire})
+	require.ErrorContains(t, err, "pid namespace required but unavailable")
+	_, err = Start(Options{Python: py, Dir: t.TempDir(), PIDNamespace: "sometimes"})
+	require.ErrorContains(t, err, `pid namespace mode "sometimes"`)
 }
