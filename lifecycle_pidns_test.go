@@ -3,6 +3,7 @@ package pynox
 import (
 	"context"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -53,6 +54,17 @@ func TestPIDNamespaceConfig(t *testing.T) {
 		p := newTestPool(t, Config{Workers: 1, PIDNamespace: "require"})
 		require.True(t, p.PIDNamespace())
 	}
+
+	dir := t.TempDir()
+	good := filepath.Join(dir, "good.toml")
+	require.NoError(t, os.WriteFile(good, []byte("[pool]\npid_namespace = \"require\"\n"), 0o644))
+	f, err := LoadConfig(good)
+	require.NoError(t, err)
+	require.Equal(t, "require", f.Config.PIDNamespace)
+	bad := filepath.Join(dir, "bad.toml")
+	require.NoError(t, os.WriteFile(bad, []byte("[pool]\npid_namespace = \"maybe\"\n"), 0o644))
+	_, err = LoadConfig(bad)
+	require.ErrorContains(t, err, `[pool] pid_namespace must be "auto", "require" or "off", got "maybe"`)
 }
 
 // becomeSubreaper makes the test process a child subreaper for the rest of
