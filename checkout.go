@@ -221,7 +221,7 @@ func (c *Checkout) Pid() int {
 	if c.child == nil {
 		return 0
 	}
-	return c.child.Pid
+	return c.child.Pid()
 }
 
 // Feed runs one step in the session and returns how its turn ended: a

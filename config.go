@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+
+	"github.com/pynox/pynox/internal/worker"
 )
 
 // Default limits: without a configured ceiling these are both the defaults
@@ -57,6 +59,12 @@ type Config struct {
 	// warnings. Nil means no logging. [NewLogHandler] renders the records
 	// as the pool protocol's JSON log lines.
 	Logger *slog.Logger
+	// PIDNamespace says whether each template runs as PID 1 of a PID
+	// namespace of its own, so that no process of a job or session can
+	// outlive its template (see the package docs, "Process lifetime"):
+	// "auto" (or empty) uses one where the kernel allows it, "require"
+	// makes New fail without one, "off" never uses one.
+	PIDNamespace string
 	// Source is the configuration file this Config was loaded from (see
 	// [LoadConfig]), reported in the ready event. Empty means none. New
 	// refuses a source file that lies beneath the write ceiling.
@@ -159,6 +167,14 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if l.MaxFileSize == 0 {
 		l.MaxFileSize = DefaultMaxFileSize
+	}
+	switch c.PIDNamespace {
+	case "":
+		c.PIDNamespace = worker.PIDNamespaceAuto
+	case worker.PIDNamespaceAuto, worker.PIDNamespaceRequire, worker.PIDNamespaceOff:
+	default:
+		return c, fmt.Errorf("pid_namespace must be %q, %q or %q, got %q",
+			worker.PIDNamespaceAuto, worker.PIDNamespaceRequire, worker.PIDNamespaceOff, c.PIDNamespace)
 	}
 	if c.MaxSessions < 0 || c.SessionIdle < 0 {
 		return c, fmt.Errorf("max_sessions and session_idle must not be negative")

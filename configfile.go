@@ -35,6 +35,7 @@ type fileSchema struct {
 		PackageDirs []string    `toml:"package_dirs"`
 		MaxSessions *int        `toml:"max_sessions"`
 		SessionIdle *Duration   `toml:"session_idle"`
+		PIDNS       *string     `toml:"pid_namespace"`
 		Log         *string     `toml:"log"`
 		Python      *string     `toml:"python"`
 		Limits      limitSchema `toml:"limits"`
@@ -122,6 +123,14 @@ func LoadConfig(path string) (*File, error) {
 	}
 	if s.Pool.SessionIdle != nil {
 		c.SessionIdle = time.Duration(*s.Pool.SessionIdle)
+	}
+	if s.Pool.PIDNS != nil {
+		switch *s.Pool.PIDNS {
+		case "auto", "require", "off":
+			c.PIDNamespace = *s.Pool.PIDNS
+		default:
+			return nil, fmt.Errorf("config %s: [pool] pid_namespace must be \"auto\", \"require\" or \"off\", got %q", real, *s.Pool.PIDNS)
+		}
 	}
 	if s.Pool.Python != nil {
 		c.Python = *s.Pool.Python

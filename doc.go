@@ -47,8 +47,52 @@
 // enforced from Go with a pidfd, which cannot hit a reused pid. A job that
 // reported "done" is killed at once: nothing it does afterwards can matter.
 // A template that dies is replaced at once, before its worker serves
-// again; its children die with it (parent-death signal), and it dies with
-// the pool (parent-death signal, and end of file on its channel).
+// again; its children die with it, and it dies with the pool (see Process
+// lifetime).
+//
+// # Process lifetime
+//
+// Each template runs as PID 1 of a PID namespace of its own
+// (Config.PIDNamespace "auto", the default; [Pool.PIDNamespace] and the
+// ready event's "pid_namespace" say whether it does). The template dies
+// with the pool (parent-death signal SIGKILL, and end of file on its
+// channel), and when a namespace's PID 1 dies the kernel kills every
+// process in the namespace and reaps it: a job or session process cannot
+// outlive its template, hence the pool, whatever it does — clearing its
+// own parent-death signal (prctl(PR_SET_PDEATHSIG, 0)) included. As root
+// the namespace is a plain CLONE_NEWPID. Otherwise it belongs to a new
+// user namespace that maps the caller's uid and gid to themselves (setgroups
+// denied), so that ids and file ownership are unchanged; the capabilities
+// the template holds in it are dropped, bounding set included, before it
+// forks anything, as root's are, so a job gains nothing from it (and
+// seccomp denies jobs unshare, setns and process creation anyway). Where
+// the kernel refuses both (user namespaces disabled, an old kernel), "auto"
+// falls back to ordinary children, which die with their template only by
+// their parent-death signal; "require" makes [New] fail instead; "off"
+// never uses namespaces. Inside its namespace a job sees its own pid
+// and the template's (1), but not the pool nor any other template's
+// processes; [Checkout.Pid] and [Pool.TemplatePIDs] are pids in the pool's
+// namespace (the host learns a child's from its pidfd). Signals from the
+// pool still reach the template: it only sends SIGKILL (and tests
+// SIGSTOP), which the kernel delivers to a namespace's PID 1 from outside
+// it; from inside, a PID 1 receives only signals it handles.
+//
+// Every process is reaped by its parent: Go waits for each template; a
+// template reaps each child it forked (reporting its exit status), reaps
+// any orphan its namespace hands it (none can arise: jobs cannot fork) at
+// its next fork or exit report, and when it is closed kills its
+// children and waits for each before it exits. So a Go program that is
+// PID 1 of a container, or a subreaper, collects no zombie from pynox.
+// Without PID namespaces one case remains: the spares of a template that
+// was killed (by someone else, or by the pool for breaking its protocol)
+// die by their parent-death signal and are orphaned to the nearest
+// subreaper or PID 1; the library does not reap them, as a library must
+// not wait for children it did not start. `pynox pool` does: it makes
+// itself a child subreaper and reaps exited children in another session
+// than its own. Every process it starts itself (the templates) shares its
+// session, while a spare starts a session of its own right after its
+// fork, so this never takes a status os/exec waits for (a spare orphaned
+// in the instant before its setsid is left unreaped).
 //
 // # Confinement
 //

@@ -189,7 +189,9 @@ func TestHostileSessionsIsolated(t *testing.T) {
 	p := newTestPool(t, Config{Workers: 1})
 	a := checkout(t, p, Job{})
 	b := checkout(t, p, Job{})
-	rb := feed(t, b, "import os\nvictim = 'alive'\nprint(os.getpid())")
+	// B's pid as the pool knows it (in a PID namespace of its own, os.getpid()
+	// is B's pid there).
+	rb := feed(t, b, "import os\nvictim = 'alive'\nprint(os.readlink('/proc/self'))")
 	requireOK(t, rb)
 	pidB, err := strconv.Atoi(strings.TrimSpace(rb.Stdout))
 	require.NoError(t, err)
@@ -206,7 +208,8 @@ for name, f in [("kill", lambda: os.kill(%d, signal.SIGKILL)),
         R[name] = _errno.errorcode[e.errno]
 `, pidB, pidB, pidB, pidB)))
 	advExpect(t, advProbes(t, ra), map[string][]string{
-		"kill": {"EPERM"}, "environ": {"EACCES"}, "mem": {"EACCES"}, "fd": {"EACCES"},
+		// ESRCH: B is not even visible from A's PID namespace.
+		"kill": {"EPERM", "ESRCH"}, "environ": {"EACCES"}, "mem": {"EACCES"}, "fd": {"EACCES"},
 	})
 	r := feed(t, b, "print(victim)")
 	requireOK(t, r)

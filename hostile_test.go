@@ -1105,7 +1105,7 @@ func TestHostileSignals(t *testing.T) {
 	victimDone := make(chan *Result, 1)
 	go func() {
 		victimDone <- run(t, p, Job{ID: "victim", Code: `import os, time
-open('shared/victim.pid', 'w').write(str(os.getpid()))
+open('shared/victim.pid', 'w').write(os.readlink('/proc/self'))
 deadline = time.time() + 60
 while not os.path.exists('shared/stop') and time.time() < deadline:
     time.sleep(0.02)
@@ -1154,10 +1154,12 @@ attempt("control kill self 0", lambda: os.kill(os.getpid(), 0))
 `)
 		requireOK(t, r)
 		advExpect(t, advProbes(t, r), map[string][]string{
-			"kill pool 0":         {"EPERM"},
+			// ESRCH: with templates in PID namespaces of their own, the
+			// pool and the other template's job are not even visible.
+			"kill pool 0":         {"EPERM", "ESRCH"},
 			"kill template 0":     {"EPERM"},
-			"kill victim 0":       {"EPERM"},
-			"kill pool SIGCONT":   {"EPERM"},
+			"kill victim 0":       {"EPERM", "ESRCH"},
+			"kill pool SIGCONT":   {"EPERM", "ESRCH"},
 			"control kill self 0": {"ok"},
 		})
 		survivors(t)
@@ -1185,14 +1187,16 @@ sc("rt_tgsigqueueinfo pool", 297, pool, pool, 9, info)
 `, func(t *testing.T, r *Result) {
 		requireOK(t, r)
 		advExpect(t, advProbes(t, r), map[string][]string{
-			"kill pool SIGKILL":        {"EPERM"},
+			// ESRCH: in a PID namespace of its own the job cannot see
+			// the pool nor the other job, and killpg(1) is kill(-1).
+			"kill pool SIGKILL":        {"EPERM", "ESRCH"},
 			"kill template SIGKILL":    {"EPERM"},
-			"kill victim SIGKILL":      {"EPERM"},
-			"killpg template group":    {"EPERM"},
-			"killpg pool group":        {"EPERM"},
-			"killpg victim group":      {"EPERM"},
+			"kill victim SIGKILL":      {"EPERM", "ESRCH"},
+			"killpg template group":    {"EPERM", "ESRCH"},
+			"killpg pool group":        {"EPERM", "ESRCH"},
+			"killpg victim group":      {"EPERM", "ESRCH"},
 			"tgkill template":          {"EPERM"},
-			"tkill victim":             {"EPERM"},
+			"tkill victim":             {"EPERM", "ESRCH"},
 			"rt_sigqueueinfo template": {"EPERM"},
 			"rt_tgsigqueueinfo pool":   {"EPERM"},
 		})
@@ -1252,8 +1256,8 @@ for name, target, sig in (("template SIGIO", tpl, 0), ("template group SIGIO", -
 			"F_SETOWN template SIGIO":       {"ok", "EPERM"},
 			"F_SETOWN template group SIGIO": {"ok", "EPERM"},
 			"F_SETOWN template SIGKILL":     {"ok", "EPERM"},
-			"F_SETOWN victim SIGKILL":       {"ok", "EPERM"},
-			"F_SETOWN pool SIGKILL":         {"ok", "EPERM"},
+			"F_SETOWN victim SIGKILL":       {"ok", "EPERM", "ESRCH"},
+			"F_SETOWN pool SIGKILL":         {"ok", "EPERM", "ESRCH"},
 		})
 	})
 
@@ -1275,7 +1279,7 @@ func TestHostileCrossJob(t *testing.T) {
 		go func() {
 			aDone <- run(t, p, Job{ID: "A", Env: map[string]string{"A_SECRET": secret}, AllowWrite: []string{"shared"}, Code: `import os, time
 token = os.environ["A_SECRET"] * 3  # also on A's heap
-open("shared/a.pid", "w").write(str(os.getpid()))
+open("shared/a.pid", "w").write(os.readlink("/proc/self"))
 deadline = time.time() + 60
 while not os.path.exists("shared/stop") and time.time() < deadline:
     time.sleep(0.02)
@@ -1324,7 +1328,7 @@ sc("process_vm_readv", 310, a, ctypes.byref(iovec(ctypes.addressof(buf), 64)), 1
 			"read mem": {"EACCES"}, "read environ": {"EACCES"}, "read cmdline": {"EACCES"}, "read status": {"EACCES"},
 			"read maps": {"EACCES"}, "read stack": {"EACCES"}, "read io": {"EACCES"}, "list fd": {"EACCES"},
 			"list root": {"EACCES"}, "readlink cwd": {"EACCES"}, "readlink exe": {"EACCES"}, "readlink fd 3": {"EACCES"},
-			"open fd 1": {"EACCES"}, "list task": {"EACCES"}, "kill 0": {"EPERM"},
+			"open fd 1": {"EACCES"}, "list task": {"EACCES"}, "kill 0": {"EPERM", "ESRCH"},
 			"ptrace attach": {"EPERM"}, "pidfd_open": {"EPERM"}, "process_vm_readv": {"EPERM"},
 		})
 		require.NotContains(t, r.Stdout+r.Stderr, "hunter2")

@@ -169,6 +169,7 @@ func (p *Pool) templateOptions() worker.Options {
 		PackageDirs:  p.cfg.PackageDirs,
 		Network:      p.cfg.Limits.AllowNetwork,
 		SpareTimeout: p.spareTimeout,
+		PIDNamespace: p.cfg.PIDNamespace,
 		OnStderr: func(line string) {
 			p.log.Warn("template stderr", "line", line)
 		},
@@ -204,6 +205,11 @@ func (p *Pool) Python() string { return p.info.Python }
 
 // Preloaded returns the modules every template imported.
 func (p *Pool) Preloaded() []string { return append([]string(nil), p.info.Preloaded...) }
+
+// PIDNamespace reports whether the templates run as PID 1 of PID
+// namespaces of their own (Config.PIDNamespace), so that every job and
+// session process dies with its template, whatever it does.
+func (p *Pool) PIDNamespace() bool { return p.info.PIDNamespace }
 
 // Workers returns the number of templates.
 func (p *Pool) Workers() int { return p.cfg.Workers }

@@ -39,6 +39,9 @@ type Ready struct {
 	PackageDirs      []string `json:"package_dirs"`
 	Config           *string  `json:"config"`
 	Profiles         []string `json:"profiles"`
+	// PIDNamespace is true when every template runs as PID 1 of a PID
+	// namespace of its own (see [Pool.PIDNamespace]).
+	PIDNamespace bool `json:"pid_namespace"`
 }
 
 type statsEvent struct {
@@ -66,7 +69,7 @@ func (p *Pool) Serve(ctx context.Context, r io.Reader, w io.Writer) error {
 
 	ready := Ready{Event: "ready", Workers: p.cfg.Workers, Runtime: "pynox",
 		PreloadedModules: nonNilStrings(p.info.Preloaded), PackageDirs: nonNilStrings(p.cfg.PackageDirs),
-		Profiles: p.cfg.ProfileNames()}
+		Profiles: p.cfg.ProfileNames(), PIDNamespace: p.info.PIDNamespace}
 	if p.cfg.Source != "" {
 		src := p.cfg.Source
 		ready.Config = &src

@@ -310,7 +310,7 @@ func TestSessionsEndWithPool(t *testing.T) {
 	p := newTestPool(t, Config{Workers: 1}) // closed below; the cleanup's second Close does nothing
 	co, err := p.Checkout(context.Background(), Job{})
 	require.NoError(t, err)
-	ev, err := co.Feed(context.Background(), Step{Code: "import os\nprint(os.getpid())"})
+	ev, err := co.Feed(context.Background(), Step{Code: "import os\nprint(os.readlink('/proc/self'))"}) // its pid in the pool's namespace
 	require.NoError(t, err)
 	requireOK(t, ev.Result)
 	pid := co.Pid()

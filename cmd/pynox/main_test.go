@@ -92,9 +92,15 @@ func startPool(t *testing.T, args ...string) *poolProc {
 
 func startPoolIn(t *testing.T, dir string, args ...string) *poolProc {
 	t.Helper()
-	bin := pynoxBinary(t)
-	cmd := exec.Command(bin, append([]string{"pool"}, args...)...)
+	cmd := exec.Command(pynoxBinary(t), append([]string{"pool"}, args...)...)
 	cmd.Dir = dir
+	return startPoolCmd(t, cmd)
+}
+
+// startPoolCmd starts a `pynox pool` command made by the caller and waits
+// for its ready event.
+func startPoolCmd(t *testing.T, cmd *exec.Cmd) *poolProc {
+	t.Helper()
 	stdin, err := cmd.StdinPipe()
 	require.NoError(t, err)
 	stdout, err := cmd.StdoutPipe()

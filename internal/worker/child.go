@@ -29,8 +29,12 @@ type ExitStatus struct {
 
 // Child is one forked, pre-confined spare; it runs at most one job.
 type Child struct {
-	Pid int
-	tpl *Template
+	nsPid int // its pid as its template knows it: the key of exit reports
+	tpl   *Template
+	// The pid in the host's namespace, learnt from the pidfd when first
+	// asked (Pid): not on the way of a spare to its job.
+	pidOnce sync.Once
+	pid     int
 	// The control socket is a raw descriptor that Go reads only when the
 	// child rings its bell (a pipe, registered with the poller), closes it,
 	// or the host polls it as a fallback: the "started" frame then wakes
@@ -76,8 +80,9 @@ type Child struct {
 }
 
 // newChild takes the spare's descriptors as the template sent them:
-// control socket, stdout and stderr read ends, pidfd, bell read end.
-func newChild(t *Template, pid, kind int, fds []int) (*Child, error) {
+// control socket, stdout and stderr read ends, pidfd, bell read end. nsPid
+// is the pid the template reported, in its own namespace.
+func newChild(t *Template, nsPid, kind int, fds []int) (*Child, error) {
 	for _, fd := range fds {
 		unix.CloseOnExec(fd)
 	}
@@ -93,7 +98,7 @@ func newChild(t *Template, pid, kind int, fds []int) (*Child, error) {
 		return nil, fmt.Errorf("child channels: %w", err)
 	}
 	return &Child{
-		Pid:        pid,
+		nsPid:      nsPid,
 		tpl:        t,
 		ctlFd:      fds[0],
 		bell:       os.NewFile(uintptr(fds[4]), "job-bell"),
@@ -113,6 +118,25 @@ func (c *Child) exited(st ExitStatus) {
 		c.exitCh <- st
 		close(c.exitCh)
 	})
+}
+
+// Pid returns the child's process id in the caller's PID namespace, or 0
+// when the host cannot learn it (the child was reaped before it was first
+// asked). The template's own pids are its namespace's; the pidfd names
+// the process in ours.
+func (c *Child) Pid() int {
+	c.pidOnce.Do(func() {
+		if !c.tpl.info.PIDNamespace {
+			c.pid = c.nsPid
+			return
+		}
+		c.pidMu.Lock()
+		defer c.pidMu.Unlock()
+		if c.pidfd >= 0 {
+			c.pid, _ = PidOfPidfd(c.pidfd)
+		}
+	})
+	return c.pid
 }
 
 // Kill sends SIGKILL through the child's pidfd, which cannot hit a reused

@@ -8,7 +8,10 @@
 # Template: imports the operator's preloads, proves it holds no extra
 # threads or descriptors, gives up its capabilities, sets no_new_privs,
 # attaches the seccomp template layer, then forks "spare" children on
-# request and reports their exits. It never runs user code.
+# request and reports their exits. It never runs user code. Where the
+# kernel allows it, it is PID 1 of a PID namespace of its own: its pids are
+# that namespace's, it reaps any orphan the namespace hands it, and its
+# death kills every process in it.
 #
 # Spare: a forked child that does every request-independent confinement
 # step ahead of time (descriptors, session, parent-death signal, the
@@ -202,7 +205,7 @@ class Template:
         try:
             self.send({"t": "fatal", "msg": msg})
         finally:
-            os._exit(2)
+            self.shutdown(2)
 
     @staticmethod
     def hygiene():
@@ -377,14 +380,56 @@ class Template:
                     else:
                         rep = b'{"t":"exit","pid":%d,"code":%d}' % (pid, os.WEXITSTATUS(status))
                     self.sock.sendall(_frame(rep))
+            self.reap_orphans()
 
-    def shutdown(self):
-        for pid in self.children.values():
+    def reap_orphans(self):
+        """Reaps exited children that are not spares of ours. As PID 1 of
+        its own PID namespace the template inherits every orphan in it; no
+        spare can fork, so there should be none, but a zombie must never
+        pile up. Spares are left to their pidfds (their status is
+        reported), so the first zombie is only looked at (WNOWAIT) and the
+        search stops at one of ours: its pidfd is readable, and the next
+        pass, right after it is reaped, goes on."""
+        ours = None
+        while True:
+            try:
+                info = os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+            except OSError:  # ECHILD: no child at all
+                return
+            if info is None or info.si_pid == 0:
+                return
+            if ours is None:
+                ours = set(self.children.values())
+            if info.si_pid in ours:
+                return
+            try:
+                os.waitpid(info.si_pid, os.WNOHANG)
+            except OSError:
+                return
+
+    def shutdown(self, code=0):
+        """Kills every child and waits for each before exiting, so that none
+        is left a zombie for whoever inherits it. (As PID 1 of its own
+        namespace, its exit then makes the kernel kill and reap anything
+        else in the namespace.)"""
+        pids = list(self.children.values())
+        for pid in pids:
             try:
                 os.kill(pid, signal.SIGKILL)
             except OSError:
                 pass
-        os._exit(0)
+        for pid in pids:
+            try:
+                os.waitpid(pid, 0)
+            except OSError:
+                pass
+        while True:
+            try:
+                if os.waitpid(-1, os.WNOHANG)[0] == 0:
+                    break
+            except OSError:
+                break
+        os._exit(code)
 
     def fork_spare(self, kind):
         a, b = _socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)  # no socket.socket objects

@@ -7,6 +7,11 @@
 // channels (control socket, stdout and stderr pipes, pidfd) to Go over its
 // socket with SCM_RIGHTS and keeps none of them, so a job never holds the
 // template's channel. The template reports each child's exit status.
+//
+// Each template is PID 1 of a PID namespace of its own where the kernel
+// allows it (see PIDNamespaceAuto): its pids, in its frames, are that
+// namespace's, and the host knows the template by cmd.Process.Pid and each
+// child by its pidfd (PidOfPidfd).
 package worker
 
 import (
@@ -23,7 +28,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -63,11 +67,43 @@ type Options struct {
 	// replace a closed child: a session's template, which serves one
 	// process at a time.
 	OnDemand bool
+	// PIDNamespace says whether the template becomes PID 1 of a PID
+	// namespace of its own: PIDNamespaceAuto (also the zero value),
+	// PIDNamespaceRequire or PIDNamespaceOff. See PIDNamespaceAuto.
+	PIDNamespace string
 }
+
+// PID namespace modes (Options.PIDNamespace).
+const (
+	// PIDNamespaceAuto starts each template as PID 1 of a PID namespace
+	// of its own when the kernel allows it, and as an ordinary child
+	// otherwise; Info.PIDNamespace says which. As root the namespace is a
+	// plain CLONE_NEWPID; otherwise it is owned by a user namespace that
+	// maps the caller's own uid and gid to themselves (and denies
+	// setgroups), whose capabilities the template gives up, with its
+	// bounding set, before it forks anything. When the template dies the
+	// kernel kills and reaps every process in its namespace, so nothing a
+	// job does (clearing its parent-death signal, say) lets it outlive the
+	// template, which dies with the pool. Whether the kernel allows it is
+	// learnt at the first start and remembered.
+	PIDNamespaceAuto = "auto"
+	// PIDNamespaceRequire fails a template's start when it cannot have
+	// a PID namespace.
+	PIDNamespaceRequire = "require"
+	// PIDNamespaceOff starts templates as ordinary children, as before
+	// PID namespaces were used: jobs then die with their template only by
+	// their parent-death signal.
+	PIDNamespaceOff = "off"
+)
 
 // Info describes a started template.
 type Info struct {
-	Pid          int
+	// Pid is the template's process id in the host's (the caller's) PID
+	// namespace.
+	Pid int
+	// PIDNamespace is true when the template is PID 1 of a PID namespace
+	// of its own (see PIDNamespaceAuto).
+	PIDNamespace bool
 	Python       string   // "3.11.2"
 	Executable   string   // real path of the interpreter
 	Preloaded    []string // modules imported by the template
@@ -90,7 +126,7 @@ type Template struct {
 	spareTimeout time.Duration
 
 	mu       sync.Mutex
-	children map[int]*Child
+	children map[int]*Child // by the pid the template reports (its namespace's)
 	dead     bool
 	deadErr  error
 
@@ -141,19 +177,15 @@ func Start(opts Options) (*Template, error) {
 		waitDone:     make(chan struct{}),
 		stderr:       &tailBuffer{max: 8 << 10, onLine: opts.OnStderr},
 	}
-	cmd := exec.Command(opts.Python, "-I", "-B", "-c", runnerSource)
-	cmd.Dir = opts.Dir
-	cmd.Env = opts.Env
-	cmd.ExtraFiles = []*os.File{tplEnd}
-	cmd.Stderr = t.stderr
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
-	if err := cmd.Start(); err != nil {
-		tplEnd.Close()
-		t.conn.Close()
-		return nil, fmt.Errorf("start %s: %w", opts.Python, err)
-	}
+	cmd, ns, err := startProcess(opts, tplEnd, t.stderr)
 	tplEnd.Close()
+	if err != nil {
+		t.conn.Close()
+		return nil, err
+	}
 	t.cmd = cmd
+	t.info.Pid = cmd.Process.Pid
+	t.info.PIDNamespace = ns
 	go func() {
 		_ = cmd.Wait()
 		close(t.waitDone)
@@ -209,7 +241,9 @@ func (t *Template) handshake(opts Options) error {
 	if h.T != "hello" || h.V != Proto {
 		return fmt.Errorf("template handshake: got %q version %d, want hello version %d", h.T, h.V, Proto)
 	}
-	t.info = Info{Pid: h.Pid, Python: h.Python, Executable: h.Executable, Preloaded: nonNil(h.Preloaded)}
+	// h.Pid is the template's pid in its own namespace (1 in a PID
+	// namespace of its own); the host knows it by cmd.Process.Pid.
+	t.info.Python, t.info.Executable, t.info.Preloaded = h.Python, h.Executable, nonNil(h.Preloaded)
 
 	policy, err := t.policy(h, opts)
 	if err != nil {
@@ -385,7 +419,7 @@ func capLast() int {
 // Info returns what the template reported at start.
 func (t *Template) Info() Info { return t.info }
 
-// Pid returns the template's process id.
+// Pid returns the template's process id in the caller's PID namespace.
 func (t *Template) Pid() int { return t.info.Pid }
 
 // Done is closed when the template has died or been closed.
@@ -631,7 +665,8 @@ func closeAll(fds []int) {
 }
 
 // fail marks the template dead, kills it, and wakes everyone waiting on
-// it. Its children die with it (parent-death signal).
+// it. Its children die with it (with its PID namespace, or by their
+// parent-death signal).
 func (t *Template) fail(err error) {
 	t.mu.Lock()
 	if t.dead {
@@ -661,7 +696,9 @@ func (t *Template) fail(err error) {
 func (t *Template) kill() {
 	if t.cmd != nil && t.cmd.Process != nil {
 		// The template runs in its own process group; its children are in
-		// sessions of their own and die by their parent-death signal.
+		// sessions of their own and die with its PID namespace (or by
+		// their parent-death signal). SIGKILL reaches a namespace's PID 1
+		// from outside it.
 		_ = unix.Kill(-t.cmd.Process.Pid, unix.SIGKILL)
 		_ = t.cmd.Process.Kill()
 	}
@@ -669,7 +706,8 @@ func (t *Template) kill() {
 }
 
 // Close stops the template: closing its channel makes it kill its
-// children and exit; a template that does not within a second is killed.
+// children, wait for them and exit; a template that does not within a
+// second is killed. Close returns once the template has been reaped.
 func (t *Template) Close() error {
 	t.conn.CloseWrite()
 	select {
