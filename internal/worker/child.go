@@ -8,8 +8,6 @@ import (
 	"fmt"
 	"os"
 	"runtime"
-	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -58,7 +56,6 @@ type Child struct {
 	refillOnce sync.Once
 	holdRefill atomic.Bool   // Close leaves the refill to RefillNow
 	pidMu      sync.Mutex    // guards pidfd against a signal racing its close
-	hostPid    int           // the process's pid in the pool's pid namespace, once known (cpuTime)
 	closed     chan struct{} // closed by Close
 	kind       int           // kindDeny or kindAllow
 
@@ -571,20 +568,12 @@ func (c *Child) RunStep(st *Step, cancel <-chan struct{}) *Outcome {
 // pid is taken from the pidfd once (a reused pid could only make the
 // pool read another process's clock; signals go through the pidfd).
 func (c *Child) cpuTime() (time.Duration, error) {
-	c.pidMu.Lock()
-	defer c.pidMu.Unlock()
-	if c.pidfd < 0 {
+	pid := c.Pid()
+	if pid <= 0 {
 		return 0, unix.ESRCH
 	}
-	if c.hostPid == 0 {
-		pid, err := pidfdPid(c.pidfd)
-		if err != nil {
-			return 0, err
-		}
-		c.hostPid = pid
-	}
 	var ts unix.Timespec
-	if err := unix.ClockGettime(processCPUClock(c.hostPid), &ts); err != nil {
+	if err := unix.ClockGettime(processCPUClock(pid), &ts); err != nil {
 		return 0, err
 	}
 	return time.Duration(ts.Nano()), nil
@@ -596,34 +585,6 @@ func (c *Child) cpuTime() (time.Duration, error) {
 func processCPUClock(pid int) int32 {
 	const cpuClockSched = 2 // CPUCLOCK_SCHED: user and system time, in ns
 	return int32(^uint32(pid)<<3) | cpuClockSched
-}
-
-// pidfdPid returns the pid, in the pool's pid namespace, of the process a
-// pidfd names: from PIDFD_GET_INFO (Linux 6.13) or, on older kernels,
-// from the pidfd's fdinfo.
-func pidfdPid(pidfd int) (int, error) {
-	info := unix.PidfdInfo{Mask: unix.PIDFD_INFO_PID}
-	err := unix.IoctlPidfdInfo(pidfd, &info)
-	if err == nil {
-		return int(info.Tgid), nil
-	}
-	if err != unix.ENOTTY && err != unix.EINVAL {
-		return 0, err
-	}
-	b, err := os.ReadFile(fmt.Sprintf("/proc/self/fdinfo/%d", pidfd))
-	if err != nil {
-		return 0, err
-	}
-	for line := range strings.Lines(string(b)) {
-		if v, ok := strings.CutPrefix(line, "Pid:"); ok {
-			pid, err := strconv.Atoi(strings.TrimSpace(v))
-			if err != nil || pid <= 0 {
-				return 0, fmt.Errorf("pidfd fdinfo names pid %q", strings.TrimSpace(v))
-			}
-			return pid, nil
-		}
-	}
-	return 0, errors.New("pidfd fdinfo names no pid")
 }
 
 // outputPipes makes a step's stdout and stderr pipes; their read ends

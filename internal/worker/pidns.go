@@ -113,12 +113,22 @@ func startProcess(opts Options, channel *os.File, stderr io.Writer) (cmd *exec.C
 }
 
 // PidOfPidfd returns the process id, in the caller's PID namespace, of the
-// process a pidfd refers to (the "Pid:" line of /proc/self/fdinfo/<fd>).
+// process a pidfd refers to: from the PIDFD_GET_INFO ioctl (Linux 6.13) or,
+// on older kernels, the "Pid:" line of /proc/self/fdinfo/<fd>.
 // A template in a PID namespace of its own knows its children by their
 // pids in that namespace; the host learns theirs from the pidfds the
 // template hands over. It fails when the process has been reaped (the
 // kernel then says -1) or is not visible in the caller's namespace (0).
 func PidOfPidfd(fd int) (int, error) {
+	info := unix.PidfdInfo{Mask: unix.PIDFD_INFO_PID}
+	switch err := unix.IoctlPidfdInfo(fd, &info); err {
+	case nil:
+		return int(info.Tgid), nil
+	case unix.ENOTTY, unix.EINVAL:
+		// An older kernel: read the fdinfo below.
+	default:
+		return 0, fmt.Errorf("PIDFD_GET_INFO on pidfd %d: %w", fd, err)
+	}
 	f, err := unix.Open("/proc/self/fdinfo/"+strconv.Itoa(fd), unix.O_RDONLY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return 0, fmt.Errorf("fdinfo of pidfd %d: %w", fd, err)
