@@ -7,6 +7,8 @@ package pynox
 import (
 	"encoding/json"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -93,4 +95,58 @@ func TestDecodeRequestExactKeys(t *testing.T) {
 	require.NoError(t, merr)
 	_, err = decodeRequest(b)
 	require.Nil(t, err, "%s", b)
+}
+
+// Hints are built from names alone. The pool runs with more rights than
+// its jobs (often root's): a hint that looked at the filesystem told a job
+// whether a file exists in a directory the job may not search, and a job
+// that reported a 2,000-deep chain of directories ending in a symlink
+// loop held its worker while the pool resolved it (34 CPU-s in the
+// review). Now the hint for a file in an unsearchable directory is the
+// same whether the file exists or not, and the deep chain's job answers
+// like any other.
+func TestHostileFrontHintsLexical(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: the oracle is about what the pool (root) sees and the job (root without capabilities) does not")
+	}
+	p := newTestPool(t, Config{Workers: 1})
+	dir := p.cfg.Dir
+	hidden := filepath.Join(dir, "hidden")
+	require.NoError(t, os.Mkdir(hidden, 0o700))
+	require.NoError(t, os.WriteFile(filepath.Join(hidden, "present"), []byte("x"), 0o600))
+	require.NoError(t, os.Chown(filepath.Join(hidden, "present"), 65534, 65534))
+	require.NoError(t, os.Chown(hidden, 65534, 65534))
+	require.NoError(t, os.Mkdir(filepath.Join(dir, "out"), 0o755))
+
+	for _, mode := range []string{"r", "w"} {
+		hints := map[string]string{}
+		for _, name := range []string{"present", "absent"} {
+			r := run(t, p, Job{Code: fmt.Sprintf("open('hidden/%s', %q)", name, mode)})
+			requireErrorType(t, r, "PermissionError")
+			hints[name] = strings.ReplaceAll(r.Error.Hint, name, "NAME")
+		}
+		require.NotEmpty(t, hints["present"])
+		require.Equal(t, hints["present"], hints["absent"], "mode %s: the hint must not tell whether the file exists", mode)
+	}
+
+	// The deep chain: as deep as a path may be (PATH_MAX), ending in a
+	// symlink to itself by its absolute name, reported as the filename of
+	// a PermissionError.
+	chain := `import os
+base = os.path.join(os.getcwd(), 'out')
+n = min(2000, (4090 - len(base) - len('/loop')) // 2)
+os.chdir(base)
+for _ in range(n):
+    os.mkdir('d')
+    os.chdir('d')
+target = base + '/d' * n + '/loop'
+os.symlink(target, 'loop')
+print(n)
+raise PermissionError(13, 'Permission denied', target)
+`
+	r := run(t, p, Job{Code: chain, AllowWrite: []string{"out"}})
+	requireErrorType(t, r, "PermissionError")
+	require.Contains(t, r.Error.Hint, "write grants", "the name lies within the job's grant: %s", r.Error.Hint)
+	t.Logf("chain depth %s", strings.TrimSpace(r.Stdout))
+	requireOK(t, run(t, p, Job{Code: "pass"}))
 }

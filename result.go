@@ -2,7 +2,6 @@ package pynox
 
 import (
 	"fmt"
-	"os"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -165,41 +164,46 @@ func (p *Pool) hint(pl *plan, e *worker.ErrorInfo) string {
 }
 
 // pathHint names the grant that would allow access to name, or says that
-// the ceiling forbids it.
+// the ceiling forbids it. It is built from the names alone: the job chose
+// name and controls what lies there, and the pool, which has more rights
+// than the job (often root's), must neither act on it (a deep chain of
+// directories ending in a symlink loop once held a worker for half a
+// minute) nor reveal what the job cannot see (whether a file exists in a
+// directory the job may not search). So the hint does not know whether
+// the job read or wrote, nor whether the file exists, and offers both
+// grants where both are possible.
 func (p *Pool) pathHint(pl *plan, name string) string {
 	path := name
 	if !filepath.IsAbs(path) {
 		path = filepath.Join(p.cfg.Dir, path)
 	}
 	path = filepath.Clean(path)
-	if r, err := filepath.EvalSymlinks(path); err == nil {
-		path = r
-	}
 	l := p.cfg.Limits
-	_, statErr := os.Lstat(path)
-	exists := statErr == nil
-	readable := beneathAny(path, pl.read) || beneathAny(path, pl.write)
-	wantWrite := !exists || readable
-	if wantWrite {
-		if beneathAny(path, l.AllowWrite) {
-			return fmt.Sprintf("writing %s needs a write grant: add \"allow_write\": [%q]", path, suggest(p.cfg.Dir, grantDir(path, exists)))
-		}
-		return fmt.Sprintf("%s is outside the pool's write ceiling (%s), so no request can write it", path, ceilingList(l.AllowWrite))
+	writable := beneathAny(path, l.AllowWrite)
+	// To write, grant the directory the file is in (which covers creating
+	// it), unless that lies outside the write ceiling.
+	writeGrant := path
+	if dir := filepath.Dir(path); beneathAny(dir, l.AllowWrite) {
+		writeGrant = dir
 	}
-	ceiling := p.readCeiling
-	if beneathAny(path, ceiling) {
-		return fmt.Sprintf("reading %s needs a read grant: add \"allow_read\": [%q] (or \"allow_write\" to change it)", path, suggest(p.cfg.Dir, path))
+	switch {
+	case beneathAny(path, pl.write):
+		return fmt.Sprintf("%s lies within the job's write grants, so the sandbox allows it; "+
+			"the file's own owner and mode deny it (the job has no capabilities to override them), "+
+			"or a symlink there leads out of the grants", path)
+	case beneathAny(path, pl.read) && writable:
+		return fmt.Sprintf("the job may only read %s; writing it needs a write grant: add \"allow_write\": [%q]", path, suggest(p.cfg.Dir, writeGrant))
+	case beneathAny(path, pl.read):
+		return fmt.Sprintf("the job may only read %s, and it is outside the pool's write ceiling (%s), so no request can write it",
+			path, ceilingList(l.AllowWrite))
+	case writable:
+		return fmt.Sprintf("%s is not granted to the job: add \"allow_read\": [%q] to read it, or \"allow_write\": [%q] to write it",
+			path, suggest(p.cfg.Dir, path), suggest(p.cfg.Dir, writeGrant))
+	case beneathAny(path, p.readCeiling):
+		return fmt.Sprintf("%s is not granted to the job: add \"allow_read\": [%q] to read it; it is outside the pool's write ceiling (%s), so no request can write it",
+			path, suggest(p.cfg.Dir, path), ceilingList(l.AllowWrite))
 	}
-	return fmt.Sprintf("%s is outside the pool's ceiling (%s), so no request can read it", path, ceilingList(ceiling))
-}
-
-// grantDir is what to grant for a write: the file itself when it exists,
-// else the directory it would be created in.
-func grantDir(path string, exists bool) string {
-	if exists {
-		return path
-	}
-	return filepath.Dir(path)
+	return fmt.Sprintf("%s is outside the pool's ceiling (%s), so no request can read or write it", path, ceilingList(p.readCeiling))
 }
 
 // suggest writes path relative to the pool's directory when it lies there.
