@@ -150,3 +150,91 @@ raise PermissionError(13, 'Permission denied', target)
 	t.Logf("chain depth %s", strings.TrimSpace(r.Stdout))
 	requireOK(t, run(t, p, Job{Code: "pass"}))
 }
+
+// A pool grants no writes unless its operator sets a write ceiling: with
+// the README's layout (the binary in the working directory) the old
+// default ceiling, the working directory, let a job replace ./pynox, which
+// the operator's next start then ran as root, outside any sandbox. Write
+// grants that cover the pool's own executable, its directory or the
+// configuration file are refused even beneath an explicit ceiling.
+func TestHostileFrontOwnFiles(t *testing.T) {
+	requireSandbox(t)
+	exe, err := os.Executable()
+	require.NoError(t, err)
+	exe, err = filepath.EvalSymlinks(exe)
+	require.NoError(t, err)
+	exeDir := filepath.Dir(exe)
+
+	t.Run("no write ceiling by default", func(t *testing.T) {
+		dir := t.TempDir()
+		require.NoError(t, os.Mkdir(filepath.Join(dir, "out"), 0o755))
+		// A configuration file in the working directory is the natural
+		// set-up, and fine now that nothing is writable by default.
+		cfgPath := filepath.Join(dir, "pynox.toml")
+		require.NoError(t, os.WriteFile(cfgPath, []byte("[pool]\nworkers = 1\n"), 0o644))
+		f, err := LoadConfig(cfgPath)
+		require.NoError(t, err)
+		f.Config.Dir, f.Config.Python = dir, testPython()
+		p, err := New(f.Config)
+		require.NoError(t, err)
+		t.Cleanup(func() { p.Close() })
+		r := run(t, p, Job{Code: "open('out/x', 'w').write('x')", AllowWrite: []string{"out"}})
+		requireErrorType(t, r, "RequestError")
+		require.Contains(t, r.Error.Message, "allow_write: the pool grants no writes at all")
+		require.Contains(t, r.Error.Message, "--allow-write")
+		r = run(t, p, Job{Code: "open('out/x', 'w').write('x')"})
+		requireErrorType(t, r, "PermissionError")
+		require.Contains(t, r.Error.Hint, "the pool grants no writes at all")
+		require.NoFileExists(t, filepath.Join(dir, "out", "x"))
+		requireOK(t, run(t, p, Job{Code: "pass"}))
+	})
+
+	t.Run("the executable and its directory", func(t *testing.T) {
+		// The pool's working directory holds its executable (here the test
+		// binary), and the ceiling allows writing there.
+		work, err := os.MkdirTemp(exeDir, "work")
+		require.NoError(t, err)
+		t.Cleanup(func() { os.RemoveAll(work) })
+		p := newTestPool(t, Config{Workers: 1, Dir: exeDir, Limits: Limits{AllowWrite: []string{exeDir}}})
+		before := advStat(t, exe)
+		for _, grant := range []string{".", exe, filepath.Base(exe), exeDir + "/../" + filepath.Base(exeDir)} {
+			r := run(t, p, Job{Code: "open('marker-' + str(__import__('os').getpid()), 'w')", AllowWrite: []string{grant}})
+			requireErrorType(t, r, "RequestError")
+			require.Contains(t, r.Error.Message, "allow_write: ", grant)
+			require.Contains(t, r.Error.Message, "the pool's own executable", grant)
+		}
+		requireUnchanged(t, before, exe)
+		// A directory beside it is fine.
+		r := run(t, p, Job{Code: "open('" + filepath.Base(work) + "/ok', 'w').write('ok')", AllowWrite: []string{filepath.Base(work)}})
+		requireOK(t, r)
+	})
+
+	t.Run("a profile that covers the executable", func(t *testing.T) {
+		_, err := New(Config{Workers: 1, Dir: t.TempDir(), Python: testPython(),
+			Limits: Limits{AllowWrite: []string{"/"}}, Profiles: map[string]Profile{"build": {AllowWrite: []string{exeDir}}}})
+		require.ErrorContains(t, err, `profile "build": allow_write `+exeDir+" would cover "+exe)
+	})
+
+	t.Run("hard links to the executable and the configuration", func(t *testing.T) {
+		dir := t.TempDir()
+		etc := t.TempDir()
+		cfgPath := filepath.Join(etc, "pynox.toml")
+		require.NoError(t, os.WriteFile(cfgPath, []byte("[pool]\nworkers = 1\n"), 0o644))
+		if err := os.Link(exe, filepath.Join(dir, "exe-link")); err != nil {
+			t.Skipf("cannot hard-link the test binary into a scratch directory: %v", err)
+		}
+		require.NoError(t, os.Link(cfgPath, filepath.Join(dir, "config-link")))
+		p := newTestPool(t, Config{Workers: 1, Dir: dir, Source: cfgPath})
+		for grant, what := range map[string]string{"exe-link": "the pool's own executable", "config-link": "the pool's configuration file"} {
+			r := run(t, p, Job{Code: "pass", AllowWrite: []string{grant}})
+			requireErrorType(t, r, "RequestError")
+			require.Contains(t, r.Error.Message, "is a hard link to", grant)
+			require.Contains(t, r.Error.Message, what, grant)
+		}
+		// Through a profile, the message says where the grant came from.
+		p = newTestPool(t, Config{Workers: 1, Dir: dir, Source: cfgPath, Profiles: map[string]Profile{"w": {AllowWrite: []string{"config-link"}}}})
+		r := run(t, p, Job{Code: "pass", Profile: "w"})
+		requireErrorType(t, r, "RequestError")
+		require.Contains(t, r.Error.Message, `profile "w" allow_write: `)
+	})
+}

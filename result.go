@@ -194,16 +194,24 @@ func (p *Pool) pathHint(pl *plan, name string) string {
 	case beneathAny(path, pl.read) && writable:
 		return fmt.Sprintf("the job may only read %s; writing it needs a write grant: add \"allow_write\": [%q]", path, suggest(p.cfg.Dir, writeGrant))
 	case beneathAny(path, pl.read):
-		return fmt.Sprintf("the job may only read %s, and it is outside the pool's write ceiling (%s), so no request can write it",
-			path, ceilingList(l.AllowWrite))
+		return fmt.Sprintf("the job may only read %s; %s", path, noWrites(l))
 	case writable:
 		return fmt.Sprintf("%s is not granted to the job: add \"allow_read\": [%q] to read it, or \"allow_write\": [%q] to write it",
 			path, suggest(p.cfg.Dir, path), suggest(p.cfg.Dir, writeGrant))
 	case beneathAny(path, p.readCeiling):
-		return fmt.Sprintf("%s is not granted to the job: add \"allow_read\": [%q] to read it; it is outside the pool's write ceiling (%s), so no request can write it",
-			path, suggest(p.cfg.Dir, path), ceilingList(l.AllowWrite))
+		return fmt.Sprintf("%s is not granted to the job: add \"allow_read\": [%q] to read it; %s",
+			path, suggest(p.cfg.Dir, path), noWrites(l))
 	}
 	return fmt.Sprintf("%s is outside the pool's ceiling (%s), so no request can read or write it", path, ceilingList(p.readCeiling))
+}
+
+// noWrites says why no request can write a path outside the write
+// ceiling.
+func noWrites(l Limits) string {
+	if len(l.AllowWrite) == 0 {
+		return "the pool grants no writes at all (its operator sets a write ceiling with [pool.limits] allow_write, or pynox pool --allow-write)"
+	}
+	return fmt.Sprintf("it is outside the pool's write ceiling (%s), so no request can write it", ceilingList(l.AllowWrite))
 }
 
 // suggest writes path relative to the pool's directory when it lies there.

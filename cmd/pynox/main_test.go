@@ -92,7 +92,12 @@ func startPool(t *testing.T, args ...string) *poolProc {
 
 func startPoolIn(t *testing.T, dir string, args ...string) *poolProc {
 	t.Helper()
-	bin := pynoxBinary(t)
+	return startBinaryIn(t, pynoxBinary(t), dir, args...)
+}
+
+// startBinaryIn starts `bin pool args...` in dir and reads its ready line.
+func startBinaryIn(t *testing.T, bin, dir string, args ...string) *poolProc {
+	t.Helper()
 	cmd := exec.Command(bin, append([]string{"pool"}, args...)...)
 	cmd.Dir = dir
 	stdin, err := cmd.StdinPipe()
