@@ -238,3 +238,26 @@ func TestHostileFrontOwnFiles(t *testing.T) {
 		require.Contains(t, r.Error.Message, `profile "w" allow_write: `)
 	})
 }
+
+// The configuration file is read as exactly as request lines: go-toml,
+// like encoding/json, folds case when decoding into a struct, so
+// "WORKERS" or "[POOL]" passed for a setting — against LoadConfig's
+// promise that no typo in a security setting passes silently.
+func TestHostileFrontConfigKeysExact(t *testing.T) {
+	for _, tc := range []struct{ content, want string }{
+		{"[pool]\nWORKERS = 3\n", ":2: unknown key pool.WORKERS: keys are exact and case-sensitive; did you mean workers?"},
+		{"[POOL]\nworkers = 3\n", ":1: unknown key POOL: keys are exact and case-sensitive; did you mean pool?"},
+		{"[pool.limits]\nALLOW_WRITE = [\"/nonexistent\"]\n", ":2: unknown key pool.limits.ALLOW_WRITE"},
+		{"[profiles.Mixed]\ntimeout = \"1s\"\n[profiles.x]\nTimeout = \"2s\"\n", ":4: unknown key profiles.x.Timeout"},
+	} {
+		path := writeFile(t, filepath.Join(t.TempDir(), "pynox.toml"), tc.content)
+		_, err := LoadConfig(path)
+		require.Error(t, err, tc.content)
+		require.Contains(t, err.Error(), path+tc.want)
+	}
+	// Profile names are the operator's own: any case is fine.
+	path := writeFile(t, filepath.Join(t.TempDir(), "pynox.toml"), "[profiles.Mixed]\ntimeout = \"1s\"\n")
+	f, err := LoadConfig(path)
+	require.NoError(t, err)
+	require.Equal(t, []string{"Mixed"}, f.Config.ProfileNames())
+}

@@ -28,37 +28,49 @@ import (
 type keySchema struct {
 	what   string // "a request", "a reply": for messages
 	fields map[string]*keySchema
+	elem   *keySchema // with nil fields: the schema of every value (a map of structs); nil means free-form
 }
 
 var freeSchema = &keySchema{}
 
 // requestSchema is the exact key set of a request line.
-var requestSchema = schemaOf(reflect.TypeFor[request](), "a request")
+var requestSchema = schemaOf(reflect.TypeFor[request](), "json", "a request")
 
 var (
 	jsonUnmarshaler = reflect.TypeFor[json.Unmarshaler]()
 	textUnmarshaler = reflect.TypeFor[encoding.TextUnmarshaler]()
 )
 
-// schemaOf derives a schema from a struct type's json tags, as
-// encoding/json reads them (embedded structs promote their fields); any
-// other type, or one that decodes itself, takes free-form JSON.
-func schemaOf(t reflect.Type, what string) *keySchema {
+// schemaOf derives a schema from a struct type's tags (tag is "json" or
+// "toml"), as encoding/json reads them: embedded structs promote their
+// fields. A map of structs takes any key and checks its values; any other
+// type, or one that decodes itself, takes free-form values.
+func schemaOf(t reflect.Type, tag, what string) *keySchema {
 	for t.Kind() == reflect.Pointer {
 		t = t.Elem()
 	}
-	if t.Kind() != reflect.Struct || reflect.PointerTo(t).Implements(jsonUnmarshaler) || reflect.PointerTo(t).Implements(textUnmarshaler) {
+	if reflect.PointerTo(t).Implements(jsonUnmarshaler) || reflect.PointerTo(t).Implements(textUnmarshaler) {
+		return freeSchema
+	}
+	switch t.Kind() {
+	case reflect.Map:
+		if e := schemaOf(t.Elem(), tag, what); e != freeSchema {
+			return &keySchema{what: what, elem: e}
+		}
+		return freeSchema
+	case reflect.Struct:
+	default:
 		return freeSchema
 	}
 	s := &keySchema{what: what, fields: map[string]*keySchema{}}
 	var add func(t reflect.Type)
 	add = func(t reflect.Type) {
 		for f := range t.Fields() {
-			tag := f.Tag.Get("json")
-			if tag == "-" {
+			tv := f.Tag.Get(tag)
+			if tv == "-" {
 				continue
 			}
-			name, _, _ := strings.Cut(tag, ",")
+			name, _, _ := strings.Cut(tv, ",")
 			if f.Anonymous && name == "" && f.Type.Kind() == reflect.Struct {
 				add(f.Type)
 				continue
@@ -69,11 +81,22 @@ func schemaOf(t reflect.Type, what string) *keySchema {
 			if name == "" {
 				name = f.Name
 			}
-			s.fields[name] = schemaOf(f.Type, "\""+name+"\"")
+			s.fields[name] = schemaOf(f.Type, tag, "\""+name+"\"")
 		}
 	}
 	add(t)
 	return s
+}
+
+// child is the schema of key's value, or nil when s does not allow key.
+func (s *keySchema) child(key string) *keySchema {
+	if s.fields == nil {
+		if s.elem != nil {
+			return s.elem
+		}
+		return freeSchema
+	}
+	return s.fields[key]
 }
 
 // names lists the schema's keys, sorted.
@@ -294,13 +317,9 @@ func (k *keyScan) object(s *keySchema, depth int) error {
 		if dup {
 			return &keyError{key: string(key), dup: true}
 		}
-		val := freeSchema
-		if s.fields != nil {
-			child, ok := s.fields[string(key)]
-			if !ok {
-				return &keyError{key: string(key), s: s}
-			}
-			val = child
+		val := s.child(string(key))
+		if val == nil {
+			return &keyError{key: string(key), s: s}
 		}
 		k.ws()
 		if k.i >= len(k.b) || k.b[k.i] != ':' {
