@@ -204,8 +204,13 @@ func TestHostileFrontOwnFiles(t *testing.T) {
 			require.Contains(t, r.Error.Message, "the pool's own executable", grant)
 		}
 		requireUnchanged(t, before, exe)
+		// The hint of a denied write there does not suggest what would be
+		// refused.
+		r := run(t, p, Job{Code: "open('new.txt', 'w')"})
+		requireErrorType(t, r, "PermissionError")
+		require.Contains(t, r.Error.Hint, "to write, use a subdirectory and grant that (a write grant of "+exeDir+" would cover "+exe)
 		// A directory beside it is fine.
-		r := run(t, p, Job{Code: "open('" + filepath.Base(work) + "/ok', 'w').write('ok')", AllowWrite: []string{filepath.Base(work)}})
+		r = run(t, p, Job{Code: "open('" + filepath.Base(work) + "/ok', 'w').write('ok')", AllowWrite: []string{filepath.Base(work)}})
 		requireOK(t, r)
 	})
 

@@ -167,11 +167,11 @@ func (p *Pool) hint(pl *plan, e *worker.ErrorInfo) string {
 // the ceiling forbids it. It is built from the names alone: the job chose
 // name and controls what lies there, and the pool, which has more rights
 // than the job (often root's), must neither act on it (a deep chain of
-// directories ending in a symlink loop once held a worker for half a
-// minute) nor reveal what the job cannot see (whether a file exists in a
-// directory the job may not search). So the hint does not know whether
-// the job read or wrote, nor whether the file exists, and offers both
-// grants where both are possible.
+// directories ending in a symlink loop once cost the pool 40 CPU-seconds
+// while it held the job's worker) nor reveal what the job cannot see
+// (whether a file exists in a directory the job may not search). So the
+// hint does not know whether the job read or wrote, nor whether the file
+// exists, and offers both grants where both are possible.
 func (p *Pool) pathHint(pl *plan, name string) string {
 	path := name
 	if !filepath.IsAbs(path) {
@@ -181,10 +181,18 @@ func (p *Pool) pathHint(pl *plan, name string) string {
 	l := p.cfg.Limits
 	writable := beneathAny(path, l.AllowWrite)
 	// To write, grant the directory the file is in (which covers creating
-	// it), unless that lies outside the write ceiling.
+	// it), unless that lies outside the write ceiling or would cover one
+	// of the pool's own files (such a grant is refused).
 	writeGrant := path
 	if dir := filepath.Dir(path); beneathAny(dir, l.AllowWrite) {
 		writeGrant = dir
+	}
+	toWrite := fmt.Sprintf("to write it, add \"allow_write\": [%q]", suggest(p.cfg.Dir, writeGrant))
+	for _, o := range p.own {
+		if beneath(o.path, writeGrant) {
+			toWrite = fmt.Sprintf("to write, use a subdirectory and grant that (a write grant of %s would cover %s, %s)", writeGrant, o.path, o.what)
+			break
+		}
 	}
 	switch {
 	case beneathAny(path, pl.write):
@@ -192,12 +200,11 @@ func (p *Pool) pathHint(pl *plan, name string) string {
 			"the file's own owner and mode deny it (the job has no capabilities to override them), "+
 			"or a symlink there leads out of the grants", path)
 	case beneathAny(path, pl.read) && writable:
-		return fmt.Sprintf("the job may only read %s; writing it needs a write grant: add \"allow_write\": [%q]", path, suggest(p.cfg.Dir, writeGrant))
+		return fmt.Sprintf("the job may read %s but not write it: %s (if reading failed, the file's own owner and mode deny it)", path, toWrite)
 	case beneathAny(path, pl.read):
 		return fmt.Sprintf("the job may only read %s; %s", path, noWrites(l))
 	case writable:
-		return fmt.Sprintf("%s is not granted to the job: add \"allow_read\": [%q] to read it, or \"allow_write\": [%q] to write it",
-			path, suggest(p.cfg.Dir, path), suggest(p.cfg.Dir, writeGrant))
+		return fmt.Sprintf("%s is not granted to the job: add \"allow_read\": [%q] to read it; %s", path, suggest(p.cfg.Dir, path), toWrite)
 	case beneathAny(path, p.readCeiling):
 		return fmt.Sprintf("%s is not granted to the job: add \"allow_read\": [%q] to read it; %s",
 			path, suggest(p.cfg.Dir, path), noWrites(l))
