@@ -64,8 +64,8 @@
 //     reaches a template or a job;
 //  2. rlimits: address space (see Limits), the size of each file written
 //     (SIGXFSZ ignored, so an oversized write fails with OSError EFBIG),
-//     no core dumps, a CPU
-//     time backstop one second past the timeout, 4096 descriptors;
+//     no core dumps, a CPU time backstop one second past the timeout, 4096
+//     descriptors;
 //  3. every capability dropped, bounding and ambient sets included, and
 //     no_new_privs — CI and many servers run as root, and root without
 //     capabilities is just a user;
@@ -91,8 +91,8 @@
 // before anything runs; so is one that would cover the pool's own
 // executable, its directory or its configuration file (or is a hard link
 // to one of these files), which the operator's next start would run or
-// load with the pool's rights. Paths in requests are opened by the pool with
-// O_PATH and judged by what the descriptor really names, and that same
+// load with the pool's rights. Paths in requests are opened by the pool
+// with O_PATH and judged by what the descriptor really names, and that same
 // descriptor is what the job's Landlock rule holds: a symlink swapped in
 // later cannot redirect a grant. SECURITY.md has the threat model.
 //
@@ -112,6 +112,7 @@
 // total: a job may fill whatever its write grants reach with many files.
 // Give jobs write grants on a file system (or quota) whose filling harms
 // nothing else.
+//
 // memory is the job's allowance on top of the template it was forked from:
 // the job's RLIMIT_AS is set to the address space it already has at
 // hand-over plus the allowance, so preloaded pandas does not eat a small

@@ -49,7 +49,9 @@ type statsEvent struct {
 
 // Serve speaks the pool protocol: it writes the ready event, then reads
 // one JSON request per line from r and writes one JSON result per line to
-// w, in completion order. At most twice the worker count of requests wait
+// w, in completion order. A request's keys must be exactly the protocol's
+// field names (case included), each at most once per object; any other
+// key is a RequestError that names it. At most twice the worker count of requests wait
 // behind the running ones; beyond that Serve stops reading, and a blocked
 // writer holds everything back, so nothing is buffered without bound.
 // While host calls wait for replies it reads on (the replies may come
