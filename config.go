@@ -67,7 +67,8 @@ type Config struct {
 	PIDNamespace string
 	// Source is the configuration file this Config was loaded from (see
 	// [LoadConfig]), reported in the ready event. Empty means none. New
-	// refuses a source file that lies beneath the write ceiling.
+	// refuses a source file that lies beneath the write ceiling, and no
+	// write grant may cover it.
 	Source string
 }
 
@@ -92,8 +93,11 @@ type Limits struct {
 	// slice means none.
 	AllowRead []string
 	// AllowWrite lists the paths beneath which requests may ask for write
-	// access. Nil means the pool's working directory; an empty non-nil
-	// slice means none.
+	// access. Nil or empty means none: a pool grants no writes unless its
+	// operator names where (a job that may write where the pool's binary or
+	// configuration lives could replace what the operator runs next). Write
+	// grants that would cover the pool's own executable, its directory or
+	// the configuration file are refused even beneath this ceiling.
 	AllowWrite []string
 	// AllowNetwork lets requests ask for the network.
 	AllowNetwork bool
@@ -106,8 +110,10 @@ type Limits struct {
 	// MaxOutput is the default and largest number of bytes kept of each
 	// output stream. Zero means DefaultMaxOutput.
 	MaxOutput int
-	// MaxFileSize is the default and largest file a job may write, in
-	// bytes; it applies to requests that do not set one. Zero means
+	// MaxFileSize is the default and largest size of each file a job
+	// writes, in bytes (RLIMIT_FSIZE); it applies to requests that do not
+	// set one. It bounds each file, not their total: a job may write many
+	// files of this size wherever it may write. Zero means
 	// DefaultMaxFileSize.
 	MaxFileSize int64
 }
@@ -137,9 +143,6 @@ func (c Config) withDefaults() (Config, error) {
 	l := &c.Limits
 	if l.AllowRead == nil {
 		l.AllowRead = []string{c.Dir}
-	}
-	if l.AllowWrite == nil {
-		l.AllowWrite = []string{c.Dir}
 	}
 	for _, list := range []*[]string{&l.AllowRead, &l.AllowWrite, &c.PackageDirs} {
 		out := make([]string, 0, len(*list))
@@ -192,7 +195,8 @@ func (c Config) withDefaults() (Config, error) {
 		}
 		for _, w := range l.AllowWrite {
 			if beneath(src, w) {
-				return c, fmt.Errorf("config %s lies beneath the write ceiling %s (the default ceiling is the working directory; set [pool.limits] allow_write): a job could rewrite the pool's configuration", src, w)
+				return c, fmt.Errorf("config %s lies beneath the write ceiling %s, so a job could rewrite the pool's configuration: "+
+					"keep the file outside [pool.limits] allow_write (and --allow-write), or narrow them", src, w)
 			}
 		}
 		c.Source = src

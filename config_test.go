@@ -114,15 +114,17 @@ func TestConfigBeneathOwnWriteGrantRefused(t *testing.T) {
 	_, err := LoadConfig(path)
 	require.ErrorContains(t, err, "beneath its own write ceiling")
 
-	// Without allow_write in the file, the default ceiling is the pool's
-	// working directory: New refuses a config file beneath it too.
+	// A write ceiling set elsewhere (the command line's --allow-write)
+	// that covers the file is refused by New, which says how to fix it.
 	requireSandbox(t)
 	path = writeFile(t, filepath.Join(dir, "sub", "pynox.toml"), "[pool]\nworkers = 1\n")
 	f, err := LoadConfig(path)
 	require.NoError(t, err)
 	f.Config.Dir = dir
+	f.Config.Limits.AllowWrite = []string{dir}
 	_, err = New(f.Config)
 	require.ErrorContains(t, err, "beneath the write ceiling")
+	require.ErrorContains(t, err, "--allow-write")
 }
 
 func TestCeilingAndProfiles(t *testing.T) {

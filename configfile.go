@@ -4,8 +4,11 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
+	"reflect"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -65,8 +68,8 @@ type profileSchema struct {
 	MaxFileSize  Size              `toml:"max_file_size"`
 }
 
-// LoadConfig reads a TOML configuration file strictly: an unknown key, a
-// value of the wrong type or an invalid duration or size refuses the whole
+// LoadConfig reads a TOML configuration file strictly: an unknown key
+// (keys match exactly, case included), a value of the wrong type or an invalid duration or size refuses the whole
 // file, with the file, line and key in the message — a typo in a security
 // setting must never pass silently. Relative paths resolve against the
 // file's directory. A file that lies beneath its own write ceiling is
@@ -89,6 +92,9 @@ func LoadConfig(path string) (*File, error) {
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&s); err != nil {
 		return nil, describeTOMLError(real, err)
+	}
+	if err := checkTOMLKeys(real, data); err != nil {
+		return nil, err
 	}
 	dir := filepath.Dir(real)
 	resolve := func(paths []string) []string {
@@ -193,6 +199,62 @@ func LoadConfig(path string) (*File, error) {
 		}
 	}
 	return f, nil
+}
+
+// fileKeys is the exact key set of a configuration file.
+var fileKeys = schemaOf(reflect.TypeFor[fileSchema](), "toml", "the configuration file")
+
+// checkTOMLKeys refuses a key that matches a setting only when case is
+// ignored (go-toml, like encoding/json, folds case when decoding into a
+// struct): "WORKERS" or "[POOL]" must not pass for what they resemble.
+func checkTOMLKeys(file string, data []byte) error {
+	var m map[string]any
+	if err := toml.Unmarshal(data, &m); err != nil {
+		return describeTOMLError(file, err)
+	}
+	var walk func(m map[string]any, s *keySchema, path []string) error
+	walk = func(m map[string]any, s *keySchema, path []string) error {
+		for _, k := range slices.Sorted(maps.Keys(m)) {
+			child := s.child(k)
+			full := strings.Join(append(slices.Clone(path), k), ".")
+			if child == nil {
+				msg := fmt.Sprintf("%s:%d: unknown key %s", file, keyLine(data, k), full)
+				for _, n := range s.names() {
+					if strings.EqualFold(n, k) {
+						return fmt.Errorf("%s: keys are exact and case-sensitive; did you mean %s?", msg, n)
+					}
+				}
+				return errors.New(msg)
+			}
+			if sub, ok := m[k].(map[string]any); ok {
+				if err := walk(sub, child, append(path, k)); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	}
+	return walk(m, fileKeys, nil)
+}
+
+// keyLine finds the line that defines key, as a table header or an
+// assignment; 0 when it cannot tell.
+func keyLine(data []byte, key string) int {
+	for i, line := range strings.Split(string(data), "\n") {
+		line = strings.TrimSpace(line)
+		if rest, ok := strings.CutPrefix(line, key); ok && strings.HasPrefix(strings.TrimSpace(rest), "=") {
+			return i + 1
+		}
+		if strings.HasPrefix(line, "[") {
+			header, _, _ := strings.Cut(strings.Trim(line, "[]"), "]")
+			for _, part := range strings.Split(header, ".") {
+				if strings.TrimSpace(part) == key {
+					return i + 1
+				}
+			}
+		}
+	}
+	return 0
 }
 
 // describeTOMLError turns go-toml's errors into "file:line: key: problem".

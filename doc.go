@@ -108,9 +108,10 @@
 //     (PATH, LANG, LC_ALL, HOME=/nonexistent, single-threaded BLAS
 //     settings) plus the request's env — the pool's own environment never
 //     reaches a template or a job;
-//  2. rlimits: address space (see Limits), file size (SIGXFSZ ignored, so
-//     an oversized write fails with OSError EFBIG), no core dumps, a CPU
-//     time backstop one second past the timeout, 4096 descriptors;
+//  2. rlimits: address space (see Limits), the size of each file written
+//     (SIGXFSZ ignored, so an oversized write fails with OSError EFBIG),
+//     no core dumps, a CPU time backstop one second past the timeout, 4096
+//     descriptors;
 //  3. every capability dropped, bounding and ambient sets included, and
 //     no_new_privs — CI and many servers run as root, and root without
 //     capabilities is just a user;
@@ -133,16 +134,31 @@
 // If any step fails no user code runs, and the job answers
 // SandboxSetupError. Landlock can only add rules, so a write grant that
 // would cover the interpreter, its packages or a package dir is refused
-// before anything runs. Paths in requests are opened by the pool with
-// O_PATH and judged by what the descriptor really names, and that same
+// before anything runs; so is one that would cover the pool's own
+// executable, its directory or its configuration file (or is a hard link
+// to one of these files), which the operator's next start would run or
+// load with the pool's rights. Paths in requests are opened by the pool
+// with O_PATH and judged by what the descriptor really names, and that same
 // descriptor is what the job's Landlock rule holds: a symlink swapped in
 // later cannot redirect a grant. SECURITY.md has the threat model.
 //
 // # Limits
 //
-// Without a configured ceiling, a request may read and write only beneath
-// the pool's working directory, has no network, and gets (at most) a 30s
-// timeout, 1 GiB of memory, 1 MiB of each output stream and 256 MiB files.
+// Without a configured ceiling, a request may read only beneath the pool's
+// working directory and write nowhere, has no network, and gets (at most)
+// a 30s timeout, 1 GiB of memory, 1 MiB of each output stream and files of
+// 256 MiB each. Writing needs a write ceiling the operator names
+// (Limits.AllowWrite, [pool.limits] allow_write, pynox pool
+// --allow-write): the working directory often holds the pool's binary and
+// configuration, and a default that let jobs write there let a job
+// replace the program the operator starts next, as root. Write grants
+// never cover those files, even beneath an explicit ceiling.
+//
+// max_file_size bounds each file a job writes (RLIMIT_FSIZE), not their
+// total: a job may fill whatever its write grants reach with many files.
+// Give jobs write grants on a file system (or quota) whose filling harms
+// nothing else.
+//
 // memory is the job's allowance on top of the template it was forked from:
 // the job's RLIMIT_AS is set to the address space it already has at
 // hand-over plus the allowance, so preloaded pandas does not eat a small

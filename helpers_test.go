@@ -36,13 +36,18 @@ func testPython() string {
 	return ""
 }
 
-// newTestPool starts a pool whose working directory (and default ceiling)
-// is a fresh temporary directory, and closes it when the test ends.
+// newTestPool starts a pool whose working directory (and default read
+// ceiling) is a fresh temporary directory, and closes it when the test
+// ends. Unless the test sets a write ceiling, that directory is the write
+// ceiling too (a pool's own default is none).
 func newTestPool(t testing.TB, cfg Config) *Pool {
 	t.Helper()
 	requireSandbox(t)
 	if cfg.Dir == "" {
 		cfg.Dir = t.TempDir()
+	}
+	if cfg.Limits.AllowWrite == nil {
+		cfg.Limits.AllowWrite = []string{cfg.Dir}
 	}
 	if cfg.Python == "" {
 		cfg.Python = testPython()

@@ -42,8 +42,9 @@ type Job struct {
 	Memory Size `json:"memory,omitempty"`
 	// MaxOutput is how many bytes of each of stdout and stderr are kept.
 	MaxOutput int `json:"max_output,omitempty"`
-	// MaxFileSize is the largest file the job may write; a larger write
-	// fails with OSError (EFBIG).
+	// MaxFileSize is the largest size of each file the job writes; a write
+	// beyond it fails with OSError (EFBIG). It bounds each file, not the
+	// total a job writes.
 	MaxFileSize Size `json:"max_file_size,omitempty"`
 	// Profile names one of the pool's profiles, whose fields come first;
 	// this request's own fields are added on top.

@@ -2,6 +2,7 @@ package pynox
 
 import (
 	"encoding/json"
+	"fmt"
 	"io"
 	"math"
 	"os"
@@ -133,9 +134,23 @@ func (p *Pool) plan(req *Job, session bool) (pl *plan, rerr *Error) {
 		pkgDirs = append(pkgDirs, real)
 	}
 	protected := append(append([]string(nil), p.info.RuntimePaths...), pkgDirs...)
-	for _, path := range j.AllowWrite {
+	if len(j.AllowWrite) > 0 && len(l.AllowWrite) == 0 {
+		return nil, requestErrorf("allow_write: %s", noWrites(l))
+	}
+	fromProfile := 0 // the first grants of j.AllowWrite are the profile's
+	if req.Profile != "" {
+		fromProfile = len(p.cfg.Profiles[req.Profile].AllowWrite)
+	}
+	for i, path := range j.AllowWrite {
 		real, _, err := pl.grant("allow_write", p.cfg.Dir, path, l.AllowWrite, sandbox.WriteAccess(abi))
 		if err != nil {
+			return nil, err
+		}
+		field := "allow_write"
+		if i < fromProfile {
+			field = "profile " + strconv.Quote(req.Profile) + " allow_write"
+		}
+		if err := coversOwn(field, real, pl.fds[len(pl.fds)-1], p.own); err != nil {
 			return nil, err
 		}
 		for _, r := range protected {
@@ -335,4 +350,95 @@ func nonNilStrings(s []string) []string {
 		return []string{}
 	}
 	return s
+}
+
+// ownFile is a file of the pool's own that no write grant may cover: a
+// job that could replace it would have its code run, or its settings
+// loaded, by the operator's next start of the pool — with the pool's
+// rights, often root's, and outside any sandbox.
+type ownFile struct {
+	path     string // absolute, symlink-free
+	what     string // for messages
+	file     bool   // a file: a hard link to it is refused as well
+	dev, ino uint64
+}
+
+// ownFiles lists what write grants must never cover: the running
+// executable, its directory (whoever may create and rename files there
+// can put a new program in its place), and the configuration file
+// (source, already symlink-free; empty for none). When the pool's working
+// directory holds one of these, a grant of the working directory covers
+// it and is refused too.
+func ownFiles(source string) ([]ownFile, error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return nil, fmt.Errorf("cannot find the pool's own executable, which write grants must never cover: %w", err)
+	}
+	if r, err := filepath.EvalSymlinks(exe); err == nil {
+		exe = r
+	}
+	exe = filepath.Clean(exe)
+	own := []ownFile{
+		{path: exe, what: "the pool's own executable", file: true},
+		{path: filepath.Dir(exe), what: "the directory of the pool's own executable"},
+	}
+	// The running program's identity, even if its name has been replaced.
+	var st unix.Stat_t
+	if err := unix.Stat("/proc/self/exe", &st); err != nil {
+		return nil, fmt.Errorf("cannot identify the pool's own executable, which write grants must never cover: %w", err)
+	}
+	own[0].dev, own[0].ino = st.Dev, st.Ino
+	if source != "" {
+		if err := unix.Stat(source, &st); err != nil {
+			return nil, fmt.Errorf("config %s: %w", source, err)
+		}
+		own = append(own, ownFile{path: source, what: "the pool's configuration file", file: true, dev: st.Dev, ino: st.Ino})
+	}
+	return own, nil
+}
+
+// coversOwn returns the refusal of a write grant (real, held by fd) that
+// covers one of the pool's own files, or is a hard link to one; field
+// names the grant's origin.
+func coversOwn(field, real string, fd int, own []ownFile) *Error {
+	var st unix.Stat_t
+	statOK := unix.Fstat(fd, &st) == nil
+	for _, o := range own {
+		switch {
+		case beneath(o.path, real):
+			return requestErrorf("%s: %s would cover %s, %s: a job could replace what the operator runs next, "+
+				"with the pool's rights; grant a directory that does not hold it", field, real, o.path, o.what)
+		case !statOK:
+			return requestErrorf("%s: %s: cannot tell whether it is one of the pool's own files", field, real)
+		case o.file && st.Mode&unix.S_IFMT == unix.S_IFREG && st.Dev == o.dev && st.Ino == o.ino:
+			return requestErrorf("%s: %s is a hard link to %s, %s: a job could change it", field, real, o.path, o.what)
+		}
+	}
+	return nil
+}
+
+// checkProfileGrants refuses, when the pool starts, a profile whose write
+// grants would cover one of the pool's own files (requests naming such a
+// profile would be refused anyway). Paths that do not exist yet are judged
+// by name.
+func checkProfileGrants(c Config, own []ownFile) error {
+	for _, name := range c.ProfileNames() {
+		for _, w := range c.Profiles[name].AllowWrite {
+			p := w
+			if !filepath.IsAbs(p) {
+				p = filepath.Join(c.Dir, p)
+			}
+			p = filepath.Clean(p)
+			if r, err := filepath.EvalSymlinks(p); err == nil {
+				p = r
+			}
+			for _, o := range own {
+				if beneath(o.path, p) {
+					return fmt.Errorf("profile %q: allow_write %s would cover %s, %s: a job could replace what the operator runs next, with the pool's rights",
+						name, w, o.path, o.what)
+				}
+			}
+		}
+	}
+	return nil
 }

@@ -29,6 +29,8 @@ type Pool struct {
 	// readCeiling is where requests may read: the ceiling's read paths and
 	// its write paths (writing includes reading).
 	readCeiling []string
+	// own lists the pool's own files, which no write grant may cover.
+	own []ownFile
 
 	mu       sync.Mutex
 	closed   bool
@@ -64,6 +66,13 @@ func New(cfg Config) (*Pool, error) {
 	if err != nil {
 		return nil, &Error{Kind: KindSpawn, Type: KindSpawn.String(), Message: "invalid config", Err: err}
 	}
+	own, err := ownFiles(cfg.Source)
+	if err == nil {
+		err = checkProfileGrants(cfg, own)
+	}
+	if err != nil {
+		return nil, &Error{Kind: KindSpawn, Type: KindSpawn.String(), Message: "invalid config", Err: err}
+	}
 	python, err := FindPython(cfg.Python)
 	if err != nil {
 		return nil, &Error{Kind: KindSpawn, Type: KindSpawn.String(), Err: err}
@@ -84,6 +93,7 @@ func New(cfg Config) (*Pool, error) {
 		checkouts: make(map[*Checkout]struct{}),
 
 		readCeiling: append(append([]string(nil), cfg.Limits.AllowRead...), cfg.Limits.AllowWrite...),
+		own:         own,
 	}
 	// Start the templates in parallel: with heavy preloads each takes a
 	// noticeable fraction of a second.

@@ -2,7 +2,6 @@ package pynox
 
 import (
 	"fmt"
-	"os"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -168,41 +167,61 @@ func (p *Pool) hint(pl *plan, e *worker.ErrorInfo) string {
 }
 
 // pathHint names the grant that would allow access to name, or says that
-// the ceiling forbids it.
+// the ceiling forbids it. It is built from the names alone: the job chose
+// name and controls what lies there, and the pool, which has more rights
+// than the job (often root's), must neither act on it (a deep chain of
+// directories ending in a symlink loop once cost the pool 40 CPU-seconds
+// while it held the job's worker) nor reveal what the job cannot see
+// (whether a file exists in a directory the job may not search). So the
+// hint does not know whether the job read or wrote, nor whether the file
+// exists, and offers both grants where both are possible.
 func (p *Pool) pathHint(pl *plan, name string) string {
 	path := name
 	if !filepath.IsAbs(path) {
 		path = filepath.Join(p.cfg.Dir, path)
 	}
 	path = filepath.Clean(path)
-	if r, err := filepath.EvalSymlinks(path); err == nil {
-		path = r
-	}
 	l := p.cfg.Limits
-	_, statErr := os.Lstat(path)
-	exists := statErr == nil
-	readable := beneathAny(path, pl.read) || beneathAny(path, pl.write)
-	wantWrite := !exists || readable
-	if wantWrite {
-		if beneathAny(path, l.AllowWrite) {
-			return fmt.Sprintf("writing %s needs a write grant: add \"allow_write\": [%q]", path, suggest(p.cfg.Dir, grantDir(path, exists)))
+	writable := beneathAny(path, l.AllowWrite)
+	// To write, grant the directory the file is in (which covers creating
+	// it), unless that lies outside the write ceiling or would cover one
+	// of the pool's own files (such a grant is refused).
+	writeGrant := path
+	if dir := filepath.Dir(path); beneathAny(dir, l.AllowWrite) {
+		writeGrant = dir
+	}
+	toWrite := fmt.Sprintf("to write it, add \"allow_write\": [%q]", suggest(p.cfg.Dir, writeGrant))
+	for _, o := range p.own {
+		if beneath(o.path, writeGrant) {
+			toWrite = fmt.Sprintf("to write, use a subdirectory and grant that (a write grant of %s would cover %s, %s)", writeGrant, o.path, o.what)
+			break
 		}
-		return fmt.Sprintf("%s is outside the pool's write ceiling (%s), so no request can write it", path, ceilingList(l.AllowWrite))
 	}
-	ceiling := p.readCeiling
-	if beneathAny(path, ceiling) {
-		return fmt.Sprintf("reading %s needs a read grant: add \"allow_read\": [%q] (or \"allow_write\" to change it)", path, suggest(p.cfg.Dir, path))
+	switch {
+	case beneathAny(path, pl.write):
+		return fmt.Sprintf("%s lies within the job's write grants, so the sandbox allows it; "+
+			"the file's own owner and mode deny it (the job has no capabilities to override them), "+
+			"or a symlink there leads out of the grants", path)
+	case beneathAny(path, pl.read) && writable:
+		return fmt.Sprintf("the job may read %s but not write it: %s (if reading failed, the file's own owner and mode deny it)", path, toWrite)
+	case beneathAny(path, pl.read):
+		return fmt.Sprintf("the job may only read %s; %s", path, noWrites(l))
+	case writable:
+		return fmt.Sprintf("%s is not granted to the job: add \"allow_read\": [%q] to read it; %s", path, suggest(p.cfg.Dir, path), toWrite)
+	case beneathAny(path, p.readCeiling):
+		return fmt.Sprintf("%s is not granted to the job: add \"allow_read\": [%q] to read it; %s",
+			path, suggest(p.cfg.Dir, path), noWrites(l))
 	}
-	return fmt.Sprintf("%s is outside the pool's ceiling (%s), so no request can read it", path, ceilingList(ceiling))
+	return fmt.Sprintf("%s is outside the pool's ceiling (%s), so no request can read or write it", path, ceilingList(p.readCeiling))
 }
 
-// grantDir is what to grant for a write: the file itself when it exists,
-// else the directory it would be created in.
-func grantDir(path string, exists bool) string {
-	if exists {
-		return path
+// noWrites says why no request can write a path outside the write
+// ceiling.
+func noWrites(l Limits) string {
+	if len(l.AllowWrite) == 0 {
+		return "the pool grants no writes at all (its operator sets a write ceiling with [pool.limits] allow_write, or pynox pool --allow-write)"
 	}
-	return filepath.Dir(path)
+	return fmt.Sprintf("it is outside the pool's write ceiling (%s), so no request can write it", ceilingList(l.AllowWrite))
 }
 
 // suggest writes path relative to the pool's directory when it lies there.

@@ -52,7 +52,9 @@ type statsEvent struct {
 
 // Serve speaks the pool protocol: it writes the ready event, then reads
 // one JSON request per line from r and writes one JSON result per line to
-// w, in completion order. At most twice the worker count of requests wait
+// w, in completion order. A request's keys must be exactly the protocol's
+// field names (case included), each at most once per object; any other
+// key is a RequestError that names it. At most twice the worker count of requests wait
 // behind the running ones; beyond that Serve stops reading, and a blocked
 // writer holds everything back, so nothing is buffered without bound.
 // While host calls wait for replies it reads on (the replies may come
@@ -236,14 +238,23 @@ func (p *Pool) refuse(j *Job, e *Error) *Result {
 // decodeRequest parses one request line strictly: unknown fields, wrong
 // types and trailing data are errors. The returned request carries the id
 // whenever one could be read, so that even a refusal echoes it.
+//
+// Keys must match the protocol's field names exactly, and no object may
+// repeat a key (see checkKeys): encoding/json alone would take "CODE" or
+// "ſession" for a field and keep the last of two "code" keys.
 func decodeRequest(line []byte) (request, *Error) {
 	var req request
-	dec := json.NewDecoder(bytes.NewReader(line))
-	dec.DisallowUnknownFields()
-	dec.UseNumber()
-	err := dec.Decode(&req)
-	if err == nil && dec.More() {
-		err = errors.New("trailing data after the JSON object")
+	var err error
+	if ke := checkKeys(line, requestSchema); ke != nil {
+		err = ke
+	} else {
+		dec := json.NewDecoder(bytes.NewReader(line))
+		dec.DisallowUnknownFields()
+		dec.UseNumber()
+		err = dec.Decode(&req)
+		if err == nil && len(bytes.TrimSpace(line[dec.InputOffset():])) > 0 {
+			err = errors.New("trailing data after the JSON object")
+		}
 	}
 	if err == nil {
 		if e := checkID(req.ID); e != nil {
@@ -251,10 +262,13 @@ func decodeRequest(line []byte) (request, *Error) {
 		}
 		return req, nil
 	}
-	// Recover the id for the answer, if the line is an object with one.
+	// Recover the id for the answer, if the line is an object with one
+	// (and only one: a duplicated id is echoed as null).
 	var probe map[string]json.RawMessage
 	id := any(nil)
-	if json.NewDecoder(bytes.NewReader(line)).Decode(&probe) == nil {
+	ke, _ := err.(*keyError)
+	dupID := ke != nil && ke.dup && len(ke.segs) == 0 && ke.key == "id"
+	if !dupID && json.NewDecoder(bytes.NewReader(line)).Decode(&probe) == nil {
 		if raw, ok := probe["id"]; ok {
 			d := json.NewDecoder(bytes.NewReader(raw))
 			d.UseNumber()

@@ -303,6 +303,9 @@ func FuzzDecodeRequest(f *testing.F) {
 		`{"id": 1, "session": "nb", "code": "x = 1", "functions": ["f"]}`, `{"id": 2, "session": "nb", "close": true}`,
 		`{"reply": {"call_id": 7, "result": ["a", 1, null]}}`, `{"reply": {"call_id": 7, "error": "e"}}`,
 		`{"reply": {"call_id": 7.5, "result": 1}}`, `{"reply": {"call_id": 7, "result": 1, "x": 2}}`,
+		`{"CODE": "1"}`, `{"ſession": "a", "code": "1"}`, `{"code": "1", "code": "2"}`, `{"code": "1", "cod\u0065": "2"}`,
+		`{"id": 1, "id": 2, "code": "1"}`, `{"code": "1", "env": {"A": "1", "A": "2"}}`, `{"reply": {"CALL_ID": 1, "result": 1}}`,
+		`{"reply": {"call_id": 1, "result": {"a": [{"b": 1, "b": 2}]}}}`, "{\"code\": \"1\", \"env\": {\"\xff\": \"1\", \"\xfe\": \"2\"}}",
 	} {
 		f.Add([]byte(s))
 	}
@@ -315,6 +318,12 @@ func FuzzDecodeRequest(f *testing.F) {
 			return
 		}
 		require.Nil(t, checkID(req.ID))
+		// Every key of an accepted line is exactly a field name.
+		var keys map[string]json.RawMessage
+		require.NoError(t, json.Unmarshal(line, &keys))
+		for k := range keys {
+			require.Contains(t, requestSchema.fields, k)
+		}
 		require.GreaterOrEqual(t, int64(req.Timeout), int64(0))
 		require.GreaterOrEqual(t, int64(req.Memory), int64(0))
 		// An accepted request re-encodes to JSON that decodes to the same.
@@ -327,4 +336,16 @@ func FuzzDecodeRequest(f *testing.F) {
 		require.ElementsMatch(t, req.Functions, again.Functions) // [] and absent both declare none
 		require.Equal(t, req.Reply != nil, again.Reply != nil)
 	})
+}
+
+// BenchmarkDecodeRequest measures the decoding of a typical request line
+// (the exact-key check included).
+func BenchmarkDecodeRequest(b *testing.B) {
+	line := []byte(`{"id": "task-2", "code": "import json\nprint(json.dumps({'ok': True}))", "name": "step.py", "args": ["one"], "allow_read": ["data"], "allow_write": ["out"], "env": {"KEY": "value"}, "timeout": "5s", "memory": "512m", "max_output": 65536}`)
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := decodeRequest(line); err != nil {
+			b.Fatal(err)
+		}
+	}
 }

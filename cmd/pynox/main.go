@@ -24,7 +24,7 @@ func main() {
 }
 
 const usage = `usage: pynox pool [--config=FILE] [--workers=N] [--preload=mod,mod] [--package-dir=DIR]...
-                  [--python=PATH] [--log=json]
+                  [--allow-read=DIR]... [--allow-write=DIR]... [--python=PATH] [--log=json]
 
 Commands:
   pool    serve the pool protocol: JSON requests on stdin, JSON results on stdout
@@ -62,8 +62,10 @@ func pool(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	preload := fs.String("preload", "", "comma-separated modules each template imports once")
 	python := fs.String("python", "", "the interpreter (default: the first python3 on PATH)")
 	logFmt := fs.String("log", "", `"json": one line per finished job on stderr`)
-	var pkgDirs listFlag
+	var pkgDirs, allowRead, allowWrite listFlag
 	fs.Var(&pkgDirs, "package-dir", "read-only directory on every job's sys.path (repeatable)")
+	fs.Var(&allowRead, "allow-read", "the read ceiling: requests may read beneath it (repeatable; default the working directory; overrides [pool.limits] allow_read)")
+	fs.Var(&allowWrite, "allow-write", "the write ceiling: requests may write beneath it (repeatable; default none; overrides [pool.limits] allow_write)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -96,6 +98,13 @@ func pool(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	}
 	if set["package-dir"] {
 		cfg.PackageDirs = pkgDirs
+	}
+	// Ceiling paths given here are relative to the working directory.
+	if set["allow-read"] {
+		cfg.Limits.AllowRead = allowRead
+	}
+	if set["allow-write"] {
+		cfg.Limits.AllowWrite = allowWrite
 	}
 	if set["preload"] {
 		cfg.Preload = nil

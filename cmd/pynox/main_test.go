@@ -92,7 +92,13 @@ func startPool(t *testing.T, args ...string) *poolProc {
 
 func startPoolIn(t *testing.T, dir string, args ...string) *poolProc {
 	t.Helper()
-	cmd := exec.Command(pynoxBinary(t), append([]string{"pool"}, args...)...)
+	return startBinaryIn(t, pynoxBinary(t), dir, args...)
+}
+
+// startBinaryIn starts `bin pool args...` in dir and reads its ready line.
+func startBinaryIn(t *testing.T, bin, dir string, args ...string) *poolProc {
+	t.Helper()
+	cmd := exec.Command(bin, append([]string{"pool"}, args...)...)
 	cmd.Dir = dir
 	return startPoolCmd(t, cmd)
 }
