@@ -66,7 +66,11 @@
 //     allowed only as AF_UNIX with SOCK_STREAM (SOCK_NONBLOCK and
 //     SOCK_CLOEXEC aside): a datagram pair could sendto a host socket by
 //     path, and after connect(AF_UNSPEC) bind an abstract name; other
-//     domains reach netlink, vsock or inet code.
+//     domains reach netlink, vsock or inet code. (asyncio's self-pipe is
+//     such a stream pair.) A job granted the network may still bind an
+//     abstract name to a stream pair's half, squatting the name, though
+//     it can neither listen nor receive on it: seccomp cannot see the
+//     address family of bind's socket.
 //   - ioctl is allowed only for TCGETS and TIOCGWINSZ (isatty,
 //     os.get_terminal_size), FIONREAD, FIONBIO, FIOCLEX and FIONCLEX:
 //     FS_IOC_SETFLAGS, TIOCSTI, TIOCLINUX and every other request fail.
