@@ -121,15 +121,18 @@
 //     package_dirs, read and write on allow_write, nothing else; TCP bind
 //     and connect denied unless the network is granted (ABI 4); signals and
 //     abstract unix sockets scoped to the job (ABI 6);
-//  5. seccomp (built in Go, internal/seccomp): no process creation, no exec,
-//     no sockets unless the network is granted (then IPv4/IPv6 only), none
-//     of the kernel surface a job never needs, and the architecture checked.
-//     It comes in two layers, because attaching a filter costs the kernel
-//     time in proportion to its length: the template attaches the long one
-//     (everything the template itself can live without) once, and each
-//     spare only a short one on top (process creation, pidfd_open, sockets
-//     without the network); the kernel runs both and the stricter answer
-//     wins.
+//  5. seccomp (built in Go, internal/seccomp), an allow list: every system
+//     call it does not name fails with EPERM, new and unknown numbers
+//     included. No process creation, no exec, no sockets unless the network
+//     is granted (then IPv4/IPv6 only), socketpair only as an AF_UNIX
+//     stream pair, ioctl, fcntl and prctl only for a short list of
+//     requests, and the architecture checked. It comes in two layers,
+//     because attaching a filter costs the kernel time in proportion to its
+//     length: the template attaches the long one (the allow list and the
+//     argument filters) once, and each spare only a short one on top
+//     (process creation, pidfd_open, seccomp, PR_SET_PDEATHSIG, and the
+//     socket calls without the network); the kernel runs both and the
+//     stricter answer wins.
 //
 // If any step fails no user code runs, and the job answers
 // SandboxSetupError. Landlock can only add rules, so a write grant that

@@ -38,6 +38,11 @@ const (
 	accessFSIoctlDev
 )
 
+// accessFSResolveUnix (ABI 9, Linux 7.1) controls connect and sendmsg to
+// pathname unix sockets: handled and never granted, a job reaches no
+// socket that a process outside its domain bound, whatever its grants.
+const accessFSResolveUnix uint64 = unix.LANDLOCK_ACCESS_FS_RESOLVE_UNIX
+
 const (
 	accessNetBindTCP    uint64 = 1 << 0
 	accessNetConnectTCP uint64 = 1 << 1
@@ -50,9 +55,11 @@ const (
 
 // MinABI is the oldest Landlock ABI pynox accepts. ABI 1 (Linux 5.13)
 // mediates the filesystem; newer ABIs add rename/link across directories
-// (2), truncation (3), TCP (4), device ioctls (5) and signal and
-// abstract-socket scoping (6). Older kernels get the missing pieces from
-// seccomp where possible and the difference is reported in each result.
+// (2), truncation (3), TCP (4), device ioctls (5), signal and
+// abstract-socket scoping (6), and connecting to pathname unix sockets
+// (9, Linux 7.1). Older kernels get the missing pieces from seccomp where
+// possible (it allows no unix socket but an AF_UNIX stream socketpair,
+// which reaches no path) and the difference is reported in each result.
 const MinABI = 1
 
 var (
@@ -87,7 +94,7 @@ func ABI() (int, error) {
 // File rights are the ones the kernel accepts on a rule whose path is not
 // a directory.
 const fileRights = accessFSExecute | accessFSWriteFile | accessFSReadFile |
-	accessFSTruncate | accessFSIoctlDev
+	accessFSTruncate | accessFSIoctlDev | accessFSResolveUnix
 
 // HandledFS returns the filesystem rights a ruleset handles at abi: every
 // right the kernel knows, so anything not granted by a rule is denied.
@@ -105,6 +112,9 @@ func HandledFS(abi int) uint64 {
 	}
 	if abi >= 5 {
 		r |= accessFSIoctlDev
+	}
+	if abi >= 9 {
+		r |= accessFSResolveUnix
 	}
 	return r
 }
@@ -141,9 +151,11 @@ func ReadAccess(abi int) uint64 {
 
 // WriteAccess is what an allow_write grant allows: read, write, create,
 // remove, rename and link within the grant, truncate. Device nodes cannot
-// be created (the job has no CAP_MKNOD either).
+// be created (the job has no CAP_MKNOD either), and no pathname unix
+// socket within the grant may be connected to (ABI 9): a host service's
+// socket in a shared directory stays out of reach.
 func WriteAccess(abi int) uint64 {
-	return HandledFS(abi) &^ (accessFSExecute | accessFSMakeChar | accessFSMakeBlock)
+	return HandledFS(abi) &^ (accessFSExecute | accessFSMakeChar | accessFSMakeBlock | accessFSResolveUnix)
 }
 
 // DeviceAccess is what the few device files every job may use

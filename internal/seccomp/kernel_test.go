@@ -244,6 +244,75 @@ func kernelChild(variant string) int {
 	_, _, e = unix.RawSyscall6(unix.SYS_UTIMENSAT, tmpFd, 0, 0, 0, 0, 0)
 	report("utimensat_fd", e)
 
+	// Issue 9: what the deny list let through.
+	_, _, e = unix.RawSyscall6(469, tmpFd, 0, 0, 0, 0, 0) // file_setattr(fd, "", NULL, 0, 0)
+	report("file_setattr", e)
+	for _, nr := range []uintptr{470, 471, 500, 520, 1000, 4095} {
+		_, _, e = unix.RawSyscall(nr, 0, 0, 0)
+		report(fmt.Sprintf("syscall_%d", nr), e)
+	}
+	var aioCtx uint64
+	_, _, e = unix.RawSyscall(unix.SYS_IO_SETUP, 1, uintptr(unsafe.Pointer(&aioCtx)), 0)
+	report("io_setup", e)
+	_, _, e = unix.RawSyscall6(unix.SYS_LISTMOUNT, 0, 0, 0, 0, 0, 0)
+	report("listmount", e)
+	roFd, err := unix.Open(tmp.Name(), unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fail("open %s read-only: %v", tmp.Name(), err)
+	}
+	var flags int32
+	_, _, e = unix.RawSyscall(unix.SYS_IOCTL, uintptr(roFd), unix.FS_IOC_SETFLAGS, uintptr(unsafe.Pointer(&flags)))
+	report("ioctl_fs_ioc_setflags", e)
+	_, _, e = unix.RawSyscall(unix.SYS_IOCTL, uintptr(roFd), unix.FS_IOC_SETFLAGS|1<<32, uintptr(unsafe.Pointer(&flags)))
+	report("ioctl_fs_ioc_setflags_high", e)
+	_, _, e = unix.RawSyscall(unix.SYS_FCNTL, uintptr(roFd), unix.F_SETLEASE, unix.F_RDLCK)
+	report("fcntl_setlease", e)
+	_, _, e = unix.RawSyscall(unix.SYS_FCNTL, uintptr(roFd), unix.F_GETFD, 0)
+	report("fcntl_getfd", e)
+	_, _, e = unix.RawSyscall(unix.SYS_FCNTL, uintptr(roFd), unix.F_GETFD|1<<32, 0)
+	report("fcntl_getfd_high", e)
+	unix.Close(roFd)
+	for _, sp := range []struct {
+		name         string
+		domain, kind uintptr
+	}{
+		{"socketpair_cloexec", unix.AF_UNIX, unix.SOCK_STREAM | unix.SOCK_CLOEXEC | unix.SOCK_NONBLOCK},
+		{"socketpair_dgram", unix.AF_UNIX, unix.SOCK_DGRAM},
+		{"socketpair_seqpacket", unix.AF_UNIX, unix.SOCK_SEQPACKET},
+		{"socketpair_netlink", unix.AF_NETLINK, unix.SOCK_RAW},
+		{"socketpair_vsock", unix.AF_VSOCK, unix.SOCK_STREAM},
+		{"socketpair_inet", unix.AF_INET, unix.SOCK_STREAM},
+	} {
+		_, _, e = unix.RawSyscall6(unix.SYS_SOCKETPAIR, sp.domain, sp.kind, 0, uintptr(unsafe.Pointer(&fds[0])), 0, 0)
+		if e == 0 {
+			unix.Close(int(fds[0]))
+			unix.Close(int(fds[1]))
+		}
+		report(sp.name, e)
+	}
+	// bind on a socketpair half: an abstract name squatted.
+	_, _, e = unix.RawSyscall6(unix.SYS_SOCKETPAIR, unix.AF_UNIX, unix.SOCK_STREAM, 0, uintptr(unsafe.Pointer(&fds[0])), 0, 0)
+	if e != 0 {
+		return fail("socketpair: %v", e)
+	}
+	abstract := unix.RawSockaddrUnix{Family: unix.AF_UNIX}
+	copy(abstract.Path[1:], []int8{'p', 'y', 'n', 'o', 'x', '-', 'k', 't'})
+	_, _, e = unix.RawSyscall(unix.SYS_BIND, uintptr(fds[0]), uintptr(unsafe.Pointer(&abstract)), 2+1+8)
+	report("bind_abstract", e)
+	unix.Close(int(fds[0]))
+	unix.Close(int(fds[1]))
+	_, _, e = unix.RawSyscall6(unix.SYS_PRCTL, unix.PR_SET_PDEATHSIG, 0, 0, 0, 0, 0)
+	report("prctl_set_pdeathsig", e)
+	var sig int32
+	_, _, e = unix.RawSyscall6(unix.SYS_PRCTL, unix.PR_GET_PDEATHSIG, uintptr(unsafe.Pointer(&sig)), 0, 0, 0, 0)
+	report("prctl_get_pdeathsig", e)
+	_, _, e = unix.RawSyscall6(unix.SYS_PRCTL, unix.PR_SET_SECCOMP, unix.SECCOMP_MODE_STRICT, 0, 0, 0, 0)
+	report("prctl_set_seccomp", e)
+	_, _, e = unix.RawSyscall6(unix.SYS_PRCTL, unix.PR_SET_DUMPABLE, 1, 0, 0, 0, 0)
+	report("prctl_set_dumpable", e)
+	_, _, e = unix.RawSyscall(unix.SYS_SECCOMP, unix.SECCOMP_SET_MODE_STRICT, 0, 0)
+	report("seccomp_strict", e)
+
 	runtime.KeepAlive(argv)
 	runtime.KeepAlive(envv)
 	runtime.KeepAlive(tmp)
@@ -314,14 +383,41 @@ func kernelExpectations(allowNetwork bool) []probeWant {
 		{"personality_query", is(0)},
 		{"utimensat_path", is(unix.EPERM)},
 		{"utimensat_fd", is(unix.EPERM)},
+		{"file_setattr", is(unix.EPERM)},
+		{"syscall_470", is(unix.EPERM)},
+		{"syscall_471", is(unix.EPERM)},
+		{"syscall_500", is(unix.EPERM)},
+		{"syscall_520", is(unix.EPERM)},
+		{"syscall_1000", is(unix.EPERM)},
+		{"syscall_4095", is(unix.EPERM)},
+		{"io_setup", is(unix.EPERM)},
+		{"listmount", is(unix.EPERM)},
+		{"ioctl_fs_ioc_setflags", is(unix.EPERM)},
+		{"ioctl_fs_ioc_setflags_high", is(unix.EPERM)},
+		{"fcntl_setlease", is(unix.EPERM)},
+		{"fcntl_getfd", is(0)},
+		{"fcntl_getfd_high", is(0)},
+		{"socketpair_cloexec", is(0)},
+		{"socketpair_dgram", is(unix.EPERM)},
+		{"socketpair_seqpacket", is(unix.EPERM)},
+		{"socketpair_netlink", is(unix.EPERM)},
+		{"socketpair_vsock", is(unix.EPERM)},
+		{"socketpair_inet", is(unix.EPERM)},
+		{"prctl_set_pdeathsig", is(unix.EPERM)},
+		{"prctl_get_pdeathsig", is(0)},
+		{"prctl_set_seccomp", is(unix.EPERM)},
+		{"prctl_set_dumpable", is(unix.EPERM)},
+		{"seccomp_strict", is(unix.EPERM)},
 	}
 	if allowNetwork {
 		want = append(want,
+			probeWant{"bind_abstract", is(0)}, // the network's calls: see the package doc
 			probeWant{"socket_inet", is(0)},
 			probeWant{"socket_inet6", notEPERM}, // EAFNOSUPPORT is fine without IPv6
 		)
 	} else {
 		want = append(want,
+			probeWant{"bind_abstract", is(unix.EPERM)},
 			probeWant{"socket_inet", is(unix.EPERM)},
 			probeWant{"socket_inet6", is(unix.EPERM)},
 		)

@@ -72,6 +72,7 @@ _prctl.restype = ctypes.c_int
 _prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
 
 PR_SET_PDEATHSIG = 1
+PR_GET_PDEATHSIG = 2
 PR_SET_SECCOMP = 22
 PR_CAPBSET_DROP = 24
 PR_SET_NO_NEW_PRIVS = 38
@@ -304,9 +305,12 @@ class Template:
             # The long, policy-independent seccomp layer, attached once here
             # and inherited by every spare, which adds only the short job
             # layer of its kind: attaching costs the kernel time in
-            # proportion to a filter's length. It allows what the template
-            # itself does (clone, fork, pidfd_open) and denies the rest of the
-            # policy to the template too.
+            # proportion to a filter's length. It is an allow list: what
+            # the template itself does (fork, pidfd_open, socketpair,
+            # sendmsg with SCM_RIGHTS, waitpid, poll) and what a spare does
+            # before its job layer goes on (PR_SET_PDEATHSIG,
+            # PR_SET_SECCOMP) are on it; everything else fails for the
+            # template too.
             prog, _buf = self.seccomp["template"]
             _check(_prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.addressof(prog), 0, 0), "seccomp (template layer)")
         except SetupError as e:
@@ -647,8 +651,15 @@ class Spare:
         # costs hundreds of microseconds (the kernel compiles it), too much
         # to pay per job. Everything the spare still does for its job
         # (reading the frame, rlimits, Landlock, writing frames) is allowed.
+        # It comes after PR_SET_PDEATHSIG above and denies it (and
+        # PR_SET_SECCOMP): from here on nothing in this process can clear
+        # the parent-death signal, which is checked once more.
         prog, _buf = self.tpl.seccomp[self.kind]
         _check(_prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.addressof(prog), 0, 0), "seccomp (job layer)")
+        sig = ctypes.c_int(0)
+        _check(_prctl(PR_GET_PDEATHSIG, ctypes.addressof(sig), 0, 0, 0), "prctl(PR_GET_PDEATHSIG)")
+        if sig.value != signal.SIGKILL:
+            raise SetupError("parent-death signal is %d, not SIGKILL" % sig.value)
 
     def new_ruleset(self):
         """A Landlock ruleset of the spare's kind holding the runtime rules."""

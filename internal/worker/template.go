@@ -359,7 +359,9 @@ func (t *Template) policy(h hello, opts Options) (map[string]any, error) {
 
 	// The template attaches the template layer once; each spare attaches
 	// the job layer of its kind on top (see seccomp.Layers). The template
-	// layer does not depend on the policy.
+	// layer does not depend on the policy. Both are allow lists built for
+	// this architecture; a build error (an unsupported architecture) fails
+	// every job closed.
 	progs := map[string]string{}
 	var secErr string
 	for key, pol := range map[string]seccomp.Policy{"deny": {}, "allow": {AllowNetwork: true}} {
