@@ -92,10 +92,19 @@ type activeTurn struct {
 	replies chan worker.Reply
 	cancel  chan struct{} // kills the step
 	kill    sync.Once
-	pending *Call // the call waiting for Resume
+	pending *Call  // the call waiting for Resume
+	done    func() // called once when the turn ends: Shutdown waits for it
 }
 
 func (t *activeTurn) stop() { t.kill.Do(func() { close(t.cancel) }) }
+
+// endTurn forgets the turn, which has ended; the caller holds the turn.
+func (c *Checkout) endTurn() {
+	if t := c.turn; t != nil {
+		c.turn = nil
+		t.done()
+	}
+}
 
 type turnMsg struct {
 	call     *Call
@@ -301,6 +310,16 @@ func (c *Checkout) Feed(ctx context.Context, step Step) (TurnEvent, error) {
 	if rerr != nil {
 		return TurnEvent{}, rerr
 	}
+	stepDone, err := c.pool.beginStep()
+	if err != nil {
+		return TurnEvent{}, err
+	}
+	// Until the turn owns it, this Feed reports the step's end itself.
+	defer func() {
+		if stepDone != nil {
+			stepDone()
+		}
+	}()
 	c.mu.Lock()
 	c.idle.Stop()
 	c.lastUse = time.Now()
@@ -370,6 +389,7 @@ func (c *Checkout) Feed(ctx context.Context, step Step) (TurnEvent, error) {
 	first := c.steps == 0
 	c.steps++
 	c.turn = t
+	t.done, stepDone = stepDone, nil
 	t.cancel = make(chan struct{})
 	cancel := t.cancel
 	stepPl := *c.pl
@@ -504,14 +524,14 @@ func (c *Checkout) await(ctx context.Context, t *activeTurn) (TurnEvent, error) 
 		// rest.
 		t.stop()
 		drainTurn(t)
-		c.turn = nil
+		c.endTurn()
 		return TurnEvent{}, c.endErr()
 	case <-ctx.Done():
 		t.stop()
 		m = drainTurn(t)
 		m.canceled = true
 	}
-	c.turn = nil
+	c.endTurn()
 	if m.canceled {
 		c.endProcess()
 		c.mu.Lock()
@@ -633,7 +653,7 @@ func (c *Checkout) cleanup() {
 		// A turn waiting for Resume, with no caller in it.
 		t.stop()
 		drainTurn(t)
-		c.turn = nil
+		c.endTurn()
 	}
 	c.endProcess()
 	c.mu.Lock()

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
@@ -142,7 +143,7 @@ func TestFinishKillsRunningStep(t *testing.T) {
 	}()
 	h.wait(t)
 	within(t, "Finish of a checkout with a running step", func() {
-		require.NoError(t, co.Finish(context.Background()))
+		assert.NoError(t, co.Finish(context.Background()))
 	})
 	var o outcome
 	within(t, "the killed step's Feed", func() { o = <-fed })
@@ -188,7 +189,7 @@ func TestTurnWaitHonoursCtx(t *testing.T) {
 	default:
 	}
 	close(h.release)
-	within(t, "the first step", func() { require.NoError(t, <-first) })
+	within(t, "the first step", func() { assert.NoError(t, <-first) })
 }
 
 // Issue 17.4: a checkout ended by Close answers ErrClosed, to the call in
@@ -216,8 +217,8 @@ func TestCheckoutErrorsAfterClose(t *testing.T) {
 		fed <- err
 	}()
 	h.wait(t)
-	within(t, "Close", func() { require.NoError(t, p.Close()) })
-	within(t, "the running Feed", func() { require.ErrorIs(t, <-fed, ErrClosed) })
+	within(t, "Close", func() { assert.NoError(t, p.Close()) })
+	within(t, "the running Feed", func() { assert.ErrorIs(t, <-fed, ErrClosed) })
 	for _, co := range []*Checkout{running, waiting, idle} {
 		_, err = co.Feed(bg, Step{Code: "1"})
 		require.ErrorIs(t, err, ErrClosed)
@@ -275,19 +276,19 @@ func TestZeroValuePool(t *testing.T) {
 	for i := 0; i < 2; i++ {
 		within(t, "Run on the zero Pool", func() {
 			res, err := p.Run(ctx, Job{Code: "1"})
-			require.Nil(t, res)
-			require.ErrorIs(t, err, ErrClosed)
-			require.Contains(t, err.Error(), "New")
+			assert.Nil(t, res)
+			assert.ErrorIs(t, err, ErrClosed)
+			assert.Contains(t, err.Error(), "New")
 		})
 		within(t, "Checkout on the zero Pool", func() {
 			_, err := p.Checkout(ctx, Job{})
-			require.ErrorIs(t, err, ErrClosed)
+			assert.ErrorIs(t, err, ErrClosed)
 		})
-		within(t, "Close on the zero Pool", func() { require.ErrorIs(t, p.Close(), ErrClosed) })
+		within(t, "Close on the zero Pool", func() { assert.ErrorIs(t, p.Close(), ErrClosed) })
 		within(t, "Serve on the zero Pool", func() {
-			require.ErrorIs(t, p.Serve(ctx, strings.NewReader(`{"code": "1"}`+"\n"), &bytes.Buffer{}), ErrClosed)
+			assert.ErrorIs(t, p.Serve(ctx, strings.NewReader(`{"code": "1"}`+"\n"), &bytes.Buffer{}), ErrClosed)
 		})
-		within(t, "Stats on the zero Pool", func() { require.Zero(t, p.Stats().Jobs) })
+		within(t, "Stats on the zero Pool", func() { assert.Zero(t, p.Stats().Jobs) })
 	}
 }
 
@@ -309,7 +310,7 @@ func TestCloseFailsRunningJobs(t *testing.T) {
 		ran <- outcome{res, err}
 	}()
 	h.wait(t)
-	within(t, "Close with a job running", func() { require.NoError(t, p.Close()) })
+	within(t, "Close with a job running", func() { assert.NoError(t, p.Close()) })
 	var o outcome
 	within(t, "the running job's Run", func() { o = <-ran })
 	require.Nil(t, o.res)
@@ -377,4 +378,77 @@ func TestSentinelsCannotBeChanged(t *testing.T) {
 	require.NotErrorIs(t, err, ErrTimeout)
 	require.Empty(t, ErrClosed.Message)
 	require.Equal(t, KindClosed, ErrClosed.Kind)
+}
+
+// Shutdown stops accepting work, lets the jobs and steps under way finish,
+// then closes the pool; a ctx that ends first kills what still runs.
+func TestShutdown(t *testing.T) {
+	requireSandbox(t)
+	bg := context.Background()
+	p, err := New(Config{Workers: 2, Dir: t.TempDir(), Python: testPython()})
+	require.NoError(t, err)
+	defer p.Close()
+	jobHost, stepHost := newSignalHost(), newSignalHost()
+	ran := make(chan *Result, 1)
+	go func() {
+		res, err := p.Run(bg, Job{Functions: signalFunctions, Host: jobHost.host, Code: "from pynox_host import block\nblock()\nprint('job')"})
+		if err != nil {
+			t.Errorf("the job under way: %v", err)
+			res = &Result{}
+		}
+		ran <- res
+	}()
+	co, err := p.Checkout(bg, Job{Functions: signalFunctions, Host: stepHost.host})
+	require.NoError(t, err)
+	idle, err := p.Checkout(bg, Job{})
+	require.NoError(t, err)
+	fed := make(chan TurnEvent, 1)
+	go func() {
+		ev, err := co.Feed(bg, Step{Code: "from pynox_host import block\nblock()\nprint('step')"})
+		if err != nil {
+			t.Errorf("the step under way: %v", err)
+			ev.Result = &Result{}
+		}
+		fed <- ev
+	}()
+	jobHost.wait(t)
+	stepHost.wait(t)
+	shut := make(chan error, 1)
+	go func() { shut <- p.Shutdown(bg) }()
+	require.Eventually(t, func() bool {
+		_, err := p.Run(bg, Job{Code: "1"})
+		return errors.Is(err, ErrClosed)
+	}, hangGuard, 10*time.Millisecond)
+	_, err = p.Checkout(bg, Job{})
+	require.ErrorIs(t, err, ErrClosed)
+	_, err = idle.Feed(bg, Step{Code: "1"})
+	require.ErrorIs(t, err, ErrClosed)
+	select {
+	case err := <-shut:
+		t.Fatalf("Shutdown returned while work ran: %v", err)
+	default:
+	}
+	close(jobHost.release)
+	close(stepHost.release)
+	within(t, "Shutdown", func() { assert.NoError(t, <-shut) })
+	require.Equal(t, "job\n", (<-ran).Stdout)
+	require.Equal(t, "step\n", (<-fed).Result.Stdout)
+	_, err = idle.Feed(bg, Step{Code: "1"})
+	require.ErrorIs(t, err, ErrClosed)
+
+	// A ctx that ends first: what still runs is killed.
+	p2, err := New(Config{Workers: 1, Dir: t.TempDir(), Python: testPython()})
+	require.NoError(t, err)
+	defer p2.Close()
+	h := newSignalHost()
+	errs := make(chan error, 1)
+	go func() {
+		_, err := p2.Run(bg, Job{Functions: signalFunctions, Host: h.host, Code: "from pynox_host import block\nblock()"})
+		errs <- err
+	}()
+	h.wait(t)
+	ctx, cancel := context.WithCancel(bg)
+	cancel()
+	within(t, "Shutdown with an ended ctx", func() { assert.ErrorIs(t, p2.Shutdown(ctx), context.Canceled) })
+	within(t, "the killed job's Run", func() { assert.ErrorIs(t, <-errs, ErrClosed) })
 }

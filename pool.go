@@ -32,7 +32,8 @@ type Pool struct {
 	readCeiling []string
 
 	mu       sync.Mutex
-	closed   bool
+	closed   bool               // no new work is accepted (Shutdown or Close)
+	steps    sync.WaitGroup     // checkout steps under way, Shutdown waits for them
 	closing  chan struct{}      // closed by Close
 	life     context.Context    // canceled by Close: running jobs are killed
 	kill     context.CancelFunc // cancels life
@@ -427,7 +428,7 @@ func (p *Pool) Close() error {
 		return err
 	}
 	p.mu.Lock()
-	if p.closed {
+	if isDone(p.closing) {
 		p.mu.Unlock()
 		return nil
 	}
@@ -459,6 +460,50 @@ func (p *Pool) Close() error {
 		w.mu.Unlock()
 	}
 	return nil
+}
+
+// Shutdown closes the pool gracefully: it stops accepting work at once
+// (Run, Checkout and a Feed starting a new step return ErrClosed), waits
+// until the jobs and session steps under way have ended — a Run call
+// already waiting for a worker still runs, and a step waiting for Resume
+// may still be resumed — or ctx ends, and then closes the pool as
+// [Pool.Close] does, killing whatever still runs. It returns ctx.Err()
+// when ctx ended first, and nil otherwise. Open checkouts without a step
+// under way do not hold it up: they end with the pool.
+func (p *Pool) Shutdown(ctx context.Context) error {
+	if err := p.usable(); err != nil {
+		return err
+	}
+	p.mu.Lock()
+	p.closed = true
+	p.mu.Unlock()
+	idle := make(chan struct{})
+	go func() {
+		p.inflight.Wait()
+		p.steps.Wait()
+		close(idle)
+	}()
+	var err error
+	select {
+	case <-idle:
+	case <-ctx.Done():
+		err = ctx.Err()
+	}
+	p.Close()
+	return err
+}
+
+// beginStep counts a checkout step under way, or fails once the pool
+// stops accepting work; the step's end calls done.
+func (p *Pool) beginStep() (done func(), _ error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return nil, errClosed()
+	}
+	p.steps.Add(1)
+	var once sync.Once
+	return func() { once.Do(p.steps.Done) }, nil
 }
 
 // usable fails for a Pool that New did not make.
