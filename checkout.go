@@ -130,6 +130,9 @@ func (p *Pool) Checkout(ctx context.Context, job Job) (*Checkout, error) {
 // checkout is Checkout for a named session of the pool protocol; onEnd
 // runs once when the checkout ends, whatever ends it.
 func (p *Pool) checkout(ctx context.Context, job Job, name string, onEnd func(*Checkout)) (*Checkout, error) {
+	if err := p.usable(); err != nil {
+		return nil, err
+	}
 	if job.Code != "" || len(job.Args) > 0 || job.Name != "" {
 		return nil, requestErrorf("a checkout's job takes no code, name or args: each Step brings its own")
 	}
@@ -141,10 +144,6 @@ func (p *Pool) checkout(ctx context.Context, job Job, name string, onEnd func(*C
 	c.life, c.kill = context.WithCancel(context.Background())
 	if onEnd != nil {
 		c.onEnd = func() { onEnd(c) }
-	}
-	if err := p.usable(); err != nil {
-		pl.close()
-		return nil, err
 	}
 	// Registered under the pool's lock too, so that Close either sees this
 	// checkout or this sees Close.

@@ -281,7 +281,7 @@ func TestZeroValuePool(t *testing.T) {
 			assert.Contains(t, err.Error(), "New")
 		})
 		within(t, "Checkout on the zero Pool", func() {
-			_, err := p.Checkout(ctx, Job{})
+			_, err := p.Checkout(ctx, Job{AllowRead: []string{"data"}, Functions: []string{"f"}})
 			assert.ErrorIs(t, err, ErrClosed)
 		})
 		within(t, "Close on the zero Pool", func() { assert.ErrorIs(t, p.Close(), ErrClosed) })
