@@ -235,6 +235,9 @@ func (c *Checkout) acquire(ctx context.Context) error {
 	if err := c.endErr(); err != nil {
 		return err
 	}
+	if err := ctx.Err(); err != nil {
+		return err // not a race between a free turn and an ended ctx
+	}
 	select {
 	case c.token <- struct{}{}:
 	case <-c.life.Done():
