@@ -24,25 +24,38 @@ import (
 // globals) under the same permissions.
 //
 // A Checkout is safe for concurrent use, but its turns are sequential:
-// Feed and Resume wait for one another. Finish ends it; so do
-// [Pool.Close] and, after Config.SessionIdle without a turn, the pool.
+// Feed and Resume wait for one another (as long as their ctx allows).
+// Finish ends it, killing a step that is running; so do [Pool.Close] and,
+// after Config.SessionIdle without a turn, the pool. Every call on an
+// ended checkout, and a call in flight when it ends, returns why it
+// ended: ErrFinished when its caller finished it or it was idle,
+// ErrClosed when the pool was closed.
 type Checkout struct {
-	pool *Pool
-	job  Job   // the creating request; Code, Script and Args are unused
-	pl   *plan // grants stay open for the checkout's life
+	pool  *Pool
+	name  string // the session's name in the pool protocol
+	onEnd func() // called once when the checkout has ended
 
-	mu       sync.Mutex // one turn at a time
-	tpl      *worker.Template
-	child    *worker.Child // the live session process, or nil
-	steps    int           // steps run by the current process
-	turn     *activeTurn   // a turn waiting for Resume
-	finished error         // why the checkout ended, once it has
-	idle     *time.Timer
-	lastUse  time.Time // when the idle timer was last armed
-	name     string    // the session's name in the pool protocol
-	onEnd    func()    // called once when the checkout ends
-	endOnce  sync.Once
-	turnDone chan struct{} // closed by end: wakes a caller waiting on a turn
+	// token is the turn: Feed and Resume hold it (a send on a channel of
+	// one) from start to return, and the cleanup takes it for good. A
+	// select waits for it, so a caller's ctx bounds the wait.
+	token chan struct{}
+
+	// Owned by the holder of token.
+	job   Job   // the creating request; Code, Script and Args are unused
+	pl    *plan // grants stay open for the checkout's life
+	steps int   // steps run by the current process
+	turn  *activeTurn
+
+	mu      sync.Mutex // guards the fields below; never held across a wait
+	tpl     *worker.Template
+	child   *worker.Child // the live session process, or nil
+	why     *Error        // why the checkout ended, once it has
+	idle    *time.Timer
+	lastUse time.Time // when the idle timer was last armed
+
+	life  context.Context    // canceled when the checkout starts to end
+	kill  context.CancelFunc // cancels life
+	ended chan struct{}      // closed once its processes are gone and its slot is free
 }
 
 // Step is one piece of code for a [Checkout].
@@ -79,10 +92,19 @@ type activeTurn struct {
 	replies chan worker.Reply
 	cancel  chan struct{} // kills the step
 	kill    sync.Once
-	pending *Call // the call waiting for Resume
+	pending *Call  // the call waiting for Resume
+	done    func() // called once when the turn ends: Shutdown waits for it
 }
 
 func (t *activeTurn) stop() { t.kill.Do(func() { close(t.cancel) }) }
+
+// endTurn forgets the turn, which has ended; the caller holds the turn.
+func (c *Checkout) endTurn() {
+	if t := c.turn; t != nil {
+		c.turn = nil
+		t.done()
+	}
+}
 
 type turnMsg struct {
 	call     *Call
@@ -108,6 +130,9 @@ func (p *Pool) Checkout(ctx context.Context, job Job) (*Checkout, error) {
 // checkout is Checkout for a named session of the pool protocol; onEnd
 // runs once when the checkout ends, whatever ends it.
 func (p *Pool) checkout(ctx context.Context, job Job, name string, onEnd func(*Checkout)) (*Checkout, error) {
+	if err := p.usable(); err != nil {
+		return nil, err
+	}
 	if job.Code != "" || len(job.Args) > 0 || job.Name != "" {
 		return nil, requestErrorf("a checkout's job takes no code, name or args: each Step brings its own")
 	}
@@ -115,7 +140,8 @@ func (p *Pool) checkout(ctx context.Context, job Job, name string, onEnd func(*C
 	if rerr != nil {
 		return nil, rerr
 	}
-	c := &Checkout{pool: p, job: job, pl: pl, name: name, turnDone: make(chan struct{})}
+	c := &Checkout{pool: p, job: job, pl: pl, name: name, token: make(chan struct{}, 1), ended: make(chan struct{})}
+	c.life, c.kill = context.WithCancel(context.Background())
 	if onEnd != nil {
 		c.onEnd = func() { onEnd(c) }
 	}
@@ -129,7 +155,7 @@ func (p *Pool) checkout(ctx context.Context, job Job, name string, onEnd func(*C
 		p.coMu.Unlock()
 		p.mu.Unlock()
 		pl.close()
-		return nil, ErrClosed
+		return nil, errClosed()
 	case len(p.checkouts) >= p.cfg.MaxSessions:
 		p.coMu.Unlock()
 		p.mu.Unlock()
@@ -157,21 +183,23 @@ func (p *Pool) checkout(ctx context.Context, job Job, name string, onEnd func(*C
 	case s := <-ch:
 		defer p.restarts.Done()
 		if s.err != nil {
-			c.end(ErrFinished)
+			c.end(errFinished())
+			<-c.ended
 			return nil, &Error{Kind: KindSpawn, Type: KindSpawn.String(), Err: s.err}
 		}
 		c.mu.Lock()
-		finished := c.finished
-		if finished == nil {
+		why := c.why
+		if why == nil {
 			c.tpl = s.t
 		}
 		c.mu.Unlock()
-		if finished != nil { // the pool closed meanwhile
+		if why != nil { // the pool closed meanwhile
 			s.t.Close()
-			return nil, ErrClosed
+			return nil, c.endErr()
 		}
 	case <-ctx.Done():
-		c.end(ErrFinished)
+		c.end(errFinished())
+		<-c.ended
 		go func() {
 			defer p.restarts.Done()
 			if s := <-ch; s.t != nil {
@@ -186,15 +214,50 @@ func (p *Pool) checkout(ctx context.Context, job Job, name string, onEnd func(*C
 	return c, nil
 }
 
-func (c *Checkout) isFinished() error {
+// isFinished returns why the checkout ended, or nil while it is open.
+func (c *Checkout) isFinished() error { return c.endErr() }
+
+// endErr returns a copy of why the checkout ended, or nil while it is
+// open.
+func (c *Checkout) endErr() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.finished
+	if c.why == nil {
+		return nil
+	}
+	e := *c.why
+	return &e
 }
+
+// acquire waits for the checkout's turn, as long as ctx allows; it fails
+// with why the checkout ended once it has.
+func (c *Checkout) acquire(ctx context.Context) error {
+	if err := c.endErr(); err != nil {
+		return err
+	}
+	if err := ctx.Err(); err != nil {
+		return err // not a race between a free turn and an ended ctx
+	}
+	select {
+	case c.token <- struct{}{}:
+	case <-c.life.Done():
+		return c.endErr()
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	if err := c.endErr(); err != nil {
+		c.release() // to the cleanup that waits for it
+		return err
+	}
+	return nil
+}
+
+// release ends the caller's turn.
+func (c *Checkout) release() { <-c.token }
 
 // armIdle (re)starts the idle timer; c.mu is held.
 func (c *Checkout) armIdle() {
-	if c.finished != nil {
+	if c.why != nil {
 		return
 	}
 	if c.idle == nil {
@@ -230,25 +293,43 @@ func (c *Checkout) Pid() int {
 // Call to answer with Resume. Every outcome of the step itself, a Python
 // exception or a timeout included, is a Result; Feed returns an error
 // only for a step the ceiling refuses (KindRequest, the session
-// unchanged), a call still waiting for Resume (ErrProtocol), a finished
-// checkout (ErrFinished), or ctx ending (ctx.Err(): the step is killed
-// and the session's process with it).
+// unchanged), a call still waiting for Resume (ErrProtocol), an ended
+// checkout (ErrFinished, or ErrClosed when the pool was closed; a step
+// running when the checkout ends is killed), or ctx ending (ctx.Err()).
+// A ctx that ends while Feed waits for another turn to finish leaves the
+// session as it was; one that ends while the step runs kills the step,
+// and the session's process with it.
 func (c *Checkout) Feed(ctx context.Context, step Step) (TurnEvent, error) {
 	accepted := time.Now()
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.finished != nil {
-		return TurnEvent{}, c.finished
+	if err := c.acquire(ctx); err != nil {
+		return TurnEvent{}, err
 	}
+	defer c.release()
 	if c.turn != nil {
-		return TurnEvent{}, newError(KindProtocol, "a host call is waiting for Resume")
+		return TurnEvent{}, newError(KindProtocol, "host call %d is waiting for Resume", c.turn.pending.ID)
 	}
 	ws, rerr := c.stepPlan(&step)
 	if rerr != nil {
 		return TurnEvent{}, rerr
 	}
+	stepDone, err := c.pool.beginStep()
+	if err != nil {
+		return TurnEvent{}, err
+	}
+	// Until the turn owns it, this Feed reports the step's end itself.
+	defer func() {
+		if stepDone != nil {
+			stepDone()
+		}
+	}()
+	c.mu.Lock()
 	c.idle.Stop()
 	c.lastUse = time.Now()
+	c.mu.Unlock()
+	// The turn's waits end with ctx or with the checkout.
+	tctx, stopWait := context.WithCancel(ctx)
+	defer stopWait()
+	defer context.AfterFunc(c.life, stopWait)()
 	t := &activeTurn{events: make(chan turnMsg, 1), replies: make(chan worker.Reply, 1)}
 	h := step.Host
 	if h == nil {
@@ -264,11 +345,14 @@ func (c *Checkout) Feed(ctx context.Context, step Step) (TurnEvent, error) {
 	// new process as if nothing had happened.
 	if c.tpl == nil || isDone(c.tpl.Done()) {
 		lost, prev := c.child != nil, c.steps
-		if c.tpl != nil {
-			c.tpl.Close()
+		c.mu.Lock()
+		old := c.tpl
+		c.tpl = nil
+		c.mu.Unlock()
+		if old != nil {
+			old.Close()
 		}
 		c.endProcess()
-		c.tpl = nil
 		if lost {
 			c.steps = prev + 1
 			ev := c.failStep(step.ID, "the session's process died with its template; the next step starts a new one", accepted)
@@ -279,25 +363,35 @@ func (c *Checkout) Feed(ctx context.Context, step Step) (TurnEvent, error) {
 		if err != nil {
 			return c.failStep(step.ID, "the session's template could not be started: "+err.Error(), accepted), nil
 		}
+		c.mu.Lock()
 		c.tpl = tpl
+		c.mu.Unlock()
 	}
 	child := c.child
 	if child == nil {
 		var err error
-		child, err = c.tpl.Take(c.pl.network, ctx.Done())
+		child, err = c.tpl.Take(c.pl.network, tctx.Done())
 		if err != nil {
+			if err := c.endErr(); err != nil {
+				return TurnEvent{}, err
+			}
 			if ctx.Err() != nil {
+				c.mu.Lock()
 				c.armIdle()
+				c.mu.Unlock()
 				return TurnEvent{}, ctx.Err()
 			}
 			return c.failStep(step.ID, "the session's template failed: "+err.Error(), accepted), nil
 		}
+		c.mu.Lock()
 		c.child = child
+		c.mu.Unlock()
 		c.steps = 0
 	}
 	first := c.steps == 0
 	c.steps++
 	c.turn = t
+	t.done, stepDone = stepDone, nil
 	t.cancel = make(chan struct{})
 	cancel := t.cancel
 	stepPl := *c.pl
@@ -380,28 +474,39 @@ func (t *activeTurn) host(p *Pool, jobID any, session string) worker.HostFunc {
 	}
 }
 
-// Resume answers the Call the last turn returned and waits for the turn's
-// next event. It fails with ErrProtocol when no call is waiting, with
-// ErrFinished for a finished checkout, and with ctx.Err() when ctx ends
-// (the step is killed, and the session's process with it).
-func (c *Checkout) Resume(ctx context.Context, v ResumeValue) (TurnEvent, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.finished != nil {
-		return TurnEvent{}, c.finished
+// Resume answers the host call named by callID — the [Call.ID] of the
+// Call the last turn returned — with v, and waits for the turn's next
+// event. An answer is tied to its call: a callID that is not the waiting
+// call's (a duplicate or late answer, or one meant for another checkout)
+// fails with ErrProtocol and leaves the waiting call unanswered, as does
+// a Resume with no call waiting. Resume fails with ErrFinished (ErrClosed
+// when the pool was closed) for an ended checkout, and with ctx.Err()
+// when ctx ends: while waiting for another turn, with the session as it
+// was; after the answer, with the step killed and the session's process
+// with it.
+func (c *Checkout) Resume(ctx context.Context, callID int64, v ResumeValue) (TurnEvent, error) {
+	reply := v.reply() // encoding the value is the caller's own work
+	if err := c.acquire(ctx); err != nil {
+		return TurnEvent{}, err
 	}
+	defer c.release()
 	t := c.turn
 	if t == nil || t.pending == nil {
-		return TurnEvent{}, newError(KindProtocol, "no host call is waiting for Resume")
+		return TurnEvent{}, newError(KindProtocol, "no host call is waiting for Resume (call %d was answered already, or its step ended)", callID)
+	}
+	if t.pending.ID != callID {
+		return TurnEvent{}, newError(KindProtocol, "call %d is not waiting for an answer; call %d is", callID, t.pending.ID)
 	}
 	t.pending = nil
+	c.mu.Lock()
 	c.idle.Stop()
 	c.lastUse = time.Now()
-	t.replies <- v.reply()
+	c.mu.Unlock()
+	t.replies <- reply
 	return c.await(ctx, t)
 }
 
-// await waits for the turn's next event; c.mu is held.
+// await waits for the turn's next event; the caller holds the turn.
 func (c *Checkout) await(ctx context.Context, t *activeTurn) (TurnEvent, error) {
 	var m turnMsg
 	select {
@@ -410,28 +515,34 @@ func (c *Checkout) await(ctx context.Context, t *activeTurn) (TurnEvent, error) 
 			t.pending = m.call
 			// A caller that never resumes nor finishes loses the session
 			// after Config.SessionIdle, like an idle one.
+			c.mu.Lock()
 			c.armIdle()
+			c.mu.Unlock()
 			return TurnEvent{Call: m.call}, nil
 		}
-	case <-c.turnDone:
-		// The checkout ends under the turn (Close, Finish, idle).
+	case <-c.life.Done():
+		// The checkout ends under the turn (Close, Finish, idle): the step
+		// is killed, and the cleanup, which waits for this turn, ends the
+		// rest.
 		t.stop()
-		m = drainTurn(t)
+		drainTurn(t)
+		c.endTurn()
+		return TurnEvent{}, c.endErr()
 	case <-ctx.Done():
 		t.stop()
 		m = drainTurn(t)
 		m.canceled = true
 	}
-	c.turn = nil
+	c.endTurn()
 	if m.canceled {
 		c.endProcess()
+		c.mu.Lock()
 		c.armIdle()
+		c.mu.Unlock()
 		if err := ctx.Err(); err != nil {
 			return TurnEvent{}, err
 		}
-		// The checkout ended under the turn: end waits for c.mu, which
-		// this holds, to record why.
-		return TurnEvent{}, ErrFinished
+		return TurnEvent{}, context.Canceled
 	}
 	res := m.result
 	c.stamp(res, !m.alive)
@@ -439,7 +550,9 @@ func (c *Checkout) await(ctx context.Context, t *activeTurn) (TurnEvent, error) 
 		c.endProcess()
 	}
 	c.pool.finish(&Job{ID: res.ID}, res)
+	c.mu.Lock()
 	c.armIdle()
+	c.mu.Unlock()
 	return TurnEvent{Result: res}, nil
 }
 
@@ -454,9 +567,11 @@ func drainTurn(t *activeTurn) turnMsg {
 }
 
 // failStep answers a step the session could not run with a
-// PoolWorkerError that ends the session; c.mu is held.
+// PoolWorkerError that ends the session; the caller holds the turn.
 func (c *Checkout) failStep(id any, msg string, accepted time.Time) TurnEvent {
+	c.mu.Lock()
 	c.armIdle()
+	c.mu.Unlock()
 	res := c.pool.failed(&Job{ID: id}, c.pl, KindCrashed, msg, accepted)
 	c.stamp(res, true)
 	c.pool.finish(&Job{ID: id}, res)
@@ -471,67 +586,94 @@ func (p *Pool) startSessionTemplate() (*worker.Template, error) {
 	return worker.Start(opts)
 }
 
-// stamp marks a result as a session step's; c.mu is held.
+// stamp marks a result as a session step's; the caller holds the turn.
 func (c *Checkout) stamp(res *Result, ended bool) {
 	res.Session = c.name
 	res.Step = c.steps
 	res.SessionEnded = ended
 }
 
-// endProcess forgets the session's process, killing it if need be; c.mu
-// is held.
+// endProcess forgets the session's process, killing it if need be; the
+// caller holds the turn.
 func (c *Checkout) endProcess() {
-	if c.child != nil {
-		c.child.Close()
-		c.child = nil
+	c.mu.Lock()
+	child := c.child
+	c.child = nil
+	c.mu.Unlock()
+	if child != nil {
+		child.Close()
 	}
 	c.steps = 0
 }
 
-// Finish ends the session: its process and template are killed, and its
-// slot among Config.MaxSessions is free again. A step still running is
-// killed. Finishing twice returns ErrFinished.
+// Finish ends the session: a step still running is killed at once, its
+// process and template are killed, and its slot among Config.MaxSessions
+// is free again when Finish returns nil. Of several Finish calls, one
+// returns nil and the others ErrFinished; on a checkout that ended
+// otherwise, Finish returns why (ErrFinished for an idle one, ErrClosed
+// when the pool was closed). When ctx ends before the processes are gone,
+// Finish returns ctx.Err(): the checkout is finished all the same, and the
+// rest of its cleanup goes on in the background.
 func (c *Checkout) Finish(ctx context.Context) error {
-	if err := c.isFinished(); err != nil {
-		return err
+	if !c.end(errFinished()) {
+		return c.endErr()
 	}
-	c.end(ErrFinished)
-	return nil
+	select {
+	case <-c.ended:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
-// end finishes the checkout once, for any reason: a running turn is
-// killed first.
-func (c *Checkout) end(why error) {
-	c.endOnce.Do(func() {
-		// A caller waiting on a turn kills it and returns; then the
-		// checkout is free.
-		close(c.turnDone)
-		c.mu.Lock()
-		defer c.mu.Unlock()
-		if t := c.turn; t != nil {
-			// A turn waiting for Resume, with no caller in it.
-			t.stop()
-			drainTurn(t)
-			c.turn = nil
-		}
-		c.finished = why
-		if c.idle != nil {
-			c.idle.Stop()
-		}
-		c.endProcess()
-		if c.tpl != nil {
-			c.tpl.Close()
-			c.tpl = nil
-		}
-		c.pl.close()
-		p := c.pool
-		p.coMu.Lock()
-		delete(p.checkouts, c)
-		p.coMu.Unlock()
-		if c.onEnd != nil {
-			go c.onEnd()
-		}
-	})
+// end ends the checkout for the reason why, unless it has ended already
+// (then it reports false). Deciding is atomic; the rest is not waited for:
+// a turn in progress sees life end, kills its step and returns, and then
+// the cleanup, on its own goroutine, kills the process and the template
+// and frees the slot; ended is closed once it has.
+func (c *Checkout) end(why *Error) bool {
+	c.mu.Lock()
+	if c.why != nil {
+		c.mu.Unlock()
+		return false
+	}
+	c.why = why
+	if c.idle != nil {
+		c.idle.Stop()
+	}
+	c.mu.Unlock()
+	c.kill()
+	go c.cleanup()
+	return true
+}
+
+// cleanup waits for the turn in progress to return, then releases what
+// the checkout holds. It keeps the turn: nobody takes another.
+func (c *Checkout) cleanup() {
+	c.token <- struct{}{}
+	if t := c.turn; t != nil {
+		// A turn waiting for Resume, with no caller in it.
+		t.stop()
+		drainTurn(t)
+		c.endTurn()
+	}
+	c.endProcess()
+	c.mu.Lock()
+	tpl := c.tpl
+	c.tpl = nil
+	c.mu.Unlock()
+	if tpl != nil {
+		tpl.Close()
+	}
+	c.pl.close()
+	p := c.pool
+	p.coMu.Lock()
+	delete(p.checkouts, c)
+	p.coMu.Unlock()
+	close(c.ended)
+	if c.onEnd != nil {
+		c.onEnd()
+	}
 }
 
 // reconfigure gives a checkout without a live process the permissions of
@@ -543,12 +685,11 @@ func (c *Checkout) reconfigure(job Job) error {
 	if rerr != nil {
 		return rerr
 	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.finished != nil {
+	if err := c.acquire(context.Background()); err != nil {
 		pl.close()
-		return c.finished
+		return err
 	}
+	defer c.release()
 	if c.child != nil || c.turn != nil {
 		pl.close()
 		return newError(KindProtocol, "the session's process is still alive")

@@ -242,9 +242,11 @@ func realDir(p string) (string, error) {
 	return r, nil
 }
 
-// resolvePython finds the interpreter binary: the named one or the first
-// python3 on PATH, following symlinks, and asking a launcher script once
-// which binary it runs.
+// FindPython finds the interpreter binary New would run for
+// Config.Python = name: the named one (a path, or a command looked up on
+// PATH) or, for an empty name, the first python3 on PATH. It follows
+// symlinks and asks a launcher script (such as a pyenv shim) once which
+// binary it runs, and returns that binary's absolute path.
 func FindPython(name string) (string, error) {
 	if name == "" {
 		name = "python3"

@@ -201,6 +201,26 @@
 // caps open checkouts ([ErrExhausted] beyond), Config.SessionIdle closes
 // an idle one, and [Pool.Close] ends them all.
 //
+// A checkout's turns are sequential: Feed and Resume wait for the one in
+// progress, and their ctx bounds that wait. [Checkout.Finish] kills a
+// step that is running and returns once the session's processes are gone;
+// of concurrent Finish calls exactly one returns nil. Once a checkout has
+// ended, every call on it — and a call in flight when it ended — returns
+// why: [ErrFinished] when its caller finished it or it was idle,
+// [ErrClosed] when the pool was closed. A host call surfaced as a
+// [TurnEvent] is answered by its [Call.ID]; an answer naming another call
+// (a duplicate, or a late one) is refused with [ErrProtocol] and never
+// reaches the call that waits.
+//
+// # Closing
+//
+// [Pool.Close] ends everything at once: running jobs are killed and their
+// Run calls, like those waiting for a worker, return [ErrClosed]; every
+// checkout ends as above. [Pool.Shutdown] is the graceful way: it refuses
+// new work at once, waits for the jobs and session steps under way until
+// its ctx ends, and then closes. A Pool must come from [New]: the zero
+// value runs nothing, and its methods return a KindClosed error at once.
+//
 // Between steps the pool stops the process (SIGSTOP through its pidfd)
 // and resumes it for the next step (SIGCONT), so threads it started burn
 // no CPU and write nothing while nobody waits on it; descriptors 1 and 2
@@ -233,7 +253,10 @@
 // 256 levels, a number longer than 4,300 characters) get an error the job
 // sees as HostError and the host never sees; a second
 // call while one waits, or a malformed one, is a protocol break
-// (PoolWorkerError). Calls from several threads take turns.
+// (PoolWorkerError). Calls from several threads take turns. A HostFunc
+// that panics fails only its call: the job sees HostError with a generic
+// message, and the panic and its stack go to Config.Logger at level Error
+// (as net/http recovers a handler's panic).
 //
 // # Relation to monty-pool
 //
@@ -265,6 +288,9 @@
 //     job's OS calls are real system calls confined by the kernel, names
 //     are looked up by CPython itself, and host calls are synchronous
 //     (no futures).
+//   - resume, resume_futures: [Checkout.Resume] takes the answered call's
+//     id with its value, as resume_futures pairs each value with its call
+//     id, so that an answer cannot reach another call.
 //   - ResumeValue: [Return] and [Raise] (Return and Error). Future,
 //     NotFound and NotHandled do not apply: calls are synchronous, and
 //     only declared names exist in pynox_host, so an undeclared one fails

@@ -28,12 +28,13 @@ const (
 	KindCrashed
 	// KindSpawn: a template could not be started.
 	KindSpawn
-	// KindClosed: the pool is closed.
+	// KindClosed: the pool is closed, or the Pool was not made by [New].
 	KindClosed
 	// KindExhausted: Config.MaxSessions sessions are open already.
 	KindExhausted
-	// KindFinished: the checkout was finished (by its caller, the pool's
-	// Close, or Config.SessionIdle).
+	// KindFinished: the checkout was finished, by its caller
+	// ([Checkout.Finish]) or for being idle (Config.SessionIdle). A
+	// checkout that [Pool.Close] ended answers KindClosed instead.
 	KindFinished
 	// KindProtocol: the caller broke a checkout's turn order: Resume with
 	// no call waiting, or Feed while one waits.
@@ -94,12 +95,21 @@ func (e *Error) Unwrap() error { return e.Err }
 
 // Is reports whether target is the sentinel of e's kind, so that
 // errors.Is(err, pynox.ErrTimeout) works for every error of that kind.
+// Sentinels are recognised by identity, not by their fields: the package
+// never returns a sentinel itself (every error it returns is a fresh
+// value a caller may keep or change), and changing a sentinel's fields
+// does not change what it matches.
 func (e *Error) Is(target error) bool {
 	t, ok := target.(*Error)
-	return ok && t.Type == "" && t.Message == "" && t.Err == nil && t.Kind == e.Kind
+	if !ok {
+		return false
+	}
+	k, ok := sentinelKinds[t]
+	return ok && k == e.Kind
 }
 
-// Sentinels for errors.Is, one per [Kind].
+// Sentinels for errors.Is, one per [Kind]. They are only ever compared
+// against: an error of this package is never one of them.
 var (
 	ErrRuntime      = &Error{Kind: KindRuntime}
 	ErrRequest      = &Error{Kind: KindRequest}
@@ -113,6 +123,28 @@ var (
 	ErrFinished     = &Error{Kind: KindFinished}
 	ErrProtocol     = &Error{Kind: KindProtocol}
 )
+
+// sentinelKinds maps each sentinel to its kind, fixed at start-up.
+var sentinelKinds = map[*Error]Kind{
+	ErrRuntime:      KindRuntime,
+	ErrRequest:      KindRequest,
+	ErrTimeout:      KindTimeout,
+	ErrSignal:       KindSignal,
+	ErrSandboxSetup: KindSandboxSetup,
+	ErrCrashed:      KindCrashed,
+	ErrSpawn:        KindSpawn,
+	ErrClosed:       KindClosed,
+	ErrExhausted:    KindExhausted,
+	ErrFinished:     KindFinished,
+	ErrProtocol:     KindProtocol,
+}
+
+// errClosed returns a fresh KindClosed error.
+func errClosed() *Error { return newError(KindClosed, "the pool is closed") }
+
+// errFinished returns a fresh KindFinished error for a checkout its
+// caller finished.
+func errFinished() *Error { return newError(KindFinished, "the checkout was finished") }
 
 func newError(k Kind, format string, args ...any) *Error {
 	return &Error{Kind: k, Type: k.String(), Message: fmt.Sprintf(format, args...)}

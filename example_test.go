@@ -128,7 +128,7 @@ func ExampleCheckout_Resume() {
 	ev, err := session.Feed(ctx, pynox.Step{Code: "from pynox_host import search\nprint(search('pynox', limit=2))"})
 	for err == nil && ev.Call != nil {
 		fmt.Printf("call %s%s %s\n", ev.Call.Function, ev.Call.Args, ev.Call.Kwargs)
-		ev, err = session.Resume(ctx, pynox.Return([]string{"first hit", "second hit"}))
+		ev, err = session.Resume(ctx, ev.Call.ID, pynox.Return([]string{"first hit", "second hit"}))
 	}
 	if err != nil {
 		log.Fatal(err)

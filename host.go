@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"runtime/debug"
 	"strings"
 	"unicode"
 
@@ -48,10 +49,16 @@ type Call struct {
 //
 // HostFunc runs on a goroutine of its own while the job waits, so it may
 // block; the time it takes counts against the job's timeout.
+//
+// A HostFunc that panics (or returns a value whose encoding panics) fails
+// only that call, as net/http does for a handler: the job sees HostError
+// with a generic message that reveals nothing of the host, and the panic
+// value and its stack are logged at level Error through Config.Logger.
 type HostFunc func(ctx context.Context, call *Call) (any, error)
 
 // ResumeValue answers a [Call] surfaced by a [Checkout] as a [TurnEvent]:
-// build it with [Return] or [Raise].
+// build it with [Return] or [Raise], and pass it to [Checkout.Resume]
+// with the call's ID.
 type ResumeValue struct {
 	result any
 	err    *string
@@ -91,6 +98,9 @@ func (v ResumeValue) reply() worker.Reply {
 	return worker.Reply{Result: b}
 }
 
+// hostPanicMessage is what a job sees when its host function panicked.
+const hostPanicMessage = "the host function failed"
+
 // newCall numbers a job's call pool-wide.
 func (p *Pool) newCall(jobID any, session string, c worker.Call) *Call {
 	return &Call{JobID: jobID, Session: session, ID: p.callSeq.Add(1), Function: c.Function, Args: c.Args, Kwargs: c.Kwargs}
@@ -102,8 +112,17 @@ func (p *Pool) hostAdapter(jobID any, session string, host HostFunc) worker.Host
 	if host == nil {
 		return nil
 	}
-	return func(ctx context.Context, c worker.Call) worker.Reply {
+	return func(ctx context.Context, c worker.Call) (r worker.Reply) {
 		call := p.newCall(jobID, session, c)
+		// A panic fails this call only, as net/http does for a handler:
+		// the job sees a generic HostError, the operator the panic.
+		defer func() {
+			if v := recover(); v != nil {
+				p.log.Error("a host function panicked", "id", jobID, "session", session, "call_id", call.ID,
+					"function", call.Function, "panic", fmt.Sprint(v), "stack", string(debug.Stack()))
+				r = Raise(hostPanicMessage).reply()
+			}
+		}()
 		v, err := host(ctx, call)
 		if err != nil {
 			return Raise(err.Error()).reply()

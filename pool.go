@@ -13,7 +13,8 @@ import (
 
 // Pool runs jobs in confined children forked from warm CPython templates.
 // It is safe for concurrent use. See the package docs for the process
-// model.
+// model. Make one with [New]: a Pool that New did not make (the zero
+// value) runs nothing, and its methods return a KindClosed error at once.
 type Pool struct {
 	cfg    Config
 	python string
@@ -33,8 +34,11 @@ type Pool struct {
 	own []ownFile
 
 	mu       sync.Mutex
-	closed   bool
-	closing  chan struct{}
+	closed   bool               // no new work is accepted (Shutdown or Close)
+	steps    sync.WaitGroup     // checkout steps under way, Shutdown waits for them
+	closing  chan struct{}      // closed by Close
+	life     context.Context    // canceled by Close: running jobs are killed
+	kill     context.CancelFunc // cancels life
 	inflight sync.WaitGroup
 	restarts sync.WaitGroup // replacements of dead templates under way
 	watchers sync.WaitGroup // one watch goroutine per worker
@@ -95,6 +99,7 @@ func New(cfg Config) (*Pool, error) {
 		readCeiling: append(append([]string(nil), cfg.Limits.AllowRead...), cfg.Limits.AllowWrite...),
 		own:         own,
 	}
+	p.life, p.kill = context.WithCancel(context.Background())
 	// Start the templates in parallel: with heavy preloads each takes a
 	// noticeable fraction of a second.
 	tpls := make([]*worker.Template, cfg.Workers)
@@ -259,7 +264,7 @@ func (w *poolWorker) template() (*worker.Template, error) {
 		}
 	}
 	if isDone(w.pool.closing) {
-		return nil, ErrClosed
+		return nil, errClosed()
 	}
 	t, err := worker.Start(w.pool.templateOptions())
 	if err != nil {
@@ -283,7 +288,7 @@ func (p *Pool) acquire(ctx context.Context) (*poolWorker, error) {
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	case <-p.closing:
-		return nil, ErrClosed
+		return nil, errClosed()
 	}
 }
 
@@ -318,9 +323,9 @@ func isDone(ch <-chan struct{}) bool {
 // itself — success, a Python exception, a non-zero exit, a request the
 // ceiling refuses, a timeout, a crash — is a *Result with Result.Error
 // describing any failure (see [Result.Err]). Run returns a nil Result and
-// an error only when it could not take the job: ctx ended first (ctx.Err())
-// or the pool is closed (ErrClosed). A ctx that ends while the job runs
-// kills the job.
+// an error only when the job did not run to its end on its own account:
+// ctx ended (ctx.Err(); a job running then is killed), or the pool was
+// closed before or while it ran (ErrClosed; Close kills a running job).
 func (p *Pool) Run(ctx context.Context, job Job) (*Result, error) {
 	res, refill, err := p.run(ctx, job)
 	refill()
@@ -332,10 +337,13 @@ func (p *Pool) Run(ctx context.Context, job Job) (*Result, error) {
 // while the answer is on its way competes with it for the CPU.
 func (p *Pool) run(ctx context.Context, job Job) (_ *Result, refill func(), _ error) {
 	refill = func() {}
+	if err := p.usable(); err != nil {
+		return nil, refill, err
+	}
 	p.mu.Lock()
 	if p.closed {
 		p.mu.Unlock()
-		return nil, refill, ErrClosed
+		return nil, refill, errClosed()
 	}
 	p.inflight.Add(1)
 	p.mu.Unlock()
@@ -357,6 +365,17 @@ func (p *Pool) run(ctx context.Context, job Job) (_ *Result, refill func(), _ er
 		return nil, refill, err
 	}
 	defer p.release(w)
+	// The job ends with ctx or with the pool.
+	runCtx, stop := context.WithCancel(ctx)
+	defer stop()
+	defer context.AfterFunc(p.life, stop)()
+	// stopped is why runCtx ended.
+	stopped := func() error {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		return errClosed()
+	}
 
 	var out *worker.Outcome
 	var held *worker.Child // whose refill waits for the answer
@@ -377,10 +396,10 @@ func (p *Pool) run(ctx context.Context, job Job) (_ *Result, refill func(), _ er
 			p.finish(&job, res)
 			return res, refill, nil
 		}
-		child, err := tpl.Take(pl.network, ctx.Done())
+		child, err := tpl.Take(pl.network, runCtx.Done())
 		if err != nil {
-			if ctx.Err() != nil {
-				return nil, refill, ctx.Err()
+			if runCtx.Err() != nil {
+				return nil, refill, stopped()
 			}
 			if attempt == 0 {
 				continue // the template died while forking; it is replaced
@@ -395,7 +414,7 @@ func (p *Pool) run(ctx context.Context, job Job) (_ *Result, refill func(), _ er
 			child.HoldRefill()
 			held = child
 		}
-		out = child.Run(&pl.job, ctx.Done())
+		out = child.Run(&pl.job, runCtx.Done())
 		// A child that died before it started the job ran no user code, so
 		// the job can safely go to a fresh spare, once; that child's
 		// replacement is needed at once.
@@ -407,24 +426,31 @@ func (p *Pool) run(ctx context.Context, job Job) (_ *Result, refill func(), _ er
 		break
 	}
 	if out.Canceled {
-		return nil, refill, ctx.Err()
+		return nil, refill, stopped()
 	}
 	res := p.result(&job, pl, out, accepted)
 	p.finish(&job, res)
 	return res, refill, nil
 }
 
-// Close stops accepting jobs, waits for the running ones to finish, and
-// stops every template and its children. It is safe to call more than
-// once.
+// Close ends the pool at once: it stops accepting jobs, kills the running
+// ones (their Run calls return ErrClosed, as do calls waiting for a
+// worker), ends every checkout (a step running is killed; the checkout's
+// calls return ErrClosed), and stops every template and its children.
+// It returns once all of them are gone. It is safe to call more than
+// once; on a Pool that [New] did not make it returns a KindClosed error.
 func (p *Pool) Close() error {
+	if err := p.usable(); err != nil {
+		return err
+	}
 	p.mu.Lock()
-	if p.closed {
+	if isDone(p.closing) {
 		p.mu.Unlock()
 		return nil
 	}
 	p.closed = true
 	close(p.closing)
+	p.kill()
 	p.mu.Unlock()
 	// Sessions end with the pool.
 	p.coMu.Lock()
@@ -434,7 +460,10 @@ func (p *Pool) Close() error {
 	}
 	p.coMu.Unlock()
 	for _, c := range open {
-		c.end(ErrClosed)
+		c.end(newError(KindClosed, "the pool was closed"))
+	}
+	for _, c := range open {
+		<-c.ended
 	}
 	p.inflight.Wait()
 	p.restarts.Wait()
@@ -449,10 +478,64 @@ func (p *Pool) Close() error {
 	return nil
 }
 
+// Shutdown closes the pool gracefully: it stops accepting work at once
+// (Run, Checkout and a Feed starting a new step return ErrClosed), waits
+// until the jobs and session steps under way have ended — a Run call
+// already waiting for a worker still runs, and a step waiting for Resume
+// may still be resumed — or ctx ends, and then closes the pool as
+// [Pool.Close] does, killing whatever still runs. It returns ctx.Err()
+// when ctx ended first, and nil otherwise. Open checkouts without a step
+// under way do not hold it up: they end with the pool.
+func (p *Pool) Shutdown(ctx context.Context) error {
+	if err := p.usable(); err != nil {
+		return err
+	}
+	p.mu.Lock()
+	p.closed = true
+	p.mu.Unlock()
+	idle := make(chan struct{})
+	go func() {
+		p.inflight.Wait()
+		p.steps.Wait()
+		close(idle)
+	}()
+	var err error
+	select {
+	case <-idle:
+	case <-ctx.Done():
+		err = ctx.Err()
+	}
+	p.Close()
+	return err
+}
+
+// beginStep counts a checkout step under way, or fails once the pool
+// stops accepting work; the step's end calls done.
+func (p *Pool) beginStep() (done func(), _ error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return nil, errClosed()
+	}
+	p.steps.Add(1)
+	var once sync.Once
+	return func() { once.Do(p.steps.Done) }, nil
+}
+
+// usable fails for a Pool that New did not make.
+func (p *Pool) usable() error {
+	if p.closing == nil {
+		return newError(KindClosed, "this Pool was not made by pynox.New, so it runs nothing")
+	}
+	return nil
+}
+
 // Stats returns a snapshot of the pool's counters.
 func (p *Pool) Stats() Stats {
 	s := p.stats.snapshot()
-	s.UptimeMS = time.Since(p.start).Milliseconds()
+	if !p.start.IsZero() {
+		s.UptimeMS = time.Since(p.start).Milliseconds()
+	}
 	s.Workers = p.cfg.Workers
 	p.coMu.Lock()
 	s.SessionsActive = len(p.checkouts)

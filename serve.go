@@ -64,8 +64,12 @@ type statsEvent struct {
 //
 // Serve returns nil after EOF on r once every accepted job is answered.
 // When ctx ends it stops reading, answers the jobs already accepted, and
-// returns nil. It returns an error only when w fails.
+// returns nil. It returns an error only when w fails, or at once, having
+// written nothing, for a Pool that [New] did not make.
 func (p *Pool) Serve(ctx context.Context, r io.Reader, w io.Writer) error {
+	if err := p.usable(); err != nil {
+		return err
+	}
 	out := newLineWriter(w)
 	defer out.close()
 

@@ -280,9 +280,14 @@ func (s *server) serveSessionReq(ns *namedSession, req request) {
 		ns.ended = false
 	}
 	if req.Close {
-		if co != nil {
-			co.Finish(context.Background())
+		if co == nil {
+			// Closed by an earlier close queued before this one, never
+			// created, or closed by the pool: as if sent after that
+			// close's answer.
+			s.refuseSession(req, requestErrorf("no session named %q is open", req.Session))
+			return
 		}
+		co.Finish(context.Background())
 		s.mu.Lock()
 		ns.co = nil
 		if ns.pending == 1 && s.sessions[ns.name] == ns {
