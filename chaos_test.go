@@ -15,7 +15,7 @@ package pynox
 //   - Stats adds up, mid-run and at the end, to the results the callers
 //     received, and every panicking host function was logged once;
 //   - after Close, goroutines and descendant processes are back to the
-//     baseline (and chaosAfterClose runs further checks).
+//     baseline, and no zombie is left to the test process, a subreaper.
 //
 // The cancellation latency of Run, Checkout, Feed and Resume is reported
 // with t.Log. How long it runs: PYNOX_CHAOS=short (about 45 s, CI's
@@ -45,13 +45,6 @@ import (
 )
 
 var chaosLong = flag.Bool("chaos.long", false, "run TestChaos for 10 minutes (as PYNOX_CHAOS=long)")
-
-// chaosAfterClose holds further checks that run once the chaos test's
-// pool is closed and its processes are gone; baseline is the test
-// process's descendants before the pool started. The zombie check
-// (issue 17.7: no zombie with the test process as a subreaper) belongs
-// here.
-var chaosAfterClose []func(t *testing.T, baseline []int)
 
 // chaosDuration returns how long TestChaos drives the pool.
 func chaosDuration(t *testing.T) time.Duration {
@@ -560,6 +553,9 @@ func (c *chaos) checkStats() Stats {
 func TestChaos(t *testing.T) {
 	dur := chaosDuration(t)
 	requireSandbox(t)
+	// As a Go program that is PID 1 of a container is: every orphan below
+	// the test becomes its child, and must not be left a zombie.
+	becomeSubreaper(t)
 	procs0 := loadDescendants(t)
 	goroutines0 := runtime.NumGoroutine()
 	logs := &chaosPanicLogs{}
@@ -636,9 +632,7 @@ func TestChaos(t *testing.T) {
 		"descendants after Close: %v, baseline %v", loadDescendants(t), procs0)
 	require.Eventually(t, func() bool { return runtime.NumGoroutine() <= goroutines0+2 }, 10*time.Second, 20*time.Millisecond,
 		"goroutines after Close: %d, baseline %d", runtime.NumGoroutine(), goroutines0)
-	for _, check := range chaosAfterClose {
-		check(t, procs0)
-	}
+	requireNoZombies(t, "chaos and Close")
 
 	c.mu.Lock()
 	defer c.mu.Unlock()
