@@ -261,7 +261,7 @@ func chaosJobs(c *chaos) []chaosJob {
 			}},
 		{"timeout", func(tok string) Job {
 			j := code(tok, "print('TOK', flush=True)\nwhile True:\n    pass")
-			j.Timeout = Duration(200 * time.Millisecond)
+			j.Timeout = 200 * time.Millisecond
 			return j
 		}, errIs("TimeoutError")},
 		{"segfault", func(tok string) Job { return code(tok, "import ctypes\nctypes.string_at(0)") },
@@ -272,7 +272,7 @@ func chaosJobs(c *chaos) []chaosJob {
 			func(r *Result, tok string) bool { return r.Error == nil && r.Exit == 3 && r.Stdout == tok+"\n" }},
 		{"request", func(tok string) Job {
 			j := code(tok, "print('TOK')")
-			j.Timeout = Duration(time.Hour)
+			j.Timeout = time.Hour
 			return j
 		}, errIs("RequestError")},
 		{"memory", func(tok string) Job {
@@ -291,7 +291,7 @@ func chaosJobs(c *chaos) []chaosJob {
 		}},
 		{"host block", func(tok string) Job {
 			j := code(tok, "from pynox_host import block\nblock()")
-			j.Functions, j.Host, j.Timeout = chaosFunctions, c.host, Duration(200*time.Millisecond)
+			j.Functions, j.Host, j.Timeout = chaosFunctions, c.host, 200*time.Millisecond
 			return j
 		}, errIs("TimeoutError")},
 	}
@@ -323,7 +323,7 @@ func (c *chaos) runJob(rng *rand.Rand, kinds []chaosJob) {
 // session opens a checkout, runs a few steps of random kinds through it,
 // and ends it one way or another.
 func (c *chaos) session(rng *rand.Rand) {
-	job := Job{Functions: chaosFunctions, Timeout: Duration(3 * time.Second)}
+	job := Job{Functions: chaosFunctions, Timeout: 3 * time.Second}
 	surfaced := rng.Intn(2) == 0 // calls come back as TurnEvents
 	if !surfaced {
 		job.Host = c.host
@@ -450,7 +450,7 @@ func (c *chaos) session(rng *rand.Rand) {
 		case 5: // a step that ends the process
 			code := []string{"import sys\nsys.exit(1)", "while True:\n    pass", "import ctypes\nctypes.string_at(0)"}[rng.Intn(3)]
 			c.count("ending step")
-			ev, err := co.Feed(bg, Step{ID: tok, Code: code, Timeout: Duration(200 * time.Millisecond)})
+			ev, err := co.Feed(bg, Step{ID: tok, Code: code, Timeout: 200 * time.Millisecond})
 			if err != nil {
 				c.checkErr("Feed", bg, nil, err, KindFinished)
 				return

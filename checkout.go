@@ -70,7 +70,7 @@ type Step struct {
 	Args []string
 	// Timeout and MaxOutput apply to this step only; zero means the
 	// session's. The ceiling bounds both.
-	Timeout   Duration
+	Timeout   time.Duration
 	MaxOutput int
 	// Host answers this step's host calls instead of the session job's
 	// Host. With neither, calls surface as TurnEvents.

@@ -305,7 +305,7 @@ func TestCloseFailsRunningJobs(t *testing.T) {
 	}
 	ran := make(chan outcome, 2)
 	go func() {
-		res, err := p.Run(context.Background(), Job{Functions: signalFunctions, Host: h.host, Timeout: Duration(25 * time.Second),
+		res, err := p.Run(context.Background(), Job{Functions: signalFunctions, Host: h.host, Timeout: 25 * time.Second,
 			Code: "from pynox_host import started\nimport time\nstarted()\ntime.sleep(60)"})
 		ran <- outcome{res, err}
 	}()

@@ -162,7 +162,7 @@ func TestCeilingAndProfiles(t *testing.T) {
 		{"symlink out of the ceiling", Job{Code: "1", AllowRead: []string{"data/escape"}}, filepath.Join(root, "other") + " is outside"},
 		{"write beneath a read-only listed path", Job{Code: "1", AllowWrite: []string{"data/a"}}, "allow_write"},
 		{"package dir outside", Job{Code: "1", PackageDirs: []string{"other"}}, "package_dirs"},
-		{"timeout", Job{Code: "1", Timeout: Duration(6 * time.Second)}, "timeout 6s exceeds the pool's ceiling of 5s"},
+		{"timeout", Job{Code: "1", Timeout: 6 * time.Second}, "timeout 6s exceeds the pool's ceiling of 5s"},
 		{"memory", Job{Code: "1", Memory: 1 << 30}, "memory 1 GiB exceeds the pool's ceiling of 512 MiB"},
 		{"output", Job{Code: "1", MaxOutput: 8192}, "max_output 8 KiB exceeds the pool's ceiling of 4 KiB"},
 		{"file size", Job{Code: "1", MaxFileSize: 2 << 20}, "max_file_size 2 MiB exceeds"},
@@ -204,7 +204,7 @@ func TestCeilingAndProfiles(t *testing.T) {
 		require.Equal(t, []string{filepath.Join(root, "data/a"), filepath.Join(root, "data/b")}, r.Policy.AllowRead)
 		require.Equal(t, []string{filepath.Join(root, "work/out")}, r.Policy.AllowWrite)
 		require.Equal(t, int64(2000), r.Policy.TimeoutMS)
-		r = run(t, p, Job{Profile: "analysis", Code: "1", Timeout: Duration(3 * time.Second)})
+		r = run(t, p, Job{Profile: "analysis", Code: "1", Timeout: 3 * time.Second})
 		require.Equal(t, int64(3000), r.Policy.TimeoutMS, "the request's scalar overrides the profile's")
 	})
 	t.Run("package dirs per request", func(t *testing.T) {
@@ -324,7 +324,7 @@ func TestStatsAfterMixedOutcomes(t *testing.T) {
 		{Code: "raise ValueError('x')"},
 		{Code: "import sys; sys.exit(4)"},
 		{Code: "open('/etc/passwd')"},
-		{Code: "while True: pass", Timeout: Duration(200 * time.Millisecond)},
+		{Code: "while True: pass", Timeout: 200 * time.Millisecond},
 		{Code: "import ctypes; ctypes.string_at(0)"},
 		{Code: "1", Memory: 1 << 40},
 	}

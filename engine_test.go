@@ -103,7 +103,7 @@ func TestRunBasics(t *testing.T) {
 			requireOK(t, r)
 			require.Equal(t, "héllo ✓ 🐍\n", r.Stdout)
 		}},
-		{"rlimits in force and cannot be raised", Job{Code: "import resource as r\nprint(r.getrlimit(r.RLIMIT_NOFILE), r.getrlimit(r.RLIMIT_CORE), r.getrlimit(r.RLIMIT_FSIZE), r.getrlimit(r.RLIMIT_CPU))\ntry:\n    r.setrlimit(r.RLIMIT_NOFILE, (8192, 8192))\nexcept (ValueError, OSError) as e:\n    print('refused')", MaxFileSize: 1 << 20, Timeout: Duration(3 * time.Second)}, func(t *testing.T, r *Result) {
+		{"rlimits in force and cannot be raised", Job{Code: "import resource as r\nprint(r.getrlimit(r.RLIMIT_NOFILE), r.getrlimit(r.RLIMIT_CORE), r.getrlimit(r.RLIMIT_FSIZE), r.getrlimit(r.RLIMIT_CPU))\ntry:\n    r.setrlimit(r.RLIMIT_NOFILE, (8192, 8192))\nexcept (ValueError, OSError) as e:\n    print('refused')", MaxFileSize: 1 << 20, Timeout: 3 * time.Second}, func(t *testing.T, r *Result) {
 			requireOK(t, r)
 			require.Equal(t, "(4096, 4096) (0, 0) (1048576, 1048576) (4, 5)\nrefused\n", r.Stdout)
 		}},
@@ -129,7 +129,7 @@ func TestRequestErrors(t *testing.T) {
 	}{
 		{"neither code nor script", Job{}, "exactly one of code and script"},
 		{"both code and script", Job{Code: "1", Script: "a.py"}, "not both"},
-		{"timeout above ceiling", Job{Code: "1", Timeout: Duration(time.Minute)}, "timeout 1m0s exceeds the pool's ceiling of 30s"},
+		{"timeout above ceiling", Job{Code: "1", Timeout: time.Minute}, "timeout 1m0s exceeds the pool's ceiling of 30s"},
 		{"memory above ceiling", Job{Code: "1", Memory: 2 << 30}, "memory 2 GiB exceeds"},
 		{"max_output above ceiling", Job{Code: "1", MaxOutput: 2 << 20}, "max_output"},
 		{"negative max_output", Job{Code: "1", MaxOutput: -1}, "must not be negative"},
@@ -324,7 +324,7 @@ func TestEnvironmentIsolated(t *testing.T) {
 func TestTimeoutAndRecovery(t *testing.T) {
 	p := newTestPool(t, Config{Workers: 1})
 	start := time.Now()
-	r := run(t, p, Job{Code: "print('started', flush=True)\nwhile True:\n    pass", Timeout: Duration(300 * time.Millisecond)})
+	r := run(t, p, Job{Code: "print('started', flush=True)\nwhile True:\n    pass", Timeout: 300 * time.Millisecond})
 	requireErrorType(t, r, "TimeoutError")
 	require.ErrorIs(t, r.Err(), ErrTimeout)
 	require.Equal(t, -1, r.Exit)
@@ -333,7 +333,7 @@ func TestTimeoutAndRecovery(t *testing.T) {
 	requireOK(t, run(t, p, Job{Code: "print('next')"}))
 
 	// A job that ignores signals and sleeps is still killed.
-	r = run(t, p, Job{Code: "import signal, time\nfor s in (signal.SIGTERM, signal.SIGINT):\n    signal.signal(s, signal.SIG_IGN)\ntime.sleep(60)", Timeout: Duration(200 * time.Millisecond)})
+	r = run(t, p, Job{Code: "import signal, time\nfor s in (signal.SIGTERM, signal.SIGINT):\n    signal.signal(s, signal.SIG_IGN)\ntime.sleep(60)", Timeout: 200 * time.Millisecond})
 	requireErrorType(t, r, "TimeoutError")
 	requireOK(t, run(t, p, Job{Code: "pass"}))
 	st := p.Stats()
@@ -643,7 +643,7 @@ func TestPythonVersions(t *testing.T) {
 			require.Equal(t, fmt.Sprintf("%d.%d\n", major, minor), r.Stdout)
 			requireErrorType(t, run(t, p, Job{Code: "open('/etc/passwd')"}), "PermissionError")
 			requireErrorType(t, run(t, p, Job{Code: "import os; os.fork()"}), "PermissionError")
-			requireErrorType(t, run(t, p, Job{Code: "while True: pass", Timeout: Duration(200 * time.Millisecond)}), "TimeoutError")
+			requireErrorType(t, run(t, p, Job{Code: "while True: pass", Timeout: 200 * time.Millisecond}), "TimeoutError")
 		})
 	}
 }

@@ -70,7 +70,7 @@ func ExamplePool_Run_timeout() {
 
 	res, err := pool.Run(context.Background(), pynox.Job{
 		Code:    "while True: pass",
-		Timeout: pynox.Duration(200 * time.Millisecond),
+		Timeout: 200 * time.Millisecond,
 	})
 	if err != nil {
 		log.Fatal(err)
@@ -89,7 +89,7 @@ func ExamplePool_Checkout() {
 	ctx := context.Background()
 
 	// A session: the job fixes permissions and limits; steps bring code.
-	session, err := pool.Checkout(ctx, pynox.Job{Timeout: pynox.Duration(5 * time.Second)})
+	session, err := pool.Checkout(ctx, pynox.Job{Timeout: 5 * time.Second})
 	if err != nil {
 		log.Fatal(err)
 	}

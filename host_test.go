@@ -166,7 +166,7 @@ func TestHostFunctionsGoAPI(t *testing.T) {
 	require.Equal(t, "80 True\n", res.Stdout)
 
 	// The host's wait counts against the timeout, and its ctx ends.
-	res = run(t, p, Job{Functions: fns, Host: host, Timeout: Duration(300 * time.Millisecond), Code: "from pynox_host import wait\nwait()"})
+	res = run(t, p, Job{Functions: fns, Host: host, Timeout: 300 * time.Millisecond, Code: "from pynox_host import wait\nwait()"})
 	requireErrorType(t, res, "TimeoutError")
 	select {
 	case <-waitEnded:

@@ -91,7 +91,7 @@ func TestHostileSessionForgedFrames(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			co := checkout(t, p, Job{Timeout: Duration(5 * time.Second)})
+			co := checkout(t, p, Job{Timeout: 5 * time.Second})
 			requireOK(t, feed(t, co, "secret = 'kept'"))
 			r := feed(t, co, tc.code)
 			if tc.want != "" {
@@ -123,7 +123,7 @@ func TestHostileSessionForgedFrames(t *testing.T) {
 
 func TestHostileSessionStealsItsNextStep(t *testing.T) {
 	p := newTestPool(t, Config{Workers: 1})
-	co := checkout(t, p, Job{Timeout: Duration(time.Second)})
+	co := checkout(t, p, Job{Timeout: time.Second})
 	// Threads that read the control channel between steps take the next
 	// step's frame: that step never runs, times out, and the session ends.
 	// (Which reader the kernel wakes is not fixed: the runner may win a
@@ -150,7 +150,7 @@ func TestHostileSessionStealsItsNextStep(t *testing.T) {
 
 func TestHostileSessionCPUBetweenSteps(t *testing.T) {
 	p := newTestPool(t, Config{Workers: 1})
-	co := checkout(t, p, Job{Timeout: Duration(time.Second)})
+	co := checkout(t, p, Job{Timeout: time.Second})
 	// A thread that would burn CPU between steps (ignoring SIGXCPU, so no
 	// rlimit could stop it) does not run at all: the pool stops the
 	// session's process between steps and resumes it for the next.
@@ -240,7 +240,7 @@ func TestHostileHostCalls(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			r := run(t, p, Job{Functions: []string{"f", "g"}, Host: slow, Timeout: Duration(10 * time.Second), Code: tc.code})
+			r := run(t, p, Job{Functions: []string{"f", "g"}, Host: slow, Timeout: 10 * time.Second, Code: tc.code})
 			requireErrorType(t, r, "PoolWorkerError")
 			advServes(t, p)
 		})

@@ -582,7 +582,7 @@ try:
         n += 1
 finally:
     print("threads", n, flush=True)
-`, Timeout: Duration(20 * time.Second)})
+`, Timeout: 20 * time.Second})
 		took := time.Since(start)
 		t.Logf("thread bomb: %s after %d threads in %s", r.Error.Type, advThreads(r.Stdout), took)
 		require.NotNil(t, r.Error, "stdout: %s", r.Stdout)
@@ -611,7 +611,7 @@ try:
             os.write(1, b"threads %d\n" % n)
 finally:
     os.write(1, b"threads %d\n" % n)
-`, Memory: 64 << 20, Timeout: Duration(2 * time.Second)})
+`, Memory: 64 << 20, Timeout: 2 * time.Second})
 		took := time.Since(start)
 		t.Logf("small-stack thread bomb (64 MiB allowance): %s after %d threads in %s", r.Error.Type, advThreads(r.Stdout), took)
 		require.NotNil(t, r.Error, "stdout: %s", r.Stdout)
@@ -1505,7 +1505,7 @@ func TestHostileResources(t *testing.T) {
 	recursion := "import sys\nsys.setrecursionlimit(10**6)\ndef f(n):\n    return f(n + 1) + 1\nf(0)\n"
 	t.Run("deep recursion", func(t *testing.T) {
 		start := time.Now()
-		r := run(t, p, Job{Code: recursion, Timeout: Duration(10 * time.Second)})
+		r := run(t, p, Job{Code: recursion, Timeout: 10 * time.Second})
 		require.NotNil(t, r.Error)
 		require.Contains(t, []string{"RecursionError", "MemoryError", "SignalError"}, r.Error.Type, r.Error.Message)
 		t.Logf("Python recursion: %s in %s", r.Error.Type, time.Since(start))
@@ -1513,7 +1513,7 @@ func TestHostileResources(t *testing.T) {
 	})
 	t.Run("deep recursion is contained", func(t *testing.T) {
 		start := time.Now()
-		r := run(t, p, Job{Code: recursion, Timeout: Duration(3 * time.Second)})
+		r := run(t, p, Job{Code: recursion, Timeout: 3 * time.Second})
 		require.NotNil(t, r.Error)
 		require.Contains(t, []string{"RecursionError", "MemoryError", "SignalError", "TimeoutError"}, r.Error.Type, r.Error.Message)
 		t.Logf("Python recursion under a 3s timeout: %s in %s", r.Error.Type, time.Since(start))
@@ -1613,7 +1613,7 @@ signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGTERM, signal.SIGINT])
 print("spinning", flush=True)
 while True:
     pass
-`, Timeout: Duration(500 * time.Millisecond)})
+`, Timeout: 500 * time.Millisecond})
 		took := time.Since(start)
 		requireErrorType(t, r, "TimeoutError")
 		require.Equal(t, -1, r.Exit)
@@ -1813,7 +1813,7 @@ func TestHostileProtocolDescriptorPassing(t *testing.T) {
 	defer cancel()
 	done := make(chan *Result, 1)
 	go func() {
-		r, _ := p.Run(ctx, Job{Code: advForger, Env: map[string]string{"VICTIMS": `["x"]`, "MODE": "rights"}, Timeout: Duration(2 * time.Second)})
+		r, _ := p.Run(ctx, Job{Code: advForger, Env: map[string]string{"VICTIMS": `["x"]`, "MODE": "rights"}, Timeout: 2 * time.Second})
 		done <- r
 	}()
 	select {

@@ -61,7 +61,7 @@ func TestHostileCallArguments(t *testing.T) {
 	}
 	for _, tc := range badCallArgs {
 		t.Run(tc.name, func(t *testing.T) {
-			r := run(t, p, Job{Functions: []string{"f"}, Host: host, Timeout: Duration(10 * time.Second),
+			r := run(t, p, Job{Functions: []string{"f"}, Host: host, Timeout: 10 * time.Second,
 				Code: forgeCall + "call(" + tc.frame + ")\nprint('still running')"})
 			requireOK(t, r)
 			require.Contains(t, r.Stdout, `"error":"the arguments to f cannot be passed on: `)
@@ -130,7 +130,7 @@ func TestHostileCallArgumentsOnTheStream(t *testing.T) {
 // after its timeout, and the pool serves on.
 func TestHostileBellFlood(t *testing.T) {
 	p := newTestPool(t, Config{Workers: 1})
-	r := run(t, p, Job{Timeout: Duration(20 * time.Second), Code: "import os, time\n" +
+	r := run(t, p, Job{Timeout: 20 * time.Second, Code: "import os, time\n" +
 		"block = b'!' * 65536\n" +
 		"end = time.monotonic() + 5\n" +
 		"while time.monotonic() < end:\n" +
@@ -172,7 +172,7 @@ func TestBellHonestPatterns(t *testing.T) {
 // internal/worker.TestSessionStepCPULimit.
 func TestHostileSessionCPULimit(t *testing.T) {
 	p := newTestPool(t, Config{Workers: 1})
-	co := checkout(t, p, Job{Timeout: Duration(5 * time.Second)})
+	co := checkout(t, p, Job{Timeout: 5 * time.Second})
 	probe := "import resource\n" +
 		"soft, hard = resource.getrlimit(resource.RLIMIT_CPU)\n" +
 		"print('hard', hard)\n" +

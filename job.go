@@ -1,11 +1,16 @@
 package pynox
 
-import "strconv"
+import (
+	"strconv"
+	"time"
+)
 
 // Job is one request: a piece of Python code and the permissions and
-// limits it runs under. Its JSON form is the request line of `pynox pool`;
-// field names and meanings are those of the pool protocol. Zero values
-// mean "not set": the pool's ceiling supplies the default.
+// limits it runs under. Field names and meanings are those of the pool
+// protocol's request line, whose JSON tags the fields carry; durations and
+// sizes are time.Duration and bytes here, as in [Limits], and the protocol
+// layer ([Pool.Serve]) turns the line's "5s" and "512m" into them. Zero
+// values mean "not set": the pool's ceiling supplies the default.
 type Job struct {
 	// ID is echoed in the result as given: a string or a number (in JSON,
 	// kept exactly as written). Nil is echoed as null.
@@ -36,16 +41,16 @@ type Job struct {
 	AllowNetwork bool `json:"allow_network,omitempty"`
 	// Timeout is the job's wall-clock limit, from hand-over to its child
 	// process until its result.
-	Timeout Duration `json:"timeout,omitempty"`
+	Timeout time.Duration `json:"-"`
 	// Memory is the job's memory allowance on top of the template it
-	// shares (see the package docs, "Limits").
-	Memory Size `json:"memory,omitempty"`
+	// shares (see the package docs, "Limits"), in bytes.
+	Memory int64 `json:"-"`
 	// MaxOutput is how many bytes of each of stdout and stderr are kept.
 	MaxOutput int `json:"max_output,omitempty"`
 	// MaxFileSize is the largest size of each file the job writes; a write
 	// beyond it fails with OSError (EFBIG). It bounds each file, not the
-	// total a job writes.
-	MaxFileSize Size `json:"max_file_size,omitempty"`
+	// total a job writes. In bytes.
+	MaxFileSize int64 `json:"-"`
 	// Profile names one of the pool's profiles, whose fields come first;
 	// this request's own fields are added on top.
 	Profile string `json:"profile,omitempty"`
@@ -84,16 +89,16 @@ func (j Job) withProfile(p Profile) Job {
 	}
 	j.AllowNetwork = j.AllowNetwork || p.AllowNetwork
 	if j.Timeout == 0 {
-		j.Timeout = Duration(p.Timeout)
+		j.Timeout = p.Timeout
 	}
 	if j.Memory == 0 {
-		j.Memory = Size(p.Memory)
+		j.Memory = p.Memory
 	}
 	if j.MaxOutput == 0 {
 		j.MaxOutput = p.MaxOutput
 	}
 	if j.MaxFileSize == 0 {
-		j.MaxFileSize = Size(p.MaxFileSize)
+		j.MaxFileSize = p.MaxFileSize
 	}
 	return j
 }

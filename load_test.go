@@ -237,7 +237,7 @@ func TestLoadNoLeaks(t *testing.T) {
 		{Code: "import threading\nfor _ in range(4):\n    threading.Thread(target=lambda: None).start()"},
 		{Code: "import os; os.close(1); os.close(2)"},
 		{Code: "import os; os._exit(9)"},
-		{Code: "import time; time.sleep(1)", Timeout: Duration(50 * time.Millisecond)},
+		{Code: "import time; time.sleep(1)", Timeout: 50 * time.Millisecond},
 	}
 	const n = 500
 	start := time.Now()
@@ -371,7 +371,7 @@ func TestLoadSessionsNoLeaks(t *testing.T) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				co, err := p.Checkout(ctx, Job{Functions: []string{"f"}, Host: host, Timeout: Duration(300 * time.Millisecond)})
+				co, err := p.Checkout(ctx, Job{Functions: []string{"f"}, Host: host, Timeout: 300 * time.Millisecond})
 				if err != nil {
 					if errors.Is(err, ErrExhausted) {
 						return // more endings than MaxSessions this round

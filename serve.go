@@ -21,9 +21,14 @@ const refillDelay = 5 * time.Millisecond
 // excluded; a longer line is discarded with a RequestError.
 const MaxLine = 1 << 20
 
-// request is one line of the pool protocol.
+// request is one line of the pool protocol: a Job, whose durations and
+// sizes the line writes with units ("5s", "512m"), and the protocol's own
+// fields.
 type request struct {
 	Job
+	Timeout     Duration `json:"timeout,omitempty"`
+	Memory      Size     `json:"memory,omitempty"`
+	MaxFileSize Size     `json:"max_file_size,omitempty"`
 	Stats   bool      `json:"stats,omitempty"`
 	Session string    `json:"session,omitempty"`
 	Close   bool      `json:"close,omitempty"`
@@ -264,6 +269,9 @@ func decodeRequest(line []byte) (request, *Error) {
 		if e := checkID(req.ID); e != nil {
 			return request{}, e
 		}
+		req.Job.Timeout = time.Duration(req.Timeout)
+		req.Job.Memory = int64(req.Memory)
+		req.Job.MaxFileSize = int64(req.MaxFileSize)
 		return req, nil
 	}
 	// Recover the id for the answer, if the line is an object with one

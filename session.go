@@ -346,7 +346,7 @@ func (s *server) serveSessionReq(ns *namedSession, req request) {
 	}
 	stepHost, jc := s.hostFor()
 	ev, err := co.Feed(s.ctx, Step{ID: req.ID, Code: req.Code, Name: req.Name, Args: req.Args,
-		Timeout: req.Timeout, MaxOutput: req.MaxOutput, Host: stepHost})
+		Timeout: req.Job.Timeout, MaxOutput: req.MaxOutput, Host: stepHost})
 	s.endCalls(jc)
 	if err != nil {
 		var pe *Error

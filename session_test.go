@@ -377,7 +377,7 @@ func TestCheckoutAPI(t *testing.T) {
 	require.Equal(t, 1, ev.Result.Step)
 
 	// Steps are bounded by the ceiling.
-	_, err = co.Feed(ctx, Step{Code: "1", Timeout: Duration(time.Hour)})
+	_, err = co.Feed(ctx, Step{Code: "1", Timeout: time.Hour})
 	require.ErrorIs(t, err, ErrRequest)
 	_, err = co.Feed(ctx, Step{})
 	require.ErrorIs(t, err, ErrRequest)

@@ -11,8 +11,9 @@ import (
 )
 
 // Duration is a time.Duration written as a string with a unit, as in
-// "500ms", "5s" or "1m" (Go's time.ParseDuration syntax, positive only).
-// The zero value means "not set".
+// "500ms", "5s" or "1m" (Go's time.ParseDuration syntax, positive only):
+// the form durations take in request lines and configuration files. The
+// Go API itself uses time.Duration. The zero value means "not set".
 type Duration time.Duration
 
 // UnmarshalText parses a duration such as "5s".
@@ -43,8 +44,9 @@ func ParseDuration(s string) (time.Duration, error) {
 
 // Size is a byte count, written either as an integer number of bytes or as
 // a string with a binary unit suffix: "64k", "512m", "1g", "1t" (case
-// insensitive; an optional trailing "b" or "ib" is accepted, as in "512MiB").
-// The zero value means "not set".
+// insensitive; an optional trailing "b" or "ib" is accepted, as in "512MiB"):
+// the form sizes take in request lines and configuration files. The Go API
+// itself uses byte counts (int64). The zero value means "not set".
 type Size int64
 
 // UnmarshalJSON accepts an integer or a string with a unit.
