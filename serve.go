@@ -26,13 +26,13 @@ const MaxLine = 1 << 20
 // fields.
 type request struct {
 	Job
-	Timeout     Duration `json:"timeout,omitempty"`
-	Memory      Size     `json:"memory,omitempty"`
-	MaxFileSize Size     `json:"max_file_size,omitempty"`
-	Stats   bool      `json:"stats,omitempty"`
-	Session string    `json:"session,omitempty"`
-	Close   bool      `json:"close,omitempty"`
-	Reply   *replyReq `json:"reply,omitempty"`
+	Timeout     Duration  `json:"timeout,omitempty"`
+	Memory      Size      `json:"memory,omitempty"`
+	MaxFileSize Size      `json:"max_file_size,omitempty"`
+	Stats       bool      `json:"stats,omitempty"`
+	Session     string    `json:"session,omitempty"`
+	Close       bool      `json:"close,omitempty"`
+	Reply       *replyReq `json:"reply,omitempty"`
 }
 
 // Ready is the first line `pynox pool` writes.
