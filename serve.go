@@ -39,6 +39,8 @@ type Ready struct {
 	PackageDirs      []string `json:"package_dirs"`
 	Config           *string  `json:"config"`
 	Profiles         []string `json:"profiles"`
+	// Cgroups is the per-job cgroup backend in use: "v2", "v1" or "none".
+	Cgroups string `json:"cgroups"`
 }
 
 type statsEvent struct {
@@ -66,7 +68,7 @@ func (p *Pool) Serve(ctx context.Context, r io.Reader, w io.Writer) error {
 
 	ready := Ready{Event: "ready", Workers: p.cfg.Workers, Runtime: "pynox",
 		PreloadedModules: nonNilStrings(p.info.Preloaded), PackageDirs: nonNilStrings(p.cfg.PackageDirs),
-		Profiles: p.cfg.ProfileNames()}
+		Profiles: p.cfg.ProfileNames(), Cgroups: p.cg.Backend()}
 	if p.cfg.Source != "" {
 		src := p.cfg.Source
 		ready.Config = &src

@@ -21,7 +21,7 @@ func main() {
 }
 
 const usage = `usage: pynox pool [--config=FILE] [--workers=N] [--preload=mod,mod] [--package-dir=DIR]...
-                  [--python=PATH] [--log=json]
+                  [--python=PATH] [--log=json] [--cgroups=auto|require|off]
 
 Commands:
   pool    serve the pool protocol: JSON requests on stdin, JSON results on stdout
@@ -59,6 +59,7 @@ func pool(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	preload := fs.String("preload", "", "comma-separated modules each template imports once")
 	python := fs.String("python", "", "the interpreter (default: the first python3 on PATH)")
 	logFmt := fs.String("log", "", `"json": one line per finished job on stderr`)
+	cgroups := fs.String("cgroups", "", `per-job cgroups: "auto" (default), "require" or "off"`)
 	var pkgDirs listFlag
 	fs.Var(&pkgDirs, "package-dir", "read-only directory on every job's sys.path (repeatable)")
 	if err := fs.Parse(args); err != nil {
@@ -104,6 +105,15 @@ func pool(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	}
 	if set["log"] {
 		logMode = *logFmt
+	}
+	if set["cgroups"] {
+		switch *cgroups {
+		case "auto", "require", "off":
+			cfg.Cgroups = *cgroups
+		default:
+			fmt.Fprintf(stderr, "pynox pool: --cgroups must be \"auto\", \"require\" or \"off\", got %q\n", *cgroups)
+			return 2
+		}
 	}
 	switch logMode {
 	case "":

@@ -1,0 +1,183 @@
+package cgroup
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
+)
+
+func TestProbeParse(t *testing.T) {
+	tmp := t.TempDir()
+	for _, d := range []string{"pids", "memory/process_api/x", "unified/svc"} {
+		require.NoError(t, os.MkdirAll(filepath.Join(tmp, d), 0o755))
+	}
+	require.NoError(t, os.WriteFile(filepath.Join(tmp, "unified/svc/cgroup.controllers"), []byte("cpu io\n"), 0o644))
+	mi := strings.Join([]string{
+		"31 23 0:28 / " + tmp + " rw,relatime - tmpfs tmpfs rw,mode=755",
+		"35 31 0:32 / " + tmp + "/memory rw,relatime - cgroup cgroup rw,memory",
+		"39 31 0:36 / " + tmp + "/pids rw,relatime shared:5 - cgroup cgroup rw,pids",
+		"41 31 0:38 /x " + tmp + "/unified rw,relatime - cgroup2 cgroup2 rw",
+	}, "\n")
+	self := "8:pids:/\n4:memory:/process_api/x\n0::/x/svc\n"
+	l := probe([]byte(self), []byte(mi))
+	require.Equal(t, V1, l.Backend, l.Reason)
+	require.Equal(t, filepath.Join(tmp, "pids"), l.Pids)
+	require.Equal(t, filepath.Join(tmp, "memory/process_api/x"), l.Memory)
+	require.Contains(t, l.Reason, "not delegated")
+
+	// Delegated v2 wins.
+	require.NoError(t, os.WriteFile(filepath.Join(tmp, "unified/svc/cgroup.controllers"), []byte("cpu memory pids\n"), 0o644))
+	l = probe([]byte(self), []byte(mi))
+	require.Equal(t, Layout{Backend: V2, Unified: filepath.Join(tmp, "unified/svc")}, l)
+
+	// A path outside the mount's root is not reachable.
+	l = probe([]byte("0::/elsewhere\n"), []byte(mi))
+	require.Equal(t, None, l.Backend)
+	require.Contains(t, l.Reason, "not mounted")
+
+	require.Equal(t, "/a b", unescape(`/a\040b`))
+	pid, ok := stalePid("pynox-123-abc")
+	require.True(t, ok)
+	require.Equal(t, 123, pid)
+	_, ok = stalePid("other-123-abc")
+	require.False(t, ok)
+}
+
+func TestNewManagerMode(t *testing.T) {
+	_, err := NewManager("sometimes", 0)
+	require.ErrorContains(t, err, `cgroups must be "auto", "require" or "off", got "sometimes"`)
+	m, err := NewManager(Off, 0)
+	require.NoError(t, err)
+	require.Equal(t, None, m.Backend())
+	g, err := m.NewGroup(1 << 20)
+	require.NoError(t, err)
+	require.Nil(t, g)
+	require.NoError(t, m.Close())
+}
+
+// requireManager returns a real manager or skips.
+func requireManager(t *testing.T) *Manager {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("creating cgroups needs root here")
+	}
+	m, err := NewManager(Require, 8)
+	if err != nil {
+		t.Skipf("no per-job cgroups on this machine: %v", err)
+	}
+	return m
+}
+
+// TestGroupLifecycle moves a real process into a group, checks the limits
+// and its membership, and that everything is removed.
+func TestGroupLifecycle(t *testing.T) {
+	m := requireManager(t)
+	bases := m.WritableDirs()
+	g, err := m.NewGroup(64 << 20)
+	require.NoError(t, err)
+	cmd := exec.Command("/bin/sleep", "60")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	require.NoError(t, cmd.Start())
+	pidfd, err := unix.PidfdOpen(cmd.Process.Pid, 0)
+	require.NoError(t, err)
+	defer unix.Close(pidfd)
+	pid, err := PidOf(pidfd)
+	require.NoError(t, err)
+	require.Equal(t, cmd.Process.Pid, pid)
+	require.NoError(t, g.Add(pidfd))
+	for _, d := range g.Dirs() {
+		b, err := os.ReadFile(filepath.Join(d, "cgroup.procs"))
+		require.NoError(t, err)
+		require.Equal(t, strings.Fields(string(b)), []string{itoa(pid)})
+	}
+	b, err := os.ReadFile(filepath.Join(g.Dirs()[0], "pids.max"))
+	require.NoError(t, err)
+	require.Equal(t, "8", strings.TrimSpace(string(b)))
+	require.NoError(t, g.SetMemory(32<<20))
+	require.Equal(t, int64(32<<20), g.Memory())
+	require.Zero(t, g.OOMKills())
+
+	g.Remove() // busy: retried in the background
+	cmd.Process.Kill()
+	cmd.Wait()
+	_, err = PidOf(pidfd)
+	require.Error(t, err, "a reaped process has no pid")
+	require.NoError(t, m.Close())
+	for _, d := range append(g.Dirs(), bases...) {
+		_, err := os.Stat(d)
+		require.True(t, os.IsNotExist(err), "%s is left", d)
+	}
+	_, err = m.NewGroup(1 << 20)
+	require.ErrorIs(t, err, ErrClosed)
+}
+
+// TestRemoveStale removes what a dead pool left, and nothing else.
+func TestRemoveStale(t *testing.T) {
+	m := requireManager(t)
+	defer m.Close()
+	cmd := exec.Command("/bin/true")
+	require.NoError(t, cmd.Run())
+	dead := cmd.Process.Pid
+	for _, own := range m.WritableDirs() {
+		parent := filepath.Dir(own)
+		stale := filepath.Join(parent, "pynox-"+itoa(dead)+"-test")
+		require.NoError(t, os.Mkdir(stale, 0o700))
+		require.NoError(t, os.Mkdir(filepath.Join(stale, "j1"), 0o700))
+		removeStale(parent)
+		_, err := os.Stat(stale)
+		require.True(t, os.IsNotExist(err), "stale %s is left", stale)
+		_, err = os.Stat(own)
+		require.NoError(t, err, "a live pool's directory was removed")
+	}
+}
+
+// TestGroupCost logs what a spare's cgroup costs (create, move, remove);
+// it asserts nothing about time.
+func TestGroupCost(t *testing.T) {
+	if testing.Short() {
+		t.Skip("measurement")
+	}
+	m := requireManager(t)
+	defer m.Close()
+	const n = 50
+	var create, move, remove time.Duration
+	var ru0, ru1 unix.Rusage
+	unix.Getrusage(unix.RUSAGE_SELF, &ru0)
+	for range n {
+		cmd := exec.Command("/bin/sleep", "60")
+		require.NoError(t, cmd.Start())
+		pidfd, err := unix.PidfdOpen(cmd.Process.Pid, 0)
+		require.NoError(t, err)
+		t0 := time.Now()
+		g, err := m.NewGroup(64 << 20)
+		require.NoError(t, err)
+		t1 := time.Now()
+		require.NoError(t, g.Add(pidfd))
+		t2 := time.Now()
+		cmd.Process.Kill()
+		cmd.Wait()
+		unix.Close(pidfd)
+		t3 := time.Now()
+		g.Remove()
+		t4 := time.Now()
+		create += t1.Sub(t0)
+		move += t2.Sub(t1)
+		remove += t4.Sub(t3)
+	}
+	unix.Getrusage(unix.RUSAGE_SELF, &ru1)
+	t.Logf("%s per group: create %v, move %v, remove %v (wall, mean of %d, with a sleep process each)",
+		m.Backend(), create/n, move/n, remove/n, n)
+	cpu := time.Duration(unix.TimevalToNsec(ru1.Utime)+unix.TimevalToNsec(ru1.Stime)) -
+		time.Duration(unix.TimevalToNsec(ru0.Utime)+unix.TimevalToNsec(ru0.Stime))
+	t.Logf("process CPU for %d loops including fork/exec of sleep: %v", n, cpu)
+}
+
+func itoa(n int) string { return strconv.Itoa(n) }
