@@ -89,8 +89,7 @@ func TestHostileCgroupMemory(t *testing.T) {
 		r := run(t, p, Job{Code: memfdBomb, Memory: 32 << 20})
 		close(stop)
 		<-sampled
-		t.Logf("memfd bomb under 32 MiB: %s: %s (hint %q); stdout %q; host Shmem peak +%d MiB",
-			r.Error.Type, r.Error.Message, r.Error.Hint, r.Stdout, (peak-before)>>20)
+		t.Logf("memfd bomb under 32 MiB: %+v; stdout %q; host Shmem peak +%d MiB", r.Error, r.Stdout, (peak-before)>>20)
 		requireErrorType(t, r, "MemoryError")
 		require.Contains(t, r.Error.Message, "memory than its limit")
 		require.Contains(t, r.Error.Hint, "32 MiB")
