@@ -292,10 +292,24 @@ func TestHostileCgroupLifecycle(t *testing.T) {
 	require.True(t, r.SessionEnded)
 	require.NoError(t, co.Finish(context.Background()))
 
-	// Only the spares' cgroups remain (one per worker, and per kind): the
-	// finished jobs' are removed.
-	require.Eventually(t, func() bool { return len(cgroupJobDirs(t, p)) <= 2*len(bases) }, 20*time.Second, 10*time.Millisecond,
-		"job cgroups left: %v", cgroupJobDirs(t, p))
+	// Finished jobs' cgroups are reused, not multiplied: no more than the
+	// processes that lived at once (two spares, two jobs, a session).
+	require.LessOrEqual(t, len(cgroupJobDirs(t, p)), 6*len(bases), "job cgroups: %v", cgroupJobDirs(t, p))
+	// And only live spares are in them.
+	require.Eventually(t, func() bool {
+		tpls := p.TemplatePIDs()
+		for _, d := range cgroupJobDirs(t, p) {
+			b, err := os.ReadFile(filepath.Join(d, "cgroup.procs"))
+			require.NoError(t, err)
+			for _, f := range strings.Fields(string(b)) {
+				pid, _ := strconv.Atoi(f)
+				if _, ppid, ok := procStat(pid); ok && ppid != tpls[0] && ppid != tpls[1] {
+					return false
+				}
+			}
+		}
+		return true
+	}, 20*time.Second, 10*time.Millisecond, "a job cgroup holds a process that is no spare")
 	require.NoError(t, p.Close())
 	for _, b := range bases {
 		_, err := os.Stat(b)

@@ -30,10 +30,14 @@
 //
 // # Removal
 //
-// A job's cgroup is removed (rmdir) once its process has exited; a
-// cgroup that still holds a task is retried with a growing pause, and
-// [Manager.Close] waits for every removal and then removes the pool's own
-// directories. A pool that died without closing leaves its directories
+// A job's cgroup is released once its process has exited (a cgroup that
+// still holds a task is retried with a growing pause): kept for the next
+// spare when nothing of its last process is left in it (no task, no tmpfs
+// or memfd pages), else removed (rmdir). Reuse matters: a removed memory
+// cgroup with page cache still charged to it lingers in the kernel until
+// the pages are reclaimed, and the kernel allows 65,535 memory cgroups,
+// lingering ones included. [Manager.Close] waits for every release and
+// then removes every group and the pool's own directories. A pool that died without closing leaves its directories
 // behind: the next Manager removes directories named pynox-<pid>-… whose
 // pid is no longer a running process, children first, with rmdir only
 // (which the kernel refuses for a cgroup that still holds a task or a
@@ -258,7 +262,8 @@ type Manager struct {
 
 	mu      sync.Mutex
 	closed  bool
-	pending sync.WaitGroup // groups not yet removed
+	pending sync.WaitGroup // groups in use or being released
+	free    []*Group       // empty groups ready for reuse
 	leaked  []string       // directories that could not be removed
 }
 
@@ -457,60 +462,91 @@ func (m *Manager) WritableDirs() []string {
 	return append([]string(nil), m.bases...)
 }
 
-// Group is one job's cgroup (a directory in each hierarchy).
+// Group is one job's cgroup (a directory in each hierarchy). It serves
+// one process at a time.
 type Group struct {
-	m      *Manager
-	dirs   []string // v1: pids, memory; v2: the one
-	memDir string
-	memory int64 // the memory limit written last
-	once   sync.Once
+	m       *Manager
+	dirs    []string // v1: pids, memory; v2: the one
+	memDir  string
+	memory  int64 // the memory limit written last
+	oomBase int   // the OOM-kill count when the current process joined
+	once    sync.Once
 }
 
 // ErrClosed is returned by NewGroup after Close.
 var ErrClosed = errors.New("cgroup manager closed")
 
-// NewGroup creates a job cgroup with the tasks limit and the memory limit
-// given (bytes). It returns nil and no error when the manager uses no
-// cgroups.
+// NewGroup returns a job cgroup with the tasks limit and the memory limit
+// given (bytes): an empty one that an earlier process left clean (see
+// Release), or a new one. It returns nil and no error when the manager
+// uses no cgroups.
+//
+// Groups are reused because a removed memory cgroup that still has page
+// cache charged to it lingers in the kernel ("dying") until the pages are
+// reclaimed, and the kernel allows only 65,535 memory cgroups, dying ones
+// included: one new cgroup per job would run out on a busy pool.
 func (m *Manager) NewGroup(memory int64) (*Group, error) {
 	if m.Backend() == None {
 		return nil, nil
 	}
-	m.mu.Lock()
-	if m.closed {
+	for {
+		m.mu.Lock()
+		if m.closed {
+			m.mu.Unlock()
+			return nil, ErrClosed
+		}
+		m.pending.Add(1)
+		var g *Group
+		if n := len(m.free); n > 0 {
+			g, m.free = m.free[n-1], m.free[:n-1]
+		}
 		m.mu.Unlock()
-		return nil, ErrClosed
+		if g == nil {
+			return m.create(memory)
+		}
+		g.once = sync.Once{}
+		g.oomBase = g.OOMKills()
+		if err := g.SetMemory(memory); err != nil {
+			// What the last process left does not fit the new limit:
+			// retire the group and try the next.
+			g.retire()
+			continue
+		}
+		return g, nil
 	}
-	m.pending.Add(1)
-	m.mu.Unlock()
+}
+
+// create makes a new group; m.pending counts it already.
+func (m *Manager) create(memory int64) (*Group, error) {
 	name := "j" + strconv.FormatInt(m.seq.Add(1), 10)
 	g := &Group{m: m}
+	fail := func(err error) (*Group, error) {
+		g.retire()
+		return nil, fmt.Errorf("cgroup: %w", err)
+	}
 	for _, b := range m.bases {
 		d := filepath.Join(b, name)
 		if err := os.Mkdir(d, 0o700); err != nil {
-			g.Remove()
-			return nil, fmt.Errorf("cgroup: %w", err)
+			return fail(err)
 		}
 		g.dirs = append(g.dirs, d)
 	}
 	g.memDir = g.dirs[len(g.dirs)-1]
 	if err := write(filepath.Join(g.dirs[0], "pids.max"), strconv.Itoa(m.tasks)); err != nil {
-		g.Remove()
-		return nil, fmt.Errorf("cgroup: pids.max: %w", err)
+		return fail(fmt.Errorf("pids.max: %w", err))
 	}
 	if m.backend == V2 {
 		// The job's memory is not swapped out beyond its limit, and an OOM
 		// kill takes the whole job.
 		if _, err := os.Stat(filepath.Join(g.memDir, "memory.swap.max")); err == nil {
 			if err := write(filepath.Join(g.memDir, "memory.swap.max"), "0"); err != nil {
-				g.Remove()
-				return nil, fmt.Errorf("cgroup: memory.swap.max: %w", err)
+				return fail(fmt.Errorf("memory.swap.max: %w", err))
 			}
 		}
 		_ = write(filepath.Join(g.memDir, "memory.oom.group"), "1")
 	}
 	if err := g.SetMemory(memory); err != nil {
-		g.Remove()
+		g.retire()
 		return nil, err
 	}
 	return g, nil
@@ -597,8 +633,13 @@ func PidOf(pidfd int) (int, error) {
 	return 0, fmt.Errorf("cgroup: descriptor %d is not a pidfd", pidfd)
 }
 
+// OOMKilled reports whether the kernel's OOM killer killed a task of the
+// group since its current process joined.
+func (g *Group) OOMKilled() bool { return g.OOMKills() > g.oomBase }
+
 // OOMKills returns how many of the group's tasks the kernel's OOM killer
-// killed (v1 memory.oom_control, v2 memory.events "oom_kill").
+// killed in the group's life (v1 memory.oom_control, v2 memory.events
+// "oom_kill").
 func (g *Group) OOMKills() int {
 	file := "memory.oom_control"
 	if g.m.backend == V2 {
@@ -617,44 +658,26 @@ func (g *Group) OOMKills() int {
 	return 0
 }
 
-// Peak returns the group's highest memory use in bytes (v1
-// memory.max_usage_in_bytes, v2 memory.peak), or -1 when unknown.
-func (g *Group) Peak() int64 {
-	file := "memory.max_usage_in_bytes"
-	if g.m.backend == V2 {
-		file = "memory.peak"
-	}
-	b, err := os.ReadFile(filepath.Join(g.memDir, file))
-	if err != nil {
-		return -1
-	}
-	n, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
-	if err != nil {
-		return -1
-	}
-	return n
-}
+// releaseBackoff is how long Release keeps waiting for a group's tasks to
+// be gone (its process is dying), in total.
+const releaseBackoff = 30 * time.Second
 
-// removeBackoff is how long Remove keeps retrying a cgroup that still
-// holds a task (its process is dying), in total.
-const removeBackoff = 30 * time.Second
-
-// Remove deletes the group's directories once they hold no task: at
-// once when they are empty, else from a goroutine that retries with a
-// growing pause. It is safe to call more than once. [Manager.Close]
-// waits for every removal.
-func (g *Group) Remove() {
+// Release gives the group back once its process has exited: at once when
+// it holds no task, else from a goroutine that retries with a growing
+// pause. An empty group that holds no tmpfs or memfd pages (which would
+// count against the next process) is kept for reuse; any other is
+// removed. It is safe to call more than once. [Manager.Close] waits for
+// every release.
+func (g *Group) Release() {
 	g.once.Do(func() {
-		if g.tryRemove() {
-			g.m.pending.Done()
+		if g.tryRelease() {
 			return
 		}
 		go func() {
-			defer g.m.pending.Done()
 			pause := time.Millisecond
-			for waited := time.Duration(0); waited < removeBackoff; waited += pause {
+			for waited := time.Duration(0); waited < releaseBackoff; waited += pause {
 				time.Sleep(pause)
-				if g.tryRemove() {
+				if g.tryRelease() {
 					return
 				}
 				pause = min(2*pause, time.Second)
@@ -662,16 +685,80 @@ func (g *Group) Remove() {
 			g.m.mu.Lock()
 			g.m.leaked = append(g.m.leaked, g.dirs...)
 			g.m.mu.Unlock()
+			g.m.pending.Done()
 		}()
 	})
+}
+
+// tryRelease releases the group if it holds no task, reporting whether it
+// did.
+func (g *Group) tryRelease() bool {
+	if !g.empty() {
+		return false
+	}
+	m := g.m
+	if g.shmem() == 0 {
+		m.mu.Lock()
+		if !m.closed {
+			m.free = append(m.free, g)
+			m.mu.Unlock()
+			m.pending.Done()
+			return true
+		}
+		m.mu.Unlock()
+	}
+	g.retire()
+	return true
+}
+
+// empty reports whether no task is in the group, exited ones included:
+// a task counts in pids.current until it is reaped, and every task of
+// the group is in its pids cgroup.
+func (g *Group) empty() bool {
+	b, err := os.ReadFile(filepath.Join(g.dirs[0], "pids.current"))
+	return err == nil && strings.TrimSpace(string(b)) == "0"
+}
+
+// shmem returns the tmpfs and memfd bytes charged to the group (its
+// memory.stat "shmem"), or -1 when unknown.
+func (g *Group) shmem() int64 {
+	b, err := os.ReadFile(filepath.Join(g.memDir, "memory.stat"))
+	if err != nil {
+		return -1
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "shmem "); ok {
+			n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+			if err != nil {
+				return -1
+			}
+			return n
+		}
+	}
+	return -1
+}
+
+// retire removes a group that holds no task (retrying while the kernel
+// still refuses) and ends its count in m.pending.
+func (g *Group) retire() {
+	defer g.m.pending.Done()
+	for i := 0; i < 100; i++ {
+		if g.tryRemove() {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	g.m.mu.Lock()
+	g.m.leaked = append(g.m.leaked, g.dirs...)
+	g.m.mu.Unlock()
 }
 
 // tryRemove removes what it can of the group's directories and reports
 // whether none is left.
 func (g *Group) tryRemove() bool {
 	ok := true
-	for _, d := range g.dirs {
-		if err := unix.Rmdir(d); err != nil && err != unix.ENOENT {
+	for i := len(g.dirs) - 1; i >= 0; i-- {
+		if err := unix.Rmdir(g.dirs[i]); err != nil && err != unix.ENOENT {
 			ok = false
 		}
 	}
@@ -693,6 +780,12 @@ func (m *Manager) Close() error {
 	m.mu.Unlock()
 	m.pending.Wait()
 	var errs []error
+	for _, g := range m.free {
+		if !g.tryRemove() {
+			errs = append(errs, fmt.Errorf("cgroup %v: not removed", g.dirs))
+		}
+	}
+	m.free = nil
 	for _, d := range m.leaked {
 		if err := unix.Rmdir(d); err != nil && err != unix.ENOENT {
 			errs = append(errs, fmt.Errorf("cgroup %s: %w", d, err))

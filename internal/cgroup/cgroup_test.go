@@ -106,7 +106,7 @@ func TestGroupLifecycle(t *testing.T) {
 	require.Equal(t, int64(32<<20), g.Memory())
 	require.Zero(t, g.OOMKills())
 
-	g.Remove() // busy: retried in the background
+	g.Release() // busy: retried in the background
 	cmd.Process.Kill()
 	cmd.Wait()
 	_, err = PidOf(pidfd)
@@ -118,6 +118,53 @@ func TestGroupLifecycle(t *testing.T) {
 	}
 	_, err = m.NewGroup(1 << 20)
 	require.ErrorIs(t, err, ErrClosed)
+}
+
+// TestGroupReuse: a released group that its process left clean serves the
+// next process, with its OOM count taken afresh; one holding tmpfs pages
+// is removed instead.
+func TestGroupReuse(t *testing.T) {
+	m := requireManager(t)
+	defer m.Close()
+	runIn := func(g *Group, script string) {
+		cmd := exec.Command("/bin/sh", "-c", "read x; "+script)
+		stdin, err := cmd.StdinPipe()
+		require.NoError(t, err)
+		require.NoError(t, cmd.Start())
+		pidfd, err := unix.PidfdOpen(cmd.Process.Pid, 0)
+		require.NoError(t, err)
+		defer unix.Close(pidfd)
+		require.NoError(t, g.Add(pidfd))
+		stdin.Write([]byte("go\n"))
+		stdin.Close()
+		cmd.Wait()
+	}
+	g, err := m.NewGroup(32 << 20)
+	require.NoError(t, err)
+	dirs := g.Dirs()
+	runIn(g, "true")
+	g.Release()
+	g2, err := m.NewGroup(48 << 20)
+	require.NoError(t, err)
+	require.Equal(t, dirs, g2.Dirs(), "a clean group is reused")
+	require.Equal(t, int64(48<<20), g2.Memory())
+	require.False(t, g2.OOMKilled())
+
+	shm, err := os.MkdirTemp("/dev/shm", "pynox-cgroup-test-")
+	if err != nil {
+		t.Skipf("no /dev/shm: %v", err)
+	}
+	defer os.RemoveAll(shm)
+	runIn(g2, "head -c 1048576 /dev/zero > "+shm+"/f")
+	g2.Release()
+	for _, d := range dirs {
+		_, err := os.Stat(d)
+		require.True(t, os.IsNotExist(err), "a group holding tmpfs pages is removed: %s", d)
+	}
+	g3, err := m.NewGroup(32 << 20)
+	require.NoError(t, err)
+	require.NotEqual(t, dirs, g3.Dirs())
+	g3.Release()
 }
 
 // TestRemoveStale removes what a dead pool left, and nothing else.
@@ -140,9 +187,10 @@ func TestRemoveStale(t *testing.T) {
 	}
 }
 
-// TestGroupCost logs what a spare's cgroup costs the pool (create with
-// its limits, move a process in, remove it), in wall time and in the CPU
-// time of the calling thread; it asserts nothing about time.
+// TestGroupCost logs what a spare's cgroup costs the pool: create a new
+// one or reuse a released one, move a process in, release it; in wall
+// time and in the CPU time of the calling thread. It asserts nothing
+// about time.
 func TestGroupCost(t *testing.T) {
 	if testing.Short() {
 		t.Skip("measurement")
@@ -150,7 +198,6 @@ func TestGroupCost(t *testing.T) {
 	m := requireManager(t)
 	defer m.Close()
 	const n = 50
-	var wall, cpu [3]time.Duration
 	threadCPU := func() time.Duration {
 		var ru unix.Rusage
 		unix.Getrusage(unix.RUSAGE_THREAD, &ru)
@@ -158,6 +205,26 @@ func TestGroupCost(t *testing.T) {
 	}
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
+	measure := func(f func()) (wall, cpu time.Duration) {
+		c0, w0 := threadCPU(), time.Now()
+		f()
+		return time.Since(w0), threadCPU() - c0
+	}
+	// New groups: none is released until all are made.
+	var cw, cc time.Duration
+	groups := make([]*Group, n)
+	for i := range groups {
+		w, c := measure(func() {
+			var err error
+			groups[i], err = m.NewGroup(64 << 20)
+			require.NoError(t, err)
+		})
+		cw, cc = cw+w, cc+c
+	}
+	for _, g := range groups {
+		g.Release()
+	}
+	var wall, cpu [3]time.Duration
 	for range n {
 		cmd := exec.Command("/bin/sleep", "60")
 		require.NoError(t, cmd.Start())
@@ -167,23 +234,21 @@ func TestGroupCost(t *testing.T) {
 		steps := []func(){
 			func() { g, err = m.NewGroup(64 << 20); require.NoError(t, err) },
 			func() { require.NoError(t, g.Add(pidfd)) },
-			func() {},
+			func() { g.Release() },
 		}
 		for i, f := range steps {
 			if i == 2 {
 				cmd.Process.Kill()
 				cmd.Wait()
 				unix.Close(pidfd)
-				f = func() { require.True(t, g.tryRemove()); g.once.Do(func() { m.pending.Done() }) }
 			}
-			c0, w0 := threadCPU(), time.Now()
-			f()
-			wall[i] += time.Since(w0)
-			cpu[i] += threadCPU() - c0
+			w, c := measure(f)
+			wall[i] += w
+			cpu[i] += c
 		}
 	}
-	t.Logf("%s, mean of %d: create %v (CPU %v), move %v (CPU %v), remove %v (CPU %v)", m.Backend(), n,
-		wall[0]/n, cpu[0]/n, wall[1]/n, cpu[1]/n, wall[2]/n, cpu[2]/n)
+	t.Logf("%s, mean of %d: create %v (CPU %v); reuse %v (CPU %v), move %v (CPU %v), release %v (CPU %v)", m.Backend(), n,
+		cw/n, cc/n, wall[0]/n, cpu[0]/n, wall[1]/n, cpu[1]/n, wall[2]/n, cpu[2]/n)
 }
 
 func itoa(n int) string { return strconv.Itoa(n) }

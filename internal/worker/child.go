@@ -152,7 +152,7 @@ func (c *Child) noteOOM(o *Outcome) {
 	}
 	o.MemoryLimit = c.cg.Memory()
 	if !o.Done && o.Status != nil && o.Status.Signal == int(unix.SIGKILL) && !o.TimedOut && !o.Canceled {
-		o.OOMKilled = c.cg.OOMKills() > 0
+		o.OOMKilled = c.cg.OOMKilled()
 	}
 }
 
@@ -190,8 +190,8 @@ func (c *Child) Close() {
 		c.pidfd = -1
 		c.pidMu.Unlock()
 		if c.cg != nil {
-			// Removed once the process has gone (retried until then).
-			c.cg.Remove()
+			// Released once the process has gone (retried until then).
+			c.cg.Release()
 		}
 		if !c.tpl.onDemand && !c.holdRefill.Load() {
 			c.refillOnce.Do(func() { c.tpl.refill(c.kind) })
