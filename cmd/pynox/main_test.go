@@ -241,10 +241,7 @@ func TestPoolSIGKILLLeavesNoCgroup(t *testing.T) {
 	if l.Backend == cgroup.None || os.Geteuid() != 0 {
 		t.Skipf("no per-job cgroups for this process: %s", l.Reason)
 	}
-	owns := []string{l.Unified}
-	if l.Backend == cgroup.V1 {
-		owns = []string{l.Pids, l.Memory}
-	}
+	owns := l.Dirs()
 	ours := func(pid int) []string {
 		var dirs []string
 		for _, own := range owns {

@@ -95,6 +95,20 @@ type Layout struct {
 	Reason string
 }
 
+// Dirs returns the process's own cgroup directories that a Manager
+// writes in while it starts (creating its own directories there, removing
+// stale ones, and in v2 the pool's leaf and cgroup.subtree_control); a
+// started Manager writes only beneath [Manager.WritableDirs].
+func (l Layout) Dirs() []string {
+	switch l.Backend {
+	case V1:
+		return []string{l.Pids, l.Memory}
+	case V2:
+		return []string{l.Unified}
+	}
+	return nil
+}
+
 var (
 	probeOnce sync.Once
 	probed    Layout

@@ -33,6 +33,7 @@ func TestProbeParse(t *testing.T) {
 	require.Equal(t, filepath.Join(tmp, "pids"), l.Pids)
 	require.Equal(t, filepath.Join(tmp, "memory/process_api/x"), l.Memory)
 	require.Contains(t, l.Reason, "not delegated")
+	require.Equal(t, []string{l.Pids, l.Memory}, l.Dirs())
 
 	// Delegated v2 wins.
 	require.NoError(t, os.WriteFile(filepath.Join(tmp, "unified/svc/cgroup.controllers"), []byte("cpu memory pids\n"), 0o644))
