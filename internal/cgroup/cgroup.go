@@ -779,8 +779,9 @@ func (g *Group) tryRemove() bool {
 	return ok
 }
 
-// Close waits until every group is removed and then removes the pool's
-// own directories. It reports what it could not remove.
+// Close waits until every group is released (at most a little longer
+// than a release may take), then removes every group and the pool's own
+// directories. It reports what it could not remove.
 func (m *Manager) Close() error {
 	if m.Backend() == None {
 		return nil
@@ -792,7 +793,20 @@ func (m *Manager) Close() error {
 	}
 	m.closed = true
 	m.mu.Unlock()
-	m.pending.Wait()
+	waited := make(chan struct{})
+	go func() {
+		m.pending.Wait()
+		close(waited)
+	}()
+	select {
+	case <-waited:
+	case <-time.After(releaseBackoff + 5*time.Second):
+		// A group still in use (a process that did not die) is left; the
+		// next pool removes it once it is empty (see removeStale).
+		return fmt.Errorf("cgroup: groups beneath %v still in use after %s; left in place", m.bases, releaseBackoff+5*time.Second)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	var errs []error
 	for _, g := range m.free {
 		if !g.tryRemove() {
