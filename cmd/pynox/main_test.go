@@ -276,6 +276,12 @@ func TestPoolSIGKILLLeavesNoCgroup(t *testing.T) {
 		require.NoDirExists(t, d, "the next pool removes a dead pool's cgroups")
 	}
 	require.Len(t, ours(p2.cmd.Process.Pid), len(owns), "the new pool's own are in place")
+	// A pool that ends normally (EOF) removes its own.
+	p2.send(t, `{"id": 1, "code": "print(1)"}`)
+	require.Equal(t, float64(0), p2.next(t)["exit"])
+	require.NoError(t, p2.stdin.Close())
+	require.NoError(t, p2.cmd.Wait())
+	require.Empty(t, ours(p2.cmd.Process.Pid), "a closed pool leaves no cgroup")
 }
 
 func TestPoolBadArguments(t *testing.T) {
