@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/pynox/pynox/internal/worker"
+	"github.com/pynox/pynox/internal/cgroup"
 )
 
 // Default limits: without a configured ceiling these are both the defaults
@@ -23,6 +24,8 @@ const (
 	DefaultMaxFileSize = 256 << 20
 	DefaultMaxSessions = 16
 	DefaultSessionIdle = 10 * time.Minute
+	// DefaultThreads is the default of Limits.Threads.
+	DefaultThreads = 64
 )
 
 // Config configures a [Pool]. Every zero value means something, said on
@@ -65,6 +68,15 @@ type Config struct {
 	// "auto" (or empty) uses one where the kernel allows it, "require"
 	// makes New fail without one, "off" never uses one.
 	PIDNamespace string
+	// Cgroups chooses per-job control groups, which bound each job's tasks
+	// (Limits.Threads) and memory (its allowance plus its template's
+	// anonymous memory and 32 MiB, counting memfd and tmpfs pages, pipe
+	// and socket buffers) even for uid 0: "auto" (or empty) uses cgroup
+	// v2 where the pool's own cgroup is delegated to it, else cgroup v1's
+	// pids and memory hierarchies, else none; "require" makes New fail
+	// without them; "off" uses none. The backend in use is reported in
+	// the ready event and each result's policy.
+	Cgroups string
 	// Source is the configuration file this Config was loaded from (see
 	// [LoadConfig]), reported in the ready event. Empty means none. New
 	// refuses a source file that lies beneath the write ceiling, and no
@@ -116,6 +128,11 @@ type Limits struct {
 	// files of this size wherever it may write. Zero means
 	// DefaultMaxFileSize.
 	MaxFileSize int64
+	// Threads is the most tasks (threads) one job or session may have at
+	// once, enforced by its cgroup's pids.max where Config.Cgroups puts
+	// jobs in cgroups; beyond it, starting a thread fails with EAGAIN.
+	// It applies to every request. Zero means DefaultThreads.
+	Threads int
 }
 
 // withDefaults returns c with every zero field replaced by its default and
@@ -156,7 +173,7 @@ func (c Config) withDefaults() (Config, error) {
 		*list = out
 	}
 	switch {
-	case l.Timeout < 0, l.Memory < 0, l.MaxOutput < 0, l.MaxFileSize < 0:
+	case l.Timeout < 0, l.Memory < 0, l.MaxOutput < 0, l.MaxFileSize < 0, l.Threads < 0:
 		return c, fmt.Errorf("limits must not be negative")
 	}
 	if l.Timeout == 0 {
@@ -178,6 +195,16 @@ func (c Config) withDefaults() (Config, error) {
 	default:
 		return c, fmt.Errorf("pid_namespace must be %q, %q or %q, got %q",
 			worker.PIDNamespaceAuto, worker.PIDNamespaceRequire, worker.PIDNamespaceOff, c.PIDNamespace)
+	}
+	if l.Threads == 0 {
+		l.Threads = DefaultThreads
+	}
+	switch c.Cgroups {
+	case "":
+		c.Cgroups = cgroup.Auto
+	case cgroup.Auto, cgroup.Require, cgroup.Off:
+	default:
+		return c, fmt.Errorf("cgroups must be %q, %q or %q, got %q", cgroup.Auto, cgroup.Require, cgroup.Off, c.Cgroups)
 	}
 	if c.MaxSessions < 0 || c.SessionIdle < 0 {
 		return c, fmt.Errorf("max_sessions and session_idle must not be negative")

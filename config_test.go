@@ -34,8 +34,10 @@ max_sessions = 32
 session_idle = "15m"
 log = "json"
 python = "/usr/bin/python3"
+cgroups = "require"
 
 [pool.limits]
+threads = 32
 allow_read = ["../data", "/srv/agent/data"]
 allow_write = ["../work"]
 allow_network = false
@@ -65,6 +67,8 @@ timeout = "10s"
 	require.Equal(t, 32, c.MaxSessions)
 	require.Equal(t, 15*time.Minute, c.SessionIdle)
 	require.Equal(t, "/usr/bin/python3", c.Python)
+	require.Equal(t, "require", c.Cgroups)
+	require.Equal(t, 32, c.Limits.Threads)
 	require.Equal(t, []string{filepath.Join(dir, "data"), "/srv/agent/data"}, c.Limits.AllowRead)
 	require.Equal(t, []string{filepath.Join(dir, "work")}, c.Limits.AllowWrite)
 	require.Equal(t, 30*time.Second, c.Limits.Timeout)
@@ -93,6 +97,8 @@ func TestLoadConfigRefusesBadFiles(t *testing.T) {
 		{"bad size", "[pool.limits]\nmemory = \"lots\"\n", []string{"invalid size"}},
 		{"negative workers", "[pool]\nworkers = -1\n", []string{"workers must be positive"}},
 		{"bad log", "[pool]\nlog = \"xml\"\n", []string{"log must be"}},
+		{"bad cgroups", "[pool]\ncgroups = \"yes\"\n", []string{`[pool] cgroups must be "auto", "require" or "off", got "yes"`}},
+		{"zero threads", "[pool.limits]\nthreads = 0\n", []string{"[pool.limits] threads must be positive"}},
 		{"not toml", "[pool\n", []string{"pynox.toml"}},
 	}
 	for _, tc := range tests {

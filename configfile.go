@@ -41,6 +41,7 @@ type fileSchema struct {
 		PIDNS       *string     `toml:"pid_namespace"`
 		Log         *string     `toml:"log"`
 		Python      *string     `toml:"python"`
+		Cgroups     *string     `toml:"cgroups"`
 		Limits      limitSchema `toml:"limits"`
 	} `toml:"pool"`
 	Profiles map[string]profileSchema `toml:"profiles"`
@@ -54,6 +55,7 @@ type limitSchema struct {
 	Memory       *Size     `toml:"memory"`
 	MaxOutput    *Size     `toml:"max_output"`
 	MaxFileSize  *Size     `toml:"max_file_size"`
+	Threads      *int      `toml:"threads"`
 }
 
 type profileSchema struct {
@@ -152,7 +154,21 @@ func LoadConfig(path string) (*File, error) {
 			return nil, fmt.Errorf("config %s: [pool] log must be \"json\" or \"\", got %q", real, *s.Pool.Log)
 		}
 	}
+	if s.Pool.Cgroups != nil {
+		switch *s.Pool.Cgroups {
+		case "auto", "require", "off":
+			c.Cgroups = *s.Pool.Cgroups
+		default:
+			return nil, fmt.Errorf("config %s: [pool] cgroups must be \"auto\", \"require\" or \"off\", got %q", real, *s.Pool.Cgroups)
+		}
+	}
 	l := s.Pool.Limits
+	if l.Threads != nil {
+		if *l.Threads <= 0 {
+			return nil, fmt.Errorf("config %s: [pool.limits] threads must be positive, got %d", real, *l.Threads)
+		}
+		c.Limits.Threads = *l.Threads
+	}
 	c.Limits.AllowRead = resolve(l.AllowRead)
 	c.Limits.AllowWrite = resolve(l.AllowWrite)
 	if l.AllowNetwork != nil {

@@ -168,6 +168,28 @@
 // allowance. An allocation beyond it raises MemoryError, whose hint names
 // the limit and how far the ceiling allows raising it.
 //
+// RLIMIT_AS counts mappings only, and RLIMIT_NPROC does not apply to uid
+// 0, so where the machine has them each job (and each session's process)
+// also runs in a control group of its own ([Config.Cgroups]; package
+// internal/cgroup): cgroup v2 when the pool's own cgroup is delegated to
+// it, else cgroup v1's pids and memory hierarchies. The pool creates them
+// only beneath its own cgroup (pynox-<pid>-<random>/j<n>), moves each
+// spare into its cgroup when the spare reaches Go, before any job can
+// (no mkdir on a job's path); once the process has exited, its cgroup
+// serves a later spare if the process left nothing in it (no task, no
+// tmpfs or memfd pages), else it is removed. [Pool.Close] removes them
+// all; the next pool removes those of a pool that was killed. The cgroup allows Limits.Threads tasks
+// (pids.max, default 64: a thread beyond fails with EAGAIN) and memory up
+// to the job's allowance plus the template's anonymous memory (what the
+// job can copy of the pages it shares with the template) plus 32 MiB for
+// the kernel's share; memfd and tmpfs pages, pipe and socket buffers all
+// count. A job over it is killed by the kernel (a fallocate on a memfd
+// does not fail: the kernel's OOM killer runs), and its result is a
+// MemoryError that names the limit, told apart from other SIGKILLs by
+// the cgroup's OOM-kill counter. The backend ("v2", "v1" or "none") is in
+// the ready event and every result's policy; "require" refuses to start
+// without one.
+//
 // # Results
 //
 // [Pool.Run] answers every job it accepts with a [Result], whatever

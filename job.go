@@ -181,6 +181,9 @@ type Policy struct {
 	TimeoutMS    int64    `json:"timeout_ms"`
 	MemoryBytes  int64    `json:"memory_bytes"`
 	Backend      string   `json:"backend"` // "landlock+seccomp"
+	// Cgroups is the per-job cgroup backend that bounded the job's tasks
+	// and memory: "v2", "v1" or "none" (see Config.Cgroups).
+	Cgroups string `json:"cgroups"`
 }
 
 // Err returns the result's failure as an *Error (nil for a job that

@@ -2,12 +2,14 @@ package pynox
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"os"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/pynox/pynox/internal/cgroup"
 	"github.com/pynox/pynox/internal/worker"
 )
 
@@ -26,6 +28,8 @@ type Pool struct {
 	idle    chan *poolWorker
 
 	info worker.Info // from the first template: version, preloads, runtime paths
+
+	cg *cgroup.Manager // the jobs' cgroups; its backend may be none
 
 	// readCeiling is where requests may read: the ceiling's read paths and
 	// its write paths (writing includes reading).
@@ -85,7 +89,13 @@ func New(cfg Config) (*Pool, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
+	cg, err := cgroup.NewManager(cfg.Cgroups, cfg.Limits.Threads)
+	if err != nil {
+		return nil, &Error{Kind: KindSpawn, Type: KindSpawn.String(),
+			Message: fmt.Sprintf("cgroups is %q ([pool] cgroups, --cgroups)", cfg.Cgroups), Err: err}
+	}
 	p := &Pool{
+		cg:      cg,
 		cfg:     cfg,
 		python:  python,
 		env:     baseEnv(),
@@ -119,6 +129,7 @@ func New(cfg Config) (*Pool, error) {
 				t.Close()
 			}
 		}
+		cg.Close()
 		return nil, &Error{Kind: KindSpawn, Type: KindSpawn.String(), Err: errs[i]}
 	}
 	p.info = tpls[0].Info()
@@ -185,6 +196,8 @@ func (p *Pool) templateOptions() worker.Options {
 		Network:      p.cfg.Limits.AllowNetwork,
 		SpareTimeout: p.spareTimeout,
 		PIDNamespace: p.cfg.PIDNamespace,
+		Cgroups:      p.cg,
+		Memory:       p.cfg.Limits.Memory,
 		OnStderr: func(line string) {
 			p.log.Warn("template stderr", "line", line)
 		},
@@ -475,6 +488,10 @@ func (p *Pool) Close() error {
 		}
 		w.mu.Unlock()
 	}
+	// Every child is dead or dying now: its cgroup goes once it is gone.
+	if err := p.cg.Close(); err != nil {
+		p.log.Error("removing the pool's cgroups failed", "err", err)
+	}
 	return nil
 }
 
@@ -529,6 +546,15 @@ func (p *Pool) usable() error {
 	}
 	return nil
 }
+
+// Cgroups returns the per-job cgroup backend in use: "v2", "v1" or
+// "none" (see Config.Cgroups).
+func (p *Pool) Cgroups() string { return p.cg.Backend() }
+
+// CgroupDirs returns the directories the pool creates its jobs' cgroups
+// in (empty without cgroups): a pool that confines itself must keep write
+// access to them.
+func (p *Pool) CgroupDirs() []string { return p.cg.WritableDirs() }
 
 // Stats returns a snapshot of the pool's counters.
 func (p *Pool) Stats() Stats {

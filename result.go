@@ -32,6 +32,7 @@ func (p *Pool) policy(pl *plan) *Policy {
 		TimeoutMS:    pl.job.Timeout.Milliseconds(),
 		MemoryBytes:  pl.job.Limits.Memory,
 		Backend:      "landlock+seccomp",
+		Cgroups:      p.cg.Backend(),
 	}
 }
 
@@ -106,6 +107,13 @@ func (p *Pool) result(j *Job, pl *plan, out *worker.Outcome, accepted time.Time)
 		fail(KindCrashed, "the job's process vanished and its status is unknown")
 	case out.Status.TemplateDied:
 		fail(KindCrashed, "the template serving the job died; it is being replaced")
+	case out.OOMKilled:
+		// The kernel killed it at its cgroup's memory limit: a memory
+		// error, not a mysterious signal.
+		fail(KindRuntime, fmt.Sprintf("the job used more memory than its limit of %s (its allowance plus %s for its copies of the template's memory and the kernel's), so the kernel killed it",
+			formatSize(out.MemoryLimit), formatSize(out.MemoryLimit-pl.job.Limits.Memory)))
+		r.Error.Type = "MemoryError"
+		r.Error.Hint = p.hint(pl, &worker.ErrorInfo{Type: "MemoryError"})
 	case !out.Started:
 		fail(KindCrashed, fmt.Sprintf("the job's process died before running any code (%s)", describeStatus(out.Status)))
 	case out.Status.Signal != 0:

@@ -47,6 +47,8 @@ type Ready struct {
 	// PIDNamespace is true when every template runs as PID 1 of a PID
 	// namespace of its own (see [Pool.PIDNamespace]).
 	PIDNamespace bool `json:"pid_namespace"`
+	// Cgroups is the per-job cgroup backend in use: "v2", "v1" or "none".
+	Cgroups string `json:"cgroups"`
 }
 
 type statsEvent struct {
@@ -80,7 +82,7 @@ func (p *Pool) Serve(ctx context.Context, r io.Reader, w io.Writer) error {
 
 	ready := Ready{Event: "ready", Workers: p.cfg.Workers, Runtime: "pynox",
 		PreloadedModules: nonNilStrings(p.info.Preloaded), PackageDirs: nonNilStrings(p.cfg.PackageDirs),
-		Profiles: p.cfg.ProfileNames(), PIDNamespace: p.info.PIDNamespace}
+		Profiles: p.cfg.ProfileNames(), PIDNamespace: p.info.PIDNamespace, Cgroups: p.cg.Backend()}
 	if p.cfg.Source != "" {
 		src := p.cfg.Source
 		ready.Config = &src

@@ -25,6 +25,7 @@ func main() {
 
 const usage = `usage: pynox pool [--config=FILE] [--workers=N] [--preload=mod,mod] [--package-dir=DIR]...
                   [--allow-read=DIR]... [--allow-write=DIR]... [--python=PATH] [--log=json]
+                  [--cgroups=auto|require|off]
 
 Commands:
   pool    serve the pool protocol: JSON requests on stdin, JSON results on stdout
@@ -62,6 +63,7 @@ func pool(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	preload := fs.String("preload", "", "comma-separated modules each template imports once")
 	python := fs.String("python", "", "the interpreter (default: the first python3 on PATH)")
 	logFmt := fs.String("log", "", `"json": one line per finished job on stderr`)
+	cgroups := fs.String("cgroups", "", `per-job cgroups: "auto" (default), "require" or "off"`)
 	var pkgDirs, allowRead, allowWrite listFlag
 	fs.Var(&pkgDirs, "package-dir", "read-only directory on every job's sys.path (repeatable)")
 	fs.Var(&allowRead, "allow-read", "the read ceiling: requests may read beneath it (repeatable; default the working directory; overrides [pool.limits] allow_read)")
@@ -116,6 +118,15 @@ func pool(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	}
 	if set["log"] {
 		logMode = *logFmt
+	}
+	if set["cgroups"] {
+		switch *cgroups {
+		case "auto", "require", "off":
+			cfg.Cgroups = *cgroups
+		default:
+			fmt.Fprintf(stderr, "pynox pool: --cgroups must be \"auto\", \"require\" or \"off\", got %q\n", *cgroups)
+			return 2
+		}
 	}
 	switch logMode {
 	case "":

@@ -18,6 +18,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/pynox/pynox/internal/cgroup"
 	"github.com/pynox/pynox/internal/sandbox"
 )
 
@@ -245,11 +246,64 @@ func TestPoolSIGKILLLeavesNoProcess(t *testing.T) {
 	}
 }
 
+// TestPoolSIGKILLLeavesNoCgroup: a pool killed with SIGKILL cannot remove
+// its cgroups; the next pool removes them, and only them.
+func TestPoolSIGKILLLeavesNoCgroup(t *testing.T) {
+	l := cgroup.Probe()
+	if l.Backend == cgroup.None || os.Geteuid() != 0 {
+		t.Skipf("no per-job cgroups for this process: %s", l.Reason)
+	}
+	owns := l.Dirs()
+	ours := func(pid int) []string {
+		var dirs []string
+		for _, own := range owns {
+			m, _ := filepath.Glob(filepath.Join(own, fmt.Sprintf("pynox-%d-*", pid)))
+			dirs = append(dirs, m...)
+		}
+		return dirs
+	}
+	p := startPool(t, "--workers=1", "--cgroups=require")
+	require.Equal(t, l.Backend, p.ready["cgroups"])
+	p.send(t, `{"id": "sleep", "code": "import time; print('up', flush=True); time.sleep(60)"}`)
+	pid := p.cmd.Process.Pid
+	require.Eventually(t, func() bool { return len(descendants(pid)) >= 2 }, 10*time.Second, 10*time.Millisecond)
+	procs := descendants(pid)
+	left := ours(pid)
+	require.Len(t, left, len(owns), "one directory per hierarchy")
+	require.NoError(t, p.cmd.Process.Kill())
+	_ = p.cmd.Wait()
+	require.Eventually(t, func() bool {
+		for _, c := range procs {
+			if alive(c) {
+				return false
+			}
+		}
+		return true
+	}, 5*time.Second, 10*time.Millisecond)
+	for _, d := range left {
+		require.DirExists(t, d, "a killed pool cannot remove its cgroups")
+	}
+	p2 := startPool(t, "--workers=1", "--cgroups=require")
+	for _, d := range left {
+		require.NoDirExists(t, d, "the next pool removes a dead pool's cgroups")
+	}
+	require.Len(t, ours(p2.cmd.Process.Pid), len(owns), "the new pool's own are in place")
+	// A pool that ends normally (EOF) removes its own.
+	p2.send(t, `{"id": 1, "code": "print(1)"}`)
+	require.Equal(t, float64(0), p2.next(t)["exit"])
+	require.NoError(t, p2.stdin.Close())
+	require.NoError(t, p2.cmd.Wait())
+	require.Empty(t, ours(p2.cmd.Process.Pid), "a closed pool leaves no cgroup")
+}
+
 func TestPoolBadArguments(t *testing.T) {
 	var out, errb strings.Builder
 	require.Equal(t, 2, run(nil, strings.NewReader(""), &out, &errb))
 	require.Equal(t, 2, run([]string{"pool", "--workers=x"}, strings.NewReader(""), &out, &errb))
 	require.Equal(t, 2, run([]string{"frobnicate"}, strings.NewReader(""), &out, &errb))
+	errb.Reset()
+	require.Equal(t, 2, run([]string{"pool", "--cgroups=maybe"}, strings.NewReader(""), &out, &errb))
+	require.Contains(t, errb.String(), `--cgroups must be "auto", "require" or "off", got "maybe"`)
 	errb.Reset()
 	require.Equal(t, 1, run([]string{"pool", "--python=/nonexistent/python3"}, strings.NewReader(""), &out, &errb))
 	require.Contains(t, errb.String(), "not found")

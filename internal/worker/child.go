@@ -15,6 +15,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/pynox/pynox/internal/cgroup"
 	"github.com/pynox/pynox/internal/frame"
 )
 
@@ -74,6 +75,13 @@ type Child struct {
 	functions map[string]bool
 	step      int
 	status    *ExitStatus // how the process ended, once known
+
+	// The child's cgroup, set before the child is handed out (see
+	// Template.deliver); cgErr says why joining one failed, which fails
+	// every job the child is given.
+	cg       *cgroup.Group
+	cgErr    error
+	cgMargin int64 // added to a job's allowance for its cgroup's memory limit
 }
 
 // newChild takes the spare's descriptors as the template sent them:
@@ -136,6 +144,46 @@ func (c *Child) Pid() int {
 	return c.pid
 }
 
+// joinCgroup creates the child's cgroup with the memory limit given and
+// moves the process into it. A failure is kept and fails the child's job
+// (fail closed).
+func (c *Child) joinCgroup(m *cgroup.Manager, memory, margin int64) {
+	g, err := m.NewGroup(memory)
+	if err == nil {
+		c.pidMu.Lock()
+		if c.pidfd < 0 {
+			err = errors.New("the spare was closed before it joined its cgroup")
+		} else {
+			err = g.Add(c.pidfd)
+		}
+		c.pidMu.Unlock()
+	}
+	c.cg, c.cgErr, c.cgMargin = g, err, margin
+}
+
+// limitMemory sets the child's cgroup memory limit for a job allowance.
+func (c *Child) limitMemory(allowance int64) error {
+	if c.cgErr != nil {
+		return c.cgErr
+	}
+	if c.cg == nil {
+		return nil
+	}
+	return c.cg.SetMemory(allowance + c.cgMargin)
+}
+
+// noteOOM records in o whether the kernel's OOM killer ended the job, for
+// a job that died of SIGKILL without reporting.
+func (c *Child) noteOOM(o *Outcome) {
+	if c.cg == nil {
+		return
+	}
+	o.MemoryLimit = c.cg.Memory()
+	if !o.Done && o.Status != nil && o.Status.Signal == int(unix.SIGKILL) && !o.TimedOut && !o.Canceled {
+		o.OOMKilled = c.cg.OOMKilled()
+	}
+}
+
 // Kill sends SIGKILL through the child's pidfd, which cannot hit a reused
 // pid.
 func (c *Child) Kill() { c.signal(unix.SIGKILL) }
@@ -169,6 +217,10 @@ func (c *Child) Close() {
 		unix.Close(c.pidfd)
 		c.pidfd = -1
 		c.pidMu.Unlock()
+		if c.cg != nil {
+			// Released once the process has gone (retried until then).
+			c.cg.Release()
+		}
 		if !c.tpl.onDemand && !c.holdRefill.Load() {
 			c.refillOnce.Do(func() { c.tpl.refill(c.kind) })
 		}
@@ -293,6 +345,12 @@ type Outcome struct {
 	// Alive: the step ended and the session's process waits for the next.
 	Alive bool
 	Calls int // host calls the turn made
+	// OOMKilled: the process died of SIGKILL and its cgroup's OOM counter
+	// says the kernel killed it for exceeding its memory limit.
+	OOMKilled bool
+	// MemoryLimit is the memory limit of the child's cgroup in bytes; zero
+	// without cgroups.
+	MemoryLimit int64
 }
 
 type jobFrame struct {
@@ -465,6 +523,12 @@ func (c *Child) Run(job *Job, cancel <-chan struct{}) *Outcome {
 		c.functions[n] = true
 	}
 	c.step = 1
+	if err := c.limitMemory(job.Limits.Memory); err != nil {
+		// No user code may run outside the limits.
+		c.Close()
+		now := time.Now()
+		return &Outcome{SetupError: err.Error(), Start: now, End: now}
+	}
 	o := c.turn(turnSpec{
 		send:      func() error { return c.sendFrame(&f, fds) },
 		timeout:   job.Timeout,
@@ -473,6 +537,7 @@ func (c *Child) Run(job *Job, cancel <-chan struct{}) *Outcome {
 		maxCalls:  job.MaxCalls,
 		cpu:       cpu,
 	}, cancel)
+	c.noteOOM(o)
 	if !o.Alive {
 		c.Close()
 	}
@@ -557,6 +622,7 @@ func (c *Child) RunStep(st *Step, cancel <-chan struct{}) *Outcome {
 		cpu:       st.CPUSecs,
 		continued: true,
 	}, cancel)
+	c.noteOOM(o)
 	if !o.Alive {
 		c.Close()
 	}

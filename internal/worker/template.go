@@ -32,6 +32,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/pynox/pynox/internal/cgroup"
 	"github.com/pynox/pynox/internal/frame"
 	"github.com/pynox/pynox/internal/sandbox"
 	"github.com/pynox/pynox/internal/seccomp"
@@ -71,6 +72,13 @@ type Options struct {
 	// namespace of its own: PIDNamespaceAuto (also the zero value),
 	// PIDNamespaceRequire or PIDNamespaceOff. See PIDNamespaceAuto.
 	PIDNamespace string
+	// Cgroups, when it uses cgroups, puts each spare into a cgroup of its
+	// own (tasks and memory limits) before any job can reach it; see
+	// package cgroup. Nil means none.
+	Cgroups *cgroup.Manager
+	// Memory is the job allowance a spare's cgroup is sized for until its
+	// job brings its own (the pool's ceiling); see MemoryMargin.
+	Memory int64
 }
 
 // PID namespace modes (Options.PIDNamespace).
@@ -110,7 +118,18 @@ type Info struct {
 	RuntimePaths []string // paths jobs may read and execute (resolved, deduplicated)
 	Landlock     sandbox.Ruleset
 	LandlockErr  string // set when Landlock cannot be applied: every job fails closed
+	// MemoryMargin is what a job's cgroup allows on top of the job's
+	// memory allowance: the template's anonymous memory (the most a job
+	// can copy of the pages it shares with the template) plus
+	// MemoryOverhead.
+	MemoryMargin int64
 }
+
+// MemoryOverhead is the part of a job cgroup's memory limit that covers
+// the kernel's memory for the job (page tables, kernel stacks of its
+// threads, its pipes' and sockets' buffers up to their defaults) beyond
+// its allowance and its copies of template pages.
+const MemoryOverhead = 32 << 20
 
 // Template is a running template process.
 type Template struct {
@@ -123,6 +142,8 @@ type Template struct {
 	spares       [2]chan *Child // by kind: kindDeny, kindAllow
 	network      bool
 	onDemand     bool
+	cg           *cgroup.Manager
+	memory       int64 // the allowance a new spare's cgroup is sized for
 	spareTimeout time.Duration
 
 	mu       sync.Mutex
@@ -171,6 +192,8 @@ func Start(opts Options) (*Template, error) {
 		spares:       [2]chan *Child{make(chan *Child, 1), make(chan *Child, 1)},
 		network:      opts.Network,
 		onDemand:     opts.OnDemand,
+		cg:           opts.Cgroups,
+		memory:       opts.Memory,
 		spareTimeout: cmp.Or(opts.SpareTimeout, DefaultSpareTimeout),
 		children:     make(map[int]*Child),
 		done:         make(chan struct{}),
@@ -194,6 +217,7 @@ func Start(opts Options) (*Template, error) {
 		t.kill()
 		return nil, err
 	}
+	t.info.MemoryMargin = anonMemory(cmd.Process.Pid) + MemoryOverhead
 	go t.readLoop()
 	kinds := []int{kindDeny}
 	if opts.Network {
@@ -609,12 +633,12 @@ func (t *Template) readLoop() {
 				t.mu.Lock()
 				t.children[m.Pid] = c
 				t.mu.Unlock()
-				select {
-				case t.spares[kind] <- c:
-				default:
-					// Never more than one spare of a kind is requested.
-					c.Close()
-					t.fail(errors.New("template forked a spare nobody asked for"))
+				if t.cg.Backend() != cgroup.None {
+					// The spare is handed out once it is in its cgroup;
+					// creating and joining it takes a few hundred
+					// microseconds that this loop need not wait for.
+					go t.deliver(c, kind)
+				} else if !t.deliver(c, kind) {
 					return
 				}
 			case "exit":
@@ -642,6 +666,48 @@ func (t *Template) readLoop() {
 			return
 		}
 	}
+}
+
+// deliver makes c the template's spare of its kind, first moving it into
+// a cgroup of its own when the template uses them. It reports false when
+// the template failed.
+func (t *Template) deliver(c *Child, kind int) bool {
+	if t.cg.Backend() != cgroup.None {
+		c.joinCgroup(t.cg, t.memory+t.info.MemoryMargin, t.info.MemoryMargin)
+	}
+	t.mu.Lock()
+	if t.dead {
+		t.mu.Unlock()
+		c.Close()
+		return false
+	}
+	select {
+	case t.spares[kind] <- c:
+		t.mu.Unlock()
+		return true
+	default:
+		t.mu.Unlock()
+		// Never more than one spare of a kind is requested.
+		c.Close()
+		t.fail(errors.New("template forked a spare nobody asked for"))
+		return false
+	}
+}
+
+// anonMemory returns a process's anonymous resident memory in bytes
+// (RssAnon in /proc/<pid>/status), or 0 when unknown.
+func anonMemory(pid int) int64 {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "RssAnon:"); ok {
+			kb, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
+			return kb << 10
+		}
+	}
+	return 0
 }
 
 func parseRights(oob []byte) ([]int, error) {
