@@ -10,8 +10,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/pynox/pynox/internal/worker"
 	"github.com/pynox/pynox/internal/cgroup"
+	"github.com/pynox/pynox/internal/worker"
 )
 
 // Default limits: without a configured ceiling these are both the defaults

@@ -45,8 +45,6 @@
 package cgroup
 
 import (
-	"bufio"
-	"bytes"
 	"errors"
 	"fmt"
 	"os"
@@ -57,6 +55,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/pynox/pynox/internal/pidfd"
 	"golang.org/x/sys/unix"
 )
 
@@ -606,11 +605,11 @@ func (g *Group) SetMemory(n int64) error {
 // Memory returns the memory limit written last.
 func (g *Group) Memory() int64 { return g.memory }
 
-// Add moves the process that pidfd refers to into the group. The pid is
-// read from the pidfd (/proc/self/fdinfo), so it is the pid in this
+// Add moves the process that the pidfd fd refers to into the group. The
+// pid is read from the pidfd (see pidfd.Pid), so it is the pid in this
 // process's namespace even when the process was forked in another.
-func (g *Group) Add(pidfd int) error {
-	pid, err := PidOf(pidfd)
+func (g *Group) Add(fd int) error {
+	pid, err := pidfd.Pid(fd)
 	if err != nil {
 		return err
 	}
@@ -621,30 +620,10 @@ func (g *Group) Add(pidfd int) error {
 	}
 	// The pid was read before the move: had the process been reaped and
 	// its pid reused in between, the pidfd would say so now.
-	if again, err := PidOf(pidfd); err != nil || again != pid {
+	if again, err := pidfd.Pid(fd); err != nil || again != pid {
 		return fmt.Errorf("cgroup: process %d exited while being moved", pid)
 	}
 	return nil
-}
-
-// PidOf returns the pid of the process a pidfd refers to, from the
-// "Pid:" line of /proc/self/fdinfo/<pidfd>.
-func PidOf(pidfd int) (int, error) {
-	b, err := os.ReadFile("/proc/self/fdinfo/" + strconv.Itoa(pidfd))
-	if err != nil {
-		return 0, fmt.Errorf("cgroup: pidfd: %w", err)
-	}
-	sc := bufio.NewScanner(bytes.NewReader(b))
-	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), "Pid:"); ok {
-			pid, err := strconv.Atoi(strings.TrimSpace(v))
-			if err != nil || pid <= 0 {
-				return 0, fmt.Errorf("cgroup: pidfd %d refers to no running process (Pid: %s)", pidfd, strings.TrimSpace(v))
-			}
-			return pid, nil
-		}
-	}
-	return 0, fmt.Errorf("cgroup: descriptor %d is not a pidfd", pidfd)
 }
 
 // OOMKilled reports whether the kernel's OOM killer killed a task of the

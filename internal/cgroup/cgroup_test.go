@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pynox/pynox/internal/pidfd"
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
 )
@@ -88,13 +89,13 @@ func TestGroupLifecycle(t *testing.T) {
 	cmd := exec.Command("/bin/sleep", "60")
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	require.NoError(t, cmd.Start())
-	pidfd, err := unix.PidfdOpen(cmd.Process.Pid, 0)
+	pfd, err := unix.PidfdOpen(cmd.Process.Pid, 0)
 	require.NoError(t, err)
-	defer unix.Close(pidfd)
-	pid, err := PidOf(pidfd)
+	defer unix.Close(pfd)
+	pid, err := pidfd.Pid(pfd)
 	require.NoError(t, err)
 	require.Equal(t, cmd.Process.Pid, pid)
-	require.NoError(t, g.Add(pidfd))
+	require.NoError(t, g.Add(pfd))
 	for _, d := range g.Dirs() {
 		b, err := os.ReadFile(filepath.Join(d, "cgroup.procs"))
 		require.NoError(t, err)
@@ -110,7 +111,7 @@ func TestGroupLifecycle(t *testing.T) {
 	g.Release() // busy: retried in the background
 	cmd.Process.Kill()
 	cmd.Wait()
-	_, err = PidOf(pidfd)
+	_, err = pidfd.Pid(pfd)
 	require.Error(t, err, "a reaped process has no pid")
 	require.NoError(t, m.Close())
 	for _, d := range append(g.Dirs(), bases...) {
@@ -132,10 +133,10 @@ func TestGroupReuse(t *testing.T) {
 		stdin, err := cmd.StdinPipe()
 		require.NoError(t, err)
 		require.NoError(t, cmd.Start())
-		pidfd, err := unix.PidfdOpen(cmd.Process.Pid, 0)
+		pfd, err := unix.PidfdOpen(cmd.Process.Pid, 0)
 		require.NoError(t, err)
-		defer unix.Close(pidfd)
-		require.NoError(t, g.Add(pidfd))
+		defer unix.Close(pfd)
+		require.NoError(t, g.Add(pfd))
 		stdin.Write([]byte("go\n"))
 		stdin.Close()
 		cmd.Wait()
@@ -229,19 +230,19 @@ func TestGroupCost(t *testing.T) {
 	for range n {
 		cmd := exec.Command("/bin/sleep", "60")
 		require.NoError(t, cmd.Start())
-		pidfd, err := unix.PidfdOpen(cmd.Process.Pid, 0)
+		pfd, err := unix.PidfdOpen(cmd.Process.Pid, 0)
 		require.NoError(t, err)
 		var g *Group
 		steps := []func(){
 			func() { g, err = m.NewGroup(64 << 20); require.NoError(t, err) },
-			func() { require.NoError(t, g.Add(pidfd)) },
+			func() { require.NoError(t, g.Add(pfd)) },
 			func() { g.Release() },
 		}
 		for i, f := range steps {
 			if i == 2 {
 				cmd.Process.Kill()
 				cmd.Wait()
-				unix.Close(pidfd)
+				unix.Close(pfd)
 			}
 			w, c := measure(f)
 			wall[i] += w

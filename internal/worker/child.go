@@ -13,6 +13,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/pynox/pynox/internal/pidfd"
 	"golang.org/x/sys/unix"
 
 	"github.com/pynox/pynox/internal/cgroup"
@@ -138,7 +139,7 @@ func (c *Child) Pid() int {
 		c.pidMu.Lock()
 		defer c.pidMu.Unlock()
 		if c.pidfd >= 0 {
-			c.pid, _ = PidOfPidfd(c.pidfd)
+			c.pid, _ = pidfd.Pid(c.pidfd)
 		}
 	})
 	return c.pid

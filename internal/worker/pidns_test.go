@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pynox/pynox/internal/pidfd"
 	"github.com/stretchr/testify/require"
-	"golang.org/x/sys/unix"
 )
 
 // statusField returns a field of /proc/<pid>/status ("" when absent).
@@ -46,22 +46,9 @@ func TestTemplatePIDNamespace(t *testing.T) {
 	require.NotEqual(t, c.nsPid, c.Pid())
 	require.Equal(t, strconv.Itoa(c.Pid())+"\t"+strconv.Itoa(c.nsPid), statusField(t, c.Pid(), "NSpid"))
 	require.Equal(t, strconv.Itoa(tpl.Pid()), statusField(t, c.Pid(), "PPid"))
-	got, err := PidOfPidfd(c.pidfd)
+	got, err := pidfd.Pid(c.pidfd)
 	require.NoError(t, err)
 	require.Equal(t, c.Pid(), got)
-}
-
-func TestPidOfPidfd(t *testing.T) {
-	fd, err := unix.PidfdOpen(os.Getpid(), 0)
-	if err != nil {
-		t.Skipf("pidfd_open: %v", err)
-	}
-	defer unix.Close(fd)
-	pid, err := PidOfPidfd(fd)
-	require.NoError(t, err)
-	require.Equal(t, os.Getpid(), pid)
-	_, err = PidOfPidfd(0) // not a pidfd
-	require.Error(t, err)
 }
 
 // procState returns a process's state letter and parent pid ("" when it
