@@ -11,8 +11,8 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// TestAgentToolHostileStream drives the reference client
-// (examples/agent_tool.py) against a real pool with what could break it:
+// TestAgentToolHostileStream drives the Python package (python/pynox)
+// against a real pool with what could break it:
 // forged host calls whose arguments Python's json module cannot read, lines
 // it cannot read on the stream (put there by a wrapper around the pool),
 // and a pool killed while a request waits. The client must keep serving,
@@ -21,7 +21,7 @@ func TestAgentToolHostileStream(t *testing.T) {
 	bin := pynoxBinary(t)
 	python, err := exec.LookPath("/usr/bin/python3")
 	if err != nil {
-		t.Skip("no /usr/bin/python3 to run the example client")
+		t.Skip("no /usr/bin/python3 to run the Python package")
 	}
 	root, err := filepath.Abs("../..")
 	require.NoError(t, err)
@@ -30,7 +30,7 @@ func TestAgentToolHostileStream(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, python, filepath.Join(testdata, "agent_tool_probe.py"),
-		filepath.Join(root, "examples"), bin, filepath.Join(testdata, "inject_bad_lines.sh"))
+		filepath.Join(root, "python"), bin, filepath.Join(testdata, "inject_bad_lines.sh"))
 	cmd.Dir = t.TempDir()
 	out, err := cmd.Output()
 	var stderr string
