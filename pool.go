@@ -25,6 +25,7 @@ type Pool struct {
 	idle    chan *poolWorker
 
 	info worker.Info // from the first template: version, preloads, runtime paths
+	self SelfConfinement
 
 	// readCeiling is where requests may read: the ceiling's read paths and
 	// its write paths (writing includes reading).
@@ -84,6 +85,19 @@ func New(cfg Config) (*Pool, error) {
 		checkouts: make(map[*Checkout]struct{}),
 
 		readCeiling: append(append([]string(nil), cfg.Limits.AllowRead...), cfg.Limits.AllowWrite...),
+	}
+	// The pool confines itself before the first template starts, so that
+	// every template inherits its domain.
+	if cfg.ConfineSelf {
+		// Directories the pool itself keeps writing to once confined,
+		// besides the write ceiling (hook: the cgroup layer's directories
+		// beneath the pool's own cgroups go here).
+		var selfWritable []string
+		if p.self, err = p.confineSelf(selfWritable); err != nil {
+			return nil, &Error{Kind: KindSpawn, Type: KindSpawn.String(), Err: err}
+		}
+	} else {
+		p.self = SelfConfinement{TCP: "allow", Signals: "allow", Reason: "not asked for (Config.ConfineSelf)"}
 	}
 	// Start the templates in parallel: with heavy preloads each takes a
 	// noticeable fraction of a second.
@@ -204,6 +218,9 @@ func (p *Pool) Python() string { return p.info.Python }
 
 // Preloaded returns the modules every template imported.
 func (p *Pool) Preloaded() []string { return append([]string(nil), p.info.Preloaded...) }
+
+// SelfConfinement says how the pool's own process is confined.
+func (p *Pool) SelfConfinement() SelfConfinement { return p.self }
 
 // Workers returns the number of templates.
 func (p *Pool) Workers() int { return p.cfg.Workers }

@@ -39,6 +39,8 @@ type Ready struct {
 	PackageDirs      []string `json:"package_dirs"`
 	Config           *string  `json:"config"`
 	Profiles         []string `json:"profiles"`
+	// SelfConfinement is how the pool process confined itself.
+	SelfConfinement SelfConfinement `json:"self_confinement"`
 }
 
 type statsEvent struct {
@@ -66,7 +68,7 @@ func (p *Pool) Serve(ctx context.Context, r io.Reader, w io.Writer) error {
 
 	ready := Ready{Event: "ready", Workers: p.cfg.Workers, Runtime: "pynox",
 		PreloadedModules: nonNilStrings(p.info.Preloaded), PackageDirs: nonNilStrings(p.cfg.PackageDirs),
-		Profiles: p.cfg.ProfileNames()}
+		Profiles: p.cfg.ProfileNames(), SelfConfinement: p.self}
 	if p.cfg.Source != "" {
 		src := p.cfg.Source
 		ready.Config = &src
