@@ -169,8 +169,11 @@ func selfConfinementChild(t *testing.T, c selfConfineParams) {
 		res = run(t, p, Job{Code: "open(" + strconv.Quote(filepath.Join(c.WriteDir, "out.txt")) + ", 'w').write('x')",
 			AllowWrite: []string{c.WriteDir}})
 		requireOK(t, res)
+		// A script outside the ceiling is judged by the ceiling (through an
+		// O_PATH descriptor), not merely refused by the kernel.
 		res = run(t, p, Job{Script: c.Secret})
 		requireErrorType(t, res, "RequestError")
+		require.Contains(t, res.Error.Message, "is outside the pool's ceiling")
 		res = run(t, p, Job{Code: "while True: pass", Timeout: Duration(200 * time.Millisecond)})
 		requireErrorType(t, res, "TimeoutError")
 	})
