@@ -106,7 +106,8 @@
 // read-only (each template inspects its own /proc/self, whose number is
 // not known in advance; Landlock's ptrace rules still keep other
 // processes' environ, memory and descriptors out of reach). TCP bind and
-// connect are denied unless the ceiling grants the network (ABI 4), and
+// connect are denied unless the ceiling grants the network (ABI 4; Landlock
+// does not mediate Multipath TCP, which stays to the seccomp layers), and
 // abstract unix sockets are scoped (ABI 6). The configuration file is not
 // in the domain: it was read before, and no job may read it. So code that
 // escaped a job into a template — or a preload that misbehaves — still
