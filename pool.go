@@ -90,8 +90,9 @@ func New(cfg Config) (*Pool, error) {
 	// every template inherits its domain.
 	if cfg.ConfineSelf {
 		// Directories the pool itself keeps writing to once confined,
-		// besides the write ceiling (hook: the cgroup layer's directories
-		// beneath the pool's own cgroups go here).
+		// besides the write ceiling. Hook for the cgroup layer: its
+		// directories beneath the pool's own cgroups go here (they must
+		// exist by now; a rule holds a directory, not a name).
 		var selfWritable []string
 		if p.self, err = p.confineSelf(selfWritable); err != nil {
 			return nil, &Error{Kind: KindSpawn, Type: KindSpawn.String(), Err: err}
