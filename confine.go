@@ -109,7 +109,9 @@ func (p *Pool) runtimePaths() ([]string, error) {
 // selfPolicy builds the pool's domain at abi: read and execute on the
 // interpreter's runtime paths and the system paths jobs get, read on the
 // package dirs, the read ceiling and /proc, read and write (never execute)
-// on the write ceiling and extraWrite, and the device files jobs use. TCP
+// on the write ceiling and extraWrite (and remove_dir alone on the parent
+// of each extraWrite directory, which the pool removes when it closes),
+// and the device files jobs use. TCP
 // is denied unless the ceiling grants the network. The configuration file
 // is not in it: it was read before, and no job may read it.
 func (p *Pool) selfPolicy(abi int, runtime, extraWrite []string) selfPolicy {
@@ -149,6 +151,9 @@ func (p *Pool) selfPolicy(abi int, runtime, extraWrite []string) selfPolicy {
 	}
 	for _, path := range extraWrite {
 		add(path, wr)
+		// The pool removes them when it closes, which takes remove_dir on
+		// their parent (and only that: no read, no other change there).
+		add(filepath.Dir(path), sandbox.RemoveDirAccess(abi))
 	}
 	add("/dev/null", sandbox.DeviceAccess(abi, true))
 	for _, path := range []string{"/dev/zero", "/dev/urandom", "/dev/random"} {

@@ -145,6 +145,10 @@ func WriteAccess(abi int) uint64 {
 	return HandledFS(abi) &^ (accessFSExecute | accessFSMakeChar | accessFSMakeBlock)
 }
 
+// RemoveDirAccess is the right to remove a directory from the one it is
+// granted on, and nothing else.
+func RemoveDirAccess(abi int) uint64 { return accessFSRemoveDir & HandledFS(abi) }
+
 // DeviceAccess is what the few device files every job may use
 // (/dev/null and friends) allow.
 func DeviceAccess(abi int, write bool) uint64 {
