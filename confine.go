@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/landlock-lsm/go-landlock/landlock"
@@ -200,6 +201,13 @@ func (p *Pool) confineSelf(extraWrite []string) (SelfConfinement, error) {
 		return SelfConfinement{TCP: "allow", Signals: "allow", Reason: err.Error()}, nil
 	}
 	abi = min(abi, maxSelfABI)
+	if abi < 8 && psxFindsThreadsInProc && !procIsOurs() {
+		// libpsx would look for this process's threads under another
+		// process's /proc entry and wait for them forever.
+		return SelfConfinement{TCP: "allow", Signals: "allow", Reason: fmt.Sprintf(
+			"the pool runs in a PID namespace whose /proc is another namespace's (it is pid %d, /proc/self is not), where go-landlock cannot find its threads before Landlock ABI 8: mount /proc for the namespace, or build with CGO_ENABLED=0",
+			os.Getpid())}, nil
+	}
 	runtime, err := p.runtimePaths()
 	if err != nil {
 		return SelfConfinement{}, fmt.Errorf("confining the pool: %w", err)
@@ -216,4 +224,11 @@ func (p *Pool) confineSelf(extraWrite []string) (SelfConfinement, error) {
 		sc.Signals = "scoped"
 	}
 	return sc, nil
+}
+
+// procIsOurs reports whether /proc shows this process under its own pid,
+// which it does not in a PID namespace that kept its parent's /proc.
+func procIsOurs() bool {
+	self, err := os.Readlink("/proc/self")
+	return err == nil && self == strconv.Itoa(os.Getpid())
 }

@@ -282,3 +282,47 @@ func TestConfineSelfKey(t *testing.T) {
 		require.False(t, f.Config.ConfineSelf, "LoadConfig never confines an embedding program")
 	}
 }
+
+const selfConfinePIDNSEnv = "PYNOX_SELFCONFINE_PIDNS_CHILD"
+
+// TestSelfConfinementInPIDNamespace starts a pool with Config.ConfineSelf
+// as PID 1 of a new PID namespace that kept its parent's /proc (as
+// `unshare -p -f` without --mount-proc does). With cgo and a Landlock ABI
+// before 8, go-landlock's libpsx would look for the process's threads in
+// the wrong /proc entry and wait forever: the pool must start anyway and
+// say why it is not confined. Without cgo (or from ABI 8) it confines
+// itself as usual.
+func TestSelfConfinementInPIDNamespace(t *testing.T) {
+	if dir := os.Getenv(selfConfinePIDNSEnv); dir != "" {
+		require.Equal(t, 1, os.Getpid(), "the child runs as PID 1 of its namespace")
+		// The parent's directory: a confined child could not clean up a
+		// temporary directory of its own.
+		p, err := New(Config{Python: testPython(), Dir: dir, ConfineSelf: true})
+		require.NoError(t, err)
+		defer p.Close()
+		abi, err := sandbox.ABI()
+		require.NoError(t, err)
+		sc := p.SelfConfinement()
+		if psxFindsThreadsInProc && abi < 8 {
+			require.Zero(t, sc.Landlock)
+			require.Contains(t, sc.Reason, "PID namespace")
+		} else {
+			require.Equal(t, min(abi, maxSelfABI), sc.Landlock)
+		}
+		requireOK(t, run(t, p, Job{Code: "print('ok')"}))
+		return
+	}
+	requireSandbox(t)
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to start a process in a new PID namespace")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestSelfConfinementInPIDNamespace$", "-test.count=1", "-test.v")
+	cmd.Env = append(os.Environ(), selfConfinePIDNSEnv+"="+t.TempDir())
+	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWPID, Pdeathsig: syscall.SIGKILL}
+	out, err := cmd.CombinedOutput()
+	require.NoError(t, err, "child (killed after 2 minutes if it hung):\n%s", out)
+	require.Contains(t, string(out), "--- PASS: TestSelfConfinementInPIDNamespace", "child:\n%s", out)
+	t.Logf("child:\n%s", out)
+}
