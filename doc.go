@@ -114,7 +114,11 @@
 // finds only the ceiling, and the pool itself opens nothing outside it.
 //
 // It is best effort: on a kernel without Landlock the pool runs
-// unconfined, and an older ABI enforces what it has. Signals are scoped
+// unconfined, and an older ABI enforces what it has. So it does, with a
+// reason, in a PID namespace that kept its parent's /proc (`unshare -p -f`
+// without --mount-proc) when built with cgo and below ABI 8: libpsx finds
+// the threads to confine in /proc/<pid>/task, which there names another
+// process. Signals are scoped
 // only from ABI 8, which enforces one domain on all threads at once
 // (LANDLOCK_RESTRICT_SELF_TSYNC); before, go-landlock enforces it thread
 // by thread (psx), each thread gets a domain of its own, and a scoped
