@@ -9,7 +9,6 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -285,9 +284,6 @@ func TestZeroValuePool(t *testing.T) {
 			assert.ErrorIs(t, err, ErrClosed)
 		})
 		within(t, "Close on the zero Pool", func() { assert.ErrorIs(t, p.Close(), ErrClosed) })
-		within(t, "Serve on the zero Pool", func() {
-			assert.ErrorIs(t, p.Serve(ctx, strings.NewReader(`{"code": "1"}`+"\n"), &bytes.Buffer{}), ErrClosed)
-		})
 		within(t, "Stats on the zero Pool", func() { assert.Zero(t, p.Stats().Jobs) })
 	}
 }
@@ -344,23 +340,6 @@ func TestResumeTiedToCall(t *testing.T) {
 	require.Equal(t, "one two\n", ev.Result.Stdout)
 	_, err = co.Resume(bg, second.ID, Return("again"))
 	require.ErrorIs(t, err, ErrProtocol)
-}
-
-// Issue 17.10: of two pipelined closes of one session, the second finds
-// no session.
-func TestPipelinedClosesOfOneSession(t *testing.T) {
-	p := newTestPool(t, Config{Workers: 1})
-	ls := startLive(t, p)
-	ls.send(`{"id": 1, "session": "a", "code": "x = 1"}` + "\n" +
-		`{"id": 2, "session": "a", "close": true}` + "\n" +
-		`{"id": 3, "session": "a", "close": true}`)
-	requireLineOK(t, ls.await(1))
-	require.Equal(t, true, ls.await(2)["closed"])
-	r := ls.await(3)
-	require.Nil(t, r["closed"], "the second close: %v", r)
-	require.Equal(t, "RequestError", errType(r))
-	require.Contains(t, errMessage(r), `no session named "a"`)
-	require.Empty(t, ls.finish())
 }
 
 // Issue 17.11: a caller that changes an error it got cannot change the

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sort"
 	"strings"
 	"time"
 
@@ -59,8 +60,12 @@ type Config struct {
 	// DefaultSessionIdle.
 	SessionIdle time.Duration
 	// Logger receives one record per finished job and the pool's own
-	// warnings. Nil means no logging. [NewLogHandler] renders the records
-	// as the pool protocol's JSON log lines.
+	// warnings. Nil means no logging. A job's record has the message "job"
+	// and the attributes id, session, step (empty for one-shot jobs),
+	// exit, error (the error type, or ""), message, duration_ms, queue_us,
+	// network and truncated: identifiers, outcome and timing, never
+	// captured output. jsonl.NewLogHandler renders the records as the
+	// pool protocol's JSON log lines.
 	Logger *slog.Logger
 	// PIDNamespace says whether each template runs as PID 1 of a PID
 	// namespace of its own, so that no process of a job or session can
@@ -92,7 +97,7 @@ type Config struct {
 	// first one's domain allows.
 	ConfineSelf bool
 	// Source is the configuration file this Config was loaded from (see
-	// [LoadConfig]), reported in the ready event. Empty means none. New
+	// jsonl.LoadConfig), reported in the ready event. Empty means none. New
 	// refuses a source file that lies beneath the write ceiling, and no
 	// write grant may cover it.
 	Source string
@@ -338,4 +343,14 @@ func isELF(path string) bool {
 		return false
 	}
 	return bytes.Equal(magic[:], []byte("\x7fELF"))
+}
+
+// ProfileNames returns the configured profile names, sorted.
+func (c Config) ProfileNames() []string {
+	names := make([]string, 0, len(c.Profiles))
+	for n := range c.Profiles {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
 }

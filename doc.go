@@ -6,11 +6,14 @@
 // Landlock, seccomp and rlimits before its first line runs. Go programs use
 // [New] and [Pool.Run] for one-shot jobs and [Pool.Checkout] for sessions;
 // every other language drives `pynox pool` (the cmd/pynox command, a thin
-// layer over [Pool.Serve]) over JSON Lines.
+// layer over the protocol package github.com/pynox/pynox/jsonl, which
+// serves a Pool over JSON Lines as net/rpc/jsonrpc serves net/rpc) over
+// JSON Lines. This package is the library only: Pool, Job, Result,
+// Checkout, Step, errors, Config and its limits.
 //
 // # Process model
 //
-//	Go host: Pool ──── Run(ctx, Job) ────────────── Serve (JSON Lines)
+//	Go host: Pool ──── Run(ctx, Job) ────────────── jsonl.Serve (JSON Lines)
 //	   │   one socketpair per template: framed JSON, SCM_RIGHTS
 //	   ▼
 //	template   python3 -I -B -c <embedded runner>   (one per worker)
@@ -71,7 +74,7 @@
 // their parent-death signal; "require" makes [New] fail instead; "off"
 // never uses namespaces. Inside its namespace a job sees its own pid
 // and the template's (1), but not the pool nor any other template's
-// processes; [Checkout.Pid] and [Pool.TemplatePIDs] are pids in the pool's
+// processes; [Checkout.Pid] is a pid in the pool's
 // namespace (the host learns a child's from its pidfd). Signals from the
 // pool still reach the template: it only sends SIGKILL (and tests
 // SIGSTOP), which the kernel delivers to a namespace's PID 1 from outside
@@ -298,8 +301,8 @@
 // clock while the step runs and kills it past that (TimeoutError); the
 // soft limit, renewed at each step, sends SIGXCPU at least a second
 // earlier. Its memory limit is fixed at creation. The pool protocol's named sessions
-// (`"session": "name"`) are checkouts that [Pool.Serve] keeps by name, with
-// a queue of at most [MaxPendingSteps] requests each.
+// (`"session": "name"`) are checkouts that jsonl.Serve keeps by name, with
+// a queue of at most jsonl.MaxPendingSteps requests each.
 //
 // # Host functions
 //

@@ -2,7 +2,6 @@ package pynox
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -252,7 +251,7 @@ func TestHostileCgroupLifecycle(t *testing.T) {
 	go func() {
 		done <- run(t, p, Job{Code: "import time\nprint('running', flush=True)\ntime.sleep(2)\n", Memory: 100 << 20})
 	}()
-	tpls := p.TemplatePIDs()
+	tpls := p.templatePIDs()
 	var jobDir string
 	require.Eventually(t, func() bool {
 		for _, d := range cgroupJobDirs(t, p) {
@@ -297,7 +296,7 @@ func TestHostileCgroupLifecycle(t *testing.T) {
 	require.LessOrEqual(t, len(cgroupJobDirs(t, p)), 6*len(bases), "job cgroups: %v", cgroupJobDirs(t, p))
 	// And only live spares are in them.
 	require.Eventually(t, func() bool {
-		tpls := p.TemplatePIDs()
+		tpls := p.templatePIDs()
 		for _, d := range cgroupJobDirs(t, p) {
 			b, err := os.ReadFile(filepath.Join(d, "cgroup.procs"))
 			require.NoError(t, err)
@@ -352,13 +351,17 @@ func TestCgroupHelperProcess(t *testing.T) {
 		os.Exit(0)
 	}
 	defer p.Close()
-	var out bytes.Buffer
+	// What the ready event (jsonl) and a result report.
+	ready, _ := json.Marshal(map[string]any{"event": "ready", "cgroups": p.Cgroups()})
+	fmt.Println(string(ready))
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	if err := p.Serve(ctx, strings.NewReader(`{"id":1,"code":"print(1)"}`+"\n"), &out); err != nil {
-		fmt.Println("serve:", err)
+	res, err := p.Run(ctx, Job{ID: 1, Code: "print(1)"})
+	if err != nil {
+		fmt.Println("run:", err)
 	}
-	fmt.Print(out.String())
+	line, _ := json.Marshal(res)
+	fmt.Println(string(line))
 	os.Exit(0)
 }
 
@@ -386,8 +389,8 @@ func TestHostileCgroupRequire(t *testing.T) {
 	require.Equal(t, "none", lines[1]["policy"].(map[string]any)["cgroups"], out)
 }
 
-// readyAndResult decodes the ready event and the first result from Serve's
-// output.
+// readyAndResult decodes the ready line and the first result from the
+// helper's output.
 func readyAndResult(t *testing.T, out string) []map[string]any {
 	t.Helper()
 	var lines []map[string]any
@@ -407,21 +410,18 @@ func readyAndResult(t *testing.T, out string) []map[string]any {
 
 func TestHostileCgroupReported(t *testing.T) {
 	p := newCgroupPool(t, Config{Workers: 1})
-	var out bytes.Buffer
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	require.NoError(t, p.Serve(ctx, strings.NewReader(`{"id":1,"code":"print(1)"}`+"\n"), &out))
-	lines := readyAndResult(t, out.String())
+	// The ready event reports p.Cgroups() (jsonl's TestServeProtocol).
+	r := run(t, p, Job{ID: 1, Code: "print(1)"})
+	requireOK(t, r)
 	want := cgroup.Probe().Backend
-	require.Equal(t, want, lines[0]["cgroups"], out.String())
-	require.Equal(t, want, lines[1]["policy"].(map[string]any)["cgroups"], out.String())
+	require.Equal(t, want, r.Policy.Cgroups)
 	require.Equal(t, want, p.Cgroups())
 
 	// off uses none, and says so.
 	po := newTestPool(t, Config{Workers: 1, Cgroups: cgroup.Off})
 	require.Equal(t, "none", po.Cgroups())
 	require.Empty(t, po.CgroupDirs())
-	r := run(t, po, Job{Code: "print(1)"})
+	r = run(t, po, Job{Code: "print(1)"})
 	requireOK(t, r)
 	require.Equal(t, "none", r.Policy.Cgroups)
 }

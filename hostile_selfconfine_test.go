@@ -194,13 +194,13 @@ func selfConfinementChild(t *testing.T, c selfConfineParams) {
 	})
 
 	t.Run("replaced templates", func(t *testing.T) {
-		old := p.TemplatePIDs()
+		old := p.templatePIDs()
 		require.NotEmpty(t, old)
 		for _, pid := range old {
 			require.NoError(t, unix.Kill(pid, unix.SIGKILL))
 		}
 		require.Eventually(t, func() bool {
-			pids := p.TemplatePIDs()
+			pids := p.templatePIDs()
 			for _, pid := range pids {
 				for _, o := range old {
 					if pid == o {
@@ -251,35 +251,6 @@ func TestSelfPolicy(t *testing.T) {
 		require.Zero(t, got[filepath.Join(dir, "work")]&unix.LANDLOCK_ACCESS_FS_EXECUTE, "the write ceiling is not executable")
 		require.Equal(t, sandbox.DeviceAccess(abi, true), got["/dev/null"])
 		require.Contains(t, pol.String(), "tcp="+map[bool]string{true: "allow", false: "deny"}[network])
-	}
-}
-
-// TestConfineSelfKey checks [pool] confine_self: true unless the file says
-// false, kept for the command (File.ConfineSelf) and never switched on in
-// the Config a program embedding the library gets; a value of the wrong
-// type names the key.
-func TestConfineSelfKey(t *testing.T) {
-	dir := t.TempDir()
-	for _, c := range []struct {
-		body string
-		want bool
-		err  string
-	}{
-		{"[pool]\n", true, ""},
-		{"[pool]\nconfine_self = false\n", false, ""},
-		{"[pool]\nconfine_self = true\n", true, ""},
-		{"[pool]\nconfine_self = \"no\"\n", false, "confine_self"},
-	} {
-		path := filepath.Join(dir, "pynox.toml")
-		require.NoError(t, os.WriteFile(path, []byte(c.body+"[pool.limits]\nallow_write = []\n"), 0o644))
-		f, err := LoadConfig(path)
-		if c.err != "" {
-			require.ErrorContains(t, err, c.err)
-			continue
-		}
-		require.NoError(t, err, c.body)
-		require.Equal(t, c.want, f.ConfineSelf, c.body)
-		require.False(t, f.Config.ConfineSelf, "LoadConfig never confines an embedding program")
 	}
 }
 

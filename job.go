@@ -9,7 +9,7 @@ import (
 // limits it runs under. Field names and meanings are those of the pool
 // protocol's request line, whose JSON tags the fields carry; durations and
 // sizes are time.Duration and bytes here, as in [Limits], and the protocol
-// layer ([Pool.Serve]) turns the line's "5s" and "512m" into them. Zero
+// layer (jsonl.Serve) turns the line's "5s" and "512m" into them. Zero
 // values mean "not set": the pool's ceiling supplies the default.
 type Job struct {
 	// ID is echoed in the result as given: a string or a number (in JSON,

@@ -4,7 +4,9 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"maps"
 	"os"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -260,9 +262,31 @@ func (p *Pool) SelfConfinement() SelfConfinement { return p.self }
 // Workers returns the number of templates.
 func (p *Pool) Workers() int { return p.cfg.Workers }
 
-// TemplatePIDs returns the process ids of the live templates (diagnostics
-// and tests; stale as soon as it returns).
-func (p *Pool) TemplatePIDs() []int {
+// Config returns the configuration the pool runs with: the one given to
+// [New], with its defaults filled in and its paths made absolute. The
+// slices and maps are copies.
+func (p *Pool) Config() Config {
+	c := p.cfg
+	c.Preload = slices.Clone(c.Preload)
+	c.PackageDirs = slices.Clone(c.PackageDirs)
+	c.Limits.AllowRead = slices.Clone(c.Limits.AllowRead)
+	c.Limits.AllowWrite = slices.Clone(c.Limits.AllowWrite)
+	if c.Profiles != nil {
+		c.Profiles = make(map[string]Profile, len(p.cfg.Profiles))
+		for n, pr := range p.cfg.Profiles {
+			pr.AllowRead = slices.Clone(pr.AllowRead)
+			pr.AllowWrite = slices.Clone(pr.AllowWrite)
+			pr.PackageDirs = slices.Clone(pr.PackageDirs)
+			pr.Env = maps.Clone(pr.Env)
+			c.Profiles[n] = pr
+		}
+	}
+	return c
+}
+
+// templatePIDs returns the process ids of the live templates (tests;
+// stale as soon as it returns).
+func (p *Pool) templatePIDs() []int {
 	var pids []int
 	for _, w := range p.workers {
 		w.mu.Lock()
@@ -587,6 +611,11 @@ func (p *Pool) Stats() Stats {
 	return s
 }
 
+// jobLogMessage is the message of the record the pool logs per finished
+// job (see Config.Logger).
+const jobLogMessage = "job"
+
+// finish counts a result and logs it as a finished job.
 func (p *Pool) finish(job *Job, res *Result) {
 	p.stats.record(res)
 	errType, msg := "", ""

@@ -36,6 +36,13 @@ func (p *Pool) policy(pl *plan) *Policy {
 	}
 }
 
+// refuse answers a request that runs nothing, counting and logging it.
+func (p *Pool) refuse(j *Job, e *Error) *Result {
+	res := p.refused(j, e)
+	p.finish(j, res)
+	return res
+}
+
 // refused is the result of a request the pool would not run.
 func (p *Pool) refused(j *Job, e *Error) *Result {
 	return &Result{

@@ -14,6 +14,7 @@ import (
 	"syscall"
 
 	"github.com/pynox/pynox"
+	"github.com/pynox/pynox/jsonl"
 )
 
 func main() {
@@ -80,7 +81,7 @@ func pool(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	cfg := pynox.Config{ConfineSelf: true}
 	logMode := ""
 	if *configPath != "" {
-		f, err := pynox.LoadConfig(*configPath)
+		f, err := jsonl.LoadConfig(*configPath)
 		if err != nil {
 			fmt.Fprintf(stderr, "pynox pool: %v\n", err)
 			return 1
@@ -134,7 +135,7 @@ func pool(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	switch logMode {
 	case "":
 	case "json":
-		cfg.Logger = slog.New(pynox.NewLogHandler(stderr))
+		cfg.Logger = slog.New(jsonl.NewLogHandler(stderr))
 	default:
 		fmt.Fprintf(stderr, "pynox pool: --log must be \"json\"\n")
 		return 2
@@ -147,7 +148,7 @@ func pool(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	defer p.Close()
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
-	if err := p.Serve(ctx, stdin, stdout); err != nil {
+	if err := jsonl.Serve(ctx, p, stdin, stdout); err != nil {
 		fmt.Fprintf(stderr, "pynox pool: %v\n", err)
 		return 1
 	}

@@ -1,4 +1,4 @@
-package pynox
+package jsonl
 
 import (
 	"bytes"
@@ -9,21 +9,22 @@ import (
 	"path/filepath"
 	"reflect"
 	"slices"
-	"sort"
 	"strings"
 	"time"
 
 	toml "github.com/pelletier/go-toml/v2"
+
+	"github.com/pynox/pynox"
 )
 
 // File is a configuration file as `pynox pool --config` reads it: the
-// [Config] it describes plus the settings that belong to the command.
+// [pynox.Config] it describes plus the settings that belong to the command.
 type File struct {
 	// Path is the file's absolute, symlink-free path.
 	Path string
 	// Config is the pool configuration; relative paths in the file are
 	// already resolved against the file's directory.
-	Config Config
+	Config pynox.Config
 	// Log is the [pool] log setting: "json" for one JSON line per finished
 	// job on stderr, or "" for none.
 	Log string
@@ -38,30 +39,30 @@ type File struct {
 // here is an error.
 type fileSchema struct {
 	Pool struct {
-		Workers     *int        `toml:"workers"`
-		Preload     []string    `toml:"preload"`
-		PackageDirs []string    `toml:"package_dirs"`
-		MaxSessions *int        `toml:"max_sessions"`
-		SessionIdle *Duration   `toml:"session_idle"`
-		PIDNS       *string     `toml:"pid_namespace"`
-		Log         *string     `toml:"log"`
-		Python      *string     `toml:"python"`
-		Cgroups     *string     `toml:"cgroups"`
-		ConfineSelf *bool       `toml:"confine_self"`
-		Limits      limitSchema `toml:"limits"`
+		Workers     *int            `toml:"workers"`
+		Preload     []string        `toml:"preload"`
+		PackageDirs []string        `toml:"package_dirs"`
+		MaxSessions *int            `toml:"max_sessions"`
+		SessionIdle *pynox.Duration `toml:"session_idle"`
+		PIDNS       *string         `toml:"pid_namespace"`
+		Log         *string         `toml:"log"`
+		Python      *string         `toml:"python"`
+		Cgroups     *string         `toml:"cgroups"`
+		ConfineSelf *bool           `toml:"confine_self"`
+		Limits      limitSchema     `toml:"limits"`
 	} `toml:"pool"`
 	Profiles map[string]profileSchema `toml:"profiles"`
 }
 
 type limitSchema struct {
-	AllowRead    []string  `toml:"allow_read"`
-	AllowWrite   []string  `toml:"allow_write"`
-	AllowNetwork *bool     `toml:"allow_network"`
-	Timeout      *Duration `toml:"timeout"`
-	Memory       *Size     `toml:"memory"`
-	MaxOutput    *Size     `toml:"max_output"`
-	MaxFileSize  *Size     `toml:"max_file_size"`
-	Threads      *int      `toml:"threads"`
+	AllowRead    []string        `toml:"allow_read"`
+	AllowWrite   []string        `toml:"allow_write"`
+	AllowNetwork *bool           `toml:"allow_network"`
+	Timeout      *pynox.Duration `toml:"timeout"`
+	Memory       *pynox.Size     `toml:"memory"`
+	MaxOutput    *pynox.Size     `toml:"max_output"`
+	MaxFileSize  *pynox.Size     `toml:"max_file_size"`
+	Threads      *int            `toml:"threads"`
 }
 
 type profileSchema struct {
@@ -70,10 +71,10 @@ type profileSchema struct {
 	PackageDirs  []string          `toml:"package_dirs"`
 	Env          map[string]string `toml:"env"`
 	AllowNetwork bool              `toml:"allow_network"`
-	Timeout      Duration          `toml:"timeout"`
-	Memory       Size              `toml:"memory"`
-	MaxOutput    Size              `toml:"max_output"`
-	MaxFileSize  Size              `toml:"max_file_size"`
+	Timeout      pynox.Duration    `toml:"timeout"`
+	Memory       pynox.Size        `toml:"memory"`
+	MaxOutput    pynox.Size        `toml:"max_output"`
+	MaxFileSize  pynox.Size        `toml:"max_file_size"`
 }
 
 // LoadConfig reads a TOML configuration file strictly: an unknown key
@@ -196,9 +197,9 @@ func LoadConfig(path string) (*File, error) {
 		c.Limits.MaxFileSize = int64(*l.MaxFileSize)
 	}
 	if len(s.Profiles) > 0 {
-		c.Profiles = make(map[string]Profile, len(s.Profiles))
+		c.Profiles = make(map[string]pynox.Profile, len(s.Profiles))
 		for name, ps := range s.Profiles {
-			c.Profiles[name] = Profile{
+			c.Profiles[name] = pynox.Profile{
 				AllowRead:    resolve(ps.AllowRead),
 				AllowWrite:   resolve(ps.AllowWrite),
 				PackageDirs:  resolve(ps.PackageDirs),
@@ -304,14 +305,4 @@ func describeTOMLError(file string, err error) error {
 		return fmt.Errorf("%s:%d: %s", file, row, msg)
 	}
 	return fmt.Errorf("%s: %w", file, err)
-}
-
-// ProfileNames returns the configured profile names, sorted.
-func (c Config) ProfileNames() []string {
-	names := make([]string, 0, len(c.Profiles))
-	for n := range c.Profiles {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	return names
 }

@@ -1,4 +1,4 @@
-package pynox
+package jsonl
 
 import (
 	"context"
@@ -9,7 +9,7 @@ import (
 )
 
 // jobLogMessage is the message of the record the pool logs per finished
-// job.
+// job (see pynox.Config.Logger).
 const jobLogMessage = "job"
 
 // NewLogHandler returns a slog.Handler that writes the pool protocol's

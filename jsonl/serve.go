@@ -1,4 +1,4 @@
-package pynox
+package jsonl
 
 import (
 	"bufio"
@@ -11,6 +11,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/pynox/pynox"
 )
 
 // refillDelay bounds how long a spare's replacement waits for the answer
@@ -25,14 +27,14 @@ const MaxLine = 1 << 20
 // sizes the line writes with units ("5s", "512m"), and the protocol's own
 // fields.
 type request struct {
-	Job
-	Timeout     Duration  `json:"timeout,omitempty"`
-	Memory      Size      `json:"memory,omitempty"`
-	MaxFileSize Size      `json:"max_file_size,omitempty"`
-	Stats       bool      `json:"stats,omitempty"`
-	Session     string    `json:"session,omitempty"`
-	Close       bool      `json:"close,omitempty"`
-	Reply       *replyReq `json:"reply,omitempty"`
+	pynox.Job
+	Timeout     pynox.Duration `json:"timeout,omitempty"`
+	Memory      pynox.Size     `json:"memory,omitempty"`
+	MaxFileSize pynox.Size     `json:"max_file_size,omitempty"`
+	Stats       bool           `json:"stats,omitempty"`
+	Session     string         `json:"session,omitempty"`
+	Close       bool           `json:"close,omitempty"`
+	Reply       *replyReq      `json:"reply,omitempty"`
 }
 
 // Ready is the first line `pynox pool` writes.
@@ -45,18 +47,18 @@ type Ready struct {
 	Config           *string  `json:"config"`
 	Profiles         []string `json:"profiles"`
 	// PIDNamespace is true when every template runs as PID 1 of a PID
-	// namespace of its own (see [Pool.PIDNamespace]).
+	// namespace of its own (see [pynox.Pool.PIDNamespace]).
 	PIDNamespace bool `json:"pid_namespace"`
 	// Cgroups is the per-job cgroup backend in use: "v2", "v1" or "none".
 	Cgroups string `json:"cgroups"`
 	// SelfConfinement is how the pool process confined itself.
-	SelfConfinement SelfConfinement `json:"self_confinement"`
+	SelfConfinement pynox.SelfConfinement `json:"self_confinement"`
 }
 
 type statsEvent struct {
 	ID    any    `json:"id"`
 	Event string `json:"event"`
-	Stats
+	pynox.Stats
 }
 
 // Serve speaks the pool protocol: it writes the ready event, then reads
@@ -74,20 +76,21 @@ type statsEvent struct {
 // Serve returns nil after EOF on r once every accepted job is answered.
 // When ctx ends it stops reading, answers the jobs already accepted, and
 // returns nil. It returns an error only when w fails, or at once, having
-// written nothing, for a Pool that [New] did not make.
-func (p *Pool) Serve(ctx context.Context, r io.Reader, w io.Writer) error {
-	if err := p.usable(); err != nil {
+// written nothing, for a Pool that [pynox.New] did not make.
+func Serve(ctx context.Context, p *pynox.Pool, r io.Reader, w io.Writer) error {
+	if err := hooks.Usable(p); err != nil {
 		return err
 	}
+	cfg := p.Config()
 	out := newLineWriter(w)
 	defer out.close()
 
-	ready := Ready{Event: "ready", Workers: p.cfg.Workers, Runtime: "pynox",
-		PreloadedModules: nonNilStrings(p.info.Preloaded), PackageDirs: nonNilStrings(p.cfg.PackageDirs),
-		Profiles: p.cfg.ProfileNames(), PIDNamespace: p.info.PIDNamespace, Cgroups: p.cg.Backend(),
-		SelfConfinement: p.self}
-	if p.cfg.Source != "" {
-		src := p.cfg.Source
+	ready := Ready{Event: "ready", Workers: cfg.Workers, Runtime: "pynox",
+		PreloadedModules: nonNilStrings(p.Preloaded()), PackageDirs: nonNilStrings(cfg.PackageDirs),
+		Profiles: cfg.ProfileNames(), PIDNamespace: p.PIDNamespace(), Cgroups: p.Cgroups(),
+		SelfConfinement: p.SelfConfinement()}
+	if cfg.Source != "" {
+		src := cfg.Source
 		ready.Config = &src
 	}
 	out.send(ready)
@@ -95,11 +98,11 @@ func (p *Pool) Serve(ctx context.Context, r io.Reader, w io.Writer) error {
 	// Running plus queued one-shot jobs; the reader blocks beyond this.
 	// Session requests queue per session instead (MaxPendingSteps), and
 	// replies and stats need no room.
-	slots := make(chan struct{}, 3*p.cfg.Workers)
+	slots := make(chan struct{}, 3*cfg.Workers)
 	var jobs sync.WaitGroup
 	// Jobs run to completion even when ctx ends: accepted work is answered.
 	jobCtx := context.WithoutCancel(ctx)
-	srv := &server{p: p, out: out, ctx: jobCtx, calls: map[int64]chan replyReq{}, sessions: map[string]*namedSession{},
+	srv := &server{p: p, cfg: cfg, out: out, ctx: jobCtx, calls: map[int64]chan replyReq{}, sessions: map[string]*namedSession{},
 		callWake: make(chan struct{}, 1)}
 
 	lines := make(chan lineOrErr)
@@ -107,7 +110,7 @@ func (p *Pool) Serve(ctx context.Context, r io.Reader, w io.Writer) error {
 	go readLines(r, lines, stopRead)
 	defer close(stopRead)
 
-	start := func(job Job) {
+	start := func(job pynox.Job) {
 		jobs.Add(1)
 		go func() {
 			defer jobs.Done()
@@ -116,7 +119,7 @@ func (p *Pool) Serve(ctx context.Context, r io.Reader, w io.Writer) error {
 			if len(job.Functions) > 0 {
 				job.Host, jc = srv.hostFor()
 			}
-			res, refill, err := p.run(jobCtx, job)
+			res, refill, err := hooks.Run(p, jobCtx, job)
 			// The next spare is asked for once the answer is written, or
 			// soon anyway when the client is slow to read it.
 			soon := time.AfterFunc(refillDelay, refill)
@@ -124,7 +127,7 @@ func (p *Pool) Serve(ctx context.Context, r io.Reader, w io.Writer) error {
 				srv.endCalls(jc)
 			}
 			if err != nil {
-				res = p.refuse(&job, requestErrorf("%v", err))
+				res = refuse(p, &job, requestErrorf("%v", err))
 			}
 			out.send(res)
 			if soon.Stop() {
@@ -134,9 +137,9 @@ func (p *Pool) Serve(ctx context.Context, r io.Reader, w io.Writer) error {
 	}
 	// dispatch handles a request that needs no job slot, and returns the
 	// one-shot job of a request that does.
-	dispatch := func(l lineOrErr) (job *Job, eof bool) {
+	dispatch := func(l lineOrErr) (job *pynox.Job, eof bool) {
 		if l.tooLong {
-			out.send(p.refuse(&Job{}, requestErrorf("line exceeds %d bytes and was discarded", MaxLine)))
+			out.send(refuse(p, &pynox.Job{}, requestErrorf("line exceeds %d bytes and was discarded", MaxLine)))
 			return nil, false
 		}
 		if l.err != nil {
@@ -148,19 +151,19 @@ func (p *Pool) Serve(ctx context.Context, r io.Reader, w io.Writer) error {
 		req, err := decodeRequest(l.line)
 		switch {
 		case err != nil:
-			out.send(p.refuse(&Job{ID: req.ID}, err))
+			out.send(refuse(p, &pynox.Job{ID: req.ID}, err))
 		case req.Reply != nil:
 			srv.reply(req)
 		case req.Stats:
 			if extra := setFields(req); len(extra) > 1 || req.Session != "" || req.Close {
-				out.send(p.refuse(&Job{ID: req.ID}, requestErrorf("a stats request takes no other fields than id")))
+				out.send(refuse(p, &pynox.Job{ID: req.ID}, requestErrorf("a stats request takes no other fields than id")))
 			} else {
 				out.send(statsEvent{ID: req.ID, Event: "stats", Stats: p.Stats()})
 			}
 		case req.Session != "":
 			srv.session(req)
 		case req.Close:
-			out.send(p.refuse(&Job{ID: req.ID}, requestErrorf("close needs the session to close")))
+			out.send(refuse(p, &pynox.Job{ID: req.ID}, requestErrorf("close needs the session to close")))
 		default:
 			return &req.Job, false
 		}
@@ -172,12 +175,12 @@ func (p *Pool) Serve(ctx context.Context, r io.Reader, w io.Writer) error {
 	// for replies, reading goes on, because their replies may be queued
 	// behind job lines: up to maxHeld jobs are held then, and a job line
 	// beyond that is refused at once rather than left blocking the replies.
-	var held []Job
-	maxHeld := 16 * p.cfg.Workers
+	var held []pynox.Job
+	maxHeld := 16 * cfg.Workers
 	eof := false
 	shutdown := func() {
 		for i := range held {
-			out.send(p.refuse(&held[i], requestErrorf("the pool is shutting down")))
+			out.send(refuse(p, &held[i], requestErrorf("the pool is shutting down")))
 		}
 		held = nil
 	}
@@ -214,7 +217,7 @@ loop:
 		case <-srv.callWake:
 			// A call started waiting for a reply: read on (next round).
 		case l, ok := <-linesCh:
-			var job *Job
+			var job *pynox.Job
 			ended := !ok
 			if ok {
 				job, ended = dispatch(l)
@@ -230,7 +233,7 @@ loop:
 			switch {
 			case job == nil:
 			case len(held) >= maxHeld:
-				out.send(p.refuse(job, requestErrorf("%d requests are waiting for a worker while host calls wait for replies; read results and answer calls before sending more", len(held))))
+				out.send(refuse(p, job, requestErrorf("%d requests are waiting for a worker while host calls wait for replies; read results and answer calls before sending more", len(held))))
 			default:
 				held = append(held, *job)
 			}
@@ -243,10 +246,8 @@ loop:
 }
 
 // refuse answers a request that runs nothing, counting and logging it.
-func (p *Pool) refuse(j *Job, e *Error) *Result {
-	res := p.refused(j, e)
-	p.finish(j, res)
-	return res
+func refuse(p *pynox.Pool, j *pynox.Job, e *pynox.Error) *pynox.Result {
+	return hooks.Refuse(p, j, "", e)
 }
 
 // decodeRequest parses one request line strictly: unknown fields, wrong
@@ -256,7 +257,7 @@ func (p *Pool) refuse(j *Job, e *Error) *Result {
 // Keys must match the protocol's field names exactly, and no object may
 // repeat a key (see checkKeys): encoding/json alone would take "CODE" or
 // "ſession" for a field and keep the last of two "code" keys.
-func decodeRequest(line []byte) (request, *Error) {
+func decodeRequest(line []byte) (request, *pynox.Error) {
 	var req request
 	var err error
 	if ke := checkKeys(line, requestSchema); ke != nil {
@@ -295,7 +296,7 @@ func decodeRequest(line []byte) (request, *Error) {
 			}
 		}
 	}
-	return request{Job: Job{ID: id}}, requestErrorf("%s", describeJSONError(err))
+	return request{Job: pynox.Job{ID: id}}, requestErrorf("%s", describeJSONError(err))
 }
 
 func describeJSONError(err error) string {

@@ -1,4 +1,4 @@
-package pynox
+package jsonl
 
 import (
 	"context"
@@ -7,6 +7,8 @@ import (
 	"sort"
 	"sync"
 	"time"
+
+	"github.com/pynox/pynox"
 )
 
 // Session and host-call bounds of the pool protocol.
@@ -27,10 +29,10 @@ type replyReq struct {
 
 // replyError answers a reply request that reached no call.
 type replyError struct {
-	ID     any        `json:"id"`
-	CallID *int64     `json:"call_id"`
-	Exit   int        `json:"exit"`
-	Error  *ErrorInfo `json:"error"`
+	ID     any              `json:"id"`
+	CallID *int64           `json:"call_id"`
+	Exit   int              `json:"exit"`
+	Error  *pynox.ErrorInfo `json:"error"`
 }
 
 // closedEvent answers a session's close request.
@@ -43,7 +45,8 @@ type closedEvent struct {
 // server is the state of one Serve call beyond its job queue: the named
 // sessions and the host calls waiting for a reply.
 type server struct {
-	p   *Pool
+	p   *pynox.Pool
+	cfg pynox.Config // p's
 	out *lineWriter
 	ctx context.Context // for jobs and steps: not canceled when Serve's ctx is
 
@@ -62,9 +65,9 @@ type server struct {
 type namedSession struct {
 	name    string
 	queue   chan request
-	pending int       // requests queued or running (s.mu)
-	co      *Checkout // nil until created, and after it ends (s.mu)
-	ended   bool      // the last step ended its process: the next request creates one (session goroutine only)
+	pending int             // requests queued or running (s.mu)
+	co      *pynox.Checkout // nil until created, and after it ends (s.mu)
+	ended   bool            // the last step ended its process: the next request creates one (session goroutine only)
 }
 
 // jobCalls is the set of host calls of one job or session step waiting
@@ -80,9 +83,9 @@ type jobCalls struct {
 // naming its call_id, or for the job's end. endCalls(jc) must run before
 // the job's result is written, so that a reply sent after the result
 // finds no call (a late reply is a RequestError).
-func (s *server) hostFor() (HostFunc, *jobCalls) {
+func (s *server) hostFor() (pynox.HostFunc, *jobCalls) {
 	jc := &jobCalls{ids: map[int64]bool{}}
-	return func(ctx context.Context, call *Call) (any, error) {
+	return func(ctx context.Context, call *pynox.Call) (any, error) {
 		ch := make(chan replyReq, 1)
 		// The event is written under the job's lock, which endCalls takes
 		// before the job's result is written: no call event ever follows
@@ -161,15 +164,15 @@ func (s *server) endInput() {
 // callEvent is the "call" line of the pool protocol.
 type callEvent struct {
 	Event string `json:"event"`
-	*Call
+	*pynox.Call
 }
 
 // reply routes a reply request to its waiting call; a reply that finds
 // none (unknown, already answered, or the job ended) is a RequestError.
 func (s *server) reply(req request) {
 	r := req.Reply
-	fail := func(e *Error) {
-		res := s.p.refuse(&Job{ID: req.ID}, e)
+	fail := func(e *pynox.Error) {
+		res := refuse(s.p, &pynox.Job{ID: req.ID}, e)
 		s.out.send(replyError{ID: req.ID, CallID: r.CallID, Exit: -1, Error: res.Error})
 	}
 	if extra := setFields(req); len(extra) > 0 {
@@ -183,8 +186,8 @@ func (s *server) reply(req request) {
 	case (r.Result == nil) == (r.Error == nil):
 		fail(requestErrorf("reply: exactly one of result and error is required"))
 		return
-	case len(r.Result) > MaxCallBytes:
-		fail(requestErrorf("reply: the result is %d bytes of JSON; the limit is %d", len(r.Result), MaxCallBytes))
+	case len(r.Result) > pynox.MaxCallBytes:
+		fail(requestErrorf("reply: the result is %d bytes of JSON; the limit is %d", len(r.Result), pynox.MaxCallBytes))
 		return
 	}
 	s.callMu.Lock()
@@ -227,7 +230,7 @@ func (s *server) session(req request) {
 			s.refuseSession(req, requestErrorf("no session named %q is open", req.Session))
 			return
 		}
-		if len(s.sessions) >= s.p.cfg.MaxSessions {
+		if len(s.sessions) >= s.cfg.MaxSessions {
 			// Refused here, by the reader, like a job line over the
 			// limit: a client that sends new names without reading its
 			// answers is held up instead of each name costing a
@@ -274,7 +277,7 @@ func (s *server) serveSessionReq(ns *namedSession, req request) {
 	s.mu.Lock()
 	co := ns.co
 	s.mu.Unlock()
-	if co != nil && co.isFinished() != nil {
+	if co != nil && hooks.Finished(co) != nil {
 		// Closed by the pool for being idle: the name starts afresh.
 		co = nil
 		ns.ended = false
@@ -306,15 +309,15 @@ func (s *server) serveSessionReq(ns *namedSession, req request) {
 	case co == nil:
 		var err error
 		created := ns
-		co, err = s.p.checkout(s.ctx, job, ns.name, func(co *Checkout) { s.checkoutEnded(created, co) })
+		co, err = hooks.Checkout(s.p, s.ctx, job, ns.name, func(co *pynox.Checkout) { s.checkoutEnded(created, co) })
 		if err != nil {
-			var pe *Error
+			var pe *pynox.Error
 			switch {
-			case errors.As(err, &pe) && pe.Kind == KindExhausted:
+			case errors.As(err, &pe) && pe.Kind == pynox.KindExhausted:
 				s.refuseSession(req, s.tooManySessions())
-			case errors.As(err, &pe) && pe.Kind == KindRequest:
+			case errors.As(err, &pe) && pe.Kind == pynox.KindRequest:
 				s.refuseSession(req, pe)
-			case errors.Is(err, ErrClosed):
+			case errors.Is(err, pynox.ErrClosed):
 				s.refuseSession(req, requestErrorf("the pool is shutting down"))
 			default:
 				s.sessionFailed(ns, req, "the session could not start: "+err.Error(), accepted)
@@ -328,9 +331,9 @@ func (s *server) serveSessionReq(ns *namedSession, req request) {
 	case ns.ended:
 		// The last step ended the process: this request creates the next
 		// one, with the permissions it brings.
-		if err := co.reconfigure(job); err != nil {
-			var pe *Error
-			if errors.As(err, &pe) && pe.Kind == KindRequest {
+		if err := hooks.Reconfigure(co, job); err != nil {
+			var pe *pynox.Error
+			if errors.As(err, &pe) && pe.Kind == pynox.KindRequest {
 				s.refuseSession(req, pe)
 			} else {
 				s.refuseSession(req, requestErrorf("%v", err))
@@ -345,12 +348,12 @@ func (s *server) serveSessionReq(ns *namedSession, req request) {
 		}
 	}
 	stepHost, jc := s.hostFor()
-	ev, err := co.Feed(s.ctx, Step{ID: req.ID, Code: req.Code, Name: req.Name, Args: req.Args,
+	ev, err := co.Feed(s.ctx, pynox.Step{ID: req.ID, Code: req.Code, Name: req.Name, Args: req.Args,
 		Timeout: req.Job.Timeout, MaxOutput: req.MaxOutput, Host: stepHost})
 	s.endCalls(jc)
 	if err != nil {
-		var pe *Error
-		if errors.As(err, &pe) && pe.Kind == KindRequest {
+		var pe *pynox.Error
+		if errors.As(err, &pe) && pe.Kind == pynox.KindRequest {
 			s.refuseSession(req, pe)
 			return
 		}
@@ -364,31 +367,24 @@ func (s *server) serveSessionReq(ns *namedSession, req request) {
 }
 
 // refuseSession answers a session request that runs nothing.
-func (s *server) refuseSession(req request, e *Error) {
-	res := s.p.refused(&req.Job, e)
-	res.Session = req.Session
-	s.p.finish(&req.Job, res)
-	s.out.send(res)
+func (s *server) refuseSession(req request, e *pynox.Error) {
+	s.out.send(hooks.Refuse(s.p, &req.Job, req.Session, e))
 }
 
 // tooManySessions is the refusal of a new session beyond max_sessions.
-func (s *server) tooManySessions() *Error {
-	return requestErrorf("max_sessions (%d) sessions are open; close one first", s.p.cfg.MaxSessions)
+func (s *server) tooManySessions() *pynox.Error {
+	return requestErrorf("max_sessions (%d) sessions are open; close one first", s.cfg.MaxSessions)
 }
 
 // sessionFailed answers a session request the pool could not run with a
 // PoolWorkerError that ends the session.
 func (s *server) sessionFailed(ns *namedSession, req request, msg string, accepted time.Time) {
-	res := s.p.failed(&req.Job, nil, KindCrashed, msg, accepted)
-	res.Session = ns.name
-	res.SessionEnded = true
-	s.p.finish(&req.Job, res)
-	s.out.send(res)
+	s.out.send(hooks.Fail(s.p, &req.Job, ns.name, msg, accepted))
 }
 
 // checkoutEnded forgets a session the pool closed (idle, or the pool
 // closing).
-func (s *server) checkoutEnded(ns *namedSession, co *Checkout) {
+func (s *server) checkoutEnded(ns *namedSession, co *pynox.Checkout) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if ns.co != co {
@@ -406,7 +402,7 @@ func (s *server) checkoutEnded(ns *namedSession, co *Checkout) {
 func (s *server) finishSessions() {
 	s.steps.Wait()
 	s.mu.Lock()
-	var cos []*Checkout
+	var cos []*pynox.Checkout
 	for _, ns := range s.sessions {
 		if ns.co != nil {
 			cos = append(cos, ns.co)

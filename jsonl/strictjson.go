@@ -1,4 +1,4 @@
-package pynox
+package jsonl
 
 import (
 	"bytes"

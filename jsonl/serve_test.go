@@ -1,4 +1,4 @@
-package pynox
+package jsonl
 
 import (
 	"bufio"
@@ -12,15 +12,16 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pynox/pynox"
 	"github.com/stretchr/testify/require"
 )
 
 // serveLines runs Serve over the given input and returns every output
 // line decoded, the ready event first.
-func serveLines(t *testing.T, p *Pool, input string) []map[string]any {
+func serveLines(t *testing.T, p *pynox.Pool, input string) []map[string]any {
 	t.Helper()
 	var out bytes.Buffer
-	require.NoError(t, p.Serve(context.Background(), strings.NewReader(input), &out))
+	require.NoError(t, Serve(context.Background(), p, strings.NewReader(input), &out))
 	var lines []map[string]any
 	sc := bufio.NewScanner(&out)
 	sc.Buffer(make([]byte, 1<<20), 8<<20)
@@ -69,7 +70,7 @@ func errMessage(l map[string]any) string {
 }
 
 func TestServeProtocol(t *testing.T) {
-	p := newTestPool(t, Config{})
+	p := newTestPool(t, pynox.Config{})
 	long := `{"id": "long", "code": "` + strings.Repeat("x", MaxLine) + `"}`
 	input := strings.Join([]string{
 		`{"id": "task-1", "code": "import json\nprint(json.dumps({'ok': True}))", "name": "step.py"}`,
@@ -101,6 +102,8 @@ func TestServeProtocol(t *testing.T) {
 	require.Equal(t, []any{}, ready["package_dirs"])
 	require.Nil(t, ready["config"])
 	require.Equal(t, []any{}, ready["profiles"])
+	require.Equal(t, p.Cgroups(), ready["cgroups"])
+	require.Equal(t, p.PIDNamespace(), ready["pid_namespace"])
 
 	// 17 non-empty lines, each answered exactly once: 16 with an id, and
 	// the malformed ones whose id could not be read answered with null.
@@ -165,7 +168,7 @@ func TestServeProtocol(t *testing.T) {
 }
 
 func TestServeConcurrentExactlyOnce(t *testing.T) {
-	p := newTestPool(t, Config{})
+	p := newTestPool(t, pynox.Config{})
 	var in strings.Builder
 	const n = 60
 	for i := 0; i < n; i++ {
@@ -253,14 +256,14 @@ func TestServeBackpressure(t *testing.T) {
 	// Job lines, and lines each naming a new session beyond max_sessions
 	// (every one but the first is refused).
 	for _, line := range []string{`{"id": %d, "code": "print(%d)"}`, `{"id": %d, "session": "s%d", "code": "pass"}`} {
-		p := newTestPool(t, Config{Workers: 1, MaxSessions: 1})
+		p := newTestPool(t, pynox.Config{Workers: 1, MaxSessions: 1})
 		in := &countingReader{}
 		for i := 0; i < 50; i++ {
 			in.lines = append(in.lines, fmt.Sprintf(line+"\n", i, i))
 		}
 		w := &blockingWriter{release: make(chan struct{})}
 		done := make(chan error, 1)
-		go func() { done <- p.Serve(context.Background(), in, w) }()
+		go func() { done <- Serve(context.Background(), p, in, w) }()
 		// With stdout blocked after the ready line, the pool may hold the
 		// running job plus a queue of twice the workers, plus the line being
 		// read and the handful in the reader's buffer; never all 50.
@@ -275,12 +278,12 @@ func TestServeBackpressure(t *testing.T) {
 }
 
 func TestServeStopsOnContext(t *testing.T) {
-	p := newTestPool(t, Config{Workers: 1})
+	p := newTestPool(t, pynox.Config{Workers: 1})
 	pr, pw := io.Pipe()
 	var out bytes.Buffer
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- p.Serve(ctx, pr, &out) }()
+	go func() { done <- Serve(ctx, p, pr, &out) }()
 	_, err := io.WriteString(pw, `{"id": "slow", "code": "import time; time.sleep(0.5); print('drained')"}`+"\n")
 	require.NoError(t, err)
 	time.Sleep(100 * time.Millisecond)
@@ -312,7 +315,7 @@ func FuzzDecodeRequest(f *testing.F) {
 	f.Fuzz(func(t *testing.T, line []byte) {
 		req, err := decodeRequest(line)
 		if err != nil {
-			require.Equal(t, KindRequest, err.Kind)
+			require.Equal(t, pynox.KindRequest, err.Kind)
 			require.NotEmpty(t, err.Message)
 			require.Nil(t, checkID(req.ID), "a refusal echoes only a valid id")
 			return

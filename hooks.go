@@ -1,0 +1,57 @@
+package pynox
+
+import (
+	"context"
+	"time"
+
+	"github.com/pynox/pynox/internal/poolhook"
+)
+
+func init() { poolhook.Impl = protocolHooks{} }
+
+// protocolHooks gives the protocol package (jsonl) what it needs beyond
+// the public API; see internal/poolhook. Its methods are exported only to
+// satisfy the interface jsonl asserts: the type is not.
+type protocolHooks struct{}
+
+// Usable fails for a Pool that New did not make.
+func (protocolHooks) Usable(p *Pool) error { return p.usable() }
+
+// Run is Pool.Run, but leaves the request for the worker's next spare to
+// the caller (refill, never nil), to make once the answer is written.
+func (protocolHooks) Run(p *Pool, ctx context.Context, job Job) (*Result, func(), error) {
+	return p.run(ctx, job)
+}
+
+// Checkout is Pool.Checkout for a session the protocol names: name
+// appears in its results, calls and log records, and onEnd runs once when
+// the checkout ends, whatever ends it.
+func (protocolHooks) Checkout(p *Pool, ctx context.Context, job Job, name string, onEnd func(*Checkout)) (*Checkout, error) {
+	return p.checkout(ctx, job, name, onEnd)
+}
+
+// Reconfigure gives a checkout whose process ended the permissions of a
+// new creating request, keeping its template.
+func (protocolHooks) Reconfigure(c *Checkout, job Job) error { return c.reconfigure(job) }
+
+// Finished returns why the checkout ended, or nil while it is open.
+func (protocolHooks) Finished(c *Checkout) error { return c.isFinished() }
+
+// Refuse answers a request that runs nothing with e's message as a
+// RequestError, for the named session if any, counting and logging it.
+func (protocolHooks) Refuse(p *Pool, job *Job, session string, e *Error) *Result {
+	res := p.refused(job, e)
+	res.Session = session
+	p.finish(job, res)
+	return res
+}
+
+// Fail answers a session request the pool could not run with a
+// PoolWorkerError that ends the session, counting and logging it.
+func (protocolHooks) Fail(p *Pool, job *Job, session, msg string, accepted time.Time) *Result {
+	res := p.failed(job, nil, KindCrashed, msg, accepted)
+	res.Session = session
+	res.SessionEnded = true
+	p.finish(job, res)
+	return res
+}

@@ -1,0 +1,33 @@
+// Package jsonl is the pool protocol of pynox: JSON Lines over a pair of
+// byte streams, as `pynox pool` speaks it on its standard input and
+// output. It stands beside the library (package pynox) as net/rpc/jsonrpc
+// stands beside net/rpc: the library runs jobs and sessions, this package
+// reads requests, answers them through a [pynox.Pool] and writes results,
+// call events and stats.
+//
+// [Serve] is the server: the ready event, then one JSON request per line
+// and one JSON answer per line, in completion order, with backpressure
+// (see its documentation for the bounds). Request lines are decoded
+// strictly: keys must be exactly the protocol's field names, each at most
+// once per object (encoding/json alone folds case and keeps the last of
+// two equal keys), and every malformed line gets exactly one RequestError
+// answer that names what is wrong. [MaxLine] bounds a line, and
+// [MaxPendingSteps] a named session's queue. [NewLogHandler] renders the
+// pool's job records as the protocol's JSON log, and [LoadConfig] reads
+// the TOML configuration file of `pynox pool --config`.
+//
+// The protocol itself — every request and result field, events, errors,
+// limits — is specified in the pool protocol document
+// (spec/pool-protocol.txt in the design notes, docs/protocol.md in the
+// repository).
+//
+// # Layering
+//
+// Imports flow one way: cmd/pynox → jsonl → pynox → internal/... . This
+// package uses the library's public API, plus a few entry points that
+// belong to no library user (internal/poolhook): a job run that forks
+// the worker's next spare only once the answer is written, sessions known
+// by the protocol's name (in their results, calls and log records), a
+// session whose process ended taking the permissions of the next creating
+// request, and refusals counted and logged like the pool's own.
+package jsonl

@@ -1,0 +1,212 @@
+package jsonl
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/pynox/pynox"
+	"github.com/pynox/pynox/internal/sandbox"
+)
+
+// The helpers below are those of the root package's tests, reaching the
+// pool through its public API only.
+
+// requireSandbox skips a test when the kernel cannot confine jobs: every
+// job would then fail closed with SandboxSetupError, which the root
+// package's tests prove.
+func requireSandbox(t testing.TB) {
+	t.Helper()
+	if _, err := sandbox.ABI(); err != nil {
+		t.Skipf("kernel lacks Landlock, so jobs cannot run confined: %v", err)
+	}
+	if _, err := exec.LookPath("python3"); err != nil {
+		t.Skip("no python3 on PATH")
+	}
+}
+
+// testPython is the interpreter tests use: Debian's when present (it has
+// the python3-numpy and python3-pandas packages), else the first python3.
+func testPython() string {
+	if _, err := os.Stat("/usr/bin/python3"); err == nil {
+		return "/usr/bin/python3"
+	}
+	return ""
+}
+
+// newTestPool starts a pool whose working directory (and default read
+// ceiling) is a fresh temporary directory, and closes it when the test
+// ends. Unless the test sets a write ceiling, that directory is the write
+// ceiling too.
+func newTestPool(t testing.TB, cfg pynox.Config) *pynox.Pool {
+	t.Helper()
+	requireSandbox(t)
+	if cfg.Dir == "" {
+		cfg.Dir = t.TempDir()
+	}
+	if cfg.Limits.AllowWrite == nil {
+		cfg.Limits.AllowWrite = []string{cfg.Dir}
+	}
+	if cfg.Python == "" {
+		cfg.Python = testPython()
+	}
+	p, err := pynox.New(cfg)
+	require.NoError(t, err)
+	t.Cleanup(func() { p.Close() })
+	return p
+}
+
+// run runs one job with a generous overall deadline.
+func run(t testing.TB, p *pynox.Pool, job pynox.Job) *pynox.Result {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	res, err := p.Run(ctx, job)
+	require.NoError(t, err)
+	require.NotNil(t, res)
+	return res
+}
+
+// requireOK asserts a job succeeded, showing its output when it did not.
+func requireOK(t testing.TB, res *pynox.Result) {
+	t.Helper()
+	require.Nil(t, res.Error, "error: %+v\nstderr: %s", res.Error, res.Stderr)
+	require.Equal(t, 0, res.Exit, "stderr: %s", res.Stderr)
+}
+
+func writeFile(t *testing.T, path, content string) string {
+	t.Helper()
+	require.NoError(t, os.MkdirAll(filepath.Dir(path), 0o755))
+	require.NoError(t, os.WriteFile(path, []byte(content), 0o644))
+	return path
+}
+
+func processAlive(pid int) bool {
+	state, _, ok := procStat(pid)
+	// A zombie has finished running.
+	return ok && state != "Z"
+}
+
+// procStat returns a process's state letter and parent pid from
+// /proc/<pid>/stat; ok is false when the process is gone.
+func procStat(pid int) (state string, ppid int, ok bool) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return "", 0, false
+	}
+	// The command name is in parentheses and may hold spaces.
+	f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
+	if len(f) < 2 {
+		return "", 0, false
+	}
+	ppid, err = strconv.Atoi(f[1])
+	return f[0], ppid, err == nil
+}
+
+// poolProcesses returns the pids of the pool's templates and their
+// children: the processes whose working directory is the pool's (each
+// test pool has a directory of its own).
+func poolProcesses(t testing.TB, p *pynox.Pool) []int {
+	t.Helper()
+	dir := p.Config().Dir
+	var out []int
+	ents, err := os.ReadDir("/proc")
+	require.NoError(t, err)
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if cwd, err := os.Readlink("/proc/" + e.Name() + "/cwd"); err == nil && cwd == dir {
+			out = append(out, pid)
+		}
+	}
+	return out
+}
+
+// templatePIDs returns the pids of the pool's live templates: its
+// processes that are children of this one.
+func templatePIDs(t testing.TB, p *pynox.Pool) []int {
+	t.Helper()
+	var pids []int
+	for _, pid := range poolProcesses(t, p) {
+		if state, ppid, ok := procStat(pid); ok && ppid == os.Getpid() && state != "Z" {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
+}
+
+// advServes asserts that the pool still serves a normal job correctly.
+func advServes(t *testing.T, p *pynox.Pool) {
+	t.Helper()
+	r := run(t, p, pynox.Job{ID: "control", Code: "print(6 * 7)"})
+	requireOK(t, r)
+	require.Equal(t, "42\n", r.Stdout)
+}
+
+// advWarm runs a job on every worker at once, so that each template has
+// its next spare (whose descriptors the host holds) in hand, and returns
+// the host's descriptor count once it is steady.
+func advWarm(t testing.TB, p *pynox.Pool) int {
+	t.Helper()
+	var wg sync.WaitGroup
+	for i := 0; i < p.Workers(); i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r := run(t, p, pynox.Job{Code: "import time; time.sleep(0.05)"})
+			requireOK(t, r)
+		}()
+	}
+	wg.Wait()
+	return advSteadyFDs(t)
+}
+
+// advSteadyFDs waits until the descriptor count holds still for 200ms.
+func advSteadyFDs(t testing.TB) int {
+	t.Helper()
+	n, since := advFDs(t), time.Now()
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		if m := advFDs(t); m != n {
+			n, since = m, time.Now()
+		} else if time.Since(since) > 200*time.Millisecond {
+			break
+		}
+	}
+	return n
+}
+
+// advFDs counts the test process's open descriptors.
+func advFDs(t testing.TB) int {
+	t.Helper()
+	ents, err := os.ReadDir("/proc/self/fd")
+	require.NoError(t, err)
+	return len(ents) - 1 // the directory being read
+}
+
+func feed(t *testing.T, co *pynox.Checkout, code string) *pynox.Result {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	ev, err := co.Feed(ctx, pynox.Step{Code: code})
+	require.NoError(t, err)
+	require.NotNil(t, ev.Result, "got a call event: %+v", ev.Call)
+	return ev.Result
+}
+
+func checkout(t testing.TB, p *pynox.Pool, job pynox.Job) *pynox.Checkout {
+	t.Helper()
+	co, err := p.Checkout(context.Background(), job)
+	require.NoError(t, err)
+	t.Cleanup(func() { co.Finish(context.Background()) })
+	return co
+}
