@@ -7,11 +7,13 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/pynox/pynox/internal/pidfd"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
 )
@@ -254,3 +256,27 @@ func TestGroupCost(t *testing.T) {
 }
 
 func itoa(n int) string { return strconv.Itoa(n) }
+
+// TestGroupReleaseRacesReuse: a group that Release puts back on the free
+// list may be handed out by NewGroup while Release is still returning.
+// NewGroup used to reset the sync.Once that Release was inside, which the
+// race detector reports (found by jsonl's client tests under -race).
+func TestGroupReleaseRacesReuse(t *testing.T) {
+	m := requireManager(t)
+	defer m.Close()
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range 50 {
+				g, err := m.NewGroup(32 << 20)
+				if !assert.NoError(t, err) {
+					return
+				}
+				g.Release()
+			}
+		}()
+	}
+	wg.Wait()
+}
