@@ -1,0 +1,570 @@
+package jsonl
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os/exec"
+	"regexp"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/pynox/pynox"
+)
+
+// Client speaks the pool protocol to a server: a `pynox pool` process it
+// started ([StartCmd]), or any pair of streams ([NewClient]). It is safe
+// for concurrent use: requests go out as they are made, each with an id
+// of the client's own, and a reader goroutine hands every answer to the
+// call waiting for its id, whatever order they come in. The host calls of
+// a request are answered by its Host, each on a goroutine of its own, so
+// that other answers keep flowing while a HostFunc runs.
+//
+// A line the client cannot use does not stop it: a call event it cannot
+// decode is answered with an error (the job sees HostError), a result it
+// cannot decode fails the call waiting for it, and any other line is
+// skipped. Once the server's output ends, every waiting call and every
+// later one fails with [ErrClientClosed] wrapped with the reason.
+type Client struct {
+	ready Ready
+	in    *bufio.Reader
+	cmd   *exec.Cmd // nil unless StartCmd started it
+
+	wmu    sync.Mutex // serialises writes of whole lines
+	w      io.Writer
+	closer io.Closer // w's, closed by Close; may be nil
+
+	mu      sync.Mutex
+	seq     int64
+	waiting map[string]*pending // by wire id
+	stopped error               // why no answer can come any more
+	closed  bool                // Close was called
+	done    chan struct{}       // closed when the reader has ended
+	exitErr error               // the started process's exit (after done, with cmd)
+}
+
+// pending is a request waiting for its answer.
+type pending struct {
+	answer chan []byte // the answer line, or closed when none will come
+	failed string      // why the answer is missing (set before answer is closed)
+	host   pynox.HostFunc
+	ctx    context.Context    // ends with the answer: a HostFunc's calls are moot then
+	cancel context.CancelFunc // ends ctx
+}
+
+// ErrClientClosed is wrapped by the errors of calls made on a Client
+// whose server's output has ended or that was closed.
+var ErrClientClosed = errors.New("jsonl: the client's connection to the pool has ended")
+
+// NewClient reads the server's ready event from r and returns a client
+// that writes requests to w and reads answers from r. Close closes w when
+// it is an io.Closer, which tells the server that no more requests come.
+func NewClient(r io.Reader, w io.Writer) (*Client, error) {
+	c := &Client{in: bufio.NewReaderSize(r, 64<<10), w: w, waiting: map[string]*pending{}, done: make(chan struct{})}
+	if cl, ok := w.(io.Closer); ok {
+		c.closer = cl
+	}
+	line, err := c.in.ReadBytes('\n')
+	if err != nil && len(line) == 0 {
+		return nil, fmt.Errorf("jsonl: reading the ready event: %w", err)
+	}
+	if err := json.Unmarshal(line, &c.ready); err != nil || c.ready.Event != "ready" {
+		return nil, fmt.Errorf("jsonl: the server's first line is not a ready event: %.200q", line)
+	}
+	go c.read()
+	return c, nil
+}
+
+// StartCmd starts cmd — typically `pynox pool` with its flags — with pipes
+// for its standard input and output, and returns a client of it once it
+// has written its ready event. cmd.Stderr, cmd.Dir and the rest are the
+// caller's to set. When the command fails to start or to get ready,
+// StartCmd kills it, waits for it and returns why. [Client.Close] ends
+// the command's input and waits for it to exit.
+func StartCmd(cmd *exec.Cmd) (*Client, error) {
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		return nil, err
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		stdin.Close()
+		return nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	c, err := NewClient(stdout, stdin)
+	if err != nil {
+		_ = cmd.Process.Kill()
+		if werr := cmd.Wait(); werr != nil {
+			err = fmt.Errorf("%w (%s: %v)", err, cmd.Path, werr)
+		}
+		return nil, err
+	}
+	c.cmd = cmd
+	return c, nil
+}
+
+// Ready returns the server's ready event.
+func (c *Client) Ready() Ready { return c.ready }
+
+// Run sends job as a request and returns its result. The result's ID is
+// job.ID (on the wire the request carries an id of the client's own).
+// job.Host answers the job's host calls; calls of a job without one are
+// answered with an error. A request the server refuses is a result with
+// a RequestError, as it is from [pynox.Pool.Run] (see [pynox.Result.Err]).
+//
+// Run returns an error when no result can come: the connection ended, a
+// write failed, or ctx ended first (ctx.Err(); the job is not canceled on
+// the server, whose protocol has no cancel, and its result is dropped).
+func (c *Client) Run(ctx context.Context, job pynox.Job) (*pynox.Result, error) {
+	req := wireRequest(job)
+	res, err := c.result(ctx, &req, job.Host)
+	if res != nil {
+		res.ID = job.ID
+	}
+	return res, err
+}
+
+// wireRequest is job as a request line carries it.
+func wireRequest(job pynox.Job) request {
+	req := request{Job: job, Timeout: pynox.Duration(job.Timeout), Memory: pynox.Size(job.Memory),
+		MaxFileSize: pynox.Size(job.MaxFileSize)}
+	req.Job.Host = nil
+	return req
+}
+
+// result sends req and decodes its answer as a result.
+func (c *Client) result(ctx context.Context, req *request, host pynox.HostFunc) (*pynox.Result, error) {
+	line, err := c.roundTrip(ctx, req, host)
+	if err != nil {
+		return nil, err
+	}
+	var res pynox.Result
+	if err := json.Unmarshal(line, &res); err != nil {
+		return nil, fmt.Errorf("jsonl: an unreadable result: %v: %.200q", err, line)
+	}
+	return &res, nil
+}
+
+// roundTrip sends req with an id of the client's own and waits for the
+// line that answers it.
+func (c *Client) roundTrip(ctx context.Context, req *request, host pynox.HostFunc) ([]byte, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	c.mu.Lock()
+	if err := c.stoppedErr(); err != nil {
+		c.mu.Unlock()
+		return nil, err
+	}
+	c.seq++
+	id := "go-" + strconv.FormatInt(c.seq, 10)
+	p := &pending{answer: make(chan []byte, 1), host: host}
+	p.ctx, p.cancel = context.WithCancel(context.Background())
+	c.waiting[id] = p
+	c.mu.Unlock()
+	defer p.cancel()
+	forget := func() {
+		c.mu.Lock()
+		delete(c.waiting, id)
+		c.mu.Unlock()
+	}
+	req.ID = id
+	b, err := marshalLine(req)
+	if err == nil {
+		err = c.writeLine(b)
+	}
+	if err != nil {
+		forget()
+		return nil, err
+	}
+	select {
+	case line, ok := <-p.answer:
+		if !ok {
+			return nil, fmt.Errorf("%w: %s", ErrClientClosed, p.failed)
+		}
+		return line, nil
+	case <-ctx.Done():
+		forget()
+		return nil, ctx.Err()
+	}
+}
+
+// stoppedErr says why no request can be made any more; c.mu is held.
+func (c *Client) stoppedErr() error {
+	switch {
+	case c.closed:
+		return fmt.Errorf("%w: Close was called", ErrClientClosed)
+	case c.stopped != nil:
+		return fmt.Errorf("%w: %v", ErrClientClosed, c.stopped)
+	}
+	return nil
+}
+
+// writeLine writes one whole line.
+func (c *Client) writeLine(b []byte) error {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	if _, err := c.w.Write(b); err != nil {
+		return fmt.Errorf("%w: writing a request: %v", ErrClientClosed, err)
+	}
+	return nil
+}
+
+// Stats asks the server for its counters.
+func (c *Client) Stats(ctx context.Context) (pynox.Stats, error) {
+	line, err := c.roundTrip(ctx, &request{Stats: true}, nil)
+	if err != nil {
+		return pynox.Stats{}, err
+	}
+	var ev struct {
+		Event string           `json:"event"`
+		Error *pynox.ErrorInfo `json:"error"`
+		pynox.Stats
+	}
+	if err := json.Unmarshal(line, &ev); err != nil {
+		return pynox.Stats{}, fmt.Errorf("jsonl: an unreadable stats answer: %v: %.200q", err, line)
+	}
+	if ev.Event != "stats" {
+		if ev.Error != nil {
+			return pynox.Stats{}, &pynox.Error{Kind: pynox.KindRequest, Type: ev.Error.Type, Message: ev.Error.Message}
+		}
+		return pynox.Stats{}, fmt.Errorf("jsonl: a stats request answered %.200q", line)
+	}
+	return ev.Stats, nil
+}
+
+// Close tells the server that no more requests come (it closes the
+// writer, when it can be closed), waits until the server's output ends —
+// it answers the requests already sent first — and, for a client of
+// [StartCmd], waits for the command to exit, killing it if it has not
+// within 10 seconds of its output's end. It returns the command's exit
+// error, if any. Calls waiting for answers when the output ends fail with
+// ErrClientClosed. Close is safe to call more than once.
+func (c *Client) Close() error {
+	c.mu.Lock()
+	first := !c.closed
+	c.closed = true
+	c.mu.Unlock()
+	if first && c.closer != nil {
+		c.wmu.Lock()
+		c.closer.Close()
+		c.wmu.Unlock()
+	}
+	<-c.done
+	return c.exitErr
+}
+
+// Session returns a handle on the named session of the protocol, created
+// on the server by its first step with job's permissions, limits,
+// environment and host functions (job.Code, Script, Name and Args are
+// not used: each step brings its own). job.Host answers the calls of
+// steps that bring no Host of their own.
+func (c *Client) Session(name string, job pynox.Job) *Session {
+	return &Session{c: c, name: name, job: job, fresh: true}
+}
+
+// Session is one named session of the pool protocol, seen from a
+// [Client]: the first step creates it on the server with the session
+// job's permissions; later steps bring only code. When a step ends the
+// session's process (Result.SessionEnded), the next step creates a new
+// one with the same permissions. Its methods are safe for concurrent use
+// and run one at a time, in the order they are called.
+//
+// The server closes a session idle for its session_idle; the next step
+// then starts it afresh, without the session job's permissions (it brings
+// only code), so a client that pauses longer should Close it and start
+// another.
+type Session struct {
+	c    *Client
+	name string
+	job  pynox.Job
+
+	mu    sync.Mutex
+	fresh bool // the next step creates the session's process: it carries the permissions
+	open  bool // the server holds the session (a step was answered without a RequestError)
+}
+
+// Name returns the session's name.
+func (s *Session) Name() string { return s.name }
+
+// Run runs one step in the session and returns its result (its ID is
+// step.ID). Errors are those of [Client.Run].
+func (s *Session) Run(ctx context.Context, step pynox.Step) (*pynox.Result, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var req request
+	if s.fresh {
+		req = wireRequest(s.job)
+		req.Script = ""
+	}
+	req.Session = s.name
+	req.Code, req.Name, req.Args = step.Code, step.Name, step.Args
+	if step.Timeout != 0 {
+		req.Timeout = pynox.Duration(step.Timeout)
+	}
+	if step.MaxOutput != 0 {
+		req.MaxOutput = step.MaxOutput
+	}
+	host := step.Host
+	if host == nil {
+		host = s.job.Host
+	}
+	res, err := s.c.result(ctx, &req, host)
+	if err != nil {
+		return nil, err
+	}
+	res.ID = step.ID
+	if res.Error == nil || res.Error.Type != pynox.KindRequest.String() {
+		s.open = true
+		s.fresh = res.SessionEnded
+	}
+	return res, nil
+}
+
+// Close closes the session on the server, ending its process. A session
+// that never ran a step has nothing to close. The next Run creates the
+// session again.
+func (s *Session) Close(ctx context.Context) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.open {
+		return nil
+	}
+	line, err := s.c.roundTrip(ctx, &request{Session: s.name, Close: true}, nil)
+	if err != nil {
+		return err
+	}
+	var ev struct {
+		Closed bool             `json:"closed"`
+		Error  *pynox.ErrorInfo `json:"error"`
+	}
+	if err := json.Unmarshal(line, &ev); err != nil {
+		return fmt.Errorf("jsonl: an unreadable close answer: %v: %.200q", err, line)
+	}
+	s.open, s.fresh = false, true
+	if !ev.Closed {
+		if ev.Error != nil {
+			return &pynox.Error{Kind: pynox.KindRequest, Type: ev.Error.Type, Message: ev.Error.Message}
+		}
+		return fmt.Errorf("jsonl: a close request answered %.200q", line)
+	}
+	return nil
+}
+
+// The prefixes of an unreadable line that still say what it answers,
+// as the server writes them (its field order).
+var (
+	callPrefix   = regexp.MustCompile(`^\{"event":"call","id":(?:"(?:[^"\\]|\\.)*"|[-0-9.eE+]+|null),(?:"session":"(?:[^"\\]|\\.)*",)?"call_id":(\d+),`)
+	resultPrefix = regexp.MustCompile(`^\{"id":("(?:[^"\\]|\\.)*"|-?\d+),`)
+)
+
+// read hands each line of the server's output to its waiting call until
+// the output ends, then fails every call still waiting.
+func (c *Client) read() {
+	why := errors.New("the pool's output ended")
+	for {
+		line, err := c.in.ReadBytes('\n')
+		if len(bytes.TrimSpace(line)) > 0 {
+			c.dispatch(line)
+		}
+		if err != nil {
+			if err != io.EOF {
+				why = fmt.Errorf("reading the pool's output: %w", err)
+			}
+			break
+		}
+	}
+	if c.cmd != nil {
+		c.endCmd()
+	}
+	c.mu.Lock()
+	if c.stopped == nil {
+		c.stopped = why
+		if c.exitErr != nil {
+			c.stopped = fmt.Errorf("%v (%v)", why, c.exitErr)
+		}
+	}
+	msg := c.stopped.Error()
+	waiting := c.waiting
+	c.waiting = map[string]*pending{}
+	c.mu.Unlock()
+	for _, p := range waiting {
+		p.failed = msg
+		close(p.answer)
+		p.cancel()
+	}
+	close(c.done)
+}
+
+// endCmd waits for the started command once its output has ended.
+func (c *Client) endCmd() {
+	exited := make(chan error, 1)
+	go func() { exited <- c.cmd.Wait() }()
+	select {
+	case err := <-exited:
+		c.exitErr = err
+	case <-time.After(10 * time.Second):
+		_ = c.cmd.Process.Kill()
+		c.exitErr = <-exited
+	}
+}
+
+// head is what the reader needs of a line to route it.
+type head struct {
+	ID     json.RawMessage `json:"id"`
+	Event  string          `json:"event"`
+	CallID *int64          `json:"call_id"`
+}
+
+// dispatch routes one line of the server's output.
+func (c *Client) dispatch(line []byte) {
+	var h head
+	if err := json.Unmarshal(line, &h); err != nil {
+		c.unreadable(line, err)
+		return
+	}
+	switch {
+	case h.Event == "call":
+		var call pynox.Call
+		if err := json.Unmarshal(line, &call); err != nil || h.CallID == nil {
+			c.unreadable(line, err)
+			return
+		}
+		p := c.lookup(h.ID)
+		go c.answerCall(p, &call)
+	case h.Event == "ready":
+		// Only the first line is a ready event; a later one is skipped.
+	case h.CallID != nil && (len(h.ID) == 0 || string(h.ID) == "null"):
+		// The server refused a reply (one sent after its job ended, say):
+		// there is no call to tell.
+	default:
+		c.deliver(h.ID, line, "")
+	}
+}
+
+// key is the waiting map's key of a raw id: the text of a string id.
+func key(raw json.RawMessage) (string, bool) {
+	var s string
+	if json.Unmarshal(raw, &s) != nil {
+		return "", false
+	}
+	return s, true
+}
+
+// lookup returns the request an id names, or nil.
+func (c *Client) lookup(raw json.RawMessage) *pending {
+	k, ok := key(raw)
+	if !ok {
+		return nil
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.waiting[k]
+}
+
+// deliver hands an answer (line, or the failure why) to the request raw
+// names; it reports false when none waits for it.
+func (c *Client) deliver(raw json.RawMessage, line []byte, why string) bool {
+	k, ok := key(raw)
+	if !ok {
+		return false
+	}
+	c.mu.Lock()
+	p := c.waiting[k]
+	delete(c.waiting, k)
+	c.mu.Unlock()
+	if p == nil {
+		return false
+	}
+	p.cancel()
+	if why != "" {
+		p.failed = why
+		close(p.answer)
+	} else {
+		p.answer <- line
+	}
+	return true
+}
+
+// unreadable handles a line that is not JSON the client can decode: a
+// call it starts is answered with an error, a result fails the request it
+// answers, anything else is skipped.
+func (c *Client) unreadable(line []byte, err error) {
+	what := "not JSON"
+	if err != nil {
+		what = err.Error()
+	}
+	if m := callPrefix.FindSubmatch(line); m != nil {
+		if id, perr := strconv.ParseInt(string(m[1]), 10, 64); perr == nil {
+			// Off the reader, which must not wait for the server to read.
+			go c.reply(id, nil, "the client could not read the call ("+what+")")
+		}
+		return
+	}
+	if m := resultPrefix.FindSubmatch(line); m != nil {
+		c.deliver(m[1], nil, "an unreadable answer from the pool ("+what+")")
+	}
+}
+
+// answerCall answers a host call with the HostFunc of the request that
+// made it.
+func (c *Client) answerCall(p *pending, call *pynox.Call) {
+	if p == nil || p.host == nil {
+		c.reply(call.ID, nil, fmt.Sprintf("the client has no host function for request %v", call.JobID))
+		return
+	}
+	v, err := callHost(p.ctx, p.host, call)
+	if err != nil {
+		c.reply(call.ID, nil, err.Error())
+		return
+	}
+	b, err := json.Marshal(v)
+	if err != nil {
+		c.reply(call.ID, nil, "the host's result could not be passed on: "+err.Error())
+		return
+	}
+	c.reply(call.ID, b, "")
+}
+
+// callHost runs a HostFunc, turning a panic into an error the job sees
+// without its details, as [pynox.HostFunc] says of the library.
+func callHost(ctx context.Context, host pynox.HostFunc, call *pynox.Call) (v any, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			v, err = nil, errors.New("the host function failed")
+		}
+	}()
+	return host(ctx, call)
+}
+
+// reply writes the reply to a host call: a result, or an error message.
+func (c *Client) reply(callID int64, result json.RawMessage, errMsg string) {
+	// Not replyReq, whose "result" is never omitted: a reply carries
+	// exactly one of result and error.
+	type reply struct {
+		CallID int64           `json:"call_id"`
+		Result json.RawMessage `json:"result,omitempty"`
+		Error  *string         `json:"error,omitempty"`
+	}
+	r := reply{CallID: callID}
+	if errMsg != "" {
+		r.Error = &errMsg
+	} else {
+		r.Result = result
+	}
+	b, err := marshalLine(struct {
+		Reply reply `json:"reply"`
+	}{r})
+	if err != nil {
+		return
+	}
+	_ = c.writeLine(b) // a failed write fails the request's own wait
+}
