@@ -1,0 +1,425 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+func bench(ctx context.Context, o options) (*Report, error) {
+	began := time.Now()
+	rep := newReport()
+	rep.Date = began.Format(time.RFC3339)
+	rep.Nproc = runtime.NumCPU()
+	rep.Go = runtime.Version() + " " + runtime.GOOS + "/" + runtime.GOARCH
+	rep.Kernel = kernelRelease()
+	rep.CPU = cpuModel()
+	rep.Settings = fmt.Sprintf("n=%d warm=%d gap=%s inflight=%d workers=%d cold-n=%d cold-pandas-n=%d pandas=%s",
+		o.n, o.warm, o.gap, o.inflight, o.workers, o.coldN, o.coldPandasN, o.pandas)
+	logf := func(format string, args ...any) { fmt.Fprintf(o.progress, "pynox-bench: "+format+"\n", args...) }
+
+	py, err := pythonInfo(o.python)
+	if err != nil {
+		return nil, err
+	}
+	rep.Python = py
+	withPandas := false
+	var noPandas string
+	switch {
+	case o.pandas == "off":
+		noPandas = "--pandas=off"
+	case py.Pandas == "" && o.pandas == "on":
+		return nil, fmt.Errorf("--pandas=on, but %s cannot import pandas: %s", py.Path, py.PandasErr)
+	case py.Pandas == "":
+		noPandas = "pandas is not importable by " + py.Path
+	default:
+		withPandas = true
+	}
+
+	tmp, err := os.MkdirTemp("", "pynox-bench-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(tmp)
+	bin := o.pynox
+	if bin == "" {
+		logf("building pynox")
+		bin = filepath.Join(tmp, "pynox")
+		cmd := exec.CommandContext(ctx, "go", "build", "-o", bin, "github.com/pynox/pynox/cmd/pynox")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return nil, fmt.Errorf("go build github.com/pynox/pynox/cmd/pynox (run from inside the module, or pass --pynox): %v\n%s", err, out)
+		}
+		rep.Pynox = "built from this module with go build"
+		if v := vcsInfo(bin); v != "" {
+			rep.Pynox += v
+		} else {
+			rep.Pynox += gitInfo()
+		}
+	} else {
+		rep.Pynox = bin + vcsInfo(bin)
+	}
+	naivePath := filepath.Join(tmp, "naive_server.py")
+	if err := os.WriteFile(naivePath, naiveServer, 0o644); err != nil {
+		return nil, err
+	}
+	work := filepath.Join(tmp, "work")
+	if err := os.Mkdir(work, 0o755); err != nil {
+		return nil, err
+	}
+
+	skip := func(reason string, ids ...string) {
+		for _, id := range ids {
+			if strings.HasPrefix(id, "M") {
+				rep.mem(id).Skipped = reason
+			} else {
+				rep.row(id).Skipped = reason
+			}
+		}
+	}
+	if !withPandas {
+		skip(noPandas, pandasRows...)
+	}
+	if o.skipMemory {
+		skip("--skip-memory", "M1", "M2", "M3", "M4", "M5", "M6", "M7", "M8", "M9", "M10")
+	}
+
+	pynoxArgs := func(preload string) []string {
+		a := []string{"pool", "--workers=" + strconv.Itoa(o.workers), "--python=" + py.Path}
+		if preload != "" {
+			a = append(a, "--preload="+preload)
+		}
+		return a
+	}
+	naiveArgs := func(preload string) []string {
+		a := []string{naivePath, "--workers=" + strconv.Itoa(o.workers)}
+		if preload != "" {
+			a = append(a, "--preload="+preload)
+		}
+		return a
+	}
+	gapRows := func(s *server, gapID, zeroID string) error {
+		if err := s.latency(rep.row(gapID), trivialCode, trivialOut, "", o.n, o.warm, o.gap); err != nil {
+			return err
+		}
+		return s.latency(rep.row(zeroID), trivialCode, trivialOut, "", o.n, o.warm, 0)
+	}
+
+	// Cold interpreters.
+	logf("cold python -c x%d", o.coldN)
+	if err := cold(ctx, rep.row("11"), py.Path, trivialCode, trivialOut, o.coldN); err != nil {
+		return nil, err
+	}
+	if withPandas {
+		logf("cold python -c 'import pandas' x%d", o.coldPandasN)
+		if err := cold(ctx, rep.row("12"), py.Path, importPandas, "", o.coldPandasN); err != nil {
+			return nil, err
+		}
+	}
+
+	// pynox without preloads.
+	logf("pynox pool")
+	s, err := startServer(ctx, rep, "pynox", bin, pynoxArgs(""), work)
+	if err != nil {
+		return nil, err
+	}
+	err = func() error {
+		if err := gapRows(s, "1", "2"); err != nil {
+			return err
+		}
+		if err := s.throughput(rep.row("13"), trivialCode, trivialOut, o.n, o.warm, o.inflight); err != nil {
+			return err
+		}
+		if err := s.sessionLatency(rep.row("17"), o.n, o.warm, o.gap); err != nil {
+			return err
+		}
+		if err := s.sessionLatency(rep.row("18"), o.n, o.warm, 0); err != nil {
+			return err
+		}
+		if err := s.hostCalls(rep.row("20"), o.n, o.warm); err != nil {
+			return err
+		}
+		if !o.skipMemory {
+			return s.memory(rep, "M1", "M2", "M3", "M4")
+		}
+		return nil
+	}()
+	s.close()
+	if err != nil {
+		return nil, err
+	}
+
+	if withPandas {
+		logf("pynox pool --preload=pandas")
+		s, err := startServer(ctx, rep, "pynox+pandas", bin, pynoxArgs("pandas"), work)
+		if err != nil {
+			return nil, err
+		}
+		err = func() error {
+			if err := gapRows(s, "3", "4"); err != nil {
+				return err
+			}
+			if err := s.latency(rep.row("5"), pandasCode, pandasOut, "", o.n, o.warm, o.gap); err != nil {
+				return err
+			}
+			if err := s.throughput(rep.row("14"), trivialCode, trivialOut, o.n, o.warm, o.inflight); err != nil {
+				return err
+			}
+			if err := s.sessionLatency(rep.row("19"), o.n, o.warm, o.gap); err != nil {
+				return err
+			}
+			if err := s.hostCalls(rep.row("21"), o.n, o.warm); err != nil {
+				return err
+			}
+			if !o.skipMemory {
+				return s.memory(rep, "M5", "M6", "M7", "M8")
+			}
+			return nil
+		}()
+		s.close()
+		if err != nil {
+			return nil, err
+		}
+	}
+
+	// The naive server.
+	logf("naive server")
+	s, err = startServer(ctx, rep, "naive", py.Path, naiveArgs(""), work)
+	if err != nil {
+		return nil, err
+	}
+	err = func() error {
+		if err := gapRows(s, "6", "7"); err != nil {
+			return err
+		}
+		return s.throughput(rep.row("15"), trivialCode, trivialOut, o.n, o.warm, o.inflight)
+	}()
+	s.close()
+	if err != nil {
+		return nil, err
+	}
+	if withPandas {
+		logf("naive server --preload=pandas")
+		s, err := startServer(ctx, rep, "naive+pandas", py.Path, naiveArgs("pandas"), work)
+		if err != nil {
+			return nil, err
+		}
+		err = func() error {
+			if err := gapRows(s, "8", "9"); err != nil {
+				return err
+			}
+			if err := s.latency(rep.row("10"), pandasCode, pandasOut, "", o.n, o.warm, o.gap); err != nil {
+				return err
+			}
+			if err := s.throughput(rep.row("16"), trivialCode, trivialOut, o.n, o.warm, o.inflight); err != nil {
+				return err
+			}
+			if !o.skipMemory {
+				return s.naiveMemory(rep.mem("M9"), rep.mem("M10"))
+			}
+			return nil
+		}()
+		s.close()
+		if err != nil {
+			return nil, err
+		}
+	}
+
+	rep.finish(o.gap)
+	rep.Elapsed = time.Since(began).Round(100 * time.Millisecond).String()
+	return rep, nil
+}
+
+func cold(ctx context.Context, row *Row, python, code, want string, n int) error {
+	// One unmeasured run fills the page cache.
+	if out, err := exec.CommandContext(ctx, python, "-c", code).Output(); err != nil {
+		return fmt.Errorf("%s -c %q: %v", python, code, err)
+	} else if want != "" && string(out) != want {
+		return fmt.Errorf("%s -c %q printed %q, want %q", python, code, out, want)
+	}
+	for range n {
+		cmd := exec.CommandContext(ctx, python, "-c", code)
+		t0 := time.Now()
+		out, err := cmd.Output()
+		d := time.Since(t0)
+		if err != nil {
+			return fmt.Errorf("%s -c %q: %v", python, code, err)
+		}
+		if want != "" && string(out) != want {
+			return fmt.Errorf("%s -c %q printed %q, want %q", python, code, out, want)
+		}
+		row.rtts = append(row.rtts, d)
+	}
+	row.summarize(nil, nil)
+	return nil
+}
+
+// latency measures n sequential round trips after warm unmeasured ones,
+// sleeping gap before each. extra adds JSON fields to every request; with
+// a session's name in it, the i-th answer must be the session's step i+1.
+func (s *server) latency(row *Row, code, want, extra string, n, warm int, gap time.Duration) error {
+	session := strings.Contains(extra, `"session"`)
+	var durs, queues []float64
+	for i := range warm + n {
+		if gap > 0 {
+			time.Sleep(gap)
+		}
+		r, d, err := s.roundTrip(code, want, extra)
+		if err != nil {
+			return err
+		}
+		if session && r.Step != i+1 {
+			return fmt.Errorf("%s: session step %d answered as step %d: the session did not live on", s.name, i+1, r.Step)
+		}
+		if i < warm {
+			continue
+		}
+		row.rtts = append(row.rtts, d)
+		durs = append(durs, float64(r.DurationUS))
+		queues = append(queues, float64(r.QueueUS))
+	}
+	row.summarize(durs, queues)
+	return nil
+}
+
+// throughput keeps inflight requests outstanding until n have completed.
+func (s *server) throughput(row *Row, code, want string, n, warm, inflight int) error {
+	for range warm {
+		if _, _, err := s.roundTrip(code, want, ""); err != nil {
+			return err
+		}
+	}
+	var mu sync.Mutex
+	sent := map[string]time.Time{}
+	sem := make(chan struct{}, inflight)
+	werr := make(chan error, 1)
+	stop := make(chan struct{})
+	defer close(stop)
+	lines := make([][]byte, n)
+	ids := make([]string, n)
+	for i := range n {
+		var id int
+		lines[i], id = s.request(code, "")
+		ids[i] = strconv.Itoa(id)
+	}
+	t0 := time.Now()
+	go func() {
+		for i := range n {
+			select {
+			case sem <- struct{}{}:
+			case <-stop:
+				return
+			}
+			mu.Lock()
+			sent[ids[i]] = time.Now()
+			mu.Unlock()
+			if _, err := s.stdin.Write(lines[i]); err != nil {
+				werr <- fmt.Errorf("%s: write: %v", s.name, err)
+				return
+			}
+		}
+		werr <- nil
+	}()
+	var durs []float64
+	for range n {
+		r, err := s.read()
+		if err != nil {
+			return err
+		}
+		now := time.Now()
+		if err := s.check(r, want); err != nil {
+			return err
+		}
+		mu.Lock()
+		st, ok := sent[r.ID.String()]
+		delete(sent, r.ID.String())
+		mu.Unlock()
+		if !ok {
+			return fmt.Errorf("%s: result for unknown id %s", s.name, r.ID)
+		}
+		row.rtts = append(row.rtts, now.Sub(st))
+		durs = append(durs, float64(r.DurationUS))
+		<-sem
+	}
+	elapsed := time.Since(t0)
+	if err := <-werr; err != nil {
+		return err
+	}
+	row.summarize(durs, nil)
+	row.JobsPerS = float64(n) / elapsed.Seconds()
+	return nil
+}
+
+// sessionLatency measures n sequential trivial steps in one session,
+// after warm+1 unmeasured ones (the first starts the session), then
+// closes it.
+func (s *server) sessionLatency(row *Row, n, warm int, gap time.Duration) error {
+	s.sessions++
+	name := `"bench-` + strconv.Itoa(s.sessions) + `"`
+	if err := s.latency(row, trivialCode, trivialOut, `,"session":`+name, n, warm+1, gap); err != nil {
+		return err
+	}
+	if _, err := s.stdin.Write([]byte(`{"id":0,"session":` + name + `,"close":true}` + "\n")); err != nil {
+		return err
+	}
+	r, err := s.read()
+	if err != nil {
+		return err
+	}
+	if !r.Closed {
+		return fmt.Errorf("%s: close answered %+v", s.name, r)
+	}
+	return nil
+}
+
+// hostCalls runs one job that calls a host function warm+n times and
+// times each call's round trip as the client sees it: from writing the
+// reply to one call until the next call event arrives.
+func (s *server) hostCalls(row *Row, n, warm int) error {
+	code := fmt.Sprintf("from pynox_host import f\nx = 0\nfor i in range(%d):\n    x = f(x)\nprint(x)", warm+n+1)
+	line, id := s.request(code, `,"functions":["f"]`)
+	if _, err := s.stdin.Write(line); err != nil {
+		return fmt.Errorf("%s: write: %v", s.name, err)
+	}
+	var sent time.Time
+	for i := 0; ; i++ {
+		r, err := s.read()
+		now := time.Now()
+		if err != nil {
+			return err
+		}
+		if r.Event != "call" {
+			if r.ID.String() != strconv.Itoa(id) {
+				return fmt.Errorf("%s: got %s, want the host-call job %d", s.name, r.ID, id)
+			}
+			if err := s.check(r, strconv.Itoa(warm+n+1)+"\n"); err != nil {
+				return err
+			}
+			break
+		}
+		if i > warm {
+			row.rtts = append(row.rtts, now.Sub(sent))
+		}
+		var args []int
+		if err := json.Unmarshal(r.Args, &args); err != nil || len(args) != 1 {
+			return fmt.Errorf("%s: call args %s", s.name, r.Args)
+		}
+		reply := []byte(`{"reply":{"call_id":` + r.CallID.String() + `,"result":` + strconv.Itoa(args[0]+1) + "}}\n")
+		sent = time.Now()
+		if _, err := s.stdin.Write(reply); err != nil {
+			return err
+		}
+	}
+	if len(row.rtts) != n {
+		return fmt.Errorf("%s: measured %d host calls, want %d", s.name, len(row.rtts), n)
+	}
+	row.summarize(nil, nil)
+	return nil
+}
