@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/pynox/pynox"
 	"golang.org/x/sys/unix"
 )
 
@@ -133,10 +134,7 @@ func (s *server) memory(rep *Report, tplID, spareID, jobID, totalID string) erro
 	rep.mem(tplID).set(*tpl)
 	rep.mem(spareID).set(*spare)
 
-	line, id := s.request(sleepingCode, "")
-	if _, err := s.stdin.Write(line); err != nil {
-		return err
-	}
+	job := s.start(sleepingCode)
 	found := false
 	deadline := time.Now().Add(900 * time.Millisecond)
 	time.Sleep(300 * time.Millisecond)
@@ -160,14 +158,7 @@ func (s *server) memory(rep *Report, tplID, spareID, jobID, totalID string) erro
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	r, err := s.read()
-	if err != nil {
-		return err
-	}
-	if r.ID.String() != strconv.Itoa(id) {
-		return fmt.Errorf("%s: got result %s, want %d", s.name, r.ID, id)
-	}
-	if err := s.check(r, trivialOut); err != nil {
+	if err := <-job; err != nil {
 		return err
 	}
 	if !found {
@@ -238,10 +229,7 @@ func (s *server) naiveMemory(idle, job *MemRow) error {
 		return err
 	}
 	idle.set(procInfo{pid: root, mem: m})
-	line, id := s.request(sleepingCode, "")
-	if _, err := s.stdin.Write(line); err != nil {
-		return err
-	}
+	done := s.start(sleepingCode)
 	time.Sleep(300 * time.Millisecond)
 	found := false
 	for _, p := range descendants(root) {
@@ -251,15 +239,18 @@ func (s *server) naiveMemory(idle, job *MemRow) error {
 			break
 		}
 	}
-	r, err := s.read()
-	if err != nil {
-		return err
-	}
-	if r.ID.String() != strconv.Itoa(id) {
-		return fmt.Errorf("%s: got result %s, want %d", s.name, r.ID, id)
-	}
 	if !found {
 		job.Skipped = "the running job child was not found"
 	}
-	return s.check(r, trivialOut)
+	return <-done
+}
+
+// start runs code on its own goroutine; the channel gets its outcome.
+func (s *server) start(code string) <-chan error {
+	done := make(chan error, 1)
+	go func() {
+		_, _, err := s.run(pynox.Job{Code: code}, trivialOut)
+		done <- err
+	}()
+	return done
 }

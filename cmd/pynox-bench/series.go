@@ -12,6 +12,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/pynox/pynox"
 )
 
 func bench(ctx context.Context, o options) (*Report, error) {
@@ -106,10 +108,10 @@ func bench(ctx context.Context, o options) (*Report, error) {
 		return a
 	}
 	gapRows := func(s *server, gapID, zeroID string) error {
-		if err := s.latency(rep.row(gapID), trivialCode, trivialOut, "", o.n, o.warm, o.gap); err != nil {
+		if err := s.latency(rep.row(gapID), trivialCode, trivialOut, o.n, o.warm, o.gap); err != nil {
 			return err
 		}
-		return s.latency(rep.row(zeroID), trivialCode, trivialOut, "", o.n, o.warm, 0)
+		return s.latency(rep.row(zeroID), trivialCode, trivialOut, o.n, o.warm, 0)
 	}
 
 	// Cold interpreters.
@@ -166,7 +168,7 @@ func bench(ctx context.Context, o options) (*Report, error) {
 			if err := gapRows(s, "3", "4"); err != nil {
 				return err
 			}
-			if err := s.latency(rep.row("5"), pandasCode, pandasOut, "", o.n, o.warm, o.gap); err != nil {
+			if err := s.latency(rep.row("5"), pandasCode, pandasOut, o.n, o.warm, o.gap); err != nil {
 				return err
 			}
 			if err := s.throughput(rep.row("14"), trivialCode, trivialOut, o.n, o.warm, o.inflight); err != nil {
@@ -215,7 +217,7 @@ func bench(ctx context.Context, o options) (*Report, error) {
 			if err := gapRows(s, "8", "9"); err != nil {
 				return err
 			}
-			if err := s.latency(rep.row("10"), pandasCode, pandasOut, "", o.n, o.warm, o.gap); err != nil {
+			if err := s.latency(rep.row("10"), pandasCode, pandasOut, o.n, o.warm, o.gap); err != nil {
 				return err
 			}
 			if err := s.throughput(rep.row("16"), trivialCode, trivialOut, o.n, o.warm, o.inflight); err != nil {
@@ -261,22 +263,25 @@ func cold(ctx context.Context, row *Row, python, code, want string, n int) error
 	return nil
 }
 
-// latency measures n sequential round trips after warm unmeasured ones,
-// sleeping gap before each. extra adds JSON fields to every request; with
-// a session's name in it, the i-th answer must be the session's step i+1.
-func (s *server) latency(row *Row, code, want, extra string, n, warm int, gap time.Duration) error {
-	session := strings.Contains(extra, `"session"`)
+// latency measures n sequential round trips of code after warm
+// unmeasured ones, sleeping gap before each.
+func (s *server) latency(row *Row, code, want string, n, warm int, gap time.Duration) error {
+	return s.series(row, n, warm, gap, func(int) (*pynox.Result, time.Duration, error) {
+		return s.run(pynox.Job{Code: code}, want)
+	})
+}
+
+// series times warm+n sequential round trips made by once, sleeping gap
+// before each, and summarizes the last n.
+func (s *server) series(row *Row, n, warm int, gap time.Duration, once func(i int) (*pynox.Result, time.Duration, error)) error {
 	var durs, queues []float64
 	for i := range warm + n {
 		if gap > 0 {
 			time.Sleep(gap)
 		}
-		r, d, err := s.roundTrip(code, want, extra)
+		r, d, err := once(i)
 		if err != nil {
 			return err
-		}
-		if session && r.Step != i+1 {
-			return fmt.Errorf("%s: session step %d answered as step %d: the session did not live on", s.name, i+1, r.Step)
 		}
 		if i < warm {
 			continue
@@ -292,65 +297,39 @@ func (s *server) latency(row *Row, code, want, extra string, n, warm int, gap ti
 // throughput keeps inflight requests outstanding until n have completed.
 func (s *server) throughput(row *Row, code, want string, n, warm, inflight int) error {
 	for range warm {
-		if _, _, err := s.roundTrip(code, want, ""); err != nil {
+		if _, _, err := s.run(pynox.Job{Code: code}, want); err != nil {
 			return err
 		}
 	}
 	var mu sync.Mutex
-	sent := map[string]time.Time{}
-	sem := make(chan struct{}, inflight)
-	werr := make(chan error, 1)
-	stop := make(chan struct{})
-	defer close(stop)
-	lines := make([][]byte, n)
-	ids := make([]string, n)
-	for i := range n {
-		var id int
-		lines[i], id = s.request(code, "")
-		ids[i] = strconv.Itoa(id)
-	}
-	t0 := time.Now()
-	go func() {
-		for i := range n {
-			select {
-			case sem <- struct{}{}:
-			case <-stop:
-				return
-			}
-			mu.Lock()
-			sent[ids[i]] = time.Now()
-			mu.Unlock()
-			if _, err := s.stdin.Write(lines[i]); err != nil {
-				werr <- fmt.Errorf("%s: write: %v", s.name, err)
-				return
-			}
-		}
-		werr <- nil
-	}()
+	var firstErr error
 	var durs []float64
+	sem := make(chan struct{}, inflight)
+	var wg sync.WaitGroup
+	t0 := time.Now()
 	for range n {
-		r, err := s.read()
-		if err != nil {
-			return err
-		}
-		now := time.Now()
-		if err := s.check(r, want); err != nil {
-			return err
-		}
-		mu.Lock()
-		st, ok := sent[r.ID.String()]
-		delete(sent, r.ID.String())
-		mu.Unlock()
-		if !ok {
-			return fmt.Errorf("%s: result for unknown id %s", s.name, r.ID)
-		}
-		row.rtts = append(row.rtts, now.Sub(st))
-		durs = append(durs, float64(r.DurationUS))
-		<-sem
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			r, d, err := s.run(pynox.Job{Code: code}, want)
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				if firstErr == nil {
+					firstErr = err
+				}
+				return
+			}
+			row.rtts = append(row.rtts, d)
+			durs = append(durs, float64(r.DurationUS))
+		}()
 	}
+	wg.Wait()
 	elapsed := time.Since(t0)
-	if err := <-werr; err != nil {
-		return err
+	if firstErr != nil {
+		return firstErr
 	}
 	row.summarize(durs, nil)
 	row.JobsPerS = float64(n) / elapsed.Seconds()
@@ -359,64 +338,62 @@ func (s *server) throughput(row *Row, code, want string, n, warm, inflight int) 
 
 // sessionLatency measures n sequential trivial steps in one session,
 // after warm+1 unmeasured ones (the first starts the session), then
-// closes it.
+// closes it. The i-th answer must be the session's step i+1.
 func (s *server) sessionLatency(row *Row, n, warm int, gap time.Duration) error {
 	s.sessions++
-	name := `"bench-` + strconv.Itoa(s.sessions) + `"`
-	if err := s.latency(row, trivialCode, trivialOut, `,"session":`+name, n, warm+1, gap); err != nil {
-		return err
-	}
-	if _, err := s.stdin.Write([]byte(`{"id":0,"session":` + name + `,"close":true}` + "\n")); err != nil {
-		return err
-	}
-	r, err := s.read()
+	sess := s.c.Session("bench-"+strconv.Itoa(s.sessions), pynox.Job{})
+	err := s.series(row, n, warm+1, gap, func(i int) (*pynox.Result, time.Duration, error) {
+		t0 := time.Now()
+		r, err := sess.Run(context.Background(), pynox.Step{Code: trivialCode})
+		d := time.Since(t0)
+		if err != nil {
+			return nil, 0, s.failed(err)
+		}
+		if err := s.check(r, trivialOut); err != nil {
+			return nil, 0, err
+		}
+		if r.Step != i+1 {
+			return nil, 0, fmt.Errorf("%s: session step %d answered as step %d: the session did not live on", s.name, i+1, r.Step)
+		}
+		return r, d, nil
+	})
 	if err != nil {
 		return err
 	}
-	if !r.Closed {
-		return fmt.Errorf("%s: close answered %+v", s.name, r)
+	if err := sess.Close(context.Background()); err != nil {
+		return s.failed(err)
 	}
 	return nil
 }
 
-// hostCalls runs one job that calls a host function warm+n times and
-// times each call's round trip as the client sees it: from writing the
-// reply to one call until the next call event arrives.
+// hostCalls runs one job that calls a host function warm+n+1 times and
+// times each call's round trip as the client sees it: from answering one
+// call until the next call reaches the client's host function.
 func (s *server) hostCalls(row *Row, n, warm int) error {
 	code := fmt.Sprintf("from pynox_host import f\nx = 0\nfor i in range(%d):\n    x = f(x)\nprint(x)", warm+n+1)
-	line, id := s.request(code, `,"functions":["f"]`)
-	if _, err := s.stdin.Write(line); err != nil {
-		return fmt.Errorf("%s: write: %v", s.name, err)
-	}
+	var mu sync.Mutex // the calls come one at a time, on goroutines of their own
 	var sent time.Time
-	for i := 0; ; i++ {
-		r, err := s.read()
+	calls := 0
+	host := func(_ context.Context, call *pynox.Call) (any, error) {
 		now := time.Now()
-		if err != nil {
-			return err
-		}
-		if r.Event != "call" {
-			if r.ID.String() != strconv.Itoa(id) {
-				return fmt.Errorf("%s: got %s, want the host-call job %d", s.name, r.ID, id)
-			}
-			if err := s.check(r, strconv.Itoa(warm+n+1)+"\n"); err != nil {
-				return err
-			}
-			break
-		}
-		if i > warm {
+		mu.Lock()
+		defer mu.Unlock()
+		if calls > warm {
 			row.rtts = append(row.rtts, now.Sub(sent))
 		}
+		calls++
 		var args []int
-		if err := json.Unmarshal(r.Args, &args); err != nil || len(args) != 1 {
-			return fmt.Errorf("%s: call args %s", s.name, r.Args)
+		if err := json.Unmarshal(call.Args, &args); err != nil || len(args) != 1 {
+			return nil, fmt.Errorf("call args %s", call.Args)
 		}
-		reply := []byte(`{"reply":{"call_id":` + r.CallID.String() + `,"result":` + strconv.Itoa(args[0]+1) + "}}\n")
 		sent = time.Now()
-		if _, err := s.stdin.Write(reply); err != nil {
-			return err
-		}
+		return args[0] + 1, nil
 	}
+	if _, _, err := s.run(pynox.Job{Code: code, Functions: []string{"f"}, Host: host}, strconv.Itoa(warm+n+1)+"\n"); err != nil {
+		return err
+	}
+	mu.Lock()
+	defer mu.Unlock()
 	if len(row.rtts) != n {
 		return fmt.Errorf("%s: measured %d host calls, want %d", s.name, len(row.rtts), n)
 	}
