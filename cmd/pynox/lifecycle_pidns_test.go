@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"os/exec"
@@ -11,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pynox/pynox"
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
 )
@@ -118,9 +120,10 @@ func TestPoolAsPID1NoZombies(t *testing.T) {
 			cmd := exec.Command(pynoxBinary(t), "pool", "--config="+conf)
 			cmd.Dir = t.TempDir()
 			cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWPID, Pdeathsig: syscall.SIGKILL}
-			p := startPoolCmd(t, cmd)
-			require.Equal(t, mode == "auto", p.ready["pid_namespace"])
-			pool := p.cmd.Process.Pid
+			c, stderr := startClientCmd(t, cmd)
+			require.Equal(t, mode == "auto", c.Ready().PIDNamespace)
+			pool := cmd.Process.Pid
+			ctx := context.Background()
 			noZombies := func(what string) {
 				t.Helper()
 				deadline := time.Now().Add(5 * time.Second)
@@ -130,15 +133,15 @@ func TestPoolAsPID1NoZombies(t *testing.T) {
 				require.Empty(t, zombies(pool), "zombies in the pool's namespace after %s", what)
 			}
 			for i := range 20 {
-				p.send(t, fmt.Sprintf(`{"id": "o%d", "session": "s%d", "code": "x = 1"}`, i, i))
-				require.Nil(t, p.next(t)["error"])
-				p.send(t, fmt.Sprintf(`{"id": "c%d", "session": "s%d", "close": true}`, i, i))
-				require.Equal(t, true, p.next(t)["closed"])
+				s := c.Session(fmt.Sprintf("s%d", i), pynox.Job{})
+				r, err := s.Run(ctx, pynox.Step{Code: "x = 1"})
+				require.NoError(t, err)
+				require.Nil(t, r.Error)
+				require.NoError(t, s.Close(ctx))
 			}
 			noZombies("20 session open/close cycles")
 			for i := range 20 {
-				p.send(t, fmt.Sprintf(`{"id": "j%d", "code": "print(%d)"}`, i, i))
-				require.Equal(t, fmt.Sprintf("%d\n", i), p.next(t)["stdout"])
+				require.Equal(t, fmt.Sprintf("%d\n", i), runJob(t, c, pynox.Job{Code: fmt.Sprintf("print(%d)", i)}).Stdout)
 			}
 			noZombies("20 jobs")
 			// The template (the pool's only child) with its spare: the
@@ -158,12 +161,10 @@ func TestPoolAsPID1NoZombies(t *testing.T) {
 				"the template's spare never appeared")
 			require.NoError(t, syscall.Kill(tpl[0], syscall.SIGKILL))
 			for i := range 3 {
-				p.send(t, fmt.Sprintf(`{"id": "k%d", "code": "print(%d)"}`, i, i))
-				require.Equal(t, fmt.Sprintf("%d\n", i), p.next(t)["stdout"])
+				require.Equal(t, fmt.Sprintf("%d\n", i), runJob(t, c, pynox.Job{Code: fmt.Sprintf("print(%d)", i)}).Stdout)
 			}
 			noZombies("a SIGKILLed template")
-			require.NoError(t, p.stdin.Close())
-			require.NoError(t, p.cmd.Wait())
+			require.NoError(t, c.Close(), "the pool exits 0 at the end of its input; stderr: %s", stderr.String())
 		})
 	}
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -18,8 +19,10 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/pynox/pynox"
 	"github.com/pynox/pynox/internal/cgroup"
 	"github.com/pynox/pynox/internal/sandbox"
+	"github.com/pynox/pynox/jsonl"
 )
 
 var (
@@ -122,6 +125,37 @@ func startPoolCmd(t *testing.T, cmd *exec.Cmd) *poolProc {
 	p.ready = p.next(t)
 	require.Equal(t, "ready", p.ready["event"], "stderr: %s", stderr.String())
 	return p
+}
+
+// startClientCmd starts a `pynox pool` command made by the caller as a
+// jsonl.Client, for tests that need no raw bytes on the wire; the test's
+// end closes it (and kills the pool if it is still running).
+func startClientCmd(t *testing.T, cmd *exec.Cmd) (*jsonl.Client, *syncBuffer) {
+	t.Helper()
+	stderr := &syncBuffer{}
+	cmd.Stderr = stderr
+	c, err := jsonl.StartCmd(cmd)
+	require.NoError(t, err, "stderr: %s", stderr.String())
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = c.Close() })
+	return c, stderr
+}
+
+// startClientIn starts `pynox pool args...` in dir as a jsonl.Client.
+func startClientIn(t *testing.T, dir string, args ...string) (*jsonl.Client, *syncBuffer) {
+	t.Helper()
+	cmd := exec.Command(pynoxBinary(t), append([]string{"pool"}, args...)...)
+	cmd.Dir = dir
+	return startClientCmd(t, cmd)
+}
+
+// runJob runs one job through c with a generous deadline.
+func runJob(t *testing.T, c *jsonl.Client, job pynox.Job) *pynox.Result {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	r, err := c.Run(ctx, job)
+	require.NoError(t, err)
+	return r
 }
 
 func (p *poolProc) send(t *testing.T, line string) {

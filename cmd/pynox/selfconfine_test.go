@@ -11,6 +11,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/pynox/pynox"
 	"github.com/pynox/pynox/internal/sandbox"
 )
 
@@ -68,31 +69,30 @@ allow_write = ["../work"]
 				"@READ_DIR@", q(filepath.Join(dir, "data")), "@WRITE_DIR@", q(filepath.Join(dir, "work"))).Replace(string(src))
 			require.NoError(t, os.WriteFile(filepath.Join(dir, "pkg", "selfprobe.py"), []byte(probe), 0o644))
 
-			p := startPoolIn(t, dir, "--config="+cfgPath)
-			sc, ok := p.ready["self_confinement"].(map[string]any)
-			require.True(t, ok, "ready event: %v", p.ready)
-			p.send(t, `{"id": 1, "code": "import json, selfprobe\nprint(json.dumps(selfprobe.results))"}`)
-			res := p.next(t)
-			require.Equal(t, float64(0), res["exit"], "result: %v", res)
+			c, _ := startClientIn(t, dir, "--config="+cfgPath)
+			ready := c.Ready()
+			sc := ready.SelfConfinement
+			res := runJob(t, c, pynox.Job{Code: "import json, selfprobe\nprint(json.dumps(selfprobe.results))"})
+			require.Equal(t, 0, res.Exit, "result: %+v", res)
 			var got map[string]string
-			require.NoError(t, json.Unmarshal([]byte(res["stdout"].(string)), &got))
+			require.NoError(t, json.Unmarshal([]byte(res.Stdout), &got))
 
 			if !confine {
-				require.Equal(t, float64(0), sc["landlock"])
-				require.NotEmpty(t, sc["reason"])
+				require.Equal(t, 0, sc.Landlock)
+				require.NotEmpty(t, sc.Reason)
 				require.Equal(t, "ok", got["read_outside"], "the probe reads the config file without the layer")
 				require.Equal(t, "ok", got["write_read_ceiling"])
 				require.Equal(t, "ok", got["tcp_connect"])
 				return
 			}
-			require.Equal(t, float64(min(abi, 11)), sc["landlock"], "ready event: %v", p.ready)
+			require.Equal(t, min(abi, 11), sc.Landlock, "ready event: %+v", ready)
 			want := map[string]string{
 				"read_outside": "PermissionError", "list_outside": "PermissionError",
 				"read_ceiling": "ok", "write_read_ceiling": "PermissionError", "write_write_ceiling": "ok",
 				"tcp_connect": "ok",
 			}
 			if abi >= 4 {
-				require.Equal(t, "deny", sc["tcp"])
+				require.Equal(t, "deny", sc.TCP)
 				want["tcp_connect"] = "PermissionError"
 			}
 			require.Equal(t, want, got)
