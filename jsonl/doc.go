@@ -16,6 +16,12 @@
 // pool's job records as the protocol's JSON log, and [LoadConfig] reads
 // the TOML configuration file of `pynox pool --config`.
 //
+// [Client] is the other end: it starts `pynox pool` ([StartCmd]) or wraps
+// any pair of streams ([NewClient]) and offers [Client.Run],
+// [Client.Session] and [Client.Stats], safe for concurrent use, with host
+// calls answered by each request's HostFunc. pynox-bench and the command's
+// tests use it; a remote transport can.
+//
 // The protocol itself — every request and result field, events, errors,
 // limits — is specified in the pool protocol document
 // (spec/pool-protocol.txt in the design notes, docs/protocol.md in the
