@@ -19,7 +19,8 @@
 //
 // Each [Manager] (one per pool) creates one directory of its own beneath
 // the process's own cgroup in each hierarchy it uses, named
-// pynox-<pid>-<random>, and each job's cgroup beneath that, named
+// pynox-<pid>-ns<pidns>-<random> (pidns: the inode of the pool's PID
+// namespace), and each job's cgroup beneath that, named
 // j<n>. It never creates, writes or removes anything elsewhere, with one
 // exception in v2: the "no internal processes" rule forbids a cgroup that
 // holds processes from giving controllers to its children, so when the
@@ -41,7 +42,13 @@
 // behind: the next Manager removes directories named pynox-<pid>-… whose
 // pid is no longer a running process, children first, with rmdir only
 // (which the kernel refuses for a cgroup that still holds a task or a
-// child), so nothing in use can be disturbed.
+// child), so nothing in use can be disturbed. Only its own PID
+// namespace's: a pool in another one (a container's, or a pool that is
+// PID 1 of its own) shares the hierarchy but not the pids, and would take
+// a live pool for a dead one and remove its idle job cgroups, and with
+// them its own directory, under it (whose next job then fails with
+// SandboxSetupError). A name without a namespace (made by an older pool)
+// is judged by its pid alone, as before.
 package cgroup
 
 import (
@@ -321,7 +328,7 @@ func NewManager(mode string, tasks int) (*Manager, error) {
 func (m *Manager) setupV1(l Layout) error {
 	removeStale(l.Pids)
 	removeStale(l.Memory)
-	base, err := os.MkdirTemp(l.Pids, fmt.Sprintf("pynox-%d-", os.Getpid()))
+	base, err := os.MkdirTemp(l.Pids, basePrefix())
 	if err != nil {
 		return fmt.Errorf("v1: create a cgroup beneath %s: %w", l.Pids, err)
 	}
@@ -356,7 +363,7 @@ func (m *Manager) setupV2(l Layout) error {
 			return fmt.Errorf("v2: enable pids and memory in %s: %w", l.Unified, err)
 		}
 	}
-	base, err := os.MkdirTemp(l.Unified, fmt.Sprintf("pynox-%d-", os.Getpid()))
+	base, err := os.MkdirTemp(l.Unified, basePrefix())
 	if err != nil {
 		return fmt.Errorf("v2: create a cgroup beneath %s: %w", l.Unified, err)
 	}
@@ -407,17 +414,38 @@ func moveSelfToLeaf(own string) error {
 	return nil
 }
 
+// basePrefix is the start of the name of a pool's own directory:
+// pynox-<pid>-ns<pidns>- (pynox-<pid>- when the namespace is unknown).
+func basePrefix() string {
+	if ns := pidNS(); ns != 0 {
+		return fmt.Sprintf("pynox-%d-ns%d-", os.Getpid(), ns)
+	}
+	return fmt.Sprintf("pynox-%d-", os.Getpid())
+}
+
+// pidNS returns the inode of the calling process's PID namespace, or 0.
+func pidNS() uint64 {
+	var st unix.Stat_t
+	if unix.Stat("/proc/self/ns/pid", &st) != nil {
+		return 0
+	}
+	return st.Ino
+}
+
 // removeStale removes what a pool that is gone left in dir: directories
-// named pynox-<pid>-… whose pid runs no process, and their children. Only
-// rmdir is used, which the kernel refuses for a cgroup in use.
+// named pynox-<pid>-… whose pid runs no process in this PID namespace,
+// and their children. A directory of another PID namespace is left alone:
+// its pid means nothing here. Only rmdir is used, which the kernel
+// refuses for a cgroup in use.
 func removeStale(dir string) {
 	ents, err := os.ReadDir(dir)
 	if err != nil {
 		return
 	}
+	ours := pidNS()
 	for _, e := range ents {
-		pid, ok := stalePid(e.Name())
-		if !ok || !e.IsDir() {
+		pid, ns, ok := stalePid(e.Name())
+		if !ok || !e.IsDir() || (ns != 0 && ns != ours) {
 			continue
 		}
 		if err := unix.Kill(pid, 0); err == nil || err == unix.EPERM {
@@ -435,18 +463,27 @@ func removeStale(dir string) {
 	}
 }
 
-// stalePid parses "pynox-<pid>-…".
-func stalePid(name string) (int, bool) {
+// stalePid parses "pynox-<pid>-ns<pidns>-…" and the older
+// "pynox-<pid>-…" (ns 0).
+func stalePid(name string) (pid int, ns uint64, ok bool) {
 	rest, ok := strings.CutPrefix(name, "pynox-")
 	if !ok {
-		return 0, false
+		return 0, 0, false
 	}
-	num, _, ok := strings.Cut(rest, "-")
+	num, rest, ok := strings.Cut(rest, "-")
 	if !ok {
-		return 0, false
+		return 0, 0, false
 	}
 	pid, err := strconv.Atoi(num)
-	return pid, err == nil && pid > 0
+	if err != nil || pid <= 0 {
+		return 0, 0, false
+	}
+	if n, _, found := strings.Cut(rest, "-"); found && strings.HasPrefix(n, "ns") {
+		if v, err := strconv.ParseUint(n[2:], 10, 64); err == nil {
+			ns = v
+		}
+	}
+	return pid, ns, true
 }
 
 // Backend returns V1, V2 or None.
