@@ -217,7 +217,7 @@
 // also runs in a control group of its own ([Config.Cgroups]; package
 // internal/cgroup): cgroup v2 when the pool's own cgroup is delegated to
 // it, else cgroup v1's pids and memory hierarchies. The pool creates them
-// only beneath its own cgroup (pynox-<pid>-<random>/j<n>), moves each
+// only beneath its own cgroup (pynox-<pid>-ns<pidns>-<random>/j<n>), moves each
 // spare into its cgroup when the spare reaches Go, before any job can
 // (no mkdir on a job's path); once the process has exited, its cgroup
 // serves a later spare if the process left nothing in it (no task, no
