@@ -424,12 +424,23 @@ func basePrefix() string {
 }
 
 // pidNS returns the inode of the calling process's PID namespace, or 0.
-func pidNS() uint64 {
-	var st unix.Stat_t
-	if unix.Stat("/proc/self/ns/pid", &st) != nil {
+func pidNS() uint64 { return nsInode("/proc/self/ns/pid") }
+
+// nsInode reads a namespace link ("pid:[4026531836]").
+func nsInode(link string) uint64 {
+	target, err := os.Readlink(link)
+	if err != nil {
 		return 0
 	}
-	return st.Ino
+	num, ok := strings.CutPrefix(target, "pid:[")
+	if !ok {
+		return 0
+	}
+	n, err := strconv.ParseUint(strings.TrimSuffix(num, "]"), 10, 64)
+	if err != nil {
+		return 0
+	}
+	return n
 }
 
 // removeStale removes what a pool that is gone left in dir: directories
