@@ -517,7 +517,7 @@ func (c *chaos) session(rng *rand.Rand) {
 
 // killTemplate SIGKILLs one live template, the pool's or a session's.
 func (c *chaos) killTemplate(rng *rand.Rand) {
-	pids := c.p.TemplatePIDs()
+	pids := c.p.templatePIDs()
 	c.p.coMu.Lock()
 	for co := range c.p.checkouts {
 		co.mu.Lock()

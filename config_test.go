@@ -370,7 +370,7 @@ func TestPandasTemplateHugePages(t *testing.T) {
 	}
 	p := newTestPool(t, Config{Workers: 1, Preload: []string{"pandas"}})
 	requireOK(t, run(t, p, Job{Code: "import pandas; print(pandas.DataFrame({'a': [1, 2]}).a.sum())"}))
-	pids := p.TemplatePIDs()
+	pids := p.templatePIDs()
 	require.Len(t, pids, 1)
 	hugeKB := func(pid int) int {
 		rollup, err := os.ReadFile(fmt.Sprintf("/proc/%d/smaps_rollup", pid))

@@ -314,7 +314,7 @@ func TestEnvironmentIsolated(t *testing.T) {
 
 	// The template itself was started with a clean environment, so nothing
 	// the job inherits holds the secret either.
-	for _, pid := range p.TemplatePIDs() {
+	for _, pid := range p.templatePIDs() {
 		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", pid))
 		require.NoError(t, err)
 		require.NotContains(t, string(b), "hunter2")
@@ -479,7 +479,7 @@ func TestTemplateKilled(t *testing.T) {
 	requireOK(t, run(t, p, Job{Code: "pass"}))
 
 	// Killed while idle: replaced before the next job.
-	pids := p.TemplatePIDs()
+	pids := p.templatePIDs()
 	require.Len(t, pids, 1)
 	require.NoError(t, syscall.Kill(pids[0], syscall.SIGKILL))
 	// The replacement starts at once, not when the next job arrives.
@@ -534,7 +534,7 @@ func TestPythonFromPath(t *testing.T) {
 func TestSandboxSetupFailsClosed(t *testing.T) {
 	p := newTestPool(t, Config{Workers: 1})
 	require.NoError(t, os.Mkdir(filepath.Join(p.cfg.Dir, "out"), 0o755))
-	pid := p.TemplatePIDs()[0]
+	pid := p.templatePIDs()[0]
 	// A real kernel refusal: lower the template's hard address-space limit
 	// so that the spares it forks from now on cannot set a job's memory
 	// rlimit (raising a hard limit needs CAP_SYS_RESOURCE, which a spare has
@@ -652,7 +652,7 @@ func TestWedgedTemplateReplaced(t *testing.T) {
 	p := newTestPool(t, Config{Workers: 1})
 	p.spareTimeout = time.Second
 	// Replace the template so that its successor carries the short timeout.
-	old := p.TemplatePIDs()[0]
+	old := p.templatePIDs()[0]
 	require.NoError(t, syscall.Kill(old, syscall.SIGKILL))
 	pid := awaitNewTemplate(t, p, old)
 	// Stop it so that it forks no more (it is wedged), then use up the spare
@@ -663,7 +663,7 @@ func TestWedgedTemplateReplaced(t *testing.T) {
 	r := run(t, p, Job{Code: "print('served')"})
 	requireOK(t, r)
 	require.Equal(t, "served\n", r.Stdout)
-	require.NotContains(t, p.TemplatePIDs(), pid)
+	require.NotContains(t, p.templatePIDs(), pid)
 }
 
 // panicOnce is a slog handler whose first job record panics.
@@ -707,7 +707,7 @@ func TestSeccompLayers(t *testing.T) {
 		require.NoError(t, err)
 		return string(b)
 	}
-	pids := p.TemplatePIDs()
+	pids := p.templatePIDs()
 	require.Len(t, pids, 1)
 	tpl := status(pids[0])
 	if !strings.Contains(tpl, "Seccomp_filters:") {

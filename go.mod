@@ -5,6 +5,7 @@ go 1.26.8
 require (
 	github.com/pelletier/go-toml/v2 v2.4.3
 	github.com/stretchr/testify v1.12.1
+	golang.org/x/sync v0.24.0
 	golang.org/x/sys v0.50.0
 )
 

@@ -117,7 +117,7 @@ func awaitNewTemplate(t *testing.T, p *Pool, old int) int {
 	t.Helper()
 	var pid int
 	require.Eventually(t, func() bool {
-		pids := p.TemplatePIDs()
+		pids := p.templatePIDs()
 		if len(pids) == 1 && pids[0] != old {
 			pid = pids[0]
 			return true

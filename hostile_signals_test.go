@@ -19,7 +19,7 @@ func TestHostileSignals(t *testing.T) {
 	dir := p.cfg.Dir
 	shared := filepath.Join(dir, "shared")
 	require.NoError(t, os.Mkdir(shared, 0o755))
-	templates := p.TemplatePIDs()
+	templates := p.templatePIDs()
 	require.Len(t, templates, 2)
 	// A process unrelated to the pool, as a witness for the broadcast kills.
 	sentinel := exec.Command("sleep", "300")
@@ -63,7 +63,7 @@ print('victim survived')
 		time.Sleep(50 * time.Millisecond) // let a signal that was sent land
 		require.True(t, processAlive(victim), "the concurrent job was killed")
 		require.True(t, processAlive(sentinel.Process.Pid), "an unrelated process was killed")
-		require.Equal(t, templates, p.TemplatePIDs(), "a template died")
+		require.Equal(t, templates, p.templatePIDs(), "a template died")
 		for _, pid := range templates {
 			require.True(t, processAlive(pid), "template %d died", pid)
 		}
@@ -191,6 +191,6 @@ for name, target, sig in (("template SIGIO", tpl, 0), ("template group SIGIO", -
 	vr := <-victimDone
 	requireOK(t, vr)
 	require.Equal(t, "victim survived\n", vr.Stdout)
-	require.Equal(t, templates, p.TemplatePIDs())
+	require.Equal(t, templates, p.templatePIDs())
 	advServes(t, p)
 }

@@ -170,7 +170,7 @@ func TestLoadTemplatesKilledDuringForkStorm(t *testing.T) {
 				return
 			case <-time.After(time.Duration(15+rng.Intn(60)) * time.Millisecond):
 			}
-			for _, pid := range p.TemplatePIDs() {
+			for _, pid := range p.templatePIDs() {
 				if rng.Intn(2) == 0 && syscall.Kill(pid, syscall.SIGKILL) == nil {
 					kills.Add(1)
 				}
@@ -208,7 +208,7 @@ func TestLoadTemplatesKilledDuringForkStorm(t *testing.T) {
 	for i := 0; i < 4; i++ {
 		advServes(t, p)
 	}
-	pids := p.TemplatePIDs()
+	pids := p.templatePIDs()
 	require.Len(t, pids, 2)
 	for _, pid := range pids {
 		require.True(t, processAlive(pid))
