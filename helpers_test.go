@@ -27,6 +27,13 @@ func requireSandbox(t testing.TB) {
 	}
 }
 
+// Tests that call t.Parallel run together once the sequential ones have
+// finished, at most GOMAXPROCS at a time. A test stays sequential when it
+// counts the test process's descriptors, goroutines, children or zombies,
+// makes the test process a subreaper, kills or stops templates, sets the
+// environment, works on cgroups, or measures; anything else that starts
+// its own pool in its own directory may run in parallel.
+
 // longEnv names the environment variable that runs the long tests: the
 // load and endurance runs, the chaos smoke run and the README's blocks.
 // `go test ./...` skips them so that a developer's run stays short; CI

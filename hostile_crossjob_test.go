@@ -17,6 +17,7 @@ import (
 )
 
 func TestHostileCrossJob(t *testing.T) {
+	t.Parallel()
 	t.Run("another job's process", func(t *testing.T) {
 		p := newTestPool(t, Config{Workers: 2})
 		shared := filepath.Join(p.cfg.Dir, "shared")

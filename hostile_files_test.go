@@ -16,6 +16,7 @@ import (
 )
 
 func TestHostileFiles(t *testing.T) {
+	t.Parallel()
 	p := newTestPool(t, Config{Workers: 2})
 	dir := p.cfg.Dir
 	outside := t.TempDir() // not beneath the pool's directory, so never granted

@@ -12,6 +12,7 @@ import (
 )
 
 func TestHostileKernelSurface(t *testing.T) {
+	t.Parallel()
 	p := newTestPool(t, Config{Workers: 1})
 	dir := p.cfg.Dir
 	require.NoError(t, os.Mkdir(filepath.Join(dir, "out"), 0o755))

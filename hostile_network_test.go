@@ -139,6 +139,7 @@ attempt("reach", go)
 }
 
 func TestHostileNetwork(t *testing.T) {
+	t.Parallel()
 	p := newTestPool(t, Config{Workers: 2})
 	sockDir := filepath.Join(p.cfg.Dir, "sock")
 	require.NoError(t, os.Mkdir(sockDir, 0o755))

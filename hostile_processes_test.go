@@ -16,6 +16,7 @@ import (
 )
 
 func TestHostileProcesses(t *testing.T) {
+	t.Parallel()
 	p := newTestPool(t, Config{Workers: 2})
 	dir := p.cfg.Dir
 	marker := filepath.Join(dir, "out", "marker")

@@ -16,6 +16,7 @@ import (
 )
 
 func TestHostileResources(t *testing.T) {
+	t.Parallel()
 	p := newTestPool(t, Config{Workers: 1})
 	dir := p.cfg.Dir
 
