@@ -152,6 +152,7 @@ func TestHostileSessionStealsItsNextStep(t *testing.T) {
 }
 
 func TestHostileSessionCPUBetweenSteps(t *testing.T) {
+	t.Parallel()
 	p := newTestPool(t, Config{Workers: 1})
 	co := checkout(t, p, Job{Timeout: time.Second})
 	// A thread that would burn CPU between steps (ignoring SIGXCPU, so no

@@ -175,6 +175,7 @@ func TestBellHonestPatterns(t *testing.T) {
 // step is held to its own allowance below it is
 // internal/worker.TestSessionStepCPULimit.
 func TestHostileSessionCPULimit(t *testing.T) {
+	t.Parallel()
 	p := newTestPool(t, Config{Workers: 1})
 	co := checkout(t, p, Job{Timeout: 5 * time.Second})
 	probe := "import resource\n" +
