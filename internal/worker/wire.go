@@ -86,7 +86,10 @@ type Grant struct {
 	Access uint64
 }
 
-// ErrorInfo is the child's account of a Python exception.
+// ErrorInfo is the child's account of a Python exception, as its runner
+// reports it. It is not pynox.ErrorInfo: Errno and Filename are read only
+// for the pool's hint and never reach a result, and the hint is the
+// pool's, not the child's (result.go converts one into the other).
 type ErrorInfo struct {
 	Type     string  `json:"type"`
 	Message  string  `json:"message"`
