@@ -173,15 +173,12 @@
 // also runs in a control group of its own ([Config.Cgroups]; package
 // internal/cgroup): cgroup v2 when the pool's own cgroup is delegated to
 // it, else cgroup v1's pids and memory hierarchies. The pool creates them
-// only beneath its own cgroup (pynox-<pid>-ns<inode>-<random>/j<n>, the
-// inode naming its PID namespace), moves each
+// only beneath its own cgroup (pynox-<pid>-<random>/j<n>), moves each
 // spare into its cgroup when the spare reaches Go, before any job can
 // (no mkdir on a job's path); once the process has exited, its cgroup
 // serves a later spare if the process left nothing in it (no task, no
 // tmpfs or memfd pages), else it is removed. [Pool.Close] removes them
-// all; the next pool of the same PID namespace removes those of a pool
-// that was killed (a pid of another namespace says nothing about its
-// pool). The cgroup allows Limits.Threads tasks
+// all; the next pool removes those of a pool that was killed. The cgroup allows Limits.Threads tasks
 // (pids.max, default 64: a thread beyond fails with EAGAIN) and memory up
 // to the job's allowance plus the template's anonymous memory (what the
 // job can copy of the pages it shares with the template) plus 32 MiB for

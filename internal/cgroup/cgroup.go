@@ -19,14 +19,12 @@
 //
 // Each [Manager] (one per pool) creates one directory of its own beneath
 // the process's own cgroup in each hierarchy it uses, named
-// pynox-<pid>-ns<inode>-<random> (its pid and the inode of its PID
-// namespace), and each job's cgroup beneath that, named
+// pynox-<pid>-<random>, and each job's cgroup beneath that, named
 // j<n>. It never creates, writes or removes anything elsewhere, with one
 // exception in v2: the "no internal processes" rule forbids a cgroup that
 // holds processes from giving controllers to its children, so when the
 // process's own cgroup holds the pool's process and nothing else, the
-// pool moves itself into a leaf of its own beneath it
-// (pynox-<pid>-ns<inode>-self)
+// pool moves itself into a leaf of its own beneath it (pynox-<pid>-self)
 // and enables the pids and memory controllers in its own cgroup's
 // cgroup.subtree_control. That leaf stays until the process exits.
 //
@@ -39,17 +37,11 @@
 // cgroup with page cache still charged to it lingers in the kernel until
 // the pages are reclaimed, and the kernel allows 65,535 memory cgroups,
 // lingering ones included. [Manager.Close] waits for every release and
-// then removes every group and the pool's own directories. A pool that
-// died without closing leaves its directories behind: the next Manager
-// removes directories named pynox-<pid>-ns<inode>-… of its own PID
-// namespace whose pid is no longer a running process, children first,
-// with rmdir only (which the kernel refuses for a cgroup that still holds
-// a task or a child). A pid says nothing about a process of another PID
-// namespace (a pool that is PID 1 of a container's, say, beside pools of
-// the host in the same cgroup): the directories of pools of other
-// namespaces, and those named without one, are left alone, since the
-// empty job cgroups a live pool keeps for reuse would be removed from
-// under it and its jobs would fail closed.
+// then removes every group and the pool's own directories. A pool that died without closing leaves its directories
+// behind: the next Manager removes directories named pynox-<pid>-… whose
+// pid is no longer a running process, children first, with rmdir only
+// (which the kernel refuses for a cgroup that still holds a task or a
+// child), so nothing in use can be disturbed.
 package cgroup
 
 import (
@@ -329,7 +321,7 @@ func NewManager(mode string, tasks int) (*Manager, error) {
 func (m *Manager) setupV1(l Layout) error {
 	removeStale(l.Pids)
 	removeStale(l.Memory)
-	base, err := os.MkdirTemp(l.Pids, ownPrefix())
+	base, err := os.MkdirTemp(l.Pids, fmt.Sprintf("pynox-%d-", os.Getpid()))
 	if err != nil {
 		return fmt.Errorf("v1: create a cgroup beneath %s: %w", l.Pids, err)
 	}
@@ -364,7 +356,7 @@ func (m *Manager) setupV2(l Layout) error {
 			return fmt.Errorf("v2: enable pids and memory in %s: %w", l.Unified, err)
 		}
 	}
-	base, err := os.MkdirTemp(l.Unified, ownPrefix())
+	base, err := os.MkdirTemp(l.Unified, fmt.Sprintf("pynox-%d-", os.Getpid()))
 	if err != nil {
 		return fmt.Errorf("v2: create a cgroup beneath %s: %w", l.Unified, err)
 	}
@@ -404,7 +396,7 @@ func moveSelfToLeaf(own string) error {
 			return fmt.Errorf("v2: %s holds other processes than the pool (pid %s), so it cannot give controllers to children; delegate a cgroup to the pool alone", own, p)
 		}
 	}
-	leaf := filepath.Join(own, ownPrefix()+"self")
+	leaf := filepath.Join(own, fmt.Sprintf("pynox-%d-self", os.Getpid()))
 	if err := os.Mkdir(leaf, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
 		return fmt.Errorf("v2: %w", err)
 	}
@@ -415,37 +407,16 @@ func moveSelfToLeaf(own string) error {
 	return nil
 }
 
-// pidNS returns the inode number of the calling process's PID namespace,
-// or 0 when /proc cannot tell.
-func pidNS() uint64 {
-	var st unix.Stat_t
-	if err := unix.Stat("/proc/self/ns/pid", &st); err != nil {
-		return 0
-	}
-	return st.Ino
-}
-
-// ownPrefix is the name prefix of this process's directories:
-// pynox-<pid>-ns<inode>-.
-func ownPrefix() string {
-	return fmt.Sprintf("pynox-%d-ns%d-", os.Getpid(), pidNS())
-}
-
 // removeStale removes what a pool that is gone left in dir: directories
-// named pynox-<pid>-ns<inode>-… of this process's PID namespace whose pid
-// runs no process, and their children. Only rmdir is used, which the
-// kernel refuses for a cgroup that holds a task or a child.
+// named pynox-<pid>-… whose pid runs no process, and their children. Only
+// rmdir is used, which the kernel refuses for a cgroup in use.
 func removeStale(dir string) {
-	ns := pidNS()
-	if ns == 0 {
-		return // no pid can be judged
-	}
 	ents, err := os.ReadDir(dir)
 	if err != nil {
 		return
 	}
 	for _, e := range ents {
-		pid, ok := stalePid(e.Name(), ns)
+		pid, ok := stalePid(e.Name())
 		if !ok || !e.IsDir() {
 			continue
 		}
@@ -464,20 +435,14 @@ func removeStale(dir string) {
 	}
 }
 
-// stalePid parses "pynox-<pid>-ns<inode>-…", reporting the pid when the
-// inode is ns: a name of another PID namespace, or of none, is not this
-// process's to judge.
-func stalePid(name string, ns uint64) (int, bool) {
+// stalePid parses "pynox-<pid>-…".
+func stalePid(name string) (int, bool) {
 	rest, ok := strings.CutPrefix(name, "pynox-")
 	if !ok {
 		return 0, false
 	}
-	num, rest, ok := strings.Cut(rest, "-")
+	num, _, ok := strings.Cut(rest, "-")
 	if !ok {
-		return 0, false
-	}
-	ino, _, ok := strings.Cut(rest, "-")
-	if !ok || ino != "ns"+strconv.FormatUint(ns, 10) {
 		return 0, false
 	}
 	pid, err := strconv.Atoi(num)
