@@ -483,11 +483,7 @@ type Group struct {
 	memDir  string
 	memory  int64 // the memory limit written last
 	oomBase int   // the OOM-kill count when the current process joined
-	// released is set by the holder's first Release and cleared by
-	// NewGroup when it hands the group to the next holder. (A sync.Once
-	// reset for reuse raced with the release still finishing it, whose
-	// late "done" could swallow the next holder's Release.)
-	released atomic.Bool
+	once    sync.Once
 }
 
 // ErrClosed is returned by NewGroup after Close.
@@ -521,9 +517,7 @@ func (m *Manager) NewGroup(memory int64) (*Group, error) {
 		if g == nil {
 			return m.create(memory)
 		}
-		// The last holder's release put it in m.free before m.mu was
-		// unlocked: it touches the group no more.
-		g.released.Store(false)
+		g.once = sync.Once{}
 		g.oomBase = g.OOMKills()
 		if err := g.SetMemory(memory); err != nil {
 			// What the last process left does not fit the new limit:
@@ -668,26 +662,25 @@ const releaseBackoff = 30 * time.Second
 // removed. It is safe to call more than once. [Manager.Close] waits for
 // every release.
 func (g *Group) Release() {
-	if !g.released.CompareAndSwap(false, true) {
-		return
-	}
-	if g.tryRelease() {
-		return
-	}
-	go func() {
-		pause := time.Millisecond
-		for waited := time.Duration(0); waited < releaseBackoff; waited += pause {
-			time.Sleep(pause)
-			if g.tryRelease() {
-				return
-			}
-			pause = min(2*pause, time.Second)
+	g.once.Do(func() {
+		if g.tryRelease() {
+			return
 		}
-		g.m.mu.Lock()
-		g.m.leaked = append(g.m.leaked, g.dirs...)
-		g.m.mu.Unlock()
-		g.m.pending.Done()
-	}()
+		go func() {
+			pause := time.Millisecond
+			for waited := time.Duration(0); waited < releaseBackoff; waited += pause {
+				time.Sleep(pause)
+				if g.tryRelease() {
+					return
+				}
+				pause = min(2*pause, time.Second)
+			}
+			g.m.mu.Lock()
+			g.m.leaked = append(g.m.leaked, g.dirs...)
+			g.m.mu.Unlock()
+			g.m.pending.Done()
+		}()
+	})
 }
 
 // tryRelease releases the group if it holds no task, reporting whether it
