@@ -75,7 +75,9 @@ func pool(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "pynox pool: unexpected argument %q\n", fs.Arg(0))
 		return 2
 	}
-	var cfg pynox.Config
+	// The command confines its own process (and so every template and
+	// job) unless the configuration file says confine_self = false.
+	cfg := pynox.Config{ConfineSelf: true}
 	logMode := ""
 	if *configPath != "" {
 		f, err := pynox.LoadConfig(*configPath)
@@ -84,6 +86,7 @@ func pool(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 			return 1
 		}
 		cfg, logMode = f.Config, f.Log
+		cfg.ConfineSelf = f.ConfineSelf
 	}
 	// The command line overrides [pool].
 	set := map[string]bool{}
