@@ -39,6 +39,12 @@ type docPart struct {
 // the keys of the configuration file (LoadConfig's schema) and the
 // protocol's limits. A new field in any of them fails the test until the
 // document describes it.
+//
+// It and decodeRequest (in TestProtocolDocExamples) are the test's only
+// ties to the protocol's code: when the protocol moves to a package of its
+// own, they move with it, and of the names below only the request bounds
+// in limitValues that the root package keeps unexported (maxGrants,
+// maxCodeSize, maxScriptSize) need exporting or leaving out.
 func protocolDocParts() []docPart {
 	parts := []docPart{
 		{heading: "### Request fields", names: requestSchema.names(), exact: true},
