@@ -298,20 +298,45 @@ func TestProtocolDocParts(t *testing.T) {
 // TestProtocolDocExamples checks the document's JSON examples: every
 // complete line (one not shortened with "…") is a JSON object, and every
 // request among them (a line that is no event, result or answer) is one
-// the pool's decoder accepts.
+// the pool's decoder accepts — unless the line after it answers it with a
+// RequestError, which must then carry the decoder's own message when the
+// decoder is what refuses it.
 func TestProtocolDocExamples(t *testing.T) {
 	b, err := os.ReadFile(protocolDoc)
 	if err != nil {
 		t.Fatalf("the protocol reference: %v", err)
 	}
+	type pending struct {
+		line int
+		err  *Error
+	}
+	var prev *pending // the request on the line before, when refused by the decoder
+	flush := func() {
+		if prev != nil {
+			t.Errorf("%s:%d: the decoder refuses this request: %v", protocolDoc, prev.line, prev.err)
+		}
+		prev = nil
+	}
 	requests := 0
 	inJSON := false
 	for i, line := range strings.Split(string(b), "\n") {
-		switch {
-		case strings.HasPrefix(line, "```"):
+		if strings.HasPrefix(line, "```") {
+			flush()
 			inJSON = line == "```json"
 			continue
-		case !inJSON || strings.TrimSpace(line) == "" || strings.Contains(line, "…"):
+		}
+		if !inJSON || strings.TrimSpace(line) == "" {
+			continue
+		}
+		if prev != nil {
+			msg, _ := json.Marshal(prev.err.Message)
+			if !strings.Contains(line, `"RequestError"`) || !strings.Contains(line, string(msg[1:len(msg)-1])) {
+				t.Errorf("%s:%d: the answer to line %d is not the decoder's refusal %q", protocolDoc, i+1, prev.line, prev.err.Message)
+			}
+			prev = nil
+			continue
+		}
+		if strings.Contains(line, "…") {
 			continue
 		}
 		var m map[string]json.RawMessage
@@ -324,9 +349,10 @@ func TestProtocolDocExamples(t *testing.T) {
 		}
 		requests++
 		if _, rerr := decodeRequest([]byte(line)); rerr != nil {
-			t.Errorf("%s:%d: the decoder refuses this request: %v", protocolDoc, i+1, rerr)
+			prev = &pending{line: i + 1, err: rerr}
 		}
 	}
+	flush()
 	if requests == 0 {
 		t.Errorf("%s has no example request", protocolDoc)
 	}
