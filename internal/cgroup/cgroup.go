@@ -585,7 +585,10 @@ func (m *Manager) NewGroup(memory int64) (*Group, error) {
 		if g == nil {
 			return m.create(memory)
 		}
-		g.once = sync.Once{}
+		// A fresh Group for the same directories: the old one's Release
+		// may still be inside its sync.Once, which must not be reset
+		// under it.
+		g = &Group{m: g.m, dirs: g.dirs, memDir: g.memDir, memory: g.memory}
 		g.oomBase = g.OOMKills()
 		if err := g.SetMemory(memory); err != nil {
 			// What the last process left does not fit the new limit:
