@@ -154,6 +154,12 @@ R["mkdir /tmp"] = call(lambda: os.mkdir("/tmp/pynox-review-d"))
 R["listdir /proc/self/fd"] = call(lambda: os.listdir("/proc/self/fd"))
 print(json.dumps(R))`})
 	for k, v := range got {
+		if path := k[strings.IndexByte(k, ' ')+1:]; v == "ENOENT" && strings.HasPrefix(path, "/") {
+			// Landlock judges a path after looking it up.
+			_, err := os.Stat(path)
+			require.True(t, os.IsNotExist(err), "%s: the job saw ENOENT for a path that exists", k)
+			continue
+		}
 		require.Equal(t, "EACCES", v, "%s", k)
 	}
 	require.Len(t, got, 29)
@@ -396,4 +402,3 @@ func pyQuote(s string) string {
 	b, _ := json.Marshal(s)
 	return string(b)
 }
-
