@@ -402,3 +402,38 @@ func pyQuote(s string) string {
 	b, _ := json.Marshal(s)
 	return string(b)
 }
+
+// Finding 3. Write grants are refused when they cover the interpreter's
+// own paths (sys.prefix, sys.path, preloads, package dirs) or the pool's
+// files, but not the system paths every job reads and executes besides
+// them (worker.SystemPaths: shared libraries in /usr/lib, /lib and
+// /usr/local/lib, CA certificates, /etc/hosts, /etc/resolv.conf,
+// /etc/nsswitch.conf, /etc/ld.so.cache). Under a write ceiling that
+// covers one of them, a job rewrites what every later job — and every
+// program on the host — loads or trusts: a CA certificate to intercept
+// later jobs' TLS, /etc/hosts to redirect them, a shared library the next
+// template (root, before it confines itself) maps. With an interpreter
+// outside /usr (pyenv, the default python3 on PATH here), /usr/local/lib
+// and /usr/lib themselves are grantable. Fix: treat the resolved system
+// paths (and /etc/ld.so.preload) as protected like RuntimePaths in
+// plan.go.
+func TestHostileReviewSystemPathsWritable(t *testing.T) {
+	knownHole(t, "write grants may cover the system paths jobs load (CA certificates, /etc/hosts, shared libraries)")
+	var targets []string
+	for _, p := range []string{"/etc/ssl/certs", "/etc/hosts", "/etc/resolv.conf"} {
+		if _, err := os.Stat(p); err == nil {
+			targets = append(targets, p)
+		}
+	}
+	if len(targets) == 0 {
+		t.Skip("none of the probed system paths exists here")
+	}
+	p := newTestPool(t, Config{Workers: 1, Limits: Limits{AllowWrite: targets}})
+	for _, target := range targets {
+		// The job writes nothing: being granted is the hole.
+		r := run(t, p, Job{Code: "print('granted')", AllowWrite: []string{target}})
+		require.NotNil(t, r.Error, "allow_write %s was granted: %q", target, r.Stdout)
+		requireErrorType(t, r, "RequestError")
+		require.Contains(t, r.Error.Message, "read-only")
+	}
+}
