@@ -437,3 +437,43 @@ func TestHostileReviewSystemPathsWritable(t *testing.T) {
 		require.Contains(t, r.Error.Message, "read-only")
 	}
 }
+
+// Corpus: a session stopped between steps cannot wake itself with a POSIX
+// timer that sends it SIGCONT (a signal the kernel generates for it, so
+// no Landlock scope is involved): its spinning thread burns no CPU while
+// the session is idle.
+func TestHostileReviewSessionTimerSIGCONT(t *testing.T) {
+	p := newTestPool(t, Config{Workers: 1})
+	co := checkout(t, p, Job{Timeout: time.Second})
+	requireOK(t, feed(t, co, `import ctypes, signal, threading
+signal.signal(signal.SIGXCPU, signal.SIG_IGN)
+libc = ctypes.CDLL(None, use_errno=True)
+class sigevent(ctypes.Structure):
+    _fields_ = [("value", ctypes.c_void_p), ("signo", ctypes.c_int), ("notify", ctypes.c_int), ("pad", ctypes.c_byte * 48)]
+class timespec(ctypes.Structure):
+    _fields_ = [("sec", ctypes.c_long), ("nsec", ctypes.c_long)]
+class itimerspec(ctypes.Structure):
+    _fields_ = [("interval", timespec), ("value", timespec)]
+ev = sigevent(None, signal.SIGCONT, 0)  # SIGEV_SIGNAL
+tid = ctypes.c_void_p()
+assert libc.timer_create(1, ctypes.byref(ev), ctypes.byref(tid)) == 0, ctypes.get_errno()  # CLOCK_MONOTONIC
+its = itimerspec(timespec(0, 5000000), timespec(0, 5000000))  # every 5 ms
+assert libc.timer_settime(tid, 0, ctypes.byref(its), None) == 0, ctypes.get_errno()
+n = 0
+def spin():
+    global n
+    while True:
+        n += 1
+threading.Thread(target=spin, daemon=True).start()`))
+	pid := co.Pid()
+	require.Eventually(t, func() bool { s, _ := procStateCPU(t, pid); return s == "T" }, 5*time.Second, 5*time.Millisecond,
+		"stopped between steps")
+	_, cpu0 := procStateCPU(t, pid)
+	time.Sleep(time.Second)
+	state, cpu1 := procStateCPU(t, pid)
+	require.Equal(t, "T", state, "still stopped")
+	require.LessOrEqual(t, cpu1-cpu0, uint64(2), "clock ticks of CPU used while stopped")
+	r := feed(t, co, "print(n > 0)")
+	requireOK(t, r)
+	advServes(t, p)
+}
