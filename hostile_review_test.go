@@ -477,3 +477,32 @@ threading.Thread(target=spin, daemon=True).start()`))
 	requireOK(t, r)
 	advServes(t, p)
 }
+
+// Finding 4. max_file_size (RLIMIT_FSIZE) is meant to bound each file a
+// job writes, but fallocate with FALLOC_FL_KEEP_SIZE allocates disk blocks
+// beyond the end of the file without growing it, and the kernel checks
+// RLIMIT_FSIZE only against the size: one call reserves any amount of the
+// grant's file system (here 64 MiB under "max_file_size": "1m"), at once
+// and with no write bandwidth, in a file that lists as 0 bytes. (The
+// known limit that many files can fill a disk still needs the writes.)
+// Fix: filter fallocate's mode in seccomp — allow 0 (posix_fallocate,
+// which RLIMIT_FSIZE does bound) and FALLOC_FL_PUNCH_HOLE|KEEP_SIZE
+// (which frees blocks), deny KEEP_SIZE otherwise, ZERO_RANGE|KEEP_SIZE
+// and the rest.
+func TestHostileReviewFallocateKeepSize(t *testing.T) {
+	knownHole(t, "fallocate(FALLOC_FL_KEEP_SIZE) allocates disk beyond max_file_size in a file that stays 0 bytes long")
+	p := newTestPool(t, Config{Workers: 1, Limits: Limits{MaxFileSize: 1 << 20}})
+	out := filepath.Join(p.cfg.Dir, "out")
+	require.NoError(t, os.Mkdir(out, 0o755))
+	got := reviewProbe(t, p, Job{AllowWrite: []string{"out"}, MaxFileSize: 1 << 20, Code: reviewPrelude + `fd = os.open("out/big", os.O_CREAT | os.O_RDWR)
+R["posix_fallocate 64m"] = call(lambda: os.posix_fallocate(fd, 0, 64 << 20))
+R["fallocate KEEP_SIZE 64m"] = sc(285, fd, 1, 0, 64 << 20)
+R["fallocate ZERO_RANGE|KEEP_SIZE 64m"] = sc(285, fd, 0x11, 0, 64 << 20)
+print(json.dumps(R))`})
+	t.Logf("%v", got)
+	require.Equal(t, "EFBIG", got["posix_fallocate 64m"])
+	var st unix.Stat_t
+	require.NoError(t, unix.Stat(filepath.Join(out, "big"), &st))
+	t.Logf("size %d, allocated %d bytes", st.Size, st.Blocks*512)
+	require.LessOrEqual(t, st.Blocks*512, int64(2<<20), "a file of %d bytes holds %d bytes of disk under max_file_size 1 MiB", st.Size, st.Blocks*512)
+}
