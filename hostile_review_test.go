@@ -1,14 +1,17 @@
 package pynox
 
 import (
+	"context"
 	"encoding/json"
 	"os"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
 )
@@ -113,16 +116,19 @@ R["own process clock"] = call(lambda: time.clock_gettime(time.CLOCK_PROCESS_CPUT
 R["own clock by pid 0"] = call(lambda: time.clock_gettime(((~0) << 3) | 2))
 R["template cpu clock"] = call(lambda: time.clock_gettime(((~other) << 3) | 2))
 R["template clock_getres"] = call(lambda: time.clock_getres(((~other) << 3) | 2))
+tid = ctypes.c_void_p()
+R["timer on template cpu clock"] = "ok" if _libc.timer_create(ctypes.c_int(((~other) << 3) | 2), None, ctypes.byref(tid)) == 0 else errno.errorcode.get(ctypes.get_errno(), "?")
 R["getsid template"] = call(lambda: os.getsid(other))
 R["getpgid template"] = call(lambda: os.getpgid(other))
 print(json.dumps(R))`})
 	t.Logf("%v", got)
 	require.Equal(t, "ok", got["own process clock"])
 	require.Equal(t, "ok", got["own clock by pid 0"])
-	for _, k := range []string{"template cpu clock", "template clock_getres", "getsid template", "getpgid template"} {
-		require.NotEqual(t, "ok", got[k], "%s: a job learnt something about another process", k)
+	for _, k := range []string{"template cpu clock", "template clock_getres", "timer on template cpu clock", "getsid template", "getpgid template"} {
+		assert.NotEqual(t, "ok", got[k], "%s: a job learnt something about another process", k)
 	}
 	advServes(t, p)
+
 }
 
 // Corpus: writes (and reads) under /proc/self and other pseudo file
@@ -505,4 +511,38 @@ print(json.dumps(R))`})
 	require.NoError(t, unix.Stat(filepath.Join(out, "big"), &st))
 	t.Logf("size %d, allocated %d bytes", st.Size, st.Blocks*512)
 	require.LessOrEqual(t, st.Blocks*512, int64(2<<20), "a file of %d bytes holds %d bytes of disk under max_file_size 1 MiB", st.Size, st.Blocks*512)
+}
+
+// Corpus: each worker has a template (and PID namespace) of its own, so a
+// job sees no other job's process, even one running at the same time:
+// scanning the namespace's pids for CPU clocks finds none but its own,
+// its template's and its template's spare's, which have run no job.
+func TestHostileReviewConcurrentJobInvisible(t *testing.T) {
+	p := newTestPool(t, Config{Workers: 2})
+	victim := make(chan *Result, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		r, _ := p.Run(ctx, Job{Code: "import time\nend = time.time() + 2\nwhile time.time() < end:\n    pass", Timeout: 20 * time.Second})
+		victim <- r
+	}()
+	time.Sleep(time.Second)
+	spy := reviewProbe(t, p, Job{Code: reviewPrelude + `import time
+best = 0.0
+for pid in range(2, 1000):
+    if pid in (os.getpid(), os.getppid()):
+        continue
+    try:
+        best = max(best, time.clock_gettime(((~pid) << 3) | 2))
+    except OSError:
+        pass
+R["most CPU seconds of another job"] = "%.2f" % best
+print(json.dumps(R))`})
+	<-victim
+	t.Logf("%v", spy)
+	// The victim spins for 2 s; a spare that has served no job has used
+	// a few milliseconds.
+	secs, err := strconv.ParseFloat(spy["most CPU seconds of another job"], 64)
+	require.NoError(t, err)
+	require.Less(t, secs, 0.5, "a job read the CPU time of another job")
 }
