@@ -580,3 +580,28 @@ func TestHostileReviewSpoofedErrorKind(t *testing.T) {
 		assert.NotEqual(t, line["id"], r.Error.Type, "the job's exception class took the name of a pool verdict")
 	}
 }
+
+// Finding 6. A host call's arguments are checked for what every client
+// can decode (UTF-8, depth, number length) but not for repeated keys: a
+// job forges a call whose kwargs name "path" twice. Python's json (the
+// pynox client) and encoding/json keep the last value, other parsers the
+// first, so a host that vets the arguments with one parser and acts with
+// another is bypassed — the key-folding hole closed for request lines, on
+// the call path. Fix: checkCallJSON refuses an object that repeats a key
+// (the scanner of strictjson.go already finds them).
+func TestHostileReviewCallDuplicateKeys(t *testing.T) {
+	knownHole(t, "a host call's kwargs may repeat a key; parsers disagree on which value counts")
+	p := newTestPool(t, Config{Workers: 1})
+	var seen []string
+	host := func(ctx context.Context, c *Call) (any, error) {
+		seen = append(seen, string(c.Kwargs))
+		return "ok", nil
+	}
+	r := run(t, p, Job{Functions: []string{"f"}, Host: host, Timeout: 10 * time.Second, Code: forgeSend +
+		`send('{"t":"call","step":1,"function":"f","args":[],"kwargs":{"path":"report.txt","path":"/etc/shadow"}}')
+import time
+time.sleep(1)`})
+	t.Logf("%+v; the host saw %q", r.Error, seen)
+	require.Empty(t, seen, "a call whose kwargs repeat a key reached the host")
+	advServes(t, p)
+}
