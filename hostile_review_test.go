@@ -605,3 +605,31 @@ time.sleep(1)`})
 	require.Empty(t, seen, "a call whose kwargs repeat a key reached the host")
 	advServes(t, p)
 }
+
+// Finding 7. An empty path in the ceiling is taken for the pool's
+// directory: `pynox pool --allow-write=$WORK` with WORK unset, or
+// allow_write = [""] in a file, makes the whole working directory (or
+// the config file's directory) the write ceiling instead of failing. The
+// pool's own executable and config stay protected, but everything else
+// there — the operator's code, a virtualenv, data — becomes grantable
+// for writing. Fix: refuse an empty path in every ceiling and grant list
+// (flag, file and Config), naming the field.
+func TestHostileReviewEmptyCeilingPath(t *testing.T) {
+	knownHole(t, "an empty allow_write entry (e.g. --allow-write=$UNSET) silently becomes the working directory")
+	requireSandbox(t)
+	for _, field := range []string{"allow_write", "allow_read"} {
+		l := Limits{}
+		if field == "allow_write" {
+			l.AllowWrite = []string{""}
+		} else {
+			l.AllowRead = []string{""}
+		}
+		p, err := New(Config{Dir: t.TempDir(), Python: testPython(), Limits: l})
+		if p != nil {
+			t.Logf("%s [\"\"] became %v / %v", field, p.cfg.Limits.AllowWrite, p.cfg.Limits.AllowRead)
+			p.Close()
+		}
+		require.Error(t, err, "%s with an empty path was accepted", field)
+		require.Contains(t, err.Error(), field)
+	}
+}
