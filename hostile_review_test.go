@@ -633,3 +633,70 @@ func TestHostileReviewEmptyCeilingPath(t *testing.T) {
 		require.Contains(t, err.Error(), field)
 	}
 }
+
+// sigQueued returns the caller's user's count of queued signals and its
+// limit (SigQ in /proc/self/status): the count is shared by every process
+// of the uid, whatever its namespace or cgroup.
+func sigQueued(t *testing.T) (n, limit int) {
+	t.Helper()
+	b, err := os.ReadFile("/proc/self/status")
+	require.NoError(t, err)
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, "SigQ:"); ok {
+			a, c, _ := strings.Cut(strings.TrimSpace(v), "/")
+			n, _ = strconv.Atoi(a)
+			limit, _ = strconv.Atoi(c)
+			return n, limit
+		}
+	}
+	t.Fatal("no SigQ in /proc/self/status")
+	return 0, 0
+}
+
+// Finding 8. The count of queued signals (RLIMIT_SIGPENDING's) is kept
+// per user, across the whole machine, and kill() of a signal the caller
+// blocks queues one entry per real-time signal without any limit check
+// (SI_USER overrides it) yet adds to that count. A job that blocks
+// SIGRTMIN and kills itself 200,000 times — allowed: kill within its own
+// Landlock domain — pushes the pool's uid to its limit: while the job (or
+// a session, stopped between steps for up to session_idle) lives, every
+// process of that uid on the host — root's, by default — fails
+// timer_create (EAGAIN; coreutils timeout, the Go CPU profiler), sigqueue
+// and real-time tgkill (glibc's set*id broadcast), and so does every
+// other job. Seen here: the host's `SigQ: 96365/96365` and timer_create
+// EAGAIN for 6 s. This probe queues 20,000 (well under the limit) and
+// checks the count a job can add. Fix: deny kill and tgkill of real-time
+// signals (signal ≥ 32, low 32 bits) in seccomp, and set the job's
+// RLIMIT_SIGPENDING low (it bounds timer_create and tgkill, which check
+// the per-user count against the caller's limit); a uid per job would
+// separate the counts.
+func TestHostileReviewQueuedSignals(t *testing.T) {
+	knownHole(t, "a job inflates its uid's machine-wide count of queued signals without bound, failing timer_create for every process of the uid")
+	p := newTestPool(t, Config{Workers: 1})
+	base, limit := sigQueued(t)
+	done := make(chan *Result, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		r, _ := p.Run(ctx, Job{Timeout: 30 * time.Second, Code: `import os, signal, time
+signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGRTMIN])
+for i in range(20000):
+    os.kill(os.getpid(), signal.SIGRTMIN)
+print("queued", flush=True)
+time.sleep(2)`})
+		done <- r
+	}()
+	peak := base
+	var r *Result
+	for r == nil {
+		select {
+		case r = <-done:
+		case <-time.After(5 * time.Millisecond):
+			n, _ := sigQueued(t)
+			peak = max(peak, n)
+		}
+	}
+	t.Logf("the uid's queued signals: %d before, %d at most while the job ran (limit %d); job: %+v %q", base, peak, limit, r.Error, r.Stdout)
+	require.Less(t, peak-base, 1024, "one job queued %d signals on the uid's machine-wide count", peak-base)
+	advServes(t, p)
+}
