@@ -16,10 +16,30 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// Probes from an outside review (security round 2): the findings first,
-// each a test that fails on the code it was written against and is
-// skipped as a known hole until fixed, then attacks that are correctly
-// blocked, kept as corpus entries.
+// Probes from an outside review (security round 2). Each finding is a
+// test that fails on the code it was written against and is skipped as a
+// known hole until fixed (PYNOX_UNSKIP_HOLES=1 runs them); the other
+// tests are attacks that are correctly blocked, kept as corpus entries.
+// The findings, most severe first:
+//
+//   - TestHostileReviewQueuedSignals (8): a job exhausts its uid's
+//     machine-wide count of queued signals; timer_create fails host-wide.
+//   - internal/cgroup TestHostileReviewStaleAcrossPIDNamespaces: a pool in
+//     another PID namespace removes a live pool's idle cgroups.
+//   - TestHostileReviewSystemPathsWritable (3): write grants may cover CA
+//     certificates, /etc/hosts, shared libraries.
+//   - TestHostileReviewFallocateKeepSize (4): fallocate(KEEP_SIZE) passes
+//     max_file_size.
+//   - TestHostileReviewLockOnReadOnlyFile (1): locks on read-only files,
+//     held by an idle session.
+//   - TestHostileReviewSpoofedErrorKind (5): a job's exception named like
+//     a pool verdict.
+//   - TestHostileReviewCallDuplicateKeys (6): host-call kwargs repeating a
+//     key.
+//   - TestHostileReviewEmptyCeilingPath (7): an empty ceiling path becomes
+//     the working directory.
+//   - TestHostileReviewOtherProcessCPUClock (2): CPU clocks and session ids
+//     of the template and spare.
 
 // knownHole skips a test that demonstrates an open finding, unless
 // PYNOX_UNSKIP_HOLES=1 is set (to see it fail, or once it is fixed).
