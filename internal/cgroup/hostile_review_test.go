@@ -21,17 +21,13 @@ import (
 // directory. The live pool's next job then fails closed with
 // SandboxSetupError ("cgroup: mkdir /sys/fs/cgroup/pids/pynox-…/j1: no
 // such file or directory" — seen during this review while other pools'
-// tests ran on the same machine). Fix: do not clean up from inside a
-// non-initial PID namespace (NSpid in /proc/self/status has more than one
-// entry), and recreate a reused group that has vanished rather than fail.
+// tests ran on the same machine). Fixed: a pool is live while it holds a
+// flock on its directories (see removeStale), whatever its pid means here.
 func TestHostileReviewStaleAcrossPIDNamespaces(t *testing.T) {
 	if dir := os.Getenv("PYNOX_REVIEW_STALE_DIR"); dir != "" {
 		// The helper: a pool starting in a PID namespace of its own.
 		removeStale(dir)
 		return
-	}
-	if os.Getenv("PYNOX_UNSKIP_HOLES") != "1" {
-		t.Skip("known hole: a pool in another PID namespace removes a live pool's idle cgroups")
 	}
 	if os.Geteuid() != 0 {
 		t.Skip("a PID namespace needs root here")
@@ -41,6 +37,9 @@ func TestHostileReviewStaleAcrossPIDNamespaces(t *testing.T) {
 	dir := t.TempDir()
 	live := filepath.Join(dir, fmt.Sprintf("pynox-%d-123", os.Getpid()))
 	require.NoError(t, os.MkdirAll(filepath.Join(live, "j1"), 0o700))
+	fd, err := lockDir(live) // as the live pool holds it
+	require.NoError(t, err)
+	defer syscall.Close(fd)
 
 	cmd := exec.Command(os.Args[0], "-test.run=^TestHostileReviewStaleAcrossPIDNamespaces$", "-test.count=1")
 	cmd.Env = append(os.Environ(), "PYNOX_REVIEW_STALE_DIR="+dir)
