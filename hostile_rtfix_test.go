@@ -1,0 +1,69 @@
+package pynox
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// The second review's signal, clock and fallocate fixes, seen from a job:
+// RLIMIT_SIGPENDING bounds the POSIX timers a job holds (each takes a
+// queued-signal entry of the uid's machine-wide count), and what CPython
+// itself does with signals, clocks and sessions keeps working under the
+// narrower filter.
+func TestHostileRTFixJobKeepsWorking(t *testing.T) {
+	p := newTestPool(t, Config{Workers: 1})
+	got := reviewProbe(t, p, Job{Code: reviewPrelude + `import faulthandler, resource, signal, threading, time
+R["sigpending limit"] = "%d/%d" % resource.getrlimit(resource.RLIMIT_SIGPENDING)
+try:
+    resource.setrlimit(resource.RLIMIT_SIGPENDING, (1 << 20, 1 << 20))
+    R["raise limit"] = "ok"
+except (ValueError, OSError) as e:
+    R["raise limit"] = "refused"
+# Each POSIX timer preallocates a queued signal; past the limit, EAGAIN.
+tid = ctypes.c_void_p()
+n = 0
+while n < 1000 and _libc.timer_create(1, None, ctypes.byref(tid)) == 0:
+    n += 1
+R["timers"] = str(n)
+R["timer errno"] = errno.errorcode.get(ctypes.get_errno(), "?")
+R["process_time"] = call(time.process_time)
+R["thread_time"] = call(time.thread_time)
+R["own thread clock"] = call(lambda: time.clock_gettime(time.pthread_getcpuclockid(threading.get_ident())))
+R["monotonic"] = call(time.monotonic)
+R["sleep"] = call(lambda: time.sleep(0.01))
+R["getsid 0"] = call(lambda: os.getsid(0))
+R["getpgid 0"] = call(lambda: os.getpgid(0))
+R["getpgrp"] = call(os.getpgrp)
+R["kill self 0"] = call(lambda: os.kill(os.getpid(), 0))
+got = []
+signal.signal(signal.SIGUSR1, lambda *a: got.append(1))
+R["kill self SIGUSR1"] = call(lambda: os.kill(os.getpid(), signal.SIGUSR1))
+R["handler ran"] = str(bool(got))
+R["pthread_kill SIGUSR1"] = call(lambda: signal.pthread_kill(threading.get_ident(), signal.SIGUSR1))
+R["kill self SIGRTMIN"] = call(lambda: os.kill(os.getpid(), signal.SIGRTMIN))
+R["pthread_kill SIGRTMAX"] = call(lambda: signal.pthread_kill(threading.get_ident(), signal.SIGRTMAX))
+signal.setitimer(signal.ITIMER_REAL, 0.01)
+signal.signal(signal.SIGALRM, lambda *a: got.append(2))
+time.sleep(0.1)
+R["itimer fired"] = str(2 in got)
+faulthandler.dump_traceback_later(30)
+faulthandler.cancel_dump_traceback_later()
+t = threading.Thread(target=lambda: time.sleep(0.01)); t.start(); t.join()
+R["thread"] = "ok"
+print(json.dumps(R))`})
+	t.Logf("%v", got)
+	require.Equal(t, "64/64", got["sigpending limit"])
+	require.Equal(t, "refused", got["raise limit"], "a job raised its RLIMIT_SIGPENDING")
+	require.Equal(t, "EAGAIN", got["timer errno"], "timer_create past RLIMIT_SIGPENDING")
+	require.LessOrEqual(t, len(got["timers"]), 2, "at most 64 timers: %s", got["timers"])
+	for _, k := range []string{"process_time", "thread_time", "own thread clock", "monotonic", "sleep", "getsid 0",
+		"getpgid 0", "getpgrp", "kill self 0", "kill self SIGUSR1", "pthread_kill SIGUSR1", "thread"} {
+		require.Equal(t, "ok", got[k], k)
+	}
+	require.Equal(t, "True", got["handler ran"])
+	require.Equal(t, "True", got["itimer fired"])
+	require.Equal(t, "EPERM", got["kill self SIGRTMIN"])
+	require.Equal(t, "EPERM", got["pthread_kill SIGRTMAX"])
+	advServes(t, p)
+}
