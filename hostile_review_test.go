@@ -608,7 +608,6 @@ func TestHostileReviewSpoofedErrorKind(t *testing.T) {
 // the call path. Fix: checkCallJSON refuses an object that repeats a key
 // (the scanner of strictjson.go already finds them).
 func TestHostileReviewCallDuplicateKeys(t *testing.T) {
-	knownHole(t, "a host call's kwargs may repeat a key; parsers disagree on which value counts")
 	p := newTestPool(t, Config{Workers: 1})
 	var seen []string
 	host := func(ctx context.Context, c *Call) (any, error) {
