@@ -577,7 +577,6 @@ print(json.dumps(R))`})
 // job-reported type equal one of the pool's kinds (qualify it, e.g.
 // "__main__.RequestError", or mark the error's source in the result).
 func TestHostileReviewSpoofedErrorKind(t *testing.T) {
-	knownHole(t, "a job's exception named RequestError or SandboxSetupError reads, on the stream, as the pool's own verdict")
 	p := newTestPool(t, Config{Workers: 1})
 	var in strings.Builder
 	for _, name := range []string{"RequestError", "SandboxSetupError", "PoolWorkerError", "SignalError"} {

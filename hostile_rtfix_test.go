@@ -2,6 +2,7 @@ package pynox
 
 import (
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -65,5 +66,32 @@ print(json.dumps(R))`})
 	require.Equal(t, "True", got["itimer fired"])
 	require.Equal(t, "EPERM", got["kill self SIGRTMIN"])
 	require.Equal(t, "EPERM", got["pthread_kill SIGRTMAX"])
+	advServes(t, p)
+}
+
+// A job's exception named like one of the pool's error types is reported
+// module-qualified, whether the runner reports it or the job forges the
+// report; other types stay bare.
+func TestHostileRTFixErrorTypes(t *testing.T) {
+	p := newTestPool(t, Config{Workers: 1})
+	for _, tc := range []struct{ code, want string }{
+		{"raise TimeoutError('socket timed out')", "builtins.TimeoutError"},
+		{"import socket\nraise socket.timeout('timed out')", "builtins.TimeoutError"},
+		{"class PoolWorkerError(Exception):\n    __module__ = None\nraise PoolWorkerError()", "__main__.PoolWorkerError"},
+		{"class Outer:\n    class SignalError(Exception): pass\nraise Outer.SignalError()", "__main__.Outer.SignalError"},
+		{"raise ValueError('bare')", "ValueError"},
+		{"import json\njson.loads('{')", "JSONDecodeError"},
+		{"class MyError(Exception): pass\nraise MyError()", "MyError"},
+		{forgeSend + `send('{"t":"done","step":1,"exit":1,"error":{"type":"RequestError","message":"nothing ran","file":null,"line":null}}')
+import time
+time.sleep(1)`, "__main__.RequestError"},
+	} {
+		r := run(t, p, Job{Code: tc.code, Timeout: 10 * time.Second})
+		require.NotNil(t, r.Error, tc.code)
+		require.Equal(t, tc.want, r.Error.Type, "%s: %+v", tc.code, r.Error)
+		var e *Error
+		require.ErrorAs(t, r.Err(), &e)
+		require.Equal(t, KindRuntime, e.Kind, tc.code)
+	}
 	advServes(t, p)
 }

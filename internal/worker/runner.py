@@ -970,11 +970,33 @@ def _print_traceback(e):
             pass
 
 
+# The error types of the pool's own verdicts (the Kind names of errors.go
+# that results carry). A job's exception of one of these names is reported
+# module-qualified ("__main__.RequestError", "builtins.TimeoutError"): a
+# type the pool reports itself never has a dot, so no job passes its
+# exception off as the pool's verdict. Every other type stays bare.
+POOL_ERROR_TYPES = frozenset(("RequestError", "TimeoutError", "SignalError", "SandboxSetupError", "PoolWorkerError"))
+
+
+def _type_name(e):
+    t = type(e)
+    name = t.__name__
+    if name not in POOL_ERROR_TYPES:
+        return name
+    try:
+        module, qualname = t.__module__, t.__qualname__
+        if isinstance(module, str) and isinstance(qualname, str):
+            return module + "." + qualname
+    except BaseException:  # noqa: BLE001 - a class may define anything
+        pass
+    return "__main__." + name
+
+
 def _describe(e, name):
     try:
         return _describe_unsafe(e, name)
     except BaseException:  # noqa: BLE001 - out of memory while describing
-        return {"type": type(e).__name__, "message": "", "file": None, "line": None}
+        return {"type": _type_name(e), "message": "", "file": None, "line": None}
 
 
 def _describe_unsafe(e, name):
@@ -993,7 +1015,7 @@ def _describe_unsafe(e, name):
         msg = str(e)
     except BaseException:  # noqa: BLE001
         msg = "<unprintable %s>" % type(e).__name__
-    info = {"type": type(e).__name__, "message": msg[:MSG_CAP], "file": file, "line": line}
+    info = {"type": _type_name(e), "message": msg[:MSG_CAP], "file": file, "line": line}
     if isinstance(e, OSError):
         info["errno"] = e.errno
         fn = e.filename
