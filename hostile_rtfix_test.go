@@ -1,6 +1,8 @@
 package pynox
 
 import (
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -94,4 +96,47 @@ time.sleep(1)`, "__main__.RequestError"},
 		require.Equal(t, KindRuntime, e.Kind, tc.code)
 	}
 	advServes(t, p)
+}
+
+// An empty path is refused in every ceiling and grant list, from a
+// configuration file, from Config (profiles and package directories too)
+// and in requests, naming the field.
+func TestHostileRTFixEmptyPaths(t *testing.T) {
+	dir := t.TempDir()
+	for _, tc := range []struct{ toml, field string }{
+		{"[pool.limits]\nallow_write = [\"\"]\n", "[pool.limits] allow_write"},
+		{"[pool.limits]\nallow_read = [\"data\", \"\"]\n", "[pool.limits] allow_read"},
+		{"[pool]\npackage_dirs = [\"\"]\n", "[pool] package_dirs"},
+		{"[profiles.etl]\nallow_write = [\"\"]\n", "[profiles.etl] allow_write"},
+	} {
+		path := filepath.Join(dir, "pool.toml")
+		require.NoError(t, os.WriteFile(path, []byte(tc.toml), 0o644))
+		_, err := LoadConfig(path)
+		require.Error(t, err, tc.toml)
+		require.Contains(t, err.Error(), tc.field)
+		require.Contains(t, err.Error(), "empty path")
+	}
+	requireSandbox(t)
+	for _, tc := range []struct {
+		cfg   Config
+		field string
+	}{
+		{Config{PackageDirs: []string{""}}, "package_dirs"},
+		{Config{Profiles: map[string]Profile{"etl": {AllowWrite: []string{""}}}}, `profile "etl": allow_write`},
+		{Config{Profiles: map[string]Profile{"etl": {AllowRead: []string{""}}}}, `profile "etl": allow_read`},
+	} {
+		tc.cfg.Dir, tc.cfg.Python = t.TempDir(), testPython()
+		p, err := New(tc.cfg)
+		if p != nil {
+			p.Close()
+		}
+		require.Error(t, err, tc.field)
+		require.Contains(t, err.Error(), tc.field)
+	}
+	p := newTestPool(t, Config{Workers: 1})
+	for _, j := range []Job{{Code: "pass", AllowRead: []string{""}}, {Code: "pass", PackageDirs: []string{""}}} {
+		r := run(t, p, j)
+		requireErrorType(t, r, "RequestError")
+		require.Contains(t, r.Error.Message, "empty path")
+	}
 }
