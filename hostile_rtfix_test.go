@@ -1,6 +1,7 @@
 package pynox
 
 import (
+	"context"
 	"os"
 	"path/filepath"
 	"testing"
@@ -139,4 +140,32 @@ func TestHostileRTFixEmptyPaths(t *testing.T) {
 		requireErrorType(t, r, "RequestError")
 		require.Contains(t, r.Error.Message, "empty path")
 	}
+}
+
+// Write grants may not cover the system paths jobs load, nor lie beneath
+// one, whether a request, a profile or a session step asks; the refusal
+// names the field. A profile that asks is refused when the pool starts.
+func TestHostileRTFixSystemPathGrants(t *testing.T) {
+	requireSandbox(t)
+	p := newTestPool(t, Config{Workers: 1, Limits: Limits{AllowWrite: []string{"/etc", "/usr"}}})
+	// (/etc covers /etc/ld.so.preload by name, whether it exists or not.)
+	for _, target := range []string{"/etc", "/etc/ld.so.preload", "/usr/lib", "/usr", "/usr/lib/locale"} {
+		if _, err := os.Lstat(target); err != nil {
+			continue // a grant must name an existing path
+		}
+		r := run(t, p, Job{Code: "print('granted')", AllowWrite: []string{target}})
+		requireErrorType(t, r, "RequestError")
+		require.Contains(t, r.Error.Message, "allow_write")
+		require.Contains(t, r.Error.Message, "read-only")
+	}
+	// A session asks the same way.
+	_, err := p.Checkout(context.Background(), Job{AllowWrite: []string{"/etc"}})
+	require.Error(t, err)
+	require.Contains(t, err.Error(), "read-only")
+
+	_, err = New(Config{Dir: t.TempDir(), Python: testPython(), Limits: Limits{AllowWrite: []string{"/etc"}},
+		Profiles: map[string]Profile{"net": {AllowWrite: []string{"/etc/ssl"}}}})
+	require.Error(t, err)
+	require.Contains(t, err.Error(), `profile "net": allow_write`)
+	require.Contains(t, err.Error(), "read-only")
 }
