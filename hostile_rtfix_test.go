@@ -34,6 +34,14 @@ R["timer errno"] = errno.errorcode.get(ctypes.get_errno(), "?")
 R["process_time"] = call(time.process_time)
 R["thread_time"] = call(time.thread_time)
 R["own thread clock"] = call(lambda: time.clock_gettime(time.pthread_getcpuclockid(threading.get_ident())))
+def cpuclock(pid):
+    cid = ctypes.c_int()
+    err = _libc.clock_getcpuclockid(pid, ctypes.byref(cid))  # returns the errno
+    if err:
+        raise OSError(err, os.strerror(err))
+    time.clock_gettime(cid.value)
+R["clock_getcpuclockid(0)"] = call(lambda: cpuclock(0))
+R["own pid's clock"] = call(lambda: cpuclock(os.getpid()))
 R["monotonic"] = call(time.monotonic)
 R["sleep"] = call(lambda: time.sleep(0.01))
 R["getsid 0"] = call(lambda: os.getsid(0))
@@ -68,6 +76,8 @@ print(json.dumps(R))`})
 	require.Equal(t, "True", got["handler ran"])
 	require.Equal(t, "True", got["itimer fired"])
 	require.Equal(t, "EPERM", got["kill self SIGRTMIN"])
+	require.Equal(t, "ok", got["clock_getcpuclockid(0)"])
+	require.Equal(t, "EPERM", got["own pid's clock"], "a documented limit: clocks named by pid fail, the job's own too")
 	require.Equal(t, "EPERM", got["pthread_kill SIGRTMAX"])
 	advServes(t, p)
 }
