@@ -35,7 +35,8 @@
 // renames, pipes; Landlock decides which paths), memory management
 // (memfd_create included: the memory it holds is bounded by the job's
 // cgroup where the pool has one), the process's own identity, limits,
-// signals, threads, timers and clocks, waiting (futex, poll, select,
+// signal handling, threads, timers (clock_gettime and timer_create are
+// filtered by clock, kill and tgkill by signal), waiting (futex, poll, select,
 // epoll, eventfd, signalfd), getrandom, the operations on sockets the job
 // already holds, and Landlock's own calls (which only restrict further).
 //
@@ -396,8 +397,9 @@ type Layers struct {
 	// Template is everything that the template process itself may live
 	// under: the architecture checks, the x32 ABI, the allow list, the
 	// argument filters (clone3, socket, socketpair, ioctl, fcntl, prctl,
-	// prlimit64, personality, the scheduling calls) and the default
-	// EPERM. It also allows what only the template and a spare's
+	// prlimit64, personality, the scheduling calls, kill and tgkill,
+	// fallocate, the clocks and timer_create, getsid and getpgid) and the
+	// default EPERM. It also allows what only the template and a spare's
 	// preparation need (clone without CLONE_THREAD, fork, pidfd_open,
 	// seccomp, prctl's PR_SET_PDEATHSIG and PR_SET_SECCOMP) and the
 	// network calls a job with the network needs.
