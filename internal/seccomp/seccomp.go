@@ -44,10 +44,12 @@
 //
 // Some calls are allowed only for some arguments. Where the kernel reads an
 // argument as a 32-bit int or unsigned int (ioctl's request, fcntl's
-// command, prctl's option, socket's and socketpair's domain and type)
-// only the low 32 bits are compared, exactly the bits the kernel acts on;
-// where it reads 64 bits (a pid of prlimit64, the selectors of the
-// scheduling calls) all 64 are.
+// command, prctl's option, socket's and socketpair's domain and type,
+// the signal of kill and tgkill, fallocate's mode, a clock id) only the
+// low 32 bits are compared, exactly the bits the kernel acts on; where it
+// reads 64 bits (a pid of prlimit64, the selectors of the scheduling
+// calls) all 64 are, and so are the pids of getsid and getpgid (the
+// stricter reading: a pid 0 with junk in the high half is refused).
 //
 //   - A system call made with a foreign audit architecture (for example i386
 //     compat calls on amd64 or AArch32 calls on arm64) kills the whole process
