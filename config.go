@@ -2,11 +2,13 @@ package pynox
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -149,6 +151,11 @@ type Limits struct {
 	Threads int
 }
 
+// errEmptyPath explains why an empty path in a ceiling, a profile or the
+// package directories is refused: it would stand for the working (or the
+// configuration file's) directory, most often by accident.
+var errEmptyPath = errors.New(`an empty path (an unset variable?) would stand for the working directory; name the directory, or leave the entry out`)
+
 // withDefaults returns c with every zero field replaced by its default and
 // every path made absolute; it checks what can be checked without starting
 // anything.
@@ -172,6 +179,27 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	c.Dir = dir
 	l := &c.Limits
+	// An empty path would resolve to the working directory: refuse it
+	// rather than widen a ceiling to wherever the pool was started.
+	for _, f := range []struct {
+		field string
+		paths []string
+	}{{"allow_read", l.AllowRead}, {"allow_write", l.AllowWrite}, {"package_dirs", c.PackageDirs}} {
+		if slices.Contains(f.paths, "") {
+			return c, fmt.Errorf("%s: %s", f.field, errEmptyPath)
+		}
+	}
+	for _, name := range c.ProfileNames() {
+		pr := c.Profiles[name]
+		for _, f := range []struct {
+			field string
+			paths []string
+		}{{"allow_read", pr.AllowRead}, {"allow_write", pr.AllowWrite}, {"package_dirs", pr.PackageDirs}} {
+			if slices.Contains(f.paths, "") {
+				return c, fmt.Errorf("profile %q: %s: %s", name, f.field, errEmptyPath)
+			}
+		}
+	}
 	if l.AllowRead == nil {
 		l.AllowRead = []string{c.Dir}
 	}

@@ -105,6 +105,33 @@ func LoadConfig(path string) (*File, error) {
 		return nil, err
 	}
 	dir := filepath.Dir(real)
+	// An empty path would resolve to the file's directory: refuse it (an
+	// unset variable in a generated file, more likely than a wish).
+	lists := []struct {
+		field string
+		paths []string
+	}{
+		{"[pool] package_dirs", s.Pool.PackageDirs},
+		{"[pool.limits] allow_read", s.Pool.Limits.AllowRead},
+		{"[pool.limits] allow_write", s.Pool.Limits.AllowWrite},
+	}
+	for _, name := range slices.Sorted(maps.Keys(s.Profiles)) {
+		ps := s.Profiles[name]
+		for _, l := range []struct {
+			key   string
+			paths []string
+		}{{"allow_read", ps.AllowRead}, {"allow_write", ps.AllowWrite}, {"package_dirs", ps.PackageDirs}} {
+			lists = append(lists, struct {
+				field string
+				paths []string
+			}{fmt.Sprintf("[profiles.%s] %s", name, l.key), l.paths})
+		}
+	}
+	for _, l := range lists {
+		if slices.Contains(l.paths, "") {
+			return nil, fmt.Errorf("config %s: %s: %s", real, l.field, errEmptyPath)
+		}
+	}
 	resolve := func(paths []string) []string {
 		if paths == nil {
 			return nil

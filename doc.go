@@ -240,7 +240,9 @@
 // its Type is the Python exception class, or RequestError (refused before
 // anything ran), TimeoutError, SignalError (killed by a signal such as
 // SIGSEGV; the message names it), SandboxSetupError or PoolWorkerError
-// (the template died, or the job broke its control protocol).
+// (the template died, or the job broke its control protocol). A job's
+// exception class named like one of those is reported module-qualified
+// ("builtins.TimeoutError", "__main__.RequestError").
 // [Result.Err] turns it into an [*Error] for errors.Is against [ErrTimeout]
 // and the other sentinels. Inline code is named [DefaultName] ("<code>") in
 // tracebacks unless the request names it.

@@ -2,6 +2,7 @@ package pynox
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -151,6 +152,9 @@ func (p *Pool) plan(req *Job, session bool) (pl *plan, rerr *Error) {
 			field = "profile " + strconv.Quote(req.Profile) + " allow_write"
 		}
 		if err := coversOwn(field, real, pl.fds[len(pl.fds)-1], p.own); err != nil {
+			return nil, err
+		}
+		if err := coversSystem(field, real, p.system); err != nil {
 			return nil, err
 		}
 		for _, r := range protected {
@@ -426,11 +430,45 @@ func coversOwn(field, real string, fd int, own []ownFile) *Error {
 	return nil
 }
 
+// protectedSystemPaths returns the system paths that every template and
+// job loads or trusts — worker.SystemPaths (shared libraries, time zones,
+// CA certificates, /etc/hosts and the other name-service files) and
+// /etc/ld.so.preload, which the dynamic loader reads for every program
+// even when it does not exist yet — each by its name and, where it is a
+// symbolic link, by its target too. A job that could write one could
+// change what later jobs trust (certificates, name resolution) or run
+// code in the next template, which maps the libraries before it confines
+// itself.
+func protectedSystemPaths() []string {
+	var out []string
+	for _, p := range append(worker.SystemPaths(), "/etc/ld.so.preload") {
+		p = filepath.Clean(p)
+		out = append(out, p)
+		if r, err := filepath.EvalSymlinks(p); err == nil && r != p {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// coversSystem returns the refusal of a write grant (real) that covers one
+// of the system paths, or lies beneath one; field names the grant's
+// origin.
+func coversSystem(field, real string, system []string) *Error {
+	for _, r := range system {
+		if beneath(r, real) || beneath(real, r) {
+			return requestErrorf("%s: %s would cover %s, a system path every job loads (libraries, certificates, "+
+				"name-service files), which must stay read-only; grant a directory of your own", field, real, r)
+		}
+	}
+	return nil
+}
+
 // checkProfileGrants refuses, when the pool starts, a profile whose write
-// grants would cover one of the pool's own files (requests naming such a
-// profile would be refused anyway). Paths that do not exist yet are judged
-// by name.
-func checkProfileGrants(c Config, own []ownFile) error {
+// grants would cover one of the pool's own files or one of the system
+// paths (requests naming such a profile would be refused anyway). Paths
+// that do not exist yet are judged by name.
+func checkProfileGrants(c Config, own []ownFile, system []string) error {
 	for _, name := range c.ProfileNames() {
 		for _, w := range c.Profiles[name].AllowWrite {
 			p := w
@@ -446,6 +484,9 @@ func checkProfileGrants(c Config, own []ownFile) error {
 					return fmt.Errorf("profile %q: allow_write %s would cover %s, %s: a job could replace what the operator runs next, with the pool's rights",
 						name, w, o.path, o.what)
 				}
+			}
+			if err := coversSystem(fmt.Sprintf("profile %q: allow_write", name), p, system); err != nil {
+				return errors.New(err.Message)
 			}
 		}
 	}

@@ -37,6 +37,9 @@ type Pool struct {
 	readCeiling []string
 	// own lists the pool's own files, which no write grant may cover.
 	own []ownFile
+	// system lists the system paths every job loads (see
+	// protectedSystemPaths), which no write grant may cover either.
+	system []string
 
 	mu       sync.Mutex
 	closed   bool               // no new work is accepted (Shutdown or Close)
@@ -77,7 +80,7 @@ func New(cfg Config) (*Pool, error) {
 	}
 	own, err := ownFiles(cfg.Source)
 	if err == nil {
-		err = checkProfileGrants(cfg, own)
+		err = checkProfileGrants(cfg, own, protectedSystemPaths())
 	}
 	if err != nil {
 		return nil, &Error{Kind: KindSpawn, Type: KindSpawn.String(), Message: "invalid config", Err: err}
@@ -109,6 +112,7 @@ func New(cfg Config) (*Pool, error) {
 
 		readCeiling: append(append([]string(nil), cfg.Limits.AllowRead...), cfg.Limits.AllowWrite...),
 		own:         own,
+		system:      protectedSystemPaths(),
 	}
 	p.life, p.kill = context.WithCancel(context.Background())
 	// The pool confines itself before the first template starts, so that

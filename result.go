@@ -96,7 +96,7 @@ func (p *Pool) result(j *Job, pl *plan, out *worker.Outcome, accepted time.Time)
 		r.Exit = out.Exit
 		if out.Error != nil {
 			r.Error = &ErrorInfo{
-				Type:    out.Error.Type,
+				Type:    jobErrorType(out.Error.Type),
 				Message: out.Error.Message,
 				File:    out.Error.File,
 				Line:    out.Error.Line,
@@ -128,6 +128,22 @@ func (p *Pool) result(j *Job, pl *plan, out *worker.Outcome, accepted time.Time)
 		r.Exit = out.Status.Code
 	}
 	return r
+}
+
+// jobErrorType returns the type of a job's own exception as results carry
+// it. The runner reports a class named like one of the pool's own error
+// types (RequestError, TimeoutError, SignalError, SandboxSetupError,
+// PoolWorkerError) qualified by its module, "__main__.RequestError" or
+// "builtins.TimeoutError", so that no job's error reads as the pool's
+// verdict; a bare such name could only come from a forged report, and is
+// qualified the same way.
+func jobErrorType(t string) string {
+	for k := KindRequest; k <= KindCrashed; k++ {
+		if t == k.String() {
+			return "__main__." + t
+		}
+	}
+	return t
 }
 
 func describeStatus(st *worker.ExitStatus) string {

@@ -4,6 +4,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -52,8 +53,16 @@ type listFlag []string
 // String joins the values (flag.Value).
 func (l *listFlag) String() string { return strings.Join(*l, ",") }
 
-// Set adds one value (flag.Value).
-func (l *listFlag) Set(v string) error { *l = append(*l, v); return nil }
+// Set adds one value (flag.Value). Every listFlag holds paths, and an
+// empty one (--allow-write=$UNSET) would stand for the working directory:
+// it is refused.
+func (l *listFlag) Set(v string) error {
+	if v == "" {
+		return errors.New("an empty path (an unset variable?) would stand for the working directory; name the directory, or leave the flag out")
+	}
+	*l = append(*l, v)
+	return nil
+}
 
 func pool(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("pynox pool", flag.ContinueOnError)

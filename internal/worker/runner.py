@@ -58,6 +58,7 @@ RUNTIME_FD_BASE = 64  # the template's O_PATH descriptors of runtime paths start
 MAX_FRAME = 8 << 20
 MSG_CAP = 4096
 MAX_FILES = 4096  # a job's descriptor limit (RLIMIT_NOFILE)
+MAX_SIGPENDING = 64  # a job's limit of queued signals (RLIMIT_SIGPENDING)
 RESERVE = 1 << 20  # bytes kept back to report a MemoryError with
 TB_FRAMES = 100  # innermost frames printed of a deeper traceback
 PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")
@@ -632,10 +633,14 @@ class Spare:
         for rfd, _ in self.tpl.runtime_fds:
             os.close(rfd)
         self.warm_up()
-        # rlimits that do not depend on the request: no core dumps, and the
-        # job's descriptor limit.
+        # rlimits that do not depend on the request: no core dumps, the
+        # job's descriptor limit, and few queued signals: the count is the
+        # uid's, machine-wide, and timer_create (and a timer's signals) may
+        # only add to it while it is under the caller's limit. (kill and
+        # tgkill of real-time signals are denied by seccomp.)
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
         resource.setrlimit(resource.RLIMIT_NOFILE, (MAX_FILES, MAX_FILES))
+        resource.setrlimit(resource.RLIMIT_SIGPENDING, (MAX_SIGPENDING, MAX_SIGPENDING))
         # Address space set aside to report a MemoryError with when the job
         # used up its allowance (RLIMIT_AS counts address space, so an
         # untouched mapping is enough, and costs no page faults).
@@ -965,11 +970,33 @@ def _print_traceback(e):
             pass
 
 
+# The error types of the pool's own verdicts (the Kind names of errors.go
+# that results carry). A job's exception of one of these names is reported
+# module-qualified ("__main__.RequestError", "builtins.TimeoutError"): a
+# type the pool reports itself never has a dot, so no job passes its
+# exception off as the pool's verdict. Every other type stays bare.
+POOL_ERROR_TYPES = frozenset(("RequestError", "TimeoutError", "SignalError", "SandboxSetupError", "PoolWorkerError"))
+
+
+def _type_name(e):
+    t = type(e)
+    name = t.__name__
+    if name not in POOL_ERROR_TYPES:
+        return name
+    try:
+        module, qualname = t.__module__, t.__qualname__
+        if isinstance(module, str) and isinstance(qualname, str):
+            return module + "." + qualname
+    except BaseException:  # noqa: BLE001 - a class may define anything
+        pass
+    return "__main__." + name
+
+
 def _describe(e, name):
     try:
         return _describe_unsafe(e, name)
     except BaseException:  # noqa: BLE001 - out of memory while describing
-        return {"type": type(e).__name__, "message": "", "file": None, "line": None}
+        return {"type": _type_name(e), "message": "", "file": None, "line": None}
 
 
 def _describe_unsafe(e, name):
@@ -988,7 +1015,7 @@ def _describe_unsafe(e, name):
         msg = str(e)
     except BaseException:  # noqa: BLE001
         msg = "<unprintable %s>" % type(e).__name__
-    info = {"type": type(e).__name__, "message": msg[:MSG_CAP], "file": file, "line": line}
+    info = {"type": _type_name(e), "message": msg[:MSG_CAP], "file": file, "line": line}
     if isinstance(e, OSError):
         info["errno"] = e.errno
         fn = e.filename
