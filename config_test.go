@@ -173,7 +173,7 @@ func TestCeilingAndProfiles(t *testing.T) {
 		{"output", Job{Code: "1", MaxOutput: 8192}, "max_output 8 KiB exceeds the pool's ceiling of 4 KiB"},
 		{"file size", Job{Code: "1", MaxFileSize: 2 << 20}, "max_file_size 2 MiB exceeds"},
 		{"network", Job{Code: "1", AllowNetwork: true}, "allow_network"},
-		{"unknown profile", Job{Code: "1", Profile: "nope"}, `unknown profile "nope" (profiles: analysis, greedy)`},
+		{"unknown profile", Job{Code: "1", Profile: "nope"}, `profile: unknown profile "nope"; the configured profiles are analysis, greedy`},
 		{"profile over the ceiling", Job{Code: "1", Profile: "greedy"}, "memory 1 GiB exceeds"},
 		{"package dir beneath a write grant", Job{Code: "1", PackageDirs: []string{"work/out"}, AllowWrite: []string{"work"}}, "must stay read-only"},
 	}

@@ -86,7 +86,7 @@ func TestDecodeRequestExactKeys(t *testing.T) {
 	// Syntax errors keep the decoder's own message.
 	_, err = decodeRequest([]byte(`{"code": "1", "env": {"A": }`))
 	require.NotNil(t, err)
-	require.Contains(t, err.Message, "malformed JSON")
+	require.Contains(t, err.Message, "not valid JSON at column 28")
 	// A stray closing brace was taken for the end of input by dec.More.
 	_, err = decodeRequest([]byte(`{"code": "1"}}`))
 	require.NotNil(t, err)

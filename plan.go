@@ -58,7 +58,12 @@ func (p *Pool) plan(req *Job, session bool) (pl *plan, rerr *Error) {
 	if req.Profile != "" {
 		prof, ok := p.cfg.Profiles[req.Profile]
 		if !ok {
-			return nil, requestErrorf("unknown profile %q (profiles: %s)", req.Profile, strings.Join(p.cfg.ProfileNames(), ", "))
+			if len(p.cfg.Profiles) == 0 {
+				return nil, requestErrorf("profile: unknown profile %q: this pool has no profiles configured "+
+					"(profiles are [profiles.NAME] tables of the file given to pynox pool --config)", req.Profile)
+			}
+			return nil, requestErrorf("profile: unknown profile %q; the configured profiles are %s",
+				req.Profile, strings.Join(p.cfg.ProfileNames(), ", "))
 		}
 		merged := req.withProfile(prof)
 		j = &merged
