@@ -439,8 +439,9 @@ func checkProfileGrants(c Config, own []ownFile) error {
 			}
 			for _, o := range own {
 				if beneath(o.path, p) {
-					return fmt.Errorf("profile %q: allow_write %s would cover %s, %s: a job could replace what the operator runs next, with the pool's rights",
-						name, w, o.path, o.what)
+					return &ConfigError{Key: "profiles." + name + ".allow_write", Value: w,
+						Problem: fmt.Sprintf("would cover %s, %s: a job could replace what the operator runs next, with the pool's rights; "+
+							"expected a directory that does not hold it", o.path, o.what)}
 				}
 			}
 		}
