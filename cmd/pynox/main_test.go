@@ -306,7 +306,7 @@ func TestPoolBadArguments(t *testing.T) {
 	require.Contains(t, errb.String(), `--cgroups=maybe: expected "auto", "require" or "off"`)
 	errb.Reset()
 	require.Equal(t, 1, run([]string{"pool", "--python=/nonexistent/python3"}, strings.NewReader(""), &out, &errb))
-	require.Contains(t, errb.String(), "not found")
+	require.Contains(t, errb.String(), "--python=/nonexistent/python3: does not exist; expected the path or command name of a CPython 3 interpreter")
 }
 
 func TestPoolConfigFileAndJSONLog(t *testing.T) {
