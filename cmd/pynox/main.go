@@ -127,6 +127,11 @@ func version() string {
 	if !ok {
 		return "pynox: no build information (built without module support)"
 	}
+	return formatVersion(bi)
+}
+
+// formatVersion renders what version reports from build information.
+func formatVersion(bi *debug.BuildInfo) string {
 	v := bi.Main.Version
 	if v == "" {
 		v = "(devel)"
@@ -146,7 +151,7 @@ func version() string {
 	out := fmt.Sprintf("pynox %s", v)
 	switch {
 	case rev == "":
-		out += ", no VCS revision recorded (built by go run, outside a checkout, or with -buildvcs=false)"
+		out += ", no VCS revision recorded (built by go run, outside a git checkout or in a git worktree, or with -buildvcs=false)"
 	default:
 		out += ", revision " + rev
 		if when != "" {
