@@ -54,6 +54,11 @@ type Config struct {
 	// Profiles are named presets a request selects with "profile": the
 	// profile's fields come first, the request's own are added on top (lists
 	// joined, env merged, scalars overridden), then the ceiling applies.
+	// A profile's relative paths resolve against Dir, like a request's;
+	// [LoadConfig] makes a file's paths absolute against the file's
+	// directory first, so a file's profile that says "data" grants the
+	// data directory beside the file, which a job (running in Dir) must
+	// name by that path.
 	Profiles map[string]Profile
 	// MaxSessions caps concurrent sessions. Zero means DefaultMaxSessions.
 	MaxSessions int

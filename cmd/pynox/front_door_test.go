@@ -250,3 +250,21 @@ func TestPoolCgroupsRequireUnmetNamesTheSetting(t *testing.T) {
 	require.Contains(t, start("--workers=1", "--cgroups=require"), `pynox pool: --cgroups=require: per-job cgroups are unavailable`)
 	require.Contains(t, start("--config="+cfg), `pynox pool: `+cfg+`:3: pool.cgroups: "require": per-job cgroups are unavailable`)
 }
+
+// The issue's own case (issue 10 item 7): from the repository root with
+// --config=examples/pynox.toml, profile analysis grants examples/data;
+// the job's os.listdir('data') fails and the hint says what to open.
+func TestExamplesProfilePathHint(t *testing.T) {
+	pynoxBinary(t)
+	root, err := filepath.Abs("../..")
+	require.NoError(t, err)
+	p := startPoolIn(t, root, "--config=examples/pynox.toml", "--workers=1")
+	p.send(t, `{"id": 1, "profile": "analysis", "code": "import os; print(os.listdir('data'))"}`)
+	r := p.next(t)
+	e := r["error"].(map[string]any)
+	require.Equal(t, "FileNotFoundError", e["type"], "%v", r)
+	require.Contains(t, e["hint"], "relative paths resolve against the job's working directory, the pool's "+root)
+	require.Contains(t, e["hint"], `did you mean "`+filepath.Join(root, "examples", "data")+`"?`)
+	require.NoError(t, p.stdin.Close())
+	require.NoError(t, p.cmd.Wait())
+}
