@@ -71,7 +71,10 @@ type poolWorker struct {
 // imported its preloads and passed its hygiene checks. It fails with a
 // KindSpawn error when the interpreter cannot be found or a template
 // refuses to start (a preload that fails, starts a thread or leaves a
-// descriptor open).
+// descriptor open). When a setting is to blame (an invalid value, a path
+// that does not exist, a preload that fails, cgroups or pid_namespace
+// "require" unmet) the error's cause is a *[ConfigError] that names it by
+// its configuration key; errors.As finds it.
 func New(cfg Config) (*Pool, error) {
 	cfg, err := cfg.withDefaults()
 	if err != nil {
