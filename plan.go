@@ -244,6 +244,9 @@ func (pl *plan) grant(field, dir, path string, ceiling []string, access uint64) 
 	}
 	fd, err := unix.Open(abs, unix.O_PATH|unix.O_CLOEXEC, 0)
 	if err != nil {
+		if !filepath.IsAbs(path) {
+			return "", false, requestErrorf("%s: %s: %v (a relative path resolves against the pool's working directory, %s)", field, path, err, dir)
+		}
 		return "", false, requestErrorf("%s: %s: %v", field, path, err)
 	}
 	real, err = os.Readlink("/proc/self/fd/" + strconv.Itoa(fd))

@@ -28,6 +28,7 @@ func TestServeRequestErrorsSayWhatIsExpected(t *testing.T) {
 		{`{"id": 8, "reply": {"call_id": "x", "result": 1}}`, []string{"reply.call_id: expected an integer, got a JSON string"}},
 		{`{"id": 9, "code": "pass", "profile": "analysis"}`, []string{`profile: unknown profile "analysis": this pool has no profiles configured`, "[profiles.NAME]"}},
 		{`[1]`, []string{"the request must be a JSON object"}},
+		{`{"id": 10, "code": "pass", "allow_read": ["nope"]}`, []string{"allow_read: nope: no such file or directory (a relative path resolves against the pool's working directory, " + p.cfg.Dir + ")"}},
 	}
 	input := ""
 	for _, c := range cases {
