@@ -254,3 +254,48 @@ func TestGroupCost(t *testing.T) {
 }
 
 func itoa(n int) string { return strconv.Itoa(n) }
+
+// TestRemoveStaleHelperProcess is not a test: TestRemoveStaleFromNestedPIDNamespace
+// runs the test binary as a helper in a PID namespace of its own.
+func TestRemoveStaleHelperProcess(t *testing.T) {
+	dir := os.Getenv("PYNOX_REMOVE_STALE_DIR")
+	if dir == "" {
+		t.Skip("helper process only")
+	}
+	removeStale(dir)
+}
+
+// A pool in a nested PID namespace (PID 1 of its own) cannot see the
+// outer pids that name other pools' directories: it took every one for
+// stale and removed the idle ones, which failed the jobs of pools running
+// beside it (go test ./... runs cmd/pynox's PID-1 pool next to the root
+// package's). It now removes nothing. A plain directory stands in for the
+// cgroup file system: removeStale only reads and rmdirs.
+func TestRemoveStaleFromNestedPIDNamespace(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("a PID namespace needs root here")
+	}
+	dir := t.TempDir()
+	live := filepath.Join(dir, "pynox-"+itoa(os.Getpid())+"-live")
+	require.NoError(t, os.Mkdir(live, 0o700))
+	require.NoError(t, os.Mkdir(filepath.Join(live, "j1"), 0o700))
+	cmd := exec.Command(os.Args[0], "-test.run=^TestRemoveStaleHelperProcess$", "-test.count=1")
+	cmd.Env = append(os.Environ(), "PYNOX_REMOVE_STALE_DIR="+dir)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWPID}
+	out, err := cmd.CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	_, err = os.Stat(filepath.Join(live, "j1"))
+	require.NoError(t, err, "a live pool's directory was removed from a nested PID namespace")
+
+	// From this namespace, where its pid is visible, it stays too, and a
+	// dead pool's goes.
+	c := exec.Command("/bin/true")
+	require.NoError(t, c.Run())
+	dead := filepath.Join(dir, "pynox-"+itoa(c.Process.Pid)+"-dead")
+	require.NoError(t, os.Mkdir(dead, 0o700))
+	removeStale(dir)
+	_, err = os.Stat(live)
+	require.NoError(t, err)
+	_, err = os.Stat(dead)
+	require.True(t, os.IsNotExist(err), "%s is left", dead)
+}
