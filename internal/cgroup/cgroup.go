@@ -409,15 +409,8 @@ func moveSelfToLeaf(own string) error {
 
 // removeStale removes what a pool that is gone left in dir: directories
 // named pynox-<pid>-… whose pid runs no process, and their children. Only
-// rmdir is used, which the kernel refuses for a cgroup in use. A process
-// in a nested PID namespace (a pool run as PID 1 of its own) removes
-// nothing: the pids in the names are the outer namespace's, which it
-// cannot see, so every other pool's directory would look stale to it, and
-// an idle pool's, empty, would go.
+// rmdir is used, which the kernel refuses for a cgroup in use.
 func removeStale(dir string) {
-	if nestedPIDNamespace() {
-		return
-	}
 	ents, err := os.ReadDir(dir)
 	if err != nil {
 		return
@@ -440,22 +433,6 @@ func removeStale(dir string) {
 		}
 		unix.Rmdir(d)
 	}
-}
-
-// nestedPIDNamespace reports whether the calling process has more than one
-// pid (the NSpid line of its status lists one per namespace level, as
-// seen from /proc's namespace), or cannot tell.
-func nestedPIDNamespace() bool {
-	b, err := os.ReadFile("/proc/self/status")
-	if err != nil {
-		return true
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if rest, ok := strings.CutPrefix(line, "NSpid:"); ok {
-			return len(strings.Fields(rest)) != 1
-		}
-	}
-	return false // a kernel before 4.1, without NSpid: no way to tell, as before
 }
 
 // stalePid parses "pynox-<pid>-…".
