@@ -84,6 +84,20 @@ type Config struct {
 	// without them; "off" uses none. The backend in use is reported in
 	// the ready event and each result's policy.
 	Cgroups string
+	// ConfineSelf puts the whole calling process — every thread, and
+	// through inheritance every template and job — in a Landlock domain
+	// (go-landlock, best effort) before New starts the templates, for the
+	// rest of its life: read and execute on the interpreter's runtime and
+	// system paths, read on the package dirs, the read ceiling and /proc,
+	// read and write on the write ceiling, and no TCP unless the ceiling
+	// grants the network; see [SelfConfinement]. Code that escaped a
+	// job's own confinement into a template would still find only the
+	// ceiling. False (the zero value) leaves the process alone, since an
+	// embedding program's own needs are not the pool's to know; `pynox
+	// pool` sets it unless [pool] confine_self = false. A process can
+	// only be confined further: a second pool in it gets at most what the
+	// first one's domain allows.
+	ConfineSelf bool
 	// Source is the configuration file this Config was loaded from (see
 	// [LoadConfig]), reported in the ready event. Empty means none. New
 	// refuses a source file that lies beneath the write ceiling, and no

@@ -27,6 +27,11 @@ type File struct {
 	// Log is the [pool] log setting: "json" for one JSON line per finished
 	// job on stderr, or "" for none.
 	Log string
+	// ConfineSelf is the [pool] confine_self setting, true unless the file
+	// sets it to false: whether `pynox pool` confines its own process
+	// (Config.ConfineSelf, which LoadConfig leaves false for programs that
+	// embed the library).
+	ConfineSelf bool
 
 	lines map[string]int // dotted key -> the line that sets it
 }
@@ -55,6 +60,7 @@ type fileSchema struct {
 		Log         *string     `toml:"log"`
 		Python      *string     `toml:"python"`
 		Cgroups     *string     `toml:"cgroups"`
+		ConfineSelf *bool       `toml:"confine_self"`
 		Limits      limitSchema `toml:"limits"`
 	} `toml:"pool"`
 	Profiles map[string]profileSchema `toml:"profiles"`
@@ -130,7 +136,10 @@ func LoadConfig(path string) (*File, error) {
 		}
 		return out
 	}
-	f := &File{Path: real, lines: lines}
+	f := &File{Path: real, ConfineSelf: true, lines: lines}
+	if s.Pool.ConfineSelf != nil {
+		f.ConfineSelf = *s.Pool.ConfineSelf
+	}
 	c := &f.Config
 	c.Source = real
 	if s.Pool.Workers != nil {

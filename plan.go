@@ -273,7 +273,10 @@ func (pl *plan) grant(field, dir, path string, ceiling []string, access uint64) 
 }
 
 // readScript reads a script file for a job: the pool reads it, so it must
-// lie beneath the ceiling like any path a request names.
+// lie beneath the ceiling like any path a request names. It is judged
+// through an O_PATH descriptor first, and only then opened for reading
+// (through that descriptor), so the pool never opens a file outside the
+// ceiling (a confined pool could not, anyway).
 func readScript(dir, path string, ceiling []string) (string, *Error) {
 	if strings.ContainsRune(path, 0) {
 		return "", requestErrorf("script: path contains a NUL byte")
@@ -282,18 +285,24 @@ func readScript(dir, path string, ceiling []string) (string, *Error) {
 	if !filepath.IsAbs(abs) {
 		abs = filepath.Join(dir, abs)
 	}
-	f, err := os.OpenFile(abs, os.O_RDONLY|unix.O_NONBLOCK, 0)
+	fd, err := unix.Open(abs, unix.O_PATH|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return "", requestErrorf("script: %s: %v", path, unwrapPathErr(err))
+		return "", requestErrorf("script: %s: %v", path, err)
 	}
-	defer f.Close()
-	real, err := os.Readlink("/proc/self/fd/" + strconv.Itoa(int(f.Fd())))
+	defer unix.Close(fd)
+	fdPath := "/proc/self/fd/" + strconv.Itoa(fd)
+	real, err := os.Readlink(fdPath)
 	if err != nil {
 		return "", requestErrorf("script: %s: cannot resolve", path)
 	}
 	if !beneathAny(real, ceiling) {
 		return "", requestErrorf("script: %s is outside the pool's ceiling (%s)", real, ceilingList(ceiling))
 	}
+	f, err := os.OpenFile(fdPath, os.O_RDONLY|unix.O_NONBLOCK, 0)
+	if err != nil {
+		return "", requestErrorf("script: %s: %v", real, unwrapPathErr(err))
+	}
+	defer f.Close()
 	st, err := f.Stat()
 	if err != nil || !st.Mode().IsRegular() {
 		return "", requestErrorf("script: %s is not a regular file", real)

@@ -31,6 +31,7 @@ type Pool struct {
 	idle    chan *poolWorker
 
 	info worker.Info // from the first template: version, preloads, runtime paths
+	self SelfConfinement
 
 	cg *cgroup.Manager // the jobs' cgroups; its backend may be none
 
@@ -129,6 +130,21 @@ func New(cfg Config) (*Pool, error) {
 		own:         own,
 	}
 	p.life, p.kill = context.WithCancel(context.Background())
+	// The pool confines itself before the first template starts, so that
+	// every template inherits its domain.
+	if cfg.ConfineSelf {
+		// Directories the pool itself keeps writing to once confined,
+		// besides the write ceiling: those it makes its jobs' cgroups in
+		// (they exist by now; a rule holds a directory, not a name).
+		selfWritable := cg.WritableDirs()
+		if p.self, err = p.confineSelf(selfWritable); err != nil {
+			cg.Close()
+			return nil, &Error{Kind: KindSpawn, Type: KindSpawn.String(), Err: &ConfigError{Key: "pool.confine_self", Value: "true",
+				Problem: err.Error() + "; [pool] confine_self = false starts the pool unconfined (its jobs stay confined)"}}
+		}
+	} else {
+		p.self = SelfConfinement{TCP: "allow", Signals: "allow", Reason: "not asked for (Config.ConfineSelf)"}
+	}
 	// Start the templates in parallel: with heavy preloads each takes a
 	// noticeable fraction of a second.
 	tpls := make([]*worker.Template, cfg.Workers)
@@ -274,6 +290,9 @@ func (p *Pool) Preloaded() []string { return append([]string(nil), p.info.Preloa
 // namespaces of their own (Config.PIDNamespace), so that every job and
 // session process dies with its template, whatever it does.
 func (p *Pool) PIDNamespace() bool { return p.info.PIDNamespace }
+
+// SelfConfinement says how the pool's own process is confined.
+func (p *Pool) SelfConfinement() SelfConfinement { return p.self }
 
 // Workers returns the number of templates.
 func (p *Pool) Workers() int { return p.cfg.Workers }

@@ -51,6 +51,8 @@ type Ready struct {
 	PIDNamespace bool `json:"pid_namespace"`
 	// Cgroups is the per-job cgroup backend in use: "v2", "v1" or "none".
 	Cgroups string `json:"cgroups"`
+	// SelfConfinement is how the pool process confined itself.
+	SelfConfinement SelfConfinement `json:"self_confinement"`
 }
 
 type statsEvent struct {
@@ -84,7 +86,8 @@ func (p *Pool) Serve(ctx context.Context, r io.Reader, w io.Writer) error {
 
 	ready := Ready{Event: "ready", Workers: p.cfg.Workers, Runtime: "pynox",
 		PreloadedModules: nonNilStrings(p.info.Preloaded), PackageDirs: nonNilStrings(p.cfg.PackageDirs),
-		Profiles: p.cfg.ProfileNames(), PIDNamespace: p.info.PIDNamespace, Cgroups: p.cg.Backend()}
+		Profiles: p.cfg.ProfileNames(), PIDNamespace: p.info.PIDNamespace, Cgroups: p.cg.Backend(),
+		SelfConfinement: p.self}
 	if p.cfg.Source != "" {
 		src := p.cfg.Source
 		ready.Config = &src

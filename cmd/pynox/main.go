@@ -203,7 +203,9 @@ func pool(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	}
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
-	var cfg pynox.Config
+	// The command confines its own process (and so every template and
+	// job) unless the configuration file says confine_self = false.
+	cfg := pynox.Config{ConfineSelf: true}
 	var file *pynox.File
 	logMode := ""
 	if *configPath != "" {
@@ -214,6 +216,7 @@ func pool(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		}
 		file = f
 		cfg, logMode = f.Config, f.Log
+		cfg.ConfineSelf = f.ConfineSelf
 	}
 	// The command line overrides [pool].
 	if set["workers"] {
