@@ -164,7 +164,7 @@ func requireSandboxOrSkip(t *testing.T) {
 // what is expected; the library's error kind ("Spawn") never shows
 // (issue 10 item 3).
 func TestPoolStartErrorsNameTheSetting(t *testing.T) {
-	pynoxBinary(t) // skips where jobs cannot run confined
+	bin := pynoxBinary(t) // skips where jobs cannot run confined
 	dir := t.TempDir()
 	write := func(name, content string) string {
 		p := filepath.Join(dir, name)
@@ -194,9 +194,14 @@ func TestPoolStartErrorsNameTheSetting(t *testing.T) {
 		// The flag wins over the file, and the message names the flag.
 		{[]string{"--config=" + read, "--allow-read=/nonexistent2"}, "--allow-read=/nonexistent2: does not exist"},
 	} {
+		// In a process of its own: a pool that gets as far as starting
+		// confines its whole process (Config.ConfineSelf).
 		var out, errb strings.Builder
-		code := run(append([]string{"pool"}, tc.args...), strings.NewReader(""), &out, &errb)
-		require.Equal(t, 1, code, "%q: %s", tc.args, errb.String())
+		cmd := exec.Command(bin, append([]string{"pool"}, tc.args...)...)
+		cmd.Dir = dir
+		cmd.Stdout, cmd.Stderr = &out, &errb
+		require.Error(t, cmd.Run())
+		require.Equal(t, 1, cmd.ProcessState.ExitCode(), "%q: %s", tc.args, errb.String())
 		require.Equal(t, "pynox pool: "+tc.want, errb.String()[:min(len(errb.String()), len("pynox pool: "+tc.want))], "%q", tc.args)
 		for _, bad := range []string{"Spawn", "struct", "lstat", "invalid config"} {
 			require.NotContains(t, errb.String(), bad, "%q", tc.args)
