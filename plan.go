@@ -59,7 +59,12 @@ func (p *Pool) plan(req *Job, session bool) (pl *plan, rerr *Error) {
 	if req.Profile != "" {
 		prof, ok := p.cfg.Profiles[req.Profile]
 		if !ok {
-			return nil, requestErrorf("unknown profile %q (profiles: %s)", req.Profile, strings.Join(p.cfg.ProfileNames(), ", "))
+			if len(p.cfg.Profiles) == 0 {
+				return nil, requestErrorf("profile: unknown profile %q: this pool has no profiles configured "+
+					"(profiles are [profiles.NAME] tables of the file given to pynox pool --config)", req.Profile)
+			}
+			return nil, requestErrorf("profile: unknown profile %q; the configured profiles are %s",
+				req.Profile, strings.Join(p.cfg.ProfileNames(), ", "))
 		}
 		merged := req.withProfile(prof)
 		j = &merged
@@ -243,6 +248,9 @@ func (pl *plan) grant(field, dir, path string, ceiling []string, access uint64) 
 	}
 	fd, err := unix.Open(abs, unix.O_PATH|unix.O_CLOEXEC, 0)
 	if err != nil {
+		if !filepath.IsAbs(path) {
+			return "", false, requestErrorf("%s: %s: %v (a relative path resolves against the pool's working directory, %s)", field, path, err, dir)
+		}
 		return "", false, requestErrorf("%s: %s: %v", field, path, err)
 	}
 	real, err = os.Readlink("/proc/self/fd/" + strconv.Itoa(fd))
@@ -481,8 +489,9 @@ func checkProfileGrants(c Config, own []ownFile, system []string) error {
 			}
 			for _, o := range own {
 				if beneath(o.path, p) {
-					return fmt.Errorf("profile %q: allow_write %s would cover %s, %s: a job could replace what the operator runs next, with the pool's rights",
-						name, w, o.path, o.what)
+					return &ConfigError{Key: "profiles." + name + ".allow_write", Value: w,
+						Problem: fmt.Sprintf("would cover %s, %s: a job could replace what the operator runs next, with the pool's rights; "+
+							"expected a directory that does not hold it", o.path, o.what)}
 				}
 			}
 			if err := coversSystem(fmt.Sprintf("profile %q: allow_write", name), p, system); err != nil {

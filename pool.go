@@ -2,9 +2,12 @@ package pynox
 
 import (
 	"context"
-	"fmt"
+	"errors"
+	"io/fs"
 	"log/slog"
 	"os"
+	"os/exec"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -72,7 +75,10 @@ type poolWorker struct {
 // imported its preloads and passed its hygiene checks. It fails with a
 // KindSpawn error when the interpreter cannot be found or a template
 // refuses to start (a preload that fails, starts a thread or leaves a
-// descriptor open).
+// descriptor open). When a setting is to blame (an invalid value, a path
+// that does not exist, a preload that fails, cgroups or pid_namespace
+// "require" unmet) the error's cause is a *[ConfigError] that names it by
+// its configuration key; errors.As finds it.
 func New(cfg Config) (*Pool, error) {
 	cfg, err := cfg.withDefaults()
 	if err != nil {
@@ -87,7 +93,19 @@ func New(cfg Config) (*Pool, error) {
 	}
 	python, err := FindPython(cfg.Python)
 	if err != nil {
-		return nil, &Error{Kind: KindSpawn, Type: KindSpawn.String(), Err: err}
+		var problem string
+		switch {
+		case cfg.Python == "" && errors.Is(err, exec.ErrNotFound):
+			problem = "no python3 on PATH; name the interpreter with [pool] python (pynox pool --python)"
+		case errors.Is(err, exec.ErrNotFound):
+			problem = "not found on PATH; expected the path or command name of a CPython 3 interpreter"
+		case errors.Is(err, fs.ErrNotExist):
+			problem = "does not exist; expected the path or command name of a CPython 3 interpreter"
+		default:
+			problem = err.Error() + "; expected the path or command name of a CPython 3 interpreter"
+		}
+		return nil, &Error{Kind: KindSpawn, Type: KindSpawn.String(),
+			Err: &ConfigError{Key: "pool.python", Value: cfg.Python, Problem: problem}}
 	}
 	log := cfg.Logger
 	if log == nil {
@@ -96,7 +114,8 @@ func New(cfg Config) (*Pool, error) {
 	cg, err := cgroup.NewManager(cfg.Cgroups, cfg.Limits.Threads)
 	if err != nil {
 		return nil, &Error{Kind: KindSpawn, Type: KindSpawn.String(),
-			Message: fmt.Sprintf("cgroups is %q ([pool] cgroups, --cgroups)", cfg.Cgroups), Err: err}
+			Err: &ConfigError{Key: "pool.cgroups", Value: cfg.Cgroups,
+				Problem: err.Error() + `; "auto" runs jobs without per-job cgroups where the machine offers none`}}
 	}
 	p := &Pool{
 		cg:      cg,
@@ -124,7 +143,8 @@ func New(cfg Config) (*Pool, error) {
 		selfWritable := cg.WritableDirs()
 		if p.self, err = p.confineSelf(selfWritable); err != nil {
 			cg.Close()
-			return nil, &Error{Kind: KindSpawn, Type: KindSpawn.String(), Err: err}
+			return nil, &Error{Kind: KindSpawn, Type: KindSpawn.String(), Err: &ConfigError{Key: "pool.confine_self", Value: "true",
+				Problem: err.Error() + "; [pool] confine_self = false starts the pool unconfined (its jobs stay confined)"}}
 		}
 	} else {
 		p.self = SelfConfinement{TCP: "allow", Signals: "allow", Reason: "not asked for (Config.ConfineSelf)"}
@@ -149,7 +169,7 @@ func New(cfg Config) (*Pool, error) {
 			}
 		}
 		cg.Close()
-		return nil, &Error{Kind: KindSpawn, Type: KindSpawn.String(), Err: errs[i]}
+		return nil, &Error{Kind: KindSpawn, Type: KindSpawn.String(), Err: startError(cfg, errs[i])}
 	}
 	p.info = tpls[0].Info()
 	for _, t := range tpls {
@@ -194,6 +214,23 @@ func (w *poolWorker) watch() {
 			w.pool.log.Error("replacing a dead template failed", "err", err)
 		}
 	}
+}
+
+// startError names the setting behind a template's failure to start,
+// where one is: a preload that fails, or a PID namespace required and
+// unavailable.
+func startError(cfg Config, err error) error {
+	var refused *worker.RefusedError
+	if errors.As(err, &refused) && strings.HasPrefix(refused.Msg, "preload ") {
+		mod, _, _ := strings.Cut(strings.TrimPrefix(refused.Msg, "preload "), " ")
+		return &ConfigError{Key: "pool.preload", Value: mod,
+			Problem: refused.Msg + "; expected a module the interpreter imports without error, leaving no thread running and no descriptor open"}
+	}
+	if errors.Is(err, worker.ErrNoPIDNamespace) {
+		return &ConfigError{Key: "pool.pid_namespace", Value: cfg.PIDNamespace,
+			Problem: err.Error() + `; "auto" runs templates without one where the kernel refuses it`}
+	}
+	return err
 }
 
 func firstErr(errs []error) int {

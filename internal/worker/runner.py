@@ -32,6 +32,7 @@
 import _socket
 import _thread
 import array
+import collections
 import builtins
 import ctypes
 import fcntl
@@ -948,21 +949,14 @@ def _exit_code(e):
 
 
 def _print_traceback(e):
-    """Prints the job's traceback, without the runner's frame, to stderr. A
-    very deep one (runaway recursion) is cut to its innermost frames:
-    formatting a million frames would take longer than most timeouts."""
+    """Prints the job's traceback to stderr, without the runner's own frames
+    (see _strip_runner). A very deep one (runaway recursion) is cut to its
+    innermost frames: formatting a million frames would take longer than
+    most timeouts."""
     try:
-        tb = e.__traceback__.tb_next if e.__traceback__ is not None else None
-        depth = 0
-        t = tb
-        while t is not None and depth <= 2 * TB_FRAMES:
-            depth += 1
-            t = t.tb_next
-        if depth > 2 * TB_FRAMES:
+        if _strip_runner(e):
             print("[traceback cut to its innermost %d frames]" % TB_FRAMES, file=sys.stderr)
-            traceback.print_exception(type(e), e, tb, limit=-TB_FRAMES)
-        else:
-            traceback.print_exception(type(e), e, tb)
+        traceback.print_exception(type(e), e, e.__traceback__)
     except BaseException:  # noqa: BLE001 - the report must not fail
         try:
             os.write(2, ("%s: %s\n" % (type(e).__name__, e)).encode("utf-8", "replace"))
@@ -992,6 +986,48 @@ def _type_name(e):
     return "__main__." + name
 
 
+_RUNNER_GLOBALS = globals()
+
+
+def _is_runner(frame):
+    """Whether frame runs the runner's own code (the exec in Spare.run, a
+    pynox_host function), which means nothing to the job's author: the
+    runner is `python -c` source, so its frames would show as
+    File "<string>", line 811, in call. Recognised by the globals the code
+    runs in, not by file name: a job's own exec("...") is "<string>" too."""
+    return frame.f_globals is _RUNNER_GLOBALS
+
+
+def _strip_runner(e):
+    """Rebuilds the tracebacks of e and of the exceptions it chains
+    (__cause__, __context__) without the runner's frames, keeping at most
+    the innermost TB_FRAMES of a longer one (2 * TB_FRAMES at most are held
+    while walking). Returns whether e's own traceback was cut."""
+    cut = False
+    seen = set()
+    todo = [e]
+    while todo:
+        x = todo.pop()
+        if x is None or id(x) in seen or len(seen) > 64:
+            continue
+        seen.add(id(x))
+        kept = collections.deque(maxlen=2 * TB_FRAMES + 1)
+        tb = x.__traceback__
+        while tb is not None:
+            if not _is_runner(tb.tb_frame):
+                kept.append((tb.tb_frame, tb.tb_lasti, tb.tb_lineno))
+            tb = tb.tb_next
+        if len(kept) > 2 * TB_FRAMES:
+            kept = list(kept)[-TB_FRAMES:]
+            cut = cut or x is e
+        new = None
+        for frame, lasti, lineno in reversed(kept):
+            new = types.TracebackType(new, frame, lasti, lineno)
+        x.__traceback__ = new
+        todo += [x.__cause__, x.__context__]
+    return cut
+
+
 def _describe(e, name):
     try:
         return _describe_unsafe(e, name)
@@ -1004,6 +1040,8 @@ def _describe_unsafe(e, name):
     tb = e.__traceback__
     last = None
     for frame, lineno in traceback.walk_tb(tb):
+        if _is_runner(frame):
+            continue
         last = (frame.f_code.co_filename, lineno)
         if frame.f_code.co_filename == name:
             file, line = name, lineno
