@@ -97,10 +97,10 @@ func TestLoadConfigRefusesBadFiles(t *testing.T) {
 		{"bool as string", "[pool.limits]\nallow_network = \"yes\"\n", []string{":2:", "allow_network"}},
 		{"bad duration", "[pool.limits]\ntimeout = \"soon\"\n", []string{"invalid duration"}},
 		{"bad size", "[pool.limits]\nmemory = \"lots\"\n", []string{"invalid size"}},
-		{"negative workers", "[pool]\nworkers = -1\n", []string{"workers must be positive"}},
-		{"bad log", "[pool]\nlog = \"xml\"\n", []string{"log must be"}},
-		{"bad cgroups", "[pool]\ncgroups = \"yes\"\n", []string{`[pool] cgroups must be "auto", "require" or "off", got "yes"`}},
-		{"zero threads", "[pool.limits]\nthreads = 0\n", []string{"[pool.limits] threads must be positive"}},
+		{"negative workers", "[pool]\nworkers = -1\n", []string{":2: pool.workers: expected a positive integer, got -1"}},
+		{"bad log", "[pool]\nlog = \"xml\"\n", []string{`:2: pool.log: expected "json" or "", got "xml"`}},
+		{"bad cgroups", "[pool]\ncgroups = \"yes\"\n", []string{`:2: pool.cgroups: expected "auto", "require" or "off", got "yes"`}},
+		{"zero threads", "[pool.limits]\nthreads = 0\n", []string{":2: pool.limits.threads: expected a positive integer, got 0"}},
 		{"not toml", "[pool\n", []string{"pynox.toml"}},
 	}
 	for _, tc := range tests {
@@ -177,7 +177,7 @@ func TestCeilingAndProfiles(t *testing.T) {
 		{"output", Job{Code: "1", MaxOutput: 8192}, "max_output 8 KiB exceeds the pool's ceiling of 4 KiB"},
 		{"file size", Job{Code: "1", MaxFileSize: 2 << 20}, "max_file_size 2 MiB exceeds"},
 		{"network", Job{Code: "1", AllowNetwork: true}, "allow_network"},
-		{"unknown profile", Job{Code: "1", Profile: "nope"}, `unknown profile "nope" (profiles: analysis, greedy)`},
+		{"unknown profile", Job{Code: "1", Profile: "nope"}, `profile: unknown profile "nope"; the configured profiles are analysis, greedy`},
 		{"profile over the ceiling", Job{Code: "1", Profile: "greedy"}, "memory 1 GiB exceeds"},
 		{"package dir beneath a write grant", Job{Code: "1", PackageDirs: []string{"work/out"}, AllowWrite: []string{"work"}}, "must stay read-only"},
 	}

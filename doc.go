@@ -145,6 +145,47 @@
 // descriptor is what the job's Landlock rule holds: a symlink swapped in
 // later cannot redirect a grant. SECURITY.md has the threat model.
 //
+// # The pool's own confinement
+//
+// With Config.ConfineSelf (on in `pynox pool`, unless [pool] confine_self
+// = false) the pool puts its whole process in a Landlock domain, through
+// go-landlock, before the first template starts; templates and jobs
+// inherit it, and a job's own domain stacks on top. It allows what some
+// job may be granted and little more: read and execute on the
+// interpreter's runtime paths (asked of the interpreter once, by a
+// throw-away run started like a template) and the system paths jobs get,
+// read on the package dirs and the read ceiling, read and write (not
+// execute) on the write ceiling, the device files jobs use, and /proc
+// read-only (each template inspects its own /proc/self, whose number is
+// not known in advance; Landlock's ptrace rules still keep other
+// processes' environ, memory and descriptors out of reach). TCP bind and
+// connect are denied unless the ceiling grants the network (ABI 4; Landlock
+// does not mediate Multipath TCP, which stays to the seccomp layers), and
+// abstract unix sockets are scoped (ABI 6). The configuration file is not
+// in the domain: it was read before, and no job may read it. So code that
+// escaped a job into a template — or a preload that misbehaves — still
+// finds only the ceiling, and the pool itself opens nothing outside it.
+//
+// It is best effort: on a kernel without Landlock the pool runs
+// unconfined, and an older ABI enforces what it has. So it does, with a
+// reason, in a PID namespace that kept its parent's /proc (`unshare -p -f`
+// without --mount-proc) when built with cgo and below ABI 8: libpsx finds
+// the threads to confine in /proc/<pid>/task, which there names another
+// process. Signals are scoped
+// only from ABI 8, which enforces one domain on all threads at once
+// (LANDLOCK_RESTRICT_SELF_TSYNC); before, go-landlock enforces it thread
+// by thread (psx), each thread gets a domain of its own, and a scoped
+// domain would stop the pool from signalling a job whose template another
+// thread started. [Pool.SelfConfinement] and the ready event's
+// "self_confinement" report the ABI, whether TCP is denied and whether
+// signals are scoped. The library leaves the field off by default because
+// the domain holds the whole embedding program, for good: a program that
+// confines itself this way can afterwards only read and write what the
+// pool may, and a second pool in the same process gets at most the first
+// one's domain. A preload that reads files outside the runtime paths at
+// import (rare) fails the template's start with its PermissionError;
+// put its directory in package_dirs or set confine_self = false.
+//
 // # Limits
 //
 // Without a configured ceiling, a request may read only beneath the pool's
@@ -199,7 +240,9 @@
 // its Type is the Python exception class, or RequestError (refused before
 // anything ran), TimeoutError, SignalError (killed by a signal such as
 // SIGSEGV; the message names it), SandboxSetupError or PoolWorkerError
-// (the template died, or the job broke its control protocol).
+// (the template died, or the job broke its control protocol). A job's
+// exception class named like one of those is reported module-qualified
+// ("builtins.TimeoutError", "__main__.RequestError").
 // [Result.Err] turns it into an [*Error] for errors.Is against [ErrTimeout]
 // and the other sentinels. Inline code is named [DefaultName] ("<code>") in
 // tracebacks unless the request names it.

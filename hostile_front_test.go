@@ -88,7 +88,7 @@ func TestDecodeRequestExactKeys(t *testing.T) {
 	// Syntax errors keep the decoder's own message.
 	_, err = decodeRequest([]byte(`{"code": "1", "env": {"A": }`))
 	require.NotNil(t, err)
-	require.Contains(t, err.Message, "malformed JSON")
+	require.Contains(t, err.Message, "not valid JSON at column 28")
 	// A stray closing brace was taken for the end of input by dec.More.
 	_, err = decodeRequest([]byte(`{"code": "1"}}`))
 	require.NotNil(t, err)
@@ -221,7 +221,7 @@ func TestHostileFrontOwnFiles(t *testing.T) {
 	t.Run("a profile that covers the executable", func(t *testing.T) {
 		_, err := New(Config{Workers: 1, Dir: t.TempDir(), Python: testPython(),
 			Limits: Limits{AllowWrite: []string{"/"}}, Profiles: map[string]Profile{"build": {AllowWrite: []string{exeDir}}}})
-		require.ErrorContains(t, err, `profile "build": allow_write `+exeDir+" would cover "+exe)
+		require.ErrorContains(t, err, `profiles.build.allow_write: "`+exeDir+`": would cover `+exe)
 	})
 
 	t.Run("hard links to the executable and the configuration", func(t *testing.T) {

@@ -48,7 +48,7 @@ func TestPIDNamespaceConfig(t *testing.T) {
 	require.Equal(t, "True\n", r.Stdout)
 
 	_, err := New(Config{Workers: 1, Dir: t.TempDir(), Python: testPython(), PIDNamespace: "sometimes"})
-	require.ErrorContains(t, err, "pid_namespace must be")
+	require.ErrorContains(t, err, `pool.pid_namespace: "sometimes": expected "auto", "require" or "off"`)
 
 	if os.Geteuid() == 0 {
 		p := newTestPool(t, Config{Workers: 1, PIDNamespace: "require"})
@@ -64,7 +64,7 @@ func TestPIDNamespaceConfig(t *testing.T) {
 	bad := filepath.Join(dir, "bad.toml")
 	require.NoError(t, os.WriteFile(bad, []byte("[pool]\npid_namespace = \"maybe\"\n"), 0o644))
 	_, err = LoadConfig(bad)
-	require.ErrorContains(t, err, `[pool] pid_namespace must be "auto", "require" or "off", got "maybe"`)
+	require.ErrorContains(t, err, `pool.pid_namespace: expected "auto", "require" or "off", got "maybe"`)
 }
 
 // becomeSubreaper makes the test process a child subreaper for the rest of

@@ -2,6 +2,7 @@ package pynox
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -58,7 +59,12 @@ func (p *Pool) plan(req *Job, session bool) (pl *plan, rerr *Error) {
 	if req.Profile != "" {
 		prof, ok := p.cfg.Profiles[req.Profile]
 		if !ok {
-			return nil, requestErrorf("unknown profile %q (profiles: %s)", req.Profile, strings.Join(p.cfg.ProfileNames(), ", "))
+			if len(p.cfg.Profiles) == 0 {
+				return nil, requestErrorf("profile: unknown profile %q: this pool has no profiles configured "+
+					"(profiles are [profiles.NAME] tables of the file given to pynox pool --config)", req.Profile)
+			}
+			return nil, requestErrorf("profile: unknown profile %q; the configured profiles are %s",
+				req.Profile, strings.Join(p.cfg.ProfileNames(), ", "))
 		}
 		merged := req.withProfile(prof)
 		j = &merged
@@ -153,6 +159,9 @@ func (p *Pool) plan(req *Job, session bool) (pl *plan, rerr *Error) {
 		if err := coversOwn(field, real, pl.fds[len(pl.fds)-1], p.own); err != nil {
 			return nil, err
 		}
+		if err := coversSystem(field, real, p.system); err != nil {
+			return nil, err
+		}
 		for _, r := range protected {
 			if beneath(r, real) || beneath(real, r) {
 				return nil, requestErrorf("allow_write: %s would cover %s, which holds the interpreter or its packages and must stay read-only", real, r)
@@ -239,6 +248,9 @@ func (pl *plan) grant(field, dir, path string, ceiling []string, access uint64) 
 	}
 	fd, err := unix.Open(abs, unix.O_PATH|unix.O_CLOEXEC, 0)
 	if err != nil {
+		if !filepath.IsAbs(path) {
+			return "", false, requestErrorf("%s: %s: %v (a relative path resolves against the pool's working directory, %s)", field, path, err, dir)
+		}
 		return "", false, requestErrorf("%s: %s: %v", field, path, err)
 	}
 	real, err = os.Readlink("/proc/self/fd/" + strconv.Itoa(fd))
@@ -265,7 +277,10 @@ func (pl *plan) grant(field, dir, path string, ceiling []string, access uint64) 
 }
 
 // readScript reads a script file for a job: the pool reads it, so it must
-// lie beneath the ceiling like any path a request names.
+// lie beneath the ceiling like any path a request names. It is judged
+// through an O_PATH descriptor first, and only then opened for reading
+// (through that descriptor), so the pool never opens a file outside the
+// ceiling (a confined pool could not, anyway).
 func readScript(dir, path string, ceiling []string) (string, *Error) {
 	if strings.ContainsRune(path, 0) {
 		return "", requestErrorf("script: path contains a NUL byte")
@@ -274,18 +289,24 @@ func readScript(dir, path string, ceiling []string) (string, *Error) {
 	if !filepath.IsAbs(abs) {
 		abs = filepath.Join(dir, abs)
 	}
-	f, err := os.OpenFile(abs, os.O_RDONLY|unix.O_NONBLOCK, 0)
+	fd, err := unix.Open(abs, unix.O_PATH|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return "", requestErrorf("script: %s: %v", path, unwrapPathErr(err))
+		return "", requestErrorf("script: %s: %v", path, err)
 	}
-	defer f.Close()
-	real, err := os.Readlink("/proc/self/fd/" + strconv.Itoa(int(f.Fd())))
+	defer unix.Close(fd)
+	fdPath := "/proc/self/fd/" + strconv.Itoa(fd)
+	real, err := os.Readlink(fdPath)
 	if err != nil {
 		return "", requestErrorf("script: %s: cannot resolve", path)
 	}
 	if !beneathAny(real, ceiling) {
 		return "", requestErrorf("script: %s is outside the pool's ceiling (%s)", real, ceilingList(ceiling))
 	}
+	f, err := os.OpenFile(fdPath, os.O_RDONLY|unix.O_NONBLOCK, 0)
+	if err != nil {
+		return "", requestErrorf("script: %s: %v", real, unwrapPathErr(err))
+	}
+	defer f.Close()
 	st, err := f.Stat()
 	if err != nil || !st.Mode().IsRegular() {
 		return "", requestErrorf("script: %s is not a regular file", real)
@@ -417,11 +438,45 @@ func coversOwn(field, real string, fd int, own []ownFile) *Error {
 	return nil
 }
 
+// protectedSystemPaths returns the system paths that every template and
+// job loads or trusts — worker.SystemPaths (shared libraries, time zones,
+// CA certificates, /etc/hosts and the other name-service files) and
+// /etc/ld.so.preload, which the dynamic loader reads for every program
+// even when it does not exist yet — each by its name and, where it is a
+// symbolic link, by its target too. A job that could write one could
+// change what later jobs trust (certificates, name resolution) or run
+// code in the next template, which maps the libraries before it confines
+// itself.
+func protectedSystemPaths() []string {
+	var out []string
+	for _, p := range append(worker.SystemPaths(), "/etc/ld.so.preload") {
+		p = filepath.Clean(p)
+		out = append(out, p)
+		if r, err := filepath.EvalSymlinks(p); err == nil && r != p {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// coversSystem returns the refusal of a write grant (real) that covers one
+// of the system paths, or lies beneath one; field names the grant's
+// origin.
+func coversSystem(field, real string, system []string) *Error {
+	for _, r := range system {
+		if beneath(r, real) || beneath(real, r) {
+			return requestErrorf("%s: %s would cover %s, a system path every job loads (libraries, certificates, "+
+				"name-service files), which must stay read-only; grant a directory of your own", field, real, r)
+		}
+	}
+	return nil
+}
+
 // checkProfileGrants refuses, when the pool starts, a profile whose write
-// grants would cover one of the pool's own files (requests naming such a
-// profile would be refused anyway). Paths that do not exist yet are judged
-// by name.
-func checkProfileGrants(c Config, own []ownFile) error {
+// grants would cover one of the pool's own files or one of the system
+// paths (requests naming such a profile would be refused anyway). Paths
+// that do not exist yet are judged by name.
+func checkProfileGrants(c Config, own []ownFile, system []string) error {
 	for _, name := range c.ProfileNames() {
 		for _, w := range c.Profiles[name].AllowWrite {
 			p := w
@@ -434,9 +489,13 @@ func checkProfileGrants(c Config, own []ownFile) error {
 			}
 			for _, o := range own {
 				if beneath(o.path, p) {
-					return fmt.Errorf("profile %q: allow_write %s would cover %s, %s: a job could replace what the operator runs next, with the pool's rights",
-						name, w, o.path, o.what)
+					return &ConfigError{Key: "profiles." + name + ".allow_write", Value: w,
+						Problem: fmt.Sprintf("would cover %s, %s: a job could replace what the operator runs next, with the pool's rights; "+
+							"expected a directory that does not hold it", o.path, o.what)}
 				}
+			}
+			if err := coversSystem(fmt.Sprintf("profile %q: allow_write", name), p, system); err != nil {
+				return errors.New(err.Message)
 			}
 		}
 	}

@@ -2,9 +2,12 @@ package pynox
 
 import (
 	"context"
-	"fmt"
+	"errors"
+	"io/fs"
 	"log/slog"
 	"os"
+	"os/exec"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -29,6 +32,7 @@ type Pool struct {
 	idle    chan *poolWorker
 
 	info worker.Info // from the first template: version, preloads, runtime paths
+	self SelfConfinement
 
 	cg *cgroup.Manager // the jobs' cgroups; its backend may be none
 
@@ -37,6 +41,9 @@ type Pool struct {
 	readCeiling []string
 	// own lists the pool's own files, which no write grant may cover.
 	own []ownFile
+	// system lists the system paths every job loads (see
+	// protectedSystemPaths), which no write grant may cover either.
+	system []string
 
 	mu       sync.Mutex
 	closed   bool               // no new work is accepted (Shutdown or Close)
@@ -69,7 +76,10 @@ type poolWorker struct {
 // imported its preloads and passed its hygiene checks. It fails with a
 // KindSpawn error when the interpreter cannot be found or a template
 // refuses to start (a preload that fails, starts a thread or leaves a
-// descriptor open).
+// descriptor open). When a setting is to blame (an invalid value, a path
+// that does not exist, a preload that fails, cgroups or pid_namespace
+// "require" unmet) the error's cause is a *[ConfigError] that names it by
+// its configuration key; errors.As finds it.
 func New(cfg Config) (*Pool, error) {
 	cfg, err := cfg.withDefaults()
 	if err != nil {
@@ -77,14 +87,26 @@ func New(cfg Config) (*Pool, error) {
 	}
 	own, err := ownFiles(cfg.Source)
 	if err == nil {
-		err = checkProfileGrants(cfg, own)
+		err = checkProfileGrants(cfg, own, protectedSystemPaths())
 	}
 	if err != nil {
 		return nil, &Error{Kind: KindSpawn, Type: KindSpawn.String(), Message: "invalid config", Err: err}
 	}
 	python, err := FindPython(cfg.Python)
 	if err != nil {
-		return nil, &Error{Kind: KindSpawn, Type: KindSpawn.String(), Err: err}
+		var problem string
+		switch {
+		case cfg.Python == "" && errors.Is(err, exec.ErrNotFound):
+			problem = "no python3 on PATH; name the interpreter with [pool] python (pynox pool --python)"
+		case errors.Is(err, exec.ErrNotFound):
+			problem = "not found on PATH; expected the path or command name of a CPython 3 interpreter"
+		case errors.Is(err, fs.ErrNotExist):
+			problem = "does not exist; expected the path or command name of a CPython 3 interpreter"
+		default:
+			problem = err.Error() + "; expected the path or command name of a CPython 3 interpreter"
+		}
+		return nil, &Error{Kind: KindSpawn, Type: KindSpawn.String(),
+			Err: &ConfigError{Key: "pool.python", Value: cfg.Python, Problem: problem}}
 	}
 	log := cfg.Logger
 	if log == nil {
@@ -93,7 +115,8 @@ func New(cfg Config) (*Pool, error) {
 	cg, err := cgroup.NewManager(cfg.Cgroups, cfg.Limits.Threads)
 	if err != nil {
 		return nil, &Error{Kind: KindSpawn, Type: KindSpawn.String(),
-			Message: fmt.Sprintf("cgroups is %q ([pool] cgroups, --cgroups)", cfg.Cgroups), Err: err}
+			Err: &ConfigError{Key: "pool.cgroups", Value: cfg.Cgroups,
+				Problem: err.Error() + `; "auto" runs jobs without per-job cgroups where the machine offers none`}}
 	}
 	p := &Pool{
 		cg:      cg,
@@ -109,8 +132,24 @@ func New(cfg Config) (*Pool, error) {
 
 		readCeiling: append(append([]string(nil), cfg.Limits.AllowRead...), cfg.Limits.AllowWrite...),
 		own:         own,
+		system:      protectedSystemPaths(),
 	}
 	p.life, p.kill = context.WithCancel(context.Background())
+	// The pool confines itself before the first template starts, so that
+	// every template inherits its domain.
+	if cfg.ConfineSelf {
+		// Directories the pool itself keeps writing to once confined,
+		// besides the write ceiling: those it makes its jobs' cgroups in
+		// (they exist by now; a rule holds a directory, not a name).
+		selfWritable := cg.WritableDirs()
+		if p.self, err = p.confineSelf(selfWritable); err != nil {
+			cg.Close()
+			return nil, &Error{Kind: KindSpawn, Type: KindSpawn.String(), Err: &ConfigError{Key: "pool.confine_self", Value: "true",
+				Problem: err.Error() + "; [pool] confine_self = false starts the pool unconfined (its jobs stay confined)"}}
+		}
+	} else {
+		p.self = SelfConfinement{TCP: "allow", Signals: "allow", Reason: "not asked for (Config.ConfineSelf)"}
+	}
 	// Start the templates in parallel: with heavy preloads each takes a
 	// noticeable fraction of a second.
 	tpls := make([]*worker.Template, cfg.Workers)
@@ -128,7 +167,7 @@ func New(cfg Config) (*Pool, error) {
 			}
 		}
 		cg.Close()
-		return nil, &Error{Kind: KindSpawn, Type: KindSpawn.String(), Err: err}
+		return nil, &Error{Kind: KindSpawn, Type: KindSpawn.String(), Err: startError(cfg, err)}
 	}
 	p.info = tpls[0].Info()
 	for _, t := range tpls {
@@ -173,6 +212,23 @@ func (w *poolWorker) watch() {
 			w.pool.log.Error("replacing a dead template failed", "err", err)
 		}
 	}
+}
+
+// startError names the setting behind a template's failure to start,
+// where one is: a preload that fails, or a PID namespace required and
+// unavailable.
+func startError(cfg Config, err error) error {
+	var refused *worker.RefusedError
+	if errors.As(err, &refused) && strings.HasPrefix(refused.Msg, "preload ") {
+		mod, _, _ := strings.Cut(strings.TrimPrefix(refused.Msg, "preload "), " ")
+		return &ConfigError{Key: "pool.preload", Value: mod,
+			Problem: refused.Msg + "; expected a module the interpreter imports without error, leaving no thread running and no descriptor open"}
+	}
+	if errors.Is(err, worker.ErrNoPIDNamespace) {
+		return &ConfigError{Key: "pool.pid_namespace", Value: cfg.PIDNamespace,
+			Problem: err.Error() + `; "auto" runs templates without one where the kernel refuses it`}
+	}
+	return err
 }
 
 func (p *Pool) templateOptions() worker.Options {
@@ -227,6 +283,9 @@ func (p *Pool) Preloaded() []string { return append([]string(nil), p.info.Preloa
 // namespaces of their own (Config.PIDNamespace), so that every job and
 // session process dies with its template, whatever it does.
 func (p *Pool) PIDNamespace() bool { return p.info.PIDNamespace }
+
+// SelfConfinement says how the pool's own process is confined.
+func (p *Pool) SelfConfinement() SelfConfinement { return p.self }
 
 // Workers returns the number of templates.
 func (p *Pool) Workers() int { return p.cfg.Workers }

@@ -135,7 +135,7 @@ func TestServeProtocol(t *testing.T) {
 
 	for id, want := range map[string]string{
 		"unknown":  `unknown field "bogus"`,
-		"types":    "field code",
+		"types":    "code: expected a string",
 		"dur":      "invalid duration",
 		"dur2":     "",
 		"size":     "invalid size",

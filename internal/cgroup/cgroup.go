@@ -271,6 +271,7 @@ type Manager struct {
 	backend string
 	tasks   int
 	bases   []string // the pool's own directories: v1 pids and memory, or v2's one
+	locks   []int    // a flock held on each base for the pool's life (see removeStale)
 	seq     atomic.Int64
 
 	mu      sync.Mutex
@@ -321,17 +322,71 @@ func NewManager(mode string, tasks int) (*Manager, error) {
 func (m *Manager) setupV1(l Layout) error {
 	removeStale(l.Pids)
 	removeStale(l.Memory)
-	base, err := os.MkdirTemp(l.Pids, fmt.Sprintf("pynox-%d-", os.Getpid()))
-	if err != nil {
-		return fmt.Errorf("v1: create a cgroup beneath %s: %w", l.Pids, err)
+	for try := 0; ; try++ {
+		base, err := os.MkdirTemp(l.Pids, fmt.Sprintf("pynox-%d-", os.Getpid()))
+		if err != nil {
+			return fmt.Errorf("v1: create a cgroup beneath %s: %w", l.Pids, err)
+		}
+		mem := filepath.Join(l.Memory, filepath.Base(base))
+		if err := os.Mkdir(mem, 0o700); err != nil {
+			os.Remove(base)
+			return fmt.Errorf("v1: create a cgroup beneath %s: %w", l.Memory, err)
+		}
+		m.bases = []string{base, mem}
+		if err := m.lockBases(); err == nil || try == 2 {
+			return err
+		}
 	}
-	mem := filepath.Join(l.Memory, filepath.Base(base))
-	if err := os.Mkdir(mem, 0o700); err != nil {
-		os.Remove(base)
-		return fmt.Errorf("v1: create a cgroup beneath %s: %w", l.Memory, err)
+}
+
+// lockBases takes the flock that marks the pool's own directories as in
+// use (see removeStale), and checks that they are still the directories
+// it made: another pool's sweep may have removed them between their
+// mkdir and the lock, in which case it removes what is left and fails.
+func (m *Manager) lockBases() error {
+	for _, b := range m.bases {
+		fd, err := lockDir(b)
+		if err != nil {
+			m.unlock()
+			for _, b := range m.bases {
+				unix.Rmdir(b)
+			}
+			return fmt.Errorf("lock %s: %w", b, err)
+		}
+		m.locks = append(m.locks, fd)
 	}
-	m.bases = []string{base, mem}
 	return nil
+}
+
+// unlock lets go of the pool's locks.
+func (m *Manager) unlock() {
+	for _, fd := range m.locks {
+		unix.Close(fd)
+	}
+	m.locks = nil
+}
+
+// lockDir opens dir and takes an exclusive flock on it without waiting,
+// then checks that dir still names the directory locked.
+func lockDir(dir string) (int, error) {
+	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return -1, err
+	}
+	if err := unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		unix.Close(fd)
+		return -1, err
+	}
+	var held, now unix.Stat_t
+	if err := unix.Fstat(fd, &held); err != nil {
+		unix.Close(fd)
+		return -1, err
+	}
+	if err := unix.Stat(dir, &now); err != nil || now.Ino != held.Ino || now.Dev != held.Dev {
+		unix.Close(fd)
+		return -1, errors.New("removed while it was being locked")
+	}
+	return fd, nil
 }
 
 var (
@@ -356,16 +411,25 @@ func (m *Manager) setupV2(l Layout) error {
 			return fmt.Errorf("v2: enable pids and memory in %s: %w", l.Unified, err)
 		}
 	}
-	base, err := os.MkdirTemp(l.Unified, fmt.Sprintf("pynox-%d-", os.Getpid()))
-	if err != nil {
-		return fmt.Errorf("v2: create a cgroup beneath %s: %w", l.Unified, err)
+	for try := 0; ; try++ {
+		base, err := os.MkdirTemp(l.Unified, fmt.Sprintf("pynox-%d-", os.Getpid()))
+		if err != nil {
+			return fmt.Errorf("v2: create a cgroup beneath %s: %w", l.Unified, err)
+		}
+		m.bases = []string{base}
+		if err := m.lockBases(); err != nil {
+			if try == 2 {
+				return err
+			}
+			continue
+		}
+		if err := enable(base, want); err != nil {
+			m.unlock()
+			os.Remove(base)
+			return fmt.Errorf("v2: enable pids and memory in %s: %w", base, err)
+		}
+		return nil
 	}
-	if err := enable(base, want); err != nil {
-		os.Remove(base)
-		return fmt.Errorf("v2: enable pids and memory in %s: %w", base, err)
-	}
-	m.bases = []string{base}
-	return nil
 }
 
 // enable makes sure dir's children get the controllers.
@@ -408,22 +472,25 @@ func moveSelfToLeaf(own string) error {
 }
 
 // removeStale removes what a pool that is gone left in dir: directories
-// named pynox-<pid>-… whose pid runs no process, and their children. Only
-// rmdir is used, which the kernel refuses for a cgroup in use.
+// named pynox-<pid>-… (and their empty children) on which no live pool
+// holds its flock. Whether the pool is alive is learnt from the lock, not
+// from its pid, which may name another process (or none) in this
+// process's PID namespace. Only rmdir is used, which the kernel refuses
+// for a cgroup that still holds a task or a child.
 func removeStale(dir string) {
 	ents, err := os.ReadDir(dir)
 	if err != nil {
 		return
 	}
 	for _, e := range ents {
-		pid, ok := stalePid(e.Name())
-		if !ok || !e.IsDir() {
+		if _, ok := stalePid(e.Name()); !ok || !e.IsDir() {
 			continue
 		}
-		if err := unix.Kill(pid, 0); err == nil || err == unix.EPERM {
-			continue // that pool may still run
-		}
 		d := filepath.Join(dir, e.Name())
+		fd, err := lockDir(d)
+		if err != nil {
+			continue // its pool still runs (or it is gone already)
+		}
 		if kids, err := os.ReadDir(d); err == nil {
 			for _, k := range kids {
 				if k.IsDir() {
@@ -432,6 +499,7 @@ func removeStale(dir string) {
 			}
 		}
 		unix.Rmdir(d)
+		unix.Close(fd)
 	}
 }
 
@@ -517,7 +585,10 @@ func (m *Manager) NewGroup(memory int64) (*Group, error) {
 		if g == nil {
 			return m.create(memory)
 		}
-		g.once = sync.Once{}
+		// A fresh Group for the same directories: the old one's Release
+		// may still be inside its sync.Once, which must not be reset
+		// under it.
+		g = &Group{m: g.m, dirs: g.dirs, memDir: g.memDir, memory: g.memory}
 		g.oomBase = g.OOMKills()
 		if err := g.SetMemory(memory); err != nil {
 			// What the last process left does not fit the new limit:
@@ -782,6 +853,7 @@ func (m *Manager) Close() error {
 	case <-time.After(releaseBackoff + 5*time.Second):
 		// A group still in use (a process that did not die) is left; the
 		// next pool removes it once it is empty (see removeStale).
+		m.unlock()
 		return fmt.Errorf("cgroup: groups beneath %v still in use after %s; left in place", m.bases, releaseBackoff+5*time.Second)
 	}
 	m.mu.Lock()
@@ -803,6 +875,7 @@ func (m *Manager) Close() error {
 			errs = append(errs, fmt.Errorf("cgroup %s: %w", b, err))
 		}
 	}
+	m.unlock()
 	return errors.Join(errs...)
 }
 

@@ -189,6 +189,32 @@ func TestRemoveStale(t *testing.T) {
 	}
 }
 
+// TestRemoveStaleLiveUnderDeadPid is the case of a pool that runs in
+// another PID namespace (as PID 1 of its own, say): the pid in its
+// directories' names names no live process here, yet its directories are
+// in use and must stay. Liveness is its flock, not its pid.
+func TestRemoveStaleLiveUnderDeadPid(t *testing.T) {
+	m := requireManager(t)
+	defer m.Close()
+	cmd := exec.Command("/bin/true")
+	require.NoError(t, cmd.Run())
+	dead := cmd.Process.Pid
+	for _, own := range m.WritableDirs() {
+		parent := filepath.Dir(own)
+		live := filepath.Join(parent, "pynox-"+itoa(dead)+"-live")
+		require.NoError(t, os.Mkdir(live, 0o700))
+		fd, err := lockDir(live)
+		require.NoError(t, err)
+		removeStale(parent)
+		_, err = os.Stat(live)
+		require.NoError(t, err, "a locked (live) pool's directory was removed")
+		unix.Close(fd)
+		removeStale(parent)
+		_, err = os.Stat(live)
+		require.True(t, os.IsNotExist(err), "an unlocked directory of a dead pid is left: %s", live)
+	}
+}
+
 // TestGroupCost logs what a spare's cgroup costs the pool: create a new
 // one or reuse a released one, move a process in, release it; in wall
 // time and in the CPU time of the calling thread. It asserts nothing

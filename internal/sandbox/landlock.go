@@ -14,28 +14,27 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// Landlock access rights and scopes, as in <linux/landlock.h>. They are
-// defined here rather than imported from go-landlock's syscall package,
-// which pulls in libcap's psx (and with cgo, a pthread_create wrapper) for
-// all-threads syscalls that pynox never needs: the rules are applied by a
-// single-threaded Python child.
+// Landlock access rights and scopes, from golang.org/x/sys/unix (the
+// kernel's <linux/landlock.h>). The pool's own domain is enforced through
+// go-landlock (see the pynox package); the jobs' rules are applied by the
+// single-threaded Python runner with exactly these values.
 const (
-	accessFSExecute uint64 = 1 << iota
-	accessFSWriteFile
-	accessFSReadFile
-	accessFSReadDir
-	accessFSRemoveDir
-	accessFSRemoveFile
-	accessFSMakeChar
-	accessFSMakeDir
-	accessFSMakeReg
-	accessFSMakeSock
-	accessFSMakeFifo
-	accessFSMakeBlock
-	accessFSMakeSym
-	accessFSRefer
-	accessFSTruncate
-	accessFSIoctlDev
+	accessFSExecute    uint64 = unix.LANDLOCK_ACCESS_FS_EXECUTE
+	accessFSWriteFile  uint64 = unix.LANDLOCK_ACCESS_FS_WRITE_FILE
+	accessFSReadFile   uint64 = unix.LANDLOCK_ACCESS_FS_READ_FILE
+	accessFSReadDir    uint64 = unix.LANDLOCK_ACCESS_FS_READ_DIR
+	accessFSRemoveDir  uint64 = unix.LANDLOCK_ACCESS_FS_REMOVE_DIR
+	accessFSRemoveFile uint64 = unix.LANDLOCK_ACCESS_FS_REMOVE_FILE
+	accessFSMakeChar   uint64 = unix.LANDLOCK_ACCESS_FS_MAKE_CHAR
+	accessFSMakeDir    uint64 = unix.LANDLOCK_ACCESS_FS_MAKE_DIR
+	accessFSMakeReg    uint64 = unix.LANDLOCK_ACCESS_FS_MAKE_REG
+	accessFSMakeSock   uint64 = unix.LANDLOCK_ACCESS_FS_MAKE_SOCK
+	accessFSMakeFifo   uint64 = unix.LANDLOCK_ACCESS_FS_MAKE_FIFO
+	accessFSMakeBlock  uint64 = unix.LANDLOCK_ACCESS_FS_MAKE_BLOCK
+	accessFSMakeSym    uint64 = unix.LANDLOCK_ACCESS_FS_MAKE_SYM
+	accessFSRefer      uint64 = unix.LANDLOCK_ACCESS_FS_REFER
+	accessFSTruncate   uint64 = unix.LANDLOCK_ACCESS_FS_TRUNCATE
+	accessFSIoctlDev   uint64 = unix.LANDLOCK_ACCESS_FS_IOCTL_DEV
 )
 
 // accessFSResolveUnix (ABI 9, Linux 7.1) controls connect and sendmsg to
@@ -44,13 +43,13 @@ const (
 const accessFSResolveUnix uint64 = unix.LANDLOCK_ACCESS_FS_RESOLVE_UNIX
 
 const (
-	accessNetBindTCP    uint64 = 1 << 0
-	accessNetConnectTCP uint64 = 1 << 1
+	accessNetBindTCP    uint64 = unix.LANDLOCK_ACCESS_NET_BIND_TCP
+	accessNetConnectTCP uint64 = unix.LANDLOCK_ACCESS_NET_CONNECT_TCP
 
-	scopeAbstractUnixSocket uint64 = 1 << 0
-	scopeSignal             uint64 = 1 << 1
+	scopeAbstractUnixSocket uint64 = unix.LANDLOCK_SCOPE_ABSTRACT_UNIX_SOCKET
+	scopeSignal             uint64 = unix.LANDLOCK_SCOPE_SIGNAL
 
-	createRulesetVersion = 1 << 0 // LANDLOCK_CREATE_RULESET_VERSION
+	createRulesetVersion = unix.LANDLOCK_CREATE_RULESET_VERSION
 )
 
 // MinABI is the oldest Landlock ABI pynox accepts. ABI 1 (Linux 5.13)
@@ -157,6 +156,10 @@ func ReadAccess(abi int) uint64 {
 func WriteAccess(abi int) uint64 {
 	return HandledFS(abi) &^ (accessFSExecute | accessFSMakeChar | accessFSMakeBlock | accessFSResolveUnix)
 }
+
+// RemoveDirAccess is the right to remove a directory from the one it is
+// granted on, and nothing else.
+func RemoveDirAccess(abi int) uint64 { return accessFSRemoveDir & HandledFS(abi) }
 
 // DeviceAccess is what the few device files every job may use
 // (/dev/null and friends) allow.

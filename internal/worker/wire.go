@@ -4,6 +4,7 @@ package worker
 // calls going in, the outcome coming out, and the control frames between.
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -198,8 +199,9 @@ const MaxCallNumber = 4300
 // checkCallJSON checks JSON that Go has already found valid (a call's
 // arguments, written by the job) against what every client can decode:
 // valid UTF-8, at most MaxCallDepth levels, numbers of at most
-// MaxCallNumber characters. Honest calls pass: the runner encodes them
-// with Python's json module, as ASCII.
+// MaxCallNumber characters, and no object that repeats a key (which
+// parsers read differently). Honest calls pass: the runner encodes them
+// with Python's json module, as ASCII, from Python lists and dicts.
 func checkCallJSON(raw json.RawMessage) error {
 	if !utf8.Valid(raw) {
 		// Outside its strings JSON is ASCII: the bad bytes are in a string.
@@ -239,7 +241,60 @@ func checkCallJSON(raw json.RawMessage) error {
 			depth--
 		}
 	}
+	if key, ok := repeatedKey(raw); ok {
+		return fmt.Errorf("an object repeats the key %q (parsers disagree on which value counts)", key)
+	}
 	return nil
+}
+
+// repeatedKey reports the first key that an object in raw (valid JSON)
+// holds twice, compared as decoded: Python's json and encoding/json keep
+// the last of two equal keys, other parsers the first, so a host that
+// vets arguments with one and acts with another would be bypassed.
+func repeatedKey(raw json.RawMessage) (string, bool) {
+	type level struct {
+		keys    map[string]struct{} // nil for an array
+		wantKey bool
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
+	var stack []level
+	// done marks the end of a value: its object then expects a key.
+	done := func() {
+		if n := len(stack); n > 0 && stack[n-1].keys != nil {
+			stack[n-1].wantKey = true
+		}
+	}
+	for {
+		tok, err := dec.Token()
+		if err != nil {
+			return "", false // io.EOF; raw was checked valid before
+		}
+		switch v := tok.(type) {
+		case json.Delim:
+			switch v {
+			case '{':
+				stack = append(stack, level{keys: map[string]struct{}{}, wantKey: true})
+			case '[':
+				stack = append(stack, level{})
+			default:
+				stack = stack[:len(stack)-1]
+				done()
+			}
+		case string:
+			if n := len(stack); n > 0 && stack[n-1].keys != nil && stack[n-1].wantKey {
+				if _, dup := stack[n-1].keys[v]; dup {
+					return v, true
+				}
+				stack[n-1].keys[v] = struct{}{}
+				stack[n-1].wantKey = false
+				continue
+			}
+			done()
+		default:
+			done()
+		}
+	}
 }
 
 // jsonIs reports whether raw is a JSON value starting with the byte b ('['
