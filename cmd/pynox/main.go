@@ -340,11 +340,14 @@ func describeFlagError(err error) string {
 	var value, name string
 	if _, err := fmt.Sscanf(msg, "invalid value %q for flag %s", &value, &name); err == nil {
 		name = strings.TrimSuffix(strings.TrimLeft(name, "-"), ":")
-		want := "a valid value"
 		if name == "workers" {
-			want = "a positive integer"
+			return fmt.Sprintf("--%s=%s: expected a positive integer", name, value)
 		}
-		return fmt.Sprintf("--%s=%s: expected %s", name, value, want)
+		// A flag.Value of ours says what is wrong after the flag's name.
+		if _, reason, ok := strings.Cut(msg, " for flag -"+name+": "); ok && reason != "" {
+			return fmt.Sprintf("--%s=%s: %s", name, value, reason)
+		}
+		return fmt.Sprintf("--%s=%s: expected a valid value", name, value)
 	}
 	return msg
 }
