@@ -23,6 +23,7 @@ func writeFile(t *testing.T, path, content string) string {
 }
 
 func TestLoadConfig(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	etc := filepath.Join(dir, "etc")
 	path := writeFile(t, filepath.Join(etc, "pynox.toml"), `
@@ -83,6 +84,7 @@ timeout = "10s"
 }
 
 func TestLoadConfigRefusesBadFiles(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name    string
 		content string
@@ -115,6 +117,7 @@ func TestLoadConfigRefusesBadFiles(t *testing.T) {
 }
 
 func TestConfigBeneathOwnWriteGrantRefused(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	path := writeFile(t, filepath.Join(dir, "pynox.toml"), "[pool.limits]\nallow_write = [\".\"]\n")
 	_, err := LoadConfig(path)
@@ -134,6 +137,7 @@ func TestConfigBeneathOwnWriteGrantRefused(t *testing.T) {
 }
 
 func TestCeilingAndProfiles(t *testing.T) {
+	t.Parallel()
 	root := t.TempDir()
 	for _, d := range []string{"data/a", "data/b", "work/out", "other", "site/mypkg"} {
 		require.NoError(t, os.MkdirAll(filepath.Join(root, d), 0o755))
@@ -223,6 +227,7 @@ func TestCeilingAndProfiles(t *testing.T) {
 }
 
 func TestPreloadHygiene(t *testing.T) {
+	t.Parallel()
 	requireSandbox(t)
 	site := t.TempDir()
 	writeFile(t, filepath.Join(site, "thready.py"), "import threading, time\nthreading.Thread(target=time.sleep, args=(3600,), daemon=True).start()\n")
@@ -270,6 +275,7 @@ func TestPreloadHygiene(t *testing.T) {
 }
 
 func TestWriteGrantOverPreloadRefused(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	writeFile(t, filepath.Join(dir, "site", "tool.py"), "X = 1\n")
 	p := newTestPool(t, Config{Workers: 1, Dir: dir, PackageDirs: []string{filepath.Join(dir, "site")}, Preload: []string{"tool"}})
@@ -283,6 +289,7 @@ func TestWriteGrantOverPreloadRefused(t *testing.T) {
 }
 
 func TestJobsDoNotShareRandomStreams(t *testing.T) {
+	t.Parallel()
 	p := newTestPool(t, Config{Workers: 1, Preload: []string{"random"}})
 	seen := map[string]bool{}
 	for i := 0; i < 5; i++ {
@@ -305,6 +312,7 @@ func pandasAvailable(t *testing.T) {
 }
 
 func TestPandasPreload(t *testing.T) {
+	t.Parallel()
 	pandasAvailable(t)
 	p := newTestPool(t, Config{Workers: 2, Preload: []string{"pandas", "numpy"}, Limits: Limits{Memory: 256 << 20}})
 	require.Equal(t, []string{"pandas", "numpy"}, p.Preloaded())
@@ -323,6 +331,7 @@ func TestPandasPreload(t *testing.T) {
 }
 
 func TestStatsAfterMixedOutcomes(t *testing.T) {
+	t.Parallel()
 	p := newTestPool(t, Config{Workers: 2})
 	jobs := []Job{
 		{Code: "print(1)"},
@@ -370,7 +379,7 @@ func TestPandasTemplateHugePages(t *testing.T) {
 	}
 	p := newTestPool(t, Config{Workers: 1, Preload: []string{"pandas"}})
 	requireOK(t, run(t, p, Job{Code: "import pandas; print(pandas.DataFrame({'a': [1, 2]}).a.sum())"}))
-	pids := p.TemplatePIDs()
+	pids := p.templatePIDs()
 	require.Len(t, pids, 1)
 	hugeKB := func(pid int) int {
 		rollup, err := os.ReadFile(fmt.Sprintf("/proc/%d/smaps_rollup", pid))

@@ -71,8 +71,8 @@
 // their parent-death signal; "require" makes [New] fail instead; "off"
 // never uses namespaces. Inside its namespace a job sees its own pid
 // and the template's (1), but not the pool nor any other template's
-// processes; [Checkout.Pid] and [Pool.TemplatePIDs] are pids in the pool's
-// namespace (the host learns a child's from its pidfd). Signals from the
+// processes; [Checkout.Pid] is a pid in the pool's namespace (the host
+// learns a child's from its pidfd). Signals from the
 // pool still reach the template: it only sends SIGKILL (and tests
 // SIGSTOP), which the kernel delivers to a namespace's PID 1 from outside
 // it; from inside, a PID 1 receives only signals it handles.

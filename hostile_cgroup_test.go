@@ -252,7 +252,7 @@ func TestHostileCgroupLifecycle(t *testing.T) {
 	go func() {
 		done <- run(t, p, Job{Code: "import time\nprint('running', flush=True)\ntime.sleep(2)\n", Memory: 100 << 20})
 	}()
-	tpls := p.TemplatePIDs()
+	tpls := p.templatePIDs()
 	var jobDir string
 	require.Eventually(t, func() bool {
 		for _, d := range cgroupJobDirs(t, p) {
@@ -297,7 +297,7 @@ func TestHostileCgroupLifecycle(t *testing.T) {
 	require.LessOrEqual(t, len(cgroupJobDirs(t, p)), 6*len(bases), "job cgroups: %v", cgroupJobDirs(t, p))
 	// And only live spares are in them.
 	require.Eventually(t, func() bool {
-		tpls := p.TemplatePIDs()
+		tpls := p.templatePIDs()
 		for _, d := range cgroupJobDirs(t, p) {
 			b, err := os.ReadFile(filepath.Join(d, "cgroup.procs"))
 			require.NoError(t, err)

@@ -21,6 +21,7 @@ import (
 // bypassed. Each line is refused with a RequestError that names the key,
 // nothing runs, and the pool keeps serving.
 func TestHostileFrontKeyFolding(t *testing.T) {
+	t.Parallel()
 	p := newTestPool(t, Config{Workers: 1})
 	ran := "print('" + "folded key ran" + "')"
 	cases := []struct {
@@ -64,6 +65,7 @@ func TestHostileFrontKeyFolding(t *testing.T) {
 // written with escapes included, and every field name it accepts is one
 // the request types declare.
 func TestDecodeRequestExactKeys(t *testing.T) {
+	t.Parallel()
 	req, err := decodeRequest([]byte(`{"id": 1, "c\u006fde": "print(1)", "env": {"ſ": "1", "s": "2", "S": "3"}, "reply": null}`))
 	require.Nil(t, err)
 	require.Equal(t, "print(1)", req.Code)
@@ -106,6 +108,7 @@ func TestDecodeRequestExactKeys(t *testing.T) {
 // same whether the file exists or not, and the deep chain's job answers
 // like any other.
 func TestHostileFrontHintsLexical(t *testing.T) {
+	t.Parallel()
 	if os.Geteuid() != 0 {
 		t.Skip("needs root: the oracle is about what the pool (root) sees and the job (root without capabilities) does not")
 	}
@@ -158,6 +161,7 @@ raise PermissionError(13, 'Permission denied', target)
 // grants that cover the pool's own executable, its directory or the
 // configuration file are refused even beneath an explicit ceiling.
 func TestHostileFrontOwnFiles(t *testing.T) {
+	t.Parallel()
 	requireSandbox(t)
 	exe, err := os.Executable()
 	require.NoError(t, err)
@@ -249,6 +253,7 @@ func TestHostileFrontOwnFiles(t *testing.T) {
 // "WORKERS" or "[POOL]" passed for a setting — against LoadConfig's
 // promise that no typo in a security setting passes silently.
 func TestHostileFrontConfigKeysExact(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct{ content, want string }{
 		{"[pool]\nWORKERS = 3\n", ":2: unknown key pool.WORKERS: keys are exact and case-sensitive; did you mean workers?"},
 		{"[POOL]\nworkers = 3\n", ":1: unknown key POOL: keys are exact and case-sensitive; did you mean pool?"},

@@ -194,13 +194,13 @@ func selfConfinementChild(t *testing.T, c selfConfineParams) {
 	})
 
 	t.Run("replaced templates", func(t *testing.T) {
-		old := p.TemplatePIDs()
+		old := p.templatePIDs()
 		require.NotEmpty(t, old)
 		for _, pid := range old {
 			require.NoError(t, unix.Kill(pid, unix.SIGKILL))
 		}
 		require.Eventually(t, func() bool {
-			pids := p.TemplatePIDs()
+			pids := p.templatePIDs()
 			for _, pid := range pids {
 				for _, o := range old {
 					if pid == o {

@@ -3,7 +3,7 @@ package pynox
 // Load and endurance tests (issue 4): many mixed jobs through Serve with
 // exact accounting, templates killed under load, and the host's
 // descriptors, processes and memory back at baseline after hundreds of
-// jobs.
+// jobs. They are long tests: they run with PYNOX_LONG=1 (as in .ci/run).
 
 import (
 	"context"
@@ -78,9 +78,7 @@ func loadKinds() []loadKind {
 }
 
 func TestLoadMixedJobs(t *testing.T) {
-	if testing.Short() {
-		t.Skip("1,000 jobs: skipped in -short mode")
-	}
+	requireLong(t, "1,000 jobs through Serve")
 	p := newTestPool(t, Config{Workers: 2})
 	kinds := loadKinds()
 	byName := map[string]loadKind{}
@@ -151,6 +149,7 @@ func TestLoadMixedJobs(t *testing.T) {
 }
 
 func TestLoadTemplatesKilledDuringForkStorm(t *testing.T) {
+	requireLong(t, "templates killed under load")
 	p := newTestPool(t, Config{Workers: 2})
 	const n = 100
 	var in strings.Builder
@@ -170,7 +169,7 @@ func TestLoadTemplatesKilledDuringForkStorm(t *testing.T) {
 				return
 			case <-time.After(time.Duration(15+rng.Intn(60)) * time.Millisecond):
 			}
-			for _, pid := range p.TemplatePIDs() {
+			for _, pid := range p.templatePIDs() {
 				if rng.Intn(2) == 0 && syscall.Kill(pid, syscall.SIGKILL) == nil {
 					kills.Add(1)
 				}
@@ -208,7 +207,7 @@ func TestLoadTemplatesKilledDuringForkStorm(t *testing.T) {
 	for i := 0; i < 4; i++ {
 		advServes(t, p)
 	}
-	pids := p.TemplatePIDs()
+	pids := p.templatePIDs()
 	require.Len(t, pids, 2)
 	for _, pid := range pids {
 		require.True(t, processAlive(pid))
@@ -218,6 +217,7 @@ func TestLoadTemplatesKilledDuringForkStorm(t *testing.T) {
 }
 
 func TestLoadNoLeaks(t *testing.T) {
+	requireLong(t, "hundreds of jobs, then the host's resources at baseline")
 	p := newTestPool(t, Config{Workers: 2})
 	require.NoError(t, os.Mkdir(filepath.Join(p.cfg.Dir, "out"), 0o755))
 	fds0 := advWarm(t, p)
@@ -352,6 +352,7 @@ func loadRSS(t testing.TB) int64 {
 // session can end, and makes host calls, then checks that descriptors,
 // processes and goroutines are back to where they started.
 func TestLoadSessionsNoLeaks(t *testing.T) {
+	requireLong(t, "rounds of sessions, then the host's resources at baseline")
 	p := newTestPool(t, Config{Workers: 1, MaxSessions: 4, SessionIdle: 300 * time.Millisecond})
 	fds0 := advWarm(t, p)
 	procs0 := loadDescendants(t)

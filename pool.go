@@ -14,6 +14,7 @@ import (
 
 	"github.com/pynox/pynox/internal/cgroup"
 	"github.com/pynox/pynox/internal/worker"
+	"golang.org/x/sync/errgroup"
 )
 
 // Pool runs jobs in confined children forked from warm CPython templates.
@@ -152,24 +153,21 @@ func New(cfg Config) (*Pool, error) {
 	// Start the templates in parallel: with heavy preloads each takes a
 	// noticeable fraction of a second.
 	tpls := make([]*worker.Template, cfg.Workers)
-	errs := make([]error, cfg.Workers)
-	var wg sync.WaitGroup
+	var g errgroup.Group
 	for i := range tpls {
-		wg.Add(1)
-		go func(i int) {
-			defer wg.Done()
-			tpls[i], errs[i] = worker.Start(p.templateOptions())
-		}(i)
+		g.Go(func() (err error) {
+			tpls[i], err = worker.Start(p.templateOptions())
+			return err
+		})
 	}
-	wg.Wait()
-	if i := firstErr(errs); errs[i] != nil {
+	if err := g.Wait(); err != nil {
 		for _, t := range tpls {
 			if t != nil {
 				t.Close()
 			}
 		}
 		cg.Close()
-		return nil, &Error{Kind: KindSpawn, Type: KindSpawn.String(), Err: startError(cfg, errs[i])}
+		return nil, &Error{Kind: KindSpawn, Type: KindSpawn.String(), Err: startError(cfg, err)}
 	}
 	p.info = tpls[0].Info()
 	for _, t := range tpls {
@@ -233,15 +231,6 @@ func startError(cfg Config, err error) error {
 	return err
 }
 
-func firstErr(errs []error) int {
-	for i, e := range errs {
-		if e != nil {
-			return i
-		}
-	}
-	return 0
-}
-
 func (p *Pool) templateOptions() worker.Options {
 	return worker.Options{
 		Python:       p.python,
@@ -301,9 +290,9 @@ func (p *Pool) SelfConfinement() SelfConfinement { return p.self }
 // Workers returns the number of templates.
 func (p *Pool) Workers() int { return p.cfg.Workers }
 
-// TemplatePIDs returns the process ids of the live templates (diagnostics
-// and tests; stale as soon as it returns).
-func (p *Pool) TemplatePIDs() []int {
+// templatePIDs returns the process ids of the live templates, for the
+// tests (stale as soon as it returns).
+func (p *Pool) templatePIDs() []int {
 	var pids []int
 	for _, w := range p.workers {
 		w.mu.Lock()

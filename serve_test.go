@@ -69,6 +69,7 @@ func errMessage(l map[string]any) string {
 }
 
 func TestServeProtocol(t *testing.T) {
+	t.Parallel()
 	p := newTestPool(t, Config{})
 	long := `{"id": "long", "code": "` + strings.Repeat("x", MaxLine) + `"}`
 	input := strings.Join([]string{
@@ -165,6 +166,7 @@ func TestServeProtocol(t *testing.T) {
 }
 
 func TestServeConcurrentExactlyOnce(t *testing.T) {
+	t.Parallel()
 	p := newTestPool(t, Config{})
 	var in strings.Builder
 	const n = 60
@@ -250,6 +252,7 @@ func (r *countingReader) consumed() int {
 }
 
 func TestServeBackpressure(t *testing.T) {
+	t.Parallel()
 	// Job lines, and lines each naming a new session beyond max_sessions
 	// (every one but the first is refused).
 	for _, line := range []string{`{"id": %d, "code": "print(%d)"}`, `{"id": %d, "session": "s%d", "code": "pass"}`} {
@@ -275,6 +278,7 @@ func TestServeBackpressure(t *testing.T) {
 }
 
 func TestServeStopsOnContext(t *testing.T) {
+	t.Parallel()
 	p := newTestPool(t, Config{Workers: 1})
 	pr, pw := io.Pipe()
 	var out bytes.Buffer

@@ -128,6 +128,7 @@ func stepOf(l map[string]any) int {
 }
 
 func TestSessionLifecycle(t *testing.T) {
+	t.Parallel()
 	p := newTestPool(t, Config{Workers: 1})
 	ls := startLive(t, p)
 
@@ -197,6 +198,7 @@ func TestSessionLifecycle(t *testing.T) {
 }
 
 func TestSessionEndsOnTimeoutAndCrash(t *testing.T) {
+	t.Parallel()
 	p := newTestPool(t, Config{Workers: 1})
 	ls := startLive(t, p)
 	ls.send(`{"id": 1, "session": "s", "code": "x = 1"}`)
@@ -232,6 +234,7 @@ func requireLineOK(t *testing.T, l map[string]any) {
 }
 
 func TestSessionPermissionsFixedAtCreation(t *testing.T) {
+	t.Parallel()
 	p := newTestPool(t, Config{Workers: 1})
 	dir := p.cfg.Dir
 	require.NoError(t, os.MkdirAll(filepath.Join(dir, "data"), 0o755))
@@ -261,6 +264,7 @@ func TestSessionPermissionsFixedAtCreation(t *testing.T) {
 }
 
 func TestSessionLimits(t *testing.T) {
+	t.Parallel()
 	p := newTestPool(t, Config{Workers: 1, MaxSessions: 2, SessionIdle: 1500 * time.Millisecond})
 	ls := startLive(t, p)
 	ls.send(`{"id": 1, "session": "a", "code": "x = 1"}`)
@@ -307,6 +311,7 @@ func TestSessionLimits(t *testing.T) {
 }
 
 func TestSessionsEndWithPool(t *testing.T) {
+	t.Parallel()
 	p := newTestPool(t, Config{Workers: 1}) // closed below; the cleanup's second Close does nothing
 	co, err := p.Checkout(context.Background(), Job{})
 	require.NoError(t, err)
@@ -326,6 +331,7 @@ func TestSessionsEndWithPool(t *testing.T) {
 }
 
 func TestCheckoutAPI(t *testing.T) {
+	t.Parallel()
 	p := newTestPool(t, Config{Workers: 1, MaxSessions: 1})
 	ctx := context.Background()
 	_, err := p.Checkout(ctx, Job{Code: "1"})
@@ -394,6 +400,7 @@ func TestCheckoutAPI(t *testing.T) {
 }
 
 func TestSessionOutputBetweenSteps(t *testing.T) {
+	t.Parallel()
 	p := newTestPool(t, Config{Workers: 1})
 	co := checkout(t, p, Job{})
 	// A thread that keeps writing between steps writes to /dev/null then;
@@ -414,6 +421,7 @@ func TestSessionOutputBetweenSteps(t *testing.T) {
 }
 
 func TestSessionLogLines(t *testing.T) {
+	t.Parallel()
 	logFile, err := os.CreateTemp(t.TempDir(), "log") // an *os.File takes concurrent writes
 	require.NoError(t, err)
 	defer logFile.Close()
@@ -476,6 +484,7 @@ func TestSessionTemplateDeath(t *testing.T) {
 // TestCloseWaitsForStartingCheckout: a checkout whose template is still
 // starting when the pool closes leaves no process behind Close.
 func TestCloseWaitsForStartingCheckout(t *testing.T) {
+	t.Parallel()
 	p := newTestPool(t, Config{Workers: 1}) // closed below; the cleanup's second Close does nothing
 	errc := make(chan error, 1)
 	go func() {
