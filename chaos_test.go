@@ -20,7 +20,8 @@ package pynox
 // The cancellation latency of Run, Checkout, Feed and Resume is reported
 // with t.Log. How long it runs: PYNOX_CHAOS=short (about 45 s, CI's
 // line), long or -chaos.long (10 minutes), or a duration ("3m"); unset,
-// a smoke run of a few seconds that -short skips.
+// a smoke run of a few seconds that runs only with PYNOX_LONG=1 and
+// without -short.
 
 import (
 	"context"
@@ -57,6 +58,7 @@ func chaosDuration(t *testing.T) time.Duration {
 		if testing.Short() {
 			t.Skip("-short: the chaos smoke run is skipped (PYNOX_CHAOS=short runs it for longer)")
 		}
+		requireLong(t, "the chaos smoke run (PYNOX_CHAOS=short runs it for longer)")
 		return 6 * time.Second
 	case "short":
 		return 45 * time.Second

@@ -418,8 +418,8 @@ func (c *Checkout) stepPlan(s *Step) (*worker.Step, *Error) {
 	if s.Code == "" {
 		return nil, requestErrorf("a step needs code")
 	}
-	if len(s.Code) > maxCodeSize {
-		return nil, requestErrorf("code is %d bytes; the limit is %d", len(s.Code), maxCodeSize)
+	if len(s.Code) > MaxCodeSize {
+		return nil, requestErrorf("code is %d bytes; the limit is %d", len(s.Code), MaxCodeSize)
 	}
 	if err := checkID(s.ID); err != nil {
 		return nil, err

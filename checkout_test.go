@@ -13,6 +13,7 @@ import (
 )
 
 func TestSessionsEndWithPool(t *testing.T) {
+	t.Parallel()
 	p := newTestPool(t, Config{Workers: 1}) // closed below; the cleanup's second Close does nothing
 	co, err := p.Checkout(context.Background(), Job{})
 	require.NoError(t, err)
@@ -32,6 +33,7 @@ func TestSessionsEndWithPool(t *testing.T) {
 }
 
 func TestCheckoutAPI(t *testing.T) {
+	t.Parallel()
 	p := newTestPool(t, Config{Workers: 1, MaxSessions: 1})
 	ctx := context.Background()
 	_, err := p.Checkout(ctx, Job{Code: "1"})
@@ -100,6 +102,7 @@ func TestCheckoutAPI(t *testing.T) {
 }
 
 func TestSessionOutputBetweenSteps(t *testing.T) {
+	t.Parallel()
 	p := newTestPool(t, Config{Workers: 1})
 	co := checkout(t, p, Job{})
 	// A thread that keeps writing between steps writes to /dev/null then;
@@ -149,6 +152,7 @@ func TestSessionTemplateDeath(t *testing.T) {
 // TestCloseWaitsForStartingCheckout: a checkout whose template is still
 // starting when the pool closes leaves no process behind Close.
 func TestCloseWaitsForStartingCheckout(t *testing.T) {
+	t.Parallel()
 	p := newTestPool(t, Config{Workers: 1}) // closed below; the cleanup's second Close does nothing
 	errc := make(chan error, 1)
 	go func() {

@@ -96,6 +96,7 @@ var signalFunctions = []string{"started", "block"}
 
 // Issue 17.1: a panicking HostFunc fails its call, not the program.
 func TestHostFuncPanicRecovered(t *testing.T) {
+	t.Parallel()
 	var logs syncBuffer
 	p := newTestPool(t, Config{Workers: 1, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	boom := func(context.Context, *Call) (any, error) { panic("handler bug") }
@@ -128,6 +129,7 @@ func TestHostFuncPanicRecovered(t *testing.T) {
 
 // Issue 17.2: Finish kills a running step instead of waiting for it.
 func TestFinishKillsRunningStep(t *testing.T) {
+	t.Parallel()
 	p := newTestPool(t, Config{Workers: 1})
 	h := newSignalHost()
 	co := checkout(t, p, Job{Functions: signalFunctions, Host: h.host})
@@ -153,6 +155,7 @@ func TestFinishKillsRunningStep(t *testing.T) {
 // Issue 17.3: a Feed or Resume waiting for another turn gives up when its
 // ctx ends, while that turn runs on.
 func TestTurnWaitHonoursCtx(t *testing.T) {
+	t.Parallel()
 	p := newTestPool(t, Config{Workers: 1})
 	h := newSignalHost()
 	co := checkout(t, p, Job{Functions: signalFunctions, Host: h.host})
@@ -195,6 +198,7 @@ func TestTurnWaitHonoursCtx(t *testing.T) {
 // flight and to every later one; one finished by its caller or for being
 // idle answers ErrFinished.
 func TestCheckoutErrorsAfterClose(t *testing.T) {
+	t.Parallel()
 	p, err := New(Config{Workers: 1, Dir: t.TempDir(), Python: testPython()})
 	requireSandbox(t)
 	require.NoError(t, err)
@@ -237,6 +241,7 @@ func TestCheckoutErrorsAfterClose(t *testing.T) {
 
 // Issue 17.5: of concurrent Finish calls exactly one returns nil.
 func TestConcurrentFinishOnce(t *testing.T) {
+	t.Parallel()
 	p := newTestPool(t, Config{Workers: 1, MaxSessions: 64})
 	bg := context.Background()
 	const rounds, callers = 30, 8
@@ -269,6 +274,7 @@ func TestConcurrentFinishOnce(t *testing.T) {
 
 // Issue 17.6: the zero Pool fails fast and never hangs or panics.
 func TestZeroValuePool(t *testing.T) {
+	t.Parallel()
 	var p Pool
 	ctx, cancel := context.WithTimeout(context.Background(), hangGuard)
 	defer cancel()
@@ -290,6 +296,7 @@ func TestZeroValuePool(t *testing.T) {
 
 // Issue 17.8: Close fails running jobs with ErrClosed at once.
 func TestCloseFailsRunningJobs(t *testing.T) {
+	t.Parallel()
 	requireSandbox(t)
 	p, err := New(Config{Workers: 2, Dir: t.TempDir(), Python: testPython()})
 	require.NoError(t, err)
@@ -316,6 +323,7 @@ func TestCloseFailsRunningJobs(t *testing.T) {
 // Issue 17.9: Resume answers the call it names; a late or duplicate
 // answer is a protocol error and never reaches the next call.
 func TestResumeTiedToCall(t *testing.T) {
+	t.Parallel()
 	p := newTestPool(t, Config{Workers: 1})
 	bg := context.Background()
 	co := checkout(t, p, Job{Functions: []string{"ask"}})
@@ -345,6 +353,7 @@ func TestResumeTiedToCall(t *testing.T) {
 // Issue 17.11: a caller that changes an error it got cannot change the
 // sentinels.
 func TestSentinelsCannotBeChanged(t *testing.T) {
+	t.Parallel()
 	p := newTestPool(t, Config{Workers: 1})
 	require.NoError(t, p.Close())
 	_, err := p.Run(context.Background(), Job{Code: "1"})
@@ -362,6 +371,7 @@ func TestSentinelsCannotBeChanged(t *testing.T) {
 // Shutdown stops accepting work, lets the jobs and steps under way finish,
 // then closes the pool; a ctx that ends first kills what still runs.
 func TestShutdown(t *testing.T) {
+	t.Parallel()
 	requireSandbox(t)
 	bg := context.Background()
 	p, err := New(Config{Workers: 2, Dir: t.TempDir(), Python: testPython()})

@@ -2,11 +2,14 @@ package pynox
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -53,6 +56,11 @@ type Config struct {
 	// Profiles are named presets a request selects with "profile": the
 	// profile's fields come first, the request's own are added on top (lists
 	// joined, env merged, scalars overridden), then the ceiling applies.
+	// A profile's relative paths resolve against Dir, like a request's;
+	// jsonl.LoadConfig makes a file's paths absolute against the file's
+	// directory first, so a file's profile that says "data" grants the
+	// data directory beside the file, which a job (running in Dir) must
+	// name by that path.
 	Profiles map[string]Profile
 	// MaxSessions caps concurrent sessions. Zero means DefaultMaxSessions.
 	MaxSessions int
@@ -154,12 +162,17 @@ type Limits struct {
 	Threads int
 }
 
+// errEmptyPath explains why an empty path in a ceiling, a profile or the
+// package directories is refused: it would stand for the working (or the
+// configuration file's) directory, most often by accident.
+var errEmptyPath = errors.New(`an empty path (an unset variable?) would stand for the working directory; name the directory, or leave the entry out`)
+
 // withDefaults returns c with every zero field replaced by its default and
 // every path made absolute; it checks what can be checked without starting
 // anything.
 func (c Config) withDefaults() (Config, error) {
 	if c.Workers < 0 {
-		return c, fmt.Errorf("workers must be positive, got %d", c.Workers)
+		return c, &ConfigError{Key: "pool.workers", Value: fmt.Sprint(c.Workers), Problem: "expected a positive integer"}
 	}
 	if c.Workers == 0 {
 		c.Workers = DefaultWorkers
@@ -167,33 +180,69 @@ func (c Config) withDefaults() (Config, error) {
 	if c.Dir == "" {
 		wd, err := os.Getwd()
 		if err != nil {
-			return c, fmt.Errorf("working directory: %w", err)
+			return c, &ConfigError{Key: "dir", Problem: "cannot find the working directory: " + err.Error()}
 		}
 		c.Dir = wd
 	}
 	dir, err := realDir(c.Dir)
 	if err != nil {
-		return c, fmt.Errorf("dir: %w", err)
+		return c, &ConfigError{Key: "dir", Value: c.Dir, Problem: pathProblem(err, "an existing directory")}
 	}
 	c.Dir = dir
 	l := &c.Limits
+	// An empty path would resolve to the working directory: refuse it
+	// rather than widen a ceiling to wherever the pool was started.
+	for _, f := range []struct {
+		field string
+		paths []string
+	}{{"allow_read", l.AllowRead}, {"allow_write", l.AllowWrite}, {"package_dirs", c.PackageDirs}} {
+		if slices.Contains(f.paths, "") {
+			return c, fmt.Errorf("%s: %s", f.field, errEmptyPath)
+		}
+	}
+	for _, name := range c.ProfileNames() {
+		pr := c.Profiles[name]
+		for _, f := range []struct {
+			field string
+			paths []string
+		}{{"allow_read", pr.AllowRead}, {"allow_write", pr.AllowWrite}, {"package_dirs", pr.PackageDirs}} {
+			if slices.Contains(f.paths, "") {
+				return c, fmt.Errorf("profile %q: %s: %s", name, f.field, errEmptyPath)
+			}
+		}
+	}
 	if l.AllowRead == nil {
 		l.AllowRead = []string{c.Dir}
 	}
-	for _, list := range []*[]string{&l.AllowRead, &l.AllowWrite, &c.PackageDirs} {
-		out := make([]string, 0, len(*list))
-		for _, p := range *list {
+	for _, list := range []struct {
+		key, want string
+		paths     *[]string
+	}{
+		{"pool.limits.allow_read", "an existing file or directory", &l.AllowRead},
+		{"pool.limits.allow_write", "an existing file or directory", &l.AllowWrite},
+		{"pool.package_dirs", "an existing directory", &c.PackageDirs},
+	} {
+		out := make([]string, 0, len(*list.paths))
+		for _, p := range *list.paths {
 			r, err := realPath(c.Dir, p)
 			if err != nil {
-				return c, fmt.Errorf("path %q: %w", p, err)
+				return c, &ConfigError{Key: list.key, Value: p, Problem: pathProblem(err, list.want)}
 			}
 			out = append(out, r)
 		}
-		*list = out
+		*list.paths = out
 	}
-	switch {
-	case l.Timeout < 0, l.Memory < 0, l.MaxOutput < 0, l.MaxFileSize < 0, l.Threads < 0:
-		return c, fmt.Errorf("limits must not be negative")
+	for _, n := range []struct {
+		key string
+		v   int64
+	}{
+		{"pool.limits.timeout", int64(l.Timeout)}, {"pool.limits.memory", l.Memory}, {"pool.limits.max_output", int64(l.MaxOutput)},
+		{"pool.limits.max_file_size", l.MaxFileSize}, {"pool.limits.threads", int64(l.Threads)},
+		{"pool.max_sessions", int64(c.MaxSessions)}, {"pool.session_idle", int64(c.SessionIdle)},
+	} {
+		if n.v < 0 {
+			return c, &ConfigError{Key: n.key, Value: fmt.Sprint(n.v), Problem: "must not be negative"}
+		}
 	}
 	if l.Timeout == 0 {
 		l.Timeout = DefaultTimeout
@@ -212,8 +261,8 @@ func (c Config) withDefaults() (Config, error) {
 		c.PIDNamespace = worker.PIDNamespaceAuto
 	case worker.PIDNamespaceAuto, worker.PIDNamespaceRequire, worker.PIDNamespaceOff:
 	default:
-		return c, fmt.Errorf("pid_namespace must be %q, %q or %q, got %q",
-			worker.PIDNamespaceAuto, worker.PIDNamespaceRequire, worker.PIDNamespaceOff, c.PIDNamespace)
+		return c, &ConfigError{Key: "pool.pid_namespace", Value: c.PIDNamespace,
+			Problem: fmt.Sprintf("expected %q, %q or %q", worker.PIDNamespaceAuto, worker.PIDNamespaceRequire, worker.PIDNamespaceOff)}
 	}
 	if l.Threads == 0 {
 		l.Threads = DefaultThreads
@@ -223,10 +272,8 @@ func (c Config) withDefaults() (Config, error) {
 		c.Cgroups = cgroup.Auto
 	case cgroup.Auto, cgroup.Require, cgroup.Off:
 	default:
-		return c, fmt.Errorf("cgroups must be %q, %q or %q, got %q", cgroup.Auto, cgroup.Require, cgroup.Off, c.Cgroups)
-	}
-	if c.MaxSessions < 0 || c.SessionIdle < 0 {
-		return c, fmt.Errorf("max_sessions and session_idle must not be negative")
+		return c, &ConfigError{Key: "pool.cgroups", Value: c.Cgroups,
+			Problem: fmt.Sprintf("expected %q, %q or %q", cgroup.Auto, cgroup.Require, cgroup.Off)}
 	}
 	if c.MaxSessions == 0 {
 		c.MaxSessions = DefaultMaxSessions
@@ -237,27 +284,70 @@ func (c Config) withDefaults() (Config, error) {
 	if c.Source != "" {
 		src, err := filepath.EvalSymlinks(c.Source)
 		if err != nil {
-			return c, fmt.Errorf("config source: %w", err)
+			return c, &ConfigError{Key: "config", Value: c.Source, Problem: pathProblem(err, "an existing file")}
 		}
 		for _, w := range l.AllowWrite {
 			if beneath(src, w) {
-				return c, fmt.Errorf("config %s lies beneath the write ceiling %s, so a job could rewrite the pool's configuration: "+
-					"keep the file outside [pool.limits] allow_write (and --allow-write), or narrow them", src, w)
+				return c, &ConfigError{Key: "pool.limits.allow_write", Value: w,
+					Problem: fmt.Sprintf("the configuration file %s lies beneath the write ceiling, so a job could rewrite the pool's configuration: "+
+						"keep the file outside [pool.limits] allow_write (and --allow-write), or narrow them", src)}
 			}
 		}
 		c.Source = src
 	}
 	for name := range c.Profiles {
 		if name == "" {
-			return c, fmt.Errorf("a profile needs a name")
+			return c, &ConfigError{Key: "profiles", Problem: "a profile needs a name"}
 		}
 	}
 	for _, m := range c.Preload {
 		if m == "" || strings.ContainsAny(m, " /\\") {
-			return c, fmt.Errorf("preload %q is not a module name", m)
+			return c, &ConfigError{Key: "pool.preload", Value: m, Problem: "expected a module name, such as \"json\" or \"numpy.linalg\""}
 		}
 	}
 	return c, nil
+}
+
+// ConfigError reports a setting that [New] refuses, or a requirement it
+// names that the machine does not meet (cgroups or pid_namespace
+// "require"), by the key that sets it in a configuration file, so that a
+// command can point at the file's line or at its own flag: New returns it
+// as the cause (Err) of its KindSpawn [Error].
+type ConfigError struct {
+	// Key is the setting as a configuration file spells it:
+	// "pool.workers", "pool.limits.allow_read" (Config.Limits.AllowRead),
+	// "pool.package_dirs", "profiles.NAME.allow_write" and so on; "dir"
+	// for Config.Dir and "config" for Config.Source, which no file sets.
+	Key string
+	// Value is the offending value as configured (one element of a
+	// list), or empty when the fault is not one value's.
+	Value string
+	// Problem says what is wrong and what is expected.
+	Problem string
+}
+
+// Error formats the error as `key: "value": problem`.
+func (e *ConfigError) Error() string {
+	if e.Value == "" {
+		return e.Key + ": " + e.Problem
+	}
+	return fmt.Sprintf("%s: %q: %s", e.Key, e.Value, e.Problem)
+}
+
+// pathProblem says why a configured path is refused, without Go's
+// operation names ("lstat").
+func pathProblem(err error, want string) string {
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return "does not exist; expected " + want
+	case errors.Is(err, fs.ErrPermission):
+		return "permission denied; expected " + want + " the pool may read"
+	}
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		err = pe.Err
+	}
+	return err.Error() + "; expected " + want
 }
 
 // realPath makes p absolute (relative to base) and resolves symlinks; the

@@ -23,6 +23,7 @@ func writeFile(t *testing.T, path, content string) string {
 }
 
 func TestCeilingAndProfiles(t *testing.T) {
+	t.Parallel()
 	root := t.TempDir()
 	for _, d := range []string{"data/a", "data/b", "work/out", "other", "site/mypkg"} {
 		require.NoError(t, os.MkdirAll(filepath.Join(root, d), 0o755))
@@ -62,7 +63,7 @@ func TestCeilingAndProfiles(t *testing.T) {
 		{"output", Job{Code: "1", MaxOutput: 8192}, "max_output 8 KiB exceeds the pool's ceiling of 4 KiB"},
 		{"file size", Job{Code: "1", MaxFileSize: 2 << 20}, "max_file_size 2 MiB exceeds"},
 		{"network", Job{Code: "1", AllowNetwork: true}, "allow_network"},
-		{"unknown profile", Job{Code: "1", Profile: "nope"}, `unknown profile "nope" (profiles: analysis, greedy)`},
+		{"unknown profile", Job{Code: "1", Profile: "nope"}, `profile: unknown profile "nope"; the configured profiles are analysis, greedy`},
 		{"profile over the ceiling", Job{Code: "1", Profile: "greedy"}, "memory 1 GiB exceeds"},
 		{"package dir beneath a write grant", Job{Code: "1", PackageDirs: []string{"work/out"}, AllowWrite: []string{"work"}}, "must stay read-only"},
 	}
@@ -112,6 +113,7 @@ func TestCeilingAndProfiles(t *testing.T) {
 }
 
 func TestPreloadHygiene(t *testing.T) {
+	t.Parallel()
 	requireSandbox(t)
 	site := t.TempDir()
 	writeFile(t, filepath.Join(site, "thready.py"), "import threading, time\nthreading.Thread(target=time.sleep, args=(3600,), daemon=True).start()\n")
@@ -159,6 +161,7 @@ func TestPreloadHygiene(t *testing.T) {
 }
 
 func TestWriteGrantOverPreloadRefused(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	writeFile(t, filepath.Join(dir, "site", "tool.py"), "X = 1\n")
 	p := newTestPool(t, Config{Workers: 1, Dir: dir, PackageDirs: []string{filepath.Join(dir, "site")}, Preload: []string{"tool"}})
@@ -172,6 +175,7 @@ func TestWriteGrantOverPreloadRefused(t *testing.T) {
 }
 
 func TestJobsDoNotShareRandomStreams(t *testing.T) {
+	t.Parallel()
 	p := newTestPool(t, Config{Workers: 1, Preload: []string{"random"}})
 	seen := map[string]bool{}
 	for i := 0; i < 5; i++ {
@@ -194,6 +198,7 @@ func pandasAvailable(t *testing.T) {
 }
 
 func TestPandasPreload(t *testing.T) {
+	t.Parallel()
 	pandasAvailable(t)
 	p := newTestPool(t, Config{Workers: 2, Preload: []string{"pandas", "numpy"}, Limits: Limits{Memory: 256 << 20}})
 	require.Equal(t, []string{"pandas", "numpy"}, p.Preloaded())
@@ -212,6 +217,7 @@ func TestPandasPreload(t *testing.T) {
 }
 
 func TestStatsAfterMixedOutcomes(t *testing.T) {
+	t.Parallel()
 	p := newTestPool(t, Config{Workers: 2})
 	jobs := []Job{
 		{Code: "print(1)"},

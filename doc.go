@@ -74,8 +74,8 @@
 // their parent-death signal; "require" makes [New] fail instead; "off"
 // never uses namespaces. Inside its namespace a job sees its own pid
 // and the template's (1), but not the pool nor any other template's
-// processes; [Checkout.Pid] is a pid in the pool's
-// namespace (the host learns a child's from its pidfd). Signals from the
+// processes; [Checkout.Pid] is a pid in the pool's namespace (the host
+// learns a child's from its pidfd). Signals from the
 // pool still reach the template: it only sends SIGKILL (and tests
 // SIGSTOP), which the kernel delivers to a namespace's PID 1 from outside
 // it; from inside, a PID 1 receives only signals it handles.
@@ -217,7 +217,7 @@
 // also runs in a control group of its own ([Config.Cgroups]; package
 // internal/cgroup): cgroup v2 when the pool's own cgroup is delegated to
 // it, else cgroup v1's pids and memory hierarchies. The pool creates them
-// only beneath its own cgroup (pynox-<pid>-ns<pidns>-<random>/j<n>), moves each
+// only beneath its own cgroup (pynox-<pid>-<random>/j<n>), moves each
 // spare into its cgroup when the spare reaches Go, before any job can
 // (no mkdir on a job's path); once the process has exited, its cgroup
 // serves a later spare if the process left nothing in it (no task, no
@@ -243,7 +243,9 @@
 // its Type is the Python exception class, or RequestError (refused before
 // anything ran), TimeoutError, SignalError (killed by a signal such as
 // SIGSEGV; the message names it), SandboxSetupError or PoolWorkerError
-// (the template died, or the job broke its control protocol).
+// (the template died, or the job broke its control protocol). A job's
+// exception class named like one of those is reported module-qualified
+// ("builtins.TimeoutError", "__main__.RequestError").
 // [Result.Err] turns it into an [*Error] for errors.Is against [ErrTimeout]
 // and the other sentinels. Inline code is named [DefaultName] ("<code>") in
 // tracebacks unless the request names it.

@@ -20,6 +20,7 @@ import (
 )
 
 func TestRunBasics(t *testing.T) {
+	t.Parallel()
 	p := newTestPool(t, Config{})
 	dir := p.cfg.Dir
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "app.py"), []byte("import sys\nprint('args', sys.argv[1:], __file__)\nraise ValueError('boom')\n"), 0o644))
@@ -120,6 +121,7 @@ func TestRunBasics(t *testing.T) {
 }
 
 func TestRequestErrors(t *testing.T) {
+	t.Parallel()
 	p := newTestPool(t, Config{Workers: 1})
 	outside := t.TempDir()
 	tests := []struct {
@@ -168,6 +170,7 @@ func TestRequestErrors(t *testing.T) {
 }
 
 func TestFilesystemConfinement(t *testing.T) {
+	t.Parallel()
 	p := newTestPool(t, Config{})
 	dir := p.cfg.Dir
 	for _, d := range []string{"data", "out", "secret"} {
@@ -233,6 +236,7 @@ func TestFilesystemConfinement(t *testing.T) {
 }
 
 func TestProcessesDenied(t *testing.T) {
+	t.Parallel()
 	p := newTestPool(t, Config{})
 	tests := []struct {
 		name string
@@ -257,6 +261,7 @@ func TestProcessesDenied(t *testing.T) {
 }
 
 func TestNetworkDenied(t *testing.T) {
+	t.Parallel()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	defer ln.Close()
@@ -322,6 +327,7 @@ func TestEnvironmentIsolated(t *testing.T) {
 }
 
 func TestTimeoutAndRecovery(t *testing.T) {
+	t.Parallel()
 	p := newTestPool(t, Config{Workers: 1})
 	start := time.Now()
 	r := run(t, p, Job{Code: "print('started', flush=True)\nwhile True:\n    pass", Timeout: 300 * time.Millisecond})
@@ -341,6 +347,7 @@ func TestTimeoutAndRecovery(t *testing.T) {
 }
 
 func TestMemoryLimit(t *testing.T) {
+	t.Parallel()
 	p := newTestPool(t, Config{Workers: 1})
 	r := run(t, p, Job{Code: "x = bytearray(512 * 1024 * 1024)\nprint(len(x))", Memory: 256 << 20})
 	requireErrorType(t, r, "MemoryError")
@@ -352,6 +359,7 @@ func TestMemoryLimit(t *testing.T) {
 }
 
 func TestFileSizeLimit(t *testing.T) {
+	t.Parallel()
 	p := newTestPool(t, Config{Workers: 1})
 	require.NoError(t, os.Mkdir(filepath.Join(p.cfg.Dir, "out"), 0o755))
 	r := run(t, p, Job{Code: "f = open('out/big', 'wb')\nf.write(b'x' * (2 * 1024 * 1024))\nf.flush()", AllowWrite: []string{"out"}, MaxFileSize: 1 << 20})
@@ -365,6 +373,7 @@ func TestFileSizeLimit(t *testing.T) {
 }
 
 func TestSignalError(t *testing.T) {
+	t.Parallel()
 	p := newTestPool(t, Config{Workers: 1})
 	r := run(t, p, Job{Code: "import ctypes\nctypes.string_at(0)"})
 	requireErrorType(t, r, "SignalError")
@@ -377,6 +386,7 @@ func TestSignalError(t *testing.T) {
 }
 
 func TestOutputCap(t *testing.T) {
+	t.Parallel()
 	p := newTestPool(t, Config{Workers: 1})
 	start := time.Now()
 	r := run(t, p, Job{Code: "import sys\nchunk = 'x' * (1 << 20)\nfor _ in range(100):\n    sys.stdout.write(chunk)\nprint('é' * 10, file=sys.stderr)", MaxOutput: 1000})
@@ -392,6 +402,7 @@ func TestOutputCap(t *testing.T) {
 }
 
 func TestForgedFramesReachNobody(t *testing.T) {
+	t.Parallel()
 	p := newTestPool(t, Config{Workers: 2})
 	// Every shape of frame the pool's channels use, written to every
 	// descriptor the job can reach.
@@ -447,6 +458,7 @@ print("wrote", hit)
 }
 
 func TestConcurrentJobsAnsweredOnce(t *testing.T) {
+	t.Parallel()
 	p := newTestPool(t, Config{Workers: 2})
 	const n = 60
 	var wg sync.WaitGroup
@@ -500,6 +512,7 @@ func TestTemplateKilled(t *testing.T) {
 }
 
 func TestCancellation(t *testing.T) {
+	t.Parallel()
 	p := newTestPool(t, Config{Workers: 1})
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer cancel()
@@ -510,6 +523,7 @@ func TestCancellation(t *testing.T) {
 }
 
 func TestClosedPool(t *testing.T) {
+	t.Parallel()
 	p := newTestPool(t, Config{Workers: 1})
 	require.NoError(t, p.Close())
 	_, err := p.Run(context.Background(), Job{Code: "pass"})
@@ -518,6 +532,7 @@ func TestClosedPool(t *testing.T) {
 }
 
 func TestPythonFromPath(t *testing.T) {
+	t.Parallel()
 	requireSandbox(t)
 	// The default interpreter is the first python3 on PATH, even when that
 	// is a launcher script such as a pyenv shim.
@@ -568,6 +583,7 @@ func TestSandboxSetupFailsClosed(t *testing.T) {
 // System V IPC, message queues and inotify reach past Landlock's view of
 // the filesystem; scheduling calls could slow other processes of the uid.
 func TestIPCAndSchedulingOfOthersDenied(t *testing.T) {
+	t.Parallel()
 	p := newTestPool(t, Config{Workers: 1})
 	code := fmt.Sprintf(`import ctypes, os
 libc = ctypes.CDLL(None, use_errno=True)
@@ -593,6 +609,7 @@ print("inotify_add_watch", errno_of(libc.inotify_add_watch(0, b"/tmp", 0xfff)))
 }
 
 func TestBellAbuse(t *testing.T) {
+	t.Parallel()
 	p := newTestPool(t, Config{Workers: 1})
 	// A job that closes the descriptor it rings the host with still gets
 	// its result, found by polling its control socket.
@@ -611,6 +628,7 @@ func TestBellAbuse(t *testing.T) {
 }
 
 func TestOldPythonRefused(t *testing.T) {
+	t.Parallel()
 	requireSandbox(t)
 	old := "/root/.pyenv/versions/3.8.18/bin/python3"
 	if _, err := os.Stat(old); err != nil {
@@ -623,6 +641,7 @@ func TestOldPythonRefused(t *testing.T) {
 
 // Every CPython from 3.9 on that the machine has runs confined jobs.
 func TestPythonVersions(t *testing.T) {
+	t.Parallel()
 	requireSandbox(t)
 	found, _ := filepath.Glob("/root/.pyenv/versions/3.*/bin/python3")
 	if len(found) == 0 {
@@ -683,6 +702,7 @@ func (h *panicOnce) WithGroup(string) slog.Handler      { return h }
 // still asks for the template's next spare, so the next job does not wait
 // for a template declared wedged.
 func TestPanicKeepsSpares(t *testing.T) {
+	t.Parallel()
 	p := newTestPool(t, Config{Workers: 1, Logger: slog.New(&panicOnce{})})
 	func() {
 		defer func() { require.NotNil(t, recover(), "the logger's panic reaches the caller") }()
@@ -731,6 +751,7 @@ func TestSeccompLayers(t *testing.T) {
 // leave nothing a job can see: no globals, no cached source, no exception,
 // the job's own argv.
 func TestNoWarmUpTraces(t *testing.T) {
+	t.Parallel()
 	p := newTestPool(t, Config{Workers: 1})
 	code := "import sys, linecache\n" +
 		"print(sorted(k for k in globals() if not k.startswith('__') and k not in ('sys', 'linecache')))\n" +

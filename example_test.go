@@ -7,14 +7,40 @@ import (
 	"fmt"
 	"log"
 	"os"
+	"sync"
+	"testing"
 	"time"
 
 	"github.com/pynox/pynox"
 )
 
+// exampleRoot holds the examples' scratch directories; TestMain removes
+// it when the tests and examples have run (an example has no t.TempDir).
+var exampleRoot struct {
+	once sync.Once
+	dir  string
+	err  error
+}
+
+// TestMain runs the package's tests and examples, then removes the
+// examples' scratch directories.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if exampleRoot.dir != "" {
+		os.RemoveAll(exampleRoot.dir)
+	}
+	os.Exit(code)
+}
+
 // exampleConfig keeps the examples' ceiling in a scratch directory.
 func exampleConfig() pynox.Config {
-	dir, err := os.MkdirTemp("", "pynox-example")
+	exampleRoot.once.Do(func() {
+		exampleRoot.dir, exampleRoot.err = os.MkdirTemp("", "pynox-example")
+	})
+	if exampleRoot.err != nil {
+		log.Fatal(exampleRoot.err)
+	}
+	dir, err := os.MkdirTemp(exampleRoot.dir, "example")
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -6,6 +6,7 @@ require (
 	github.com/landlock-lsm/go-landlock v0.11.2
 	github.com/pelletier/go-toml/v2 v2.4.3
 	github.com/stretchr/testify v1.12.1
+	golang.org/x/sync v0.24.0
 	golang.org/x/sys v0.50.0
 )
 

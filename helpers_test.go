@@ -27,6 +27,28 @@ func requireSandbox(t testing.TB) {
 	}
 }
 
+// Tests that call t.Parallel run together once the sequential ones have
+// finished, at most GOMAXPROCS at a time. A test stays sequential when it
+// counts the test process's descriptors, goroutines, children or zombies,
+// makes the test process a subreaper, kills or stops templates, sets the
+// environment, works on cgroups, or measures; anything else that starts
+// its own pool in its own directory may run in parallel.
+
+// longEnv names the environment variable that runs the long tests: the
+// load and endurance runs, the chaos smoke run and the README's blocks.
+// `go test ./...` skips them so that a developer's run stays short; CI
+// (.ci/run) sets it and runs everything.
+const longEnv = "PYNOX_LONG"
+
+// requireLong skips a long test unless PYNOX_LONG=1 is set; what says
+// what the test does, for the skip message.
+func requireLong(t testing.TB, what string) {
+	t.Helper()
+	if os.Getenv(longEnv) != "1" {
+		t.Skipf("%s: a long test, run with %s=1 (as .ci/run does)", what, longEnv)
+	}
+}
+
 // testPython is the interpreter tests use: Debian's when present (it has
 // the python3-numpy and python3-pandas packages), else the first python3.
 func testPython() string {

@@ -55,3 +55,12 @@ func (protocolHooks) Fail(p *Pool, job *Job, session, msg string, accepted time.
 	p.finish(job, res)
 	return res
 }
+
+// PathProblem says why a configured path is refused, in the words of
+// [ConfigError.Problem], so that the configuration file's errors read like
+// New's.
+func (protocolHooks) PathProblem(err error, want string) string { return pathProblem(err, want) }
+
+// EmptyPath is the reason an empty path in a ceiling, a profile or the
+// package directories is refused, the same for the file as for [New].
+func (protocolHooks) EmptyPath() error { return errEmptyPath }

@@ -14,6 +14,7 @@ import (
 )
 
 func TestHostFunctionsGoAPI(t *testing.T) {
+	t.Parallel()
 	p := newTestPool(t, Config{Workers: 1})
 	var calls atomic.Int64
 	waitEnded := make(chan struct{}, 1)

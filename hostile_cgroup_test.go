@@ -379,7 +379,7 @@ func TestHostileCgroupRequire(t *testing.T) {
 		return string(out)
 	}
 	out := helper(cgroup.Require)
-	require.Contains(t, out, `error: Spawn: cgroups is "require" ([pool] cgroups, --cgroups): per-job cgroups are unavailable`)
+	require.Contains(t, out, `error: Spawn: pool.cgroups: "require": per-job cgroups are unavailable`)
 	require.NotContains(t, out, `"event":"ready"`)
 
 	// auto starts without them and says so.

@@ -23,6 +23,7 @@ import (
 // same whether the file exists or not, and the deep chain's job answers
 // like any other.
 func TestHostileFrontHintsLexical(t *testing.T) {
+	t.Parallel()
 	if os.Geteuid() != 0 {
 		t.Skip("needs root: the oracle is about what the pool (root) sees and the job (root without capabilities) does not")
 	}
@@ -75,6 +76,7 @@ raise PermissionError(13, 'Permission denied', target)
 // grants that cover the pool's own executable, its directory or the
 // configuration file are refused even beneath an explicit ceiling.
 func TestHostileFrontOwnFiles(t *testing.T) {
+	t.Parallel()
 	requireSandbox(t)
 	exe, err := os.Executable()
 	require.NoError(t, err)
@@ -132,7 +134,7 @@ func TestHostileFrontOwnFiles(t *testing.T) {
 	t.Run("a profile that covers the executable", func(t *testing.T) {
 		_, err := New(Config{Workers: 1, Dir: t.TempDir(), Python: testPython(),
 			Limits: Limits{AllowWrite: []string{"/"}}, Profiles: map[string]Profile{"build": {AllowWrite: []string{exeDir}}}})
-		require.ErrorContains(t, err, `profile "build": allow_write `+exeDir+" would cover "+exe)
+		require.ErrorContains(t, err, `profiles.build.allow_write: "`+exeDir+`": would cover `+exe)
 	})
 
 	t.Run("hard links to the executable and the configuration", func(t *testing.T) {

@@ -65,6 +65,7 @@ func requireNoDatagram(t *testing.T, c *net.UnixConn) {
 }
 
 func TestHostileSeccompEscapes(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	p := newTestPool(t, Config{Workers: 1, Dir: dir})
 	// A root-owned file the job may read (FS_IOC_SETFLAGS and F_SETLEASE
@@ -195,6 +196,7 @@ R["pipe_flags"] = str(os.get_blocking(r))
 // that it squats no abstract name a host service needs and holds no lease
 // that would block the file's writers.
 func TestHostileSeccompHeldState(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	p := newTestPool(t, Config{Workers: 1, Dir: dir})
 	shared := filepath.Join(dir, "shared.txt")
@@ -229,6 +231,7 @@ attempt("lease", lambda: fcntl.fcntl(lease_fd, 1024, 0))  # F_SETLEASE, F_RDLCK
 // do with sockets: AF_INET and AF_INET6 sockets, but still no datagram or
 // foreign socketpair, and no AF_UNIX socket.
 func TestHostileSeccompNetworkJob(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	p := newTestPool(t, Config{Workers: 1, Dir: dir, Limits: Limits{AllowNetwork: true}})
 	outside := t.TempDir()

@@ -37,6 +37,7 @@ func checkout(t testing.TB, p *Pool, job Job) *Checkout {
 }
 
 func TestHostileSessionConfined(t *testing.T) {
+	t.Parallel()
 	p := newTestPool(t, Config{Workers: 1})
 	co := checkout(t, p, Job{})
 	requireOK(t, feed(t, co, "x = 1"))
@@ -71,6 +72,7 @@ for name, f in [("fork", os.fork), ("passwd", lambda: open("/etc/passwd").read()
 const forgeSend = "import os, struct\ndef send(s):\n    b = s.encode()\n    os.write(3, struct.pack('<I', len(b)) + b)\n    os.write(4, b'!')\n"
 
 func TestHostileSessionForgedFrames(t *testing.T) {
+	t.Parallel()
 	p := newTestPool(t, Config{Workers: 1})
 	frame := func(obj string) string { return forgeSend + "send(" + obj + ")\n" }
 	cases := []struct {
@@ -122,6 +124,7 @@ func TestHostileSessionForgedFrames(t *testing.T) {
 }
 
 func TestHostileSessionStealsItsNextStep(t *testing.T) {
+	t.Parallel()
 	p := newTestPool(t, Config{Workers: 1})
 	co := checkout(t, p, Job{Timeout: time.Second})
 	// Threads that read the control channel between steps take the next
@@ -149,6 +152,7 @@ func TestHostileSessionStealsItsNextStep(t *testing.T) {
 }
 
 func TestHostileSessionCPUBetweenSteps(t *testing.T) {
+	t.Parallel()
 	p := newTestPool(t, Config{Workers: 1})
 	co := checkout(t, p, Job{Timeout: time.Second})
 	// A thread that would burn CPU between steps (ignoring SIGXCPU, so no
@@ -186,6 +190,7 @@ func procStateCPU(t *testing.T, pid int) (string, uint64) {
 }
 
 func TestHostileSessionsIsolated(t *testing.T) {
+	t.Parallel()
 	p := newTestPool(t, Config{Workers: 1})
 	a := checkout(t, p, Job{})
 	b := checkout(t, p, Job{})
@@ -217,6 +222,7 @@ for name, f in [("kill", lambda: os.kill(%d, signal.SIGKILL)),
 }
 
 func TestHostileHostCalls(t *testing.T) {
+	t.Parallel()
 	p := newTestPool(t, Config{Workers: 1})
 	var seen []string
 	host := func(ctx context.Context, c *Call) (any, error) {
@@ -259,6 +265,7 @@ func TestHostileHostCalls(t *testing.T) {
 }
 
 func TestHostCallsFromThreadsBetweenSteps(t *testing.T) {
+	t.Parallel()
 	p := newTestPool(t, Config{Workers: 1})
 	var steps []any
 	host := func(ctx context.Context, c *Call) (any, error) {

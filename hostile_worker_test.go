@@ -49,6 +49,7 @@ var badCallArgs = []struct{ name, frame string }{
 // JSON to Go but not to every client, and checks that the call is refused
 // in the job, before any host function sees it.
 func TestHostileCallArguments(t *testing.T) {
+	t.Parallel()
 	p := newTestPool(t, Config{Workers: 1})
 	var called atomic.Int64
 	host := func(ctx context.Context, c *Call) (any, error) {
@@ -79,6 +80,7 @@ func TestHostileCallArguments(t *testing.T) {
 // the control channel: the job is ended as a protocol break at once, not
 // after its timeout, and the pool serves on.
 func TestHostileBellFlood(t *testing.T) {
+	t.Parallel()
 	p := newTestPool(t, Config{Workers: 1})
 	r := run(t, p, Job{Timeout: 20 * time.Second, Code: "import os, time\n" +
 		"block = b'!' * 65536\n" +
@@ -97,6 +99,7 @@ func TestHostileBellFlood(t *testing.T) {
 // whose header rings before the rest is written, in a job and across a
 // session's steps.
 func TestBellHonestPatterns(t *testing.T) {
+	t.Parallel()
 	p := newTestPool(t, Config{Workers: 1})
 	host := func(ctx context.Context, c *Call) (any, error) { return len(c.Args), nil }
 	code := "from pynox_host import f\n" +
@@ -121,6 +124,7 @@ func TestBellHonestPatterns(t *testing.T) {
 // step is held to its own allowance below it is
 // internal/worker.TestSessionStepCPULimit.
 func TestHostileSessionCPULimit(t *testing.T) {
+	t.Parallel()
 	p := newTestPool(t, Config{Workers: 1})
 	co := checkout(t, p, Job{Timeout: 5 * time.Second})
 	probe := "import resource\n" +

@@ -152,7 +152,10 @@ type Result struct {
 // ErrorInfo describes a failed job.
 type ErrorInfo struct {
 	// Type is the Python exception class, or one of RequestError,
-	// TimeoutError, SignalError, SandboxSetupError, PoolWorkerError.
+	// TimeoutError, SignalError, SandboxSetupError, PoolWorkerError. A
+	// job's exception class named like one of those five is qualified by
+	// its module ("builtins.TimeoutError", "__main__.RequestError"), so
+	// the five bare names are only ever the pool's verdicts.
 	Type string `json:"type"`
 	// Message is the exception's message, or the pool's explanation.
 	Message string `json:"message"`

@@ -46,7 +46,7 @@ func TestPIDNamespaceConfig(t *testing.T) {
 	require.Equal(t, "True\n", r.Stdout)
 
 	_, err := New(Config{Workers: 1, Dir: t.TempDir(), Python: testPython(), PIDNamespace: "sometimes"})
-	require.ErrorContains(t, err, "pid_namespace must be")
+	require.ErrorContains(t, err, `pool.pid_namespace: "sometimes": expected "auto", "require" or "off"`)
 
 	if os.Geteuid() == 0 {
 		p := newTestPool(t, Config{Workers: 1, PIDNamespace: "require"})

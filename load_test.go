@@ -1,9 +1,9 @@
 package pynox
 
-// Load and endurance tests (issue 4): many mixed jobs through Serve with
-// exact accounting, templates killed under load, and the host's
-// descriptors, processes and memory back at baseline after hundreds of
-// jobs.
+// Endurance tests (issue 4): the host's descriptors, processes and memory
+// back at baseline after hundreds of jobs (the load tests through Serve
+// are in package jsonl). They are long tests: they run with PYNOX_LONG=1
+// (as in .ci/run).
 
 import (
 	"context"
@@ -22,6 +22,7 @@ import (
 )
 
 func TestLoadNoLeaks(t *testing.T) {
+	requireLong(t, "hundreds of jobs, then the host's resources at baseline")
 	p := newTestPool(t, Config{Workers: 2})
 	require.NoError(t, os.Mkdir(filepath.Join(p.cfg.Dir, "out"), 0o755))
 	fds0 := advWarm(t, p)
@@ -156,6 +157,7 @@ func loadRSS(t testing.TB) int64 {
 // session can end, and makes host calls, then checks that descriptors,
 // processes and goroutines are back to where they started.
 func TestLoadSessionsNoLeaks(t *testing.T) {
+	requireLong(t, "rounds of sessions, then the host's resources at baseline")
 	p := newTestPool(t, Config{Workers: 1, MaxSessions: 4, SessionIdle: 300 * time.Millisecond})
 	fds0 := advWarm(t, p)
 	procs0 := loadDescendants(t)

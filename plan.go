@@ -2,6 +2,7 @@ package pynox
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -22,11 +23,18 @@ import (
 // locations when the request names none.
 const DefaultName = "<code>"
 
-// Request bounds that are not limits of the ceiling.
+// Bounds of a job (a request of the pool protocol) that are not limits of
+// the ceiling: [Pool.Run], [Pool.Checkout] and [Checkout.Feed] refuse a
+// job or step beyond them with a RequestError.
 const (
-	maxGrants     = 64      // paths per request, all lists together
-	maxScriptSize = 4 << 20 // bytes of a script file
-	maxCodeSize   = 4 << 20 // bytes of inline code (a JSONL line is at most 1 MiB anyway)
+	// MaxGrants is how many paths one job may name in AllowRead,
+	// AllowWrite and PackageDirs together.
+	MaxGrants = 64
+	// MaxScriptSize is the largest script file a job may name, in bytes.
+	MaxScriptSize = 4 << 20
+	// MaxCodeSize is the largest inline code of a job or step, in bytes
+	// (a JSON Lines request is at most jsonl.MaxLine bytes anyway).
+	MaxCodeSize = 4 << 20
 )
 
 // plan is a validated request: everything a child needs, with the grants
@@ -58,7 +66,12 @@ func (p *Pool) plan(req *Job, session bool) (pl *plan, rerr *Error) {
 	if req.Profile != "" {
 		prof, ok := p.cfg.Profiles[req.Profile]
 		if !ok {
-			return nil, requestErrorf("unknown profile %q (profiles: %s)", req.Profile, strings.Join(p.cfg.ProfileNames(), ", "))
+			if len(p.cfg.Profiles) == 0 {
+				return nil, requestErrorf("profile: unknown profile %q: this pool has no profiles configured "+
+					"(profiles are [profiles.NAME] tables of the file given to pynox pool --config)", req.Profile)
+			}
+			return nil, requestErrorf("profile: unknown profile %q; the configured profiles are %s",
+				req.Profile, strings.Join(p.cfg.ProfileNames(), ", "))
 		}
 		merged := req.withProfile(prof)
 		j = &merged
@@ -71,8 +84,8 @@ func (p *Pool) plan(req *Job, session bool) (pl *plan, rerr *Error) {
 		return nil, requestErrorf("exactly one of code and script is required")
 	case j.Code != "" && j.Script != "":
 		return nil, requestErrorf("exactly one of code and script is allowed, not both")
-	case len(j.Code) > maxCodeSize:
-		return nil, requestErrorf("code is %d bytes; the limit is %d", len(j.Code), maxCodeSize)
+	case len(j.Code) > MaxCodeSize:
+		return nil, requestErrorf("code is %d bytes; the limit is %d", len(j.Code), MaxCodeSize)
 	}
 	l := p.cfg.Limits
 	timeout, err := limit("timeout", int64(j.Timeout), int64(l.Timeout), formatDuration)
@@ -102,8 +115,8 @@ func (p *Pool) plan(req *Job, session bool) (pl *plan, rerr *Error) {
 	if err := checkFunctions(j.Functions); err != nil {
 		return nil, err
 	}
-	if n := len(j.AllowRead) + len(j.AllowWrite) + len(j.PackageDirs); n > maxGrants {
-		return nil, requestErrorf("%d paths requested; at most %d are allowed", n, maxGrants)
+	if n := len(j.AllowRead) + len(j.AllowWrite) + len(j.PackageDirs); n > MaxGrants {
+		return nil, requestErrorf("%d paths requested; at most %d are allowed", n, MaxGrants)
 	}
 
 	pl = &plan{network: j.AllowNetwork}
@@ -151,6 +164,9 @@ func (p *Pool) plan(req *Job, session bool) (pl *plan, rerr *Error) {
 			field = "profile " + strconv.Quote(req.Profile) + " allow_write"
 		}
 		if err := coversOwn(field, real, pl.fds[len(pl.fds)-1], p.own); err != nil {
+			return nil, err
+		}
+		if err := coversSystem(field, real, p.system); err != nil {
 			return nil, err
 		}
 		for _, r := range protected {
@@ -239,6 +255,9 @@ func (pl *plan) grant(field, dir, path string, ceiling []string, access uint64) 
 	}
 	fd, err := unix.Open(abs, unix.O_PATH|unix.O_CLOEXEC, 0)
 	if err != nil {
+		if !filepath.IsAbs(path) {
+			return "", false, requestErrorf("%s: %s: %v (a relative path resolves against the pool's working directory, %s)", field, path, err, dir)
+		}
 		return "", false, requestErrorf("%s: %s: %v", field, path, err)
 	}
 	real, err = os.Readlink("/proc/self/fd/" + strconv.Itoa(fd))
@@ -299,15 +318,15 @@ func readScript(dir, path string, ceiling []string) (string, *Error) {
 	if err != nil || !st.Mode().IsRegular() {
 		return "", requestErrorf("script: %s is not a regular file", real)
 	}
-	if st.Size() > maxScriptSize {
-		return "", requestErrorf("script: %s is %d bytes; the limit is %d", real, st.Size(), maxScriptSize)
+	if st.Size() > MaxScriptSize {
+		return "", requestErrorf("script: %s is %d bytes; the limit is %d", real, st.Size(), MaxScriptSize)
 	}
-	b, err := io.ReadAll(io.LimitReader(f, maxScriptSize+1))
+	b, err := io.ReadAll(io.LimitReader(f, MaxScriptSize+1))
 	if err != nil {
 		return "", requestErrorf("script: %s: %v", real, err)
 	}
-	if len(b) > maxScriptSize {
-		return "", requestErrorf("script: %s is larger than %d bytes", real, maxScriptSize)
+	if len(b) > MaxScriptSize {
+		return "", requestErrorf("script: %s is larger than %d bytes", real, MaxScriptSize)
 	}
 	return string(b), nil
 }
@@ -426,11 +445,45 @@ func coversOwn(field, real string, fd int, own []ownFile) *Error {
 	return nil
 }
 
+// protectedSystemPaths returns the system paths that every template and
+// job loads or trusts — worker.SystemPaths (shared libraries, time zones,
+// CA certificates, /etc/hosts and the other name-service files) and
+// /etc/ld.so.preload, which the dynamic loader reads for every program
+// even when it does not exist yet — each by its name and, where it is a
+// symbolic link, by its target too. A job that could write one could
+// change what later jobs trust (certificates, name resolution) or run
+// code in the next template, which maps the libraries before it confines
+// itself.
+func protectedSystemPaths() []string {
+	var out []string
+	for _, p := range append(worker.SystemPaths(), "/etc/ld.so.preload") {
+		p = filepath.Clean(p)
+		out = append(out, p)
+		if r, err := filepath.EvalSymlinks(p); err == nil && r != p {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// coversSystem returns the refusal of a write grant (real) that covers one
+// of the system paths, or lies beneath one; field names the grant's
+// origin.
+func coversSystem(field, real string, system []string) *Error {
+	for _, r := range system {
+		if beneath(r, real) || beneath(real, r) {
+			return requestErrorf("%s: %s would cover %s, a system path every job loads (libraries, certificates, "+
+				"name-service files), which must stay read-only; grant a directory of your own", field, real, r)
+		}
+	}
+	return nil
+}
+
 // checkProfileGrants refuses, when the pool starts, a profile whose write
-// grants would cover one of the pool's own files (requests naming such a
-// profile would be refused anyway). Paths that do not exist yet are judged
-// by name.
-func checkProfileGrants(c Config, own []ownFile) error {
+// grants would cover one of the pool's own files or one of the system
+// paths (requests naming such a profile would be refused anyway). Paths
+// that do not exist yet are judged by name.
+func checkProfileGrants(c Config, own []ownFile, system []string) error {
 	for _, name := range c.ProfileNames() {
 		for _, w := range c.Profiles[name].AllowWrite {
 			p := w
@@ -443,9 +496,13 @@ func checkProfileGrants(c Config, own []ownFile) error {
 			}
 			for _, o := range own {
 				if beneath(o.path, p) {
-					return fmt.Errorf("profile %q: allow_write %s would cover %s, %s: a job could replace what the operator runs next, with the pool's rights",
-						name, w, o.path, o.what)
+					return &ConfigError{Key: "profiles." + name + ".allow_write", Value: w,
+						Problem: fmt.Sprintf("would cover %s, %s: a job could replace what the operator runs next, with the pool's rights; "+
+							"expected a directory that does not hold it", o.path, o.what)}
 				}
+			}
+			if err := coversSystem(fmt.Sprintf("profile %q: allow_write", name), p, system); err != nil {
+				return errors.New(err.Message)
 			}
 		}
 	}

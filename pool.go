@@ -2,17 +2,21 @@ package pynox
 
 import (
 	"context"
-	"fmt"
+	"errors"
+	"io/fs"
 	"log/slog"
 	"maps"
 	"os"
+	"os/exec"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/pynox/pynox/internal/cgroup"
 	"github.com/pynox/pynox/internal/worker"
+	"golang.org/x/sync/errgroup"
 )
 
 // Pool runs jobs in confined children forked from warm CPython templates.
@@ -39,6 +43,9 @@ type Pool struct {
 	readCeiling []string
 	// own lists the pool's own files, which no write grant may cover.
 	own []ownFile
+	// system lists the system paths every job loads (see
+	// protectedSystemPaths), which no write grant may cover either.
+	system []string
 
 	mu       sync.Mutex
 	closed   bool               // no new work is accepted (Shutdown or Close)
@@ -71,7 +78,10 @@ type poolWorker struct {
 // imported its preloads and passed its hygiene checks. It fails with a
 // KindSpawn error when the interpreter cannot be found or a template
 // refuses to start (a preload that fails, starts a thread or leaves a
-// descriptor open).
+// descriptor open). When a setting is to blame (an invalid value, a path
+// that does not exist, a preload that fails, cgroups or pid_namespace
+// "require" unmet) the error's cause is a *[ConfigError] that names it by
+// its configuration key; errors.As finds it.
 func New(cfg Config) (*Pool, error) {
 	cfg, err := cfg.withDefaults()
 	if err != nil {
@@ -79,14 +89,26 @@ func New(cfg Config) (*Pool, error) {
 	}
 	own, err := ownFiles(cfg.Source)
 	if err == nil {
-		err = checkProfileGrants(cfg, own)
+		err = checkProfileGrants(cfg, own, protectedSystemPaths())
 	}
 	if err != nil {
 		return nil, &Error{Kind: KindSpawn, Type: KindSpawn.String(), Message: "invalid config", Err: err}
 	}
 	python, err := FindPython(cfg.Python)
 	if err != nil {
-		return nil, &Error{Kind: KindSpawn, Type: KindSpawn.String(), Err: err}
+		var problem string
+		switch {
+		case cfg.Python == "" && errors.Is(err, exec.ErrNotFound):
+			problem = "no python3 on PATH; name the interpreter with [pool] python (pynox pool --python)"
+		case errors.Is(err, exec.ErrNotFound):
+			problem = "not found on PATH; expected the path or command name of a CPython 3 interpreter"
+		case errors.Is(err, fs.ErrNotExist):
+			problem = "does not exist; expected the path or command name of a CPython 3 interpreter"
+		default:
+			problem = err.Error() + "; expected the path or command name of a CPython 3 interpreter"
+		}
+		return nil, &Error{Kind: KindSpawn, Type: KindSpawn.String(),
+			Err: &ConfigError{Key: "pool.python", Value: cfg.Python, Problem: problem}}
 	}
 	log := cfg.Logger
 	if log == nil {
@@ -95,7 +117,8 @@ func New(cfg Config) (*Pool, error) {
 	cg, err := cgroup.NewManager(cfg.Cgroups, cfg.Limits.Threads)
 	if err != nil {
 		return nil, &Error{Kind: KindSpawn, Type: KindSpawn.String(),
-			Message: fmt.Sprintf("cgroups is %q ([pool] cgroups, --cgroups)", cfg.Cgroups), Err: err}
+			Err: &ConfigError{Key: "pool.cgroups", Value: cfg.Cgroups,
+				Problem: err.Error() + `; "auto" runs jobs without per-job cgroups where the machine offers none`}}
 	}
 	p := &Pool{
 		cg:      cg,
@@ -111,6 +134,7 @@ func New(cfg Config) (*Pool, error) {
 
 		readCeiling: append(append([]string(nil), cfg.Limits.AllowRead...), cfg.Limits.AllowWrite...),
 		own:         own,
+		system:      protectedSystemPaths(),
 	}
 	p.life, p.kill = context.WithCancel(context.Background())
 	// The pool confines itself before the first template starts, so that
@@ -122,7 +146,8 @@ func New(cfg Config) (*Pool, error) {
 		selfWritable := cg.WritableDirs()
 		if p.self, err = p.confineSelf(selfWritable); err != nil {
 			cg.Close()
-			return nil, &Error{Kind: KindSpawn, Type: KindSpawn.String(), Err: err}
+			return nil, &Error{Kind: KindSpawn, Type: KindSpawn.String(), Err: &ConfigError{Key: "pool.confine_self", Value: "true",
+				Problem: err.Error() + "; [pool] confine_self = false starts the pool unconfined (its jobs stay confined)"}}
 		}
 	} else {
 		p.self = SelfConfinement{TCP: "allow", Signals: "allow", Reason: "not asked for (Config.ConfineSelf)"}
@@ -130,24 +155,21 @@ func New(cfg Config) (*Pool, error) {
 	// Start the templates in parallel: with heavy preloads each takes a
 	// noticeable fraction of a second.
 	tpls := make([]*worker.Template, cfg.Workers)
-	errs := make([]error, cfg.Workers)
-	var wg sync.WaitGroup
+	var g errgroup.Group
 	for i := range tpls {
-		wg.Add(1)
-		go func(i int) {
-			defer wg.Done()
-			tpls[i], errs[i] = worker.Start(p.templateOptions())
-		}(i)
+		g.Go(func() (err error) {
+			tpls[i], err = worker.Start(p.templateOptions())
+			return err
+		})
 	}
-	wg.Wait()
-	if i := firstErr(errs); errs[i] != nil {
+	if err := g.Wait(); err != nil {
 		for _, t := range tpls {
 			if t != nil {
 				t.Close()
 			}
 		}
 		cg.Close()
-		return nil, &Error{Kind: KindSpawn, Type: KindSpawn.String(), Err: errs[i]}
+		return nil, &Error{Kind: KindSpawn, Type: KindSpawn.String(), Err: startError(cfg, err)}
 	}
 	p.info = tpls[0].Info()
 	for _, t := range tpls {
@@ -194,13 +216,21 @@ func (w *poolWorker) watch() {
 	}
 }
 
-func firstErr(errs []error) int {
-	for i, e := range errs {
-		if e != nil {
-			return i
-		}
+// startError names the setting behind a template's failure to start,
+// where one is: a preload that fails, or a PID namespace required and
+// unavailable.
+func startError(cfg Config, err error) error {
+	var refused *worker.RefusedError
+	if errors.As(err, &refused) && strings.HasPrefix(refused.Msg, "preload ") {
+		mod, _, _ := strings.Cut(strings.TrimPrefix(refused.Msg, "preload "), " ")
+		return &ConfigError{Key: "pool.preload", Value: mod,
+			Problem: refused.Msg + "; expected a module the interpreter imports without error, leaving no thread running and no descriptor open"}
 	}
-	return 0
+	if errors.Is(err, worker.ErrNoPIDNamespace) {
+		return &ConfigError{Key: "pool.pid_namespace", Value: cfg.PIDNamespace,
+			Problem: err.Error() + `; "auto" runs templates without one where the kernel refuses it`}
+	}
+	return err
 }
 
 func (p *Pool) templateOptions() worker.Options {
@@ -284,8 +314,8 @@ func (p *Pool) Config() Config {
 	return c
 }
 
-// templatePIDs returns the process ids of the live templates (tests;
-// stale as soon as it returns).
+// templatePIDs returns the process ids of the live templates, for the
+// tests (stale as soon as it returns).
 func (p *Pool) templatePIDs() []int {
 	var pids []int
 	for _, w := range p.workers {

@@ -87,10 +87,14 @@ func readmeBlocks(text string) []readmeBlock {
 // The blocks may write where the README says (./pynox); the test puts a
 // ./pynox that was there before back afterwards, removes one it did not
 // find, points TMPDIR and Python's bytecode cache into t.TempDir, and fails
-// if anything else is left in the repository.
+// if anything else is left in the repository. It is a long test: it runs
+// with PYNOX_LONG=1 (as in .ci/run).
 func TestREADMEBlocks(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short: the README's blocks build pynox and start several pools")
+	}
+	if os.Getenv("PYNOX_LONG") != "1" {
+		t.Skip("the README's blocks build pynox and start several pools: a long test, run with PYNOX_LONG=1 (as .ci/run does)")
 	}
 	if _, err := sandbox.ABI(); err != nil {
 		t.Skipf("kernel lacks Landlock, so the README's jobs cannot run confined: %v", err)

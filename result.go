@@ -103,7 +103,7 @@ func (p *Pool) result(j *Job, pl *plan, out *worker.Outcome, accepted time.Time)
 		r.Exit = out.Exit
 		if out.Error != nil {
 			r.Error = &ErrorInfo{
-				Type:    out.Error.Type,
+				Type:    jobErrorType(out.Error.Type),
 				Message: out.Error.Message,
 				File:    out.Error.File,
 				Line:    out.Error.Line,
@@ -135,6 +135,22 @@ func (p *Pool) result(j *Job, pl *plan, out *worker.Outcome, accepted time.Time)
 		r.Exit = out.Status.Code
 	}
 	return r
+}
+
+// jobErrorType returns the type of a job's own exception as results carry
+// it. The runner reports a class named like one of the pool's own error
+// types (RequestError, TimeoutError, SignalError, SandboxSetupError,
+// PoolWorkerError) qualified by its module, "__main__.RequestError" or
+// "builtins.TimeoutError", so that no job's error reads as the pool's
+// verdict; a bare such name could only come from a forged report, and is
+// qualified the same way.
+func jobErrorType(t string) string {
+	for k := KindRequest; k <= KindCrashed; k++ {
+		if t == k.String() {
+			return "__main__." + t
+		}
+	}
+	return t
 }
 
 func describeStatus(st *worker.ExitStatus) string {
@@ -177,8 +193,39 @@ func (p *Pool) hint(pl *plan, e *worker.ErrorInfo) string {
 			return "the sandbox denies creating processes, running programs and opening sockets; the network needs \"allow_network\": true"
 		}
 		return p.pathHint(pl, *e.Filename)
+	case (e.Type == "FileNotFoundError" || errno == int(unix.ENOENT)) && e.Filename != nil &&
+		*e.Filename != "" && !filepath.IsAbs(*e.Filename):
+		return p.relativeHint(pl, *e.Filename)
 	}
 	return ""
+}
+
+// relativeHint explains a relative path that was not found: the job runs
+// in the pool's working directory, while the paths of a configuration file
+// (its ceiling and its profiles) resolve against the file's directory, so
+// a profile that grants "data" in examples/pynox.toml grants
+// examples/data, which the job must name so. When a grant of the job ends
+// in the path's first element, the hint names that grant's absolute path.
+// Like pathHint it is built from names alone.
+func (p *Pool) relativeHint(pl *plan, name string) string {
+	clean := filepath.Clean(name)
+	msg := fmt.Sprintf("relative paths resolve against the job's working directory, the pool's %s, so %q is %s",
+		p.cfg.Dir, name, filepath.Join(p.cfg.Dir, clean))
+	first, _, _ := strings.Cut(clean, string(filepath.Separator))
+	if first == "." || first == ".." {
+		return msg
+	}
+	grants := append(append([]string(nil), pl.read...), pl.write...)
+	for _, g := range grants {
+		if filepath.Base(g) == first && filepath.Dir(g) != p.cfg.Dir {
+			return msg + fmt.Sprintf("; did you mean %q? The job is granted %s: a configuration file's paths, its profiles' included, "+
+				"resolve against the file's directory, not the job's", filepath.Join(filepath.Dir(g), clean), g)
+		}
+	}
+	if len(grants) > 0 {
+		return msg + "; the job's grants are " + strings.Join(grants, ", ")
+	}
+	return msg
 }
 
 // pathHint names the grant that would allow access to name, or says that

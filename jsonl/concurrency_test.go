@@ -13,6 +13,7 @@ import (
 // Issue 17.10: of two pipelined closes of one session, the second finds
 // no session.
 func TestPipelinedClosesOfOneSession(t *testing.T) {
+	t.Parallel()
 	p := newTestPool(t, pynox.Config{Workers: 1})
 	ls := startLive(t, p)
 	ls.send(`{"id": 1, "session": "a", "code": "x = 1"}` + "\n" +
@@ -29,6 +30,7 @@ func TestPipelinedClosesOfOneSession(t *testing.T) {
 
 // Serve on a Pool that New did not make fails at once, writing nothing.
 func TestServeZeroValuePool(t *testing.T) {
+	t.Parallel()
 	var p pynox.Pool
 	var out bytes.Buffer
 	err := Serve(context.Background(), &p, strings.NewReader(`{"code": "1"}`+"\n"), &out)

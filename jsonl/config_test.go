@@ -10,6 +10,7 @@ import (
 )
 
 func TestLoadConfig(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	etc := filepath.Join(dir, "etc")
 	path := writeFile(t, filepath.Join(etc, "pynox.toml"), `
@@ -70,6 +71,7 @@ timeout = "10s"
 }
 
 func TestLoadConfigRefusesBadFiles(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name    string
 		content string
@@ -82,10 +84,10 @@ func TestLoadConfigRefusesBadFiles(t *testing.T) {
 		{"bool as string", "[pool.limits]\nallow_network = \"yes\"\n", []string{":2:", "allow_network"}},
 		{"bad duration", "[pool.limits]\ntimeout = \"soon\"\n", []string{"invalid duration"}},
 		{"bad size", "[pool.limits]\nmemory = \"lots\"\n", []string{"invalid size"}},
-		{"negative workers", "[pool]\nworkers = -1\n", []string{"workers must be positive"}},
-		{"bad log", "[pool]\nlog = \"xml\"\n", []string{"log must be"}},
-		{"bad cgroups", "[pool]\ncgroups = \"yes\"\n", []string{`[pool] cgroups must be "auto", "require" or "off", got "yes"`}},
-		{"zero threads", "[pool.limits]\nthreads = 0\n", []string{"[pool.limits] threads must be positive"}},
+		{"negative workers", "[pool]\nworkers = -1\n", []string{":2: pool.workers: expected a positive integer, got -1"}},
+		{"bad log", "[pool]\nlog = \"xml\"\n", []string{`:2: pool.log: expected "json" or "", got "xml"`}},
+		{"bad cgroups", "[pool]\ncgroups = \"yes\"\n", []string{`:2: pool.cgroups: expected "auto", "require" or "off", got "yes"`}},
+		{"zero threads", "[pool.limits]\nthreads = 0\n", []string{":2: pool.limits.threads: expected a positive integer, got 0"}},
 		{"not toml", "[pool\n", []string{"pynox.toml"}},
 	}
 	for _, tc := range tests {
@@ -102,6 +104,7 @@ func TestLoadConfigRefusesBadFiles(t *testing.T) {
 }
 
 func TestConfigBeneathOwnWriteGrantRefused(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	path := writeFile(t, filepath.Join(dir, "pynox.toml"), "[pool.limits]\nallow_write = [\".\"]\n")
 	_, err := LoadConfig(path)

@@ -33,6 +33,19 @@ type File struct {
 	// (Config.ConfineSelf, which LoadConfig leaves false for programs that
 	// embed the library).
 	ConfineSelf bool
+
+	lines map[string]int // dotted key -> the line that sets it
+}
+
+// Line returns the line of the file that sets key, a dotted key such as
+// "pool.limits.allow_read" or "profiles.analysis.timeout" (the form
+// [pynox.ConfigError.Key] takes), or of the nearest enclosing table the file
+// names; 0 when the file sets neither, as for a default.
+func (f *File) Line(key string) int {
+	if f == nil {
+		return 0
+	}
+	return lineOf(f.lines, key)
 }
 
 // fileSchema mirrors the TOML layout; decoding is strict, so any key not
@@ -90,11 +103,15 @@ func LoadConfig(path string) (*File, error) {
 	}
 	real, err := filepath.EvalSymlinks(abs)
 	if err != nil {
-		return nil, fmt.Errorf("config %s: %w", path, err)
+		return nil, &pynox.ConfigError{Key: "config", Value: path, Problem: hooks.PathProblem(err, "a TOML configuration file")}
 	}
 	data, err := os.ReadFile(real)
 	if err != nil {
-		return nil, fmt.Errorf("config %s: %w", path, err)
+		return nil, &pynox.ConfigError{Key: "config", Value: path, Problem: hooks.PathProblem(err, "a TOML configuration file")}
+	}
+	lines := keyLines(data)
+	if err := checkTOMLKeys(real, data, lines); err != nil {
+		return nil, err
 	}
 	var s fileSchema
 	dec := toml.NewDecoder(bytes.NewReader(data))
@@ -102,10 +119,38 @@ func LoadConfig(path string) (*File, error) {
 	if err := dec.Decode(&s); err != nil {
 		return nil, describeTOMLError(real, err)
 	}
-	if err := checkTOMLKeys(real, data); err != nil {
-		return nil, err
+	// bad reports an invalid value of key, at the line that sets it.
+	bad := func(key, format string, args ...any) error {
+		return fmt.Errorf("%s:%d: %s: %s", real, lineOf(lines, key), key, fmt.Sprintf(format, args...))
 	}
 	dir := filepath.Dir(real)
+	// An empty path would resolve to the file's directory: refuse it (an
+	// unset variable in a generated file, more likely than a wish).
+	lists := []struct {
+		field string
+		paths []string
+	}{
+		{"[pool] package_dirs", s.Pool.PackageDirs},
+		{"[pool.limits] allow_read", s.Pool.Limits.AllowRead},
+		{"[pool.limits] allow_write", s.Pool.Limits.AllowWrite},
+	}
+	for _, name := range slices.Sorted(maps.Keys(s.Profiles)) {
+		ps := s.Profiles[name]
+		for _, l := range []struct {
+			key   string
+			paths []string
+		}{{"allow_read", ps.AllowRead}, {"allow_write", ps.AllowWrite}, {"package_dirs", ps.PackageDirs}} {
+			lists = append(lists, struct {
+				field string
+				paths []string
+			}{fmt.Sprintf("[profiles.%s] %s", name, l.key), l.paths})
+		}
+	}
+	for _, l := range lists {
+		if slices.Contains(l.paths, "") {
+			return nil, fmt.Errorf("config %s: %s: %s", real, l.field, hooks.EmptyPath())
+		}
+	}
 	resolve := func(paths []string) []string {
 		if paths == nil {
 			return nil
@@ -119,7 +164,7 @@ func LoadConfig(path string) (*File, error) {
 		}
 		return out
 	}
-	f := &File{Path: real, ConfineSelf: true}
+	f := &File{Path: real, ConfineSelf: true, lines: lines}
 	if s.Pool.ConfineSelf != nil {
 		f.ConfineSelf = *s.Pool.ConfineSelf
 	}
@@ -127,7 +172,7 @@ func LoadConfig(path string) (*File, error) {
 	c.Source = real
 	if s.Pool.Workers != nil {
 		if *s.Pool.Workers <= 0 {
-			return nil, fmt.Errorf("config %s: [pool] workers must be positive, got %d", real, *s.Pool.Workers)
+			return nil, bad("pool.workers", "expected a positive integer, got %d", *s.Pool.Workers)
 		}
 		c.Workers = *s.Pool.Workers
 	}
@@ -135,7 +180,7 @@ func LoadConfig(path string) (*File, error) {
 	c.PackageDirs = resolve(s.Pool.PackageDirs)
 	if s.Pool.MaxSessions != nil {
 		if *s.Pool.MaxSessions <= 0 {
-			return nil, fmt.Errorf("config %s: [pool] max_sessions must be positive, got %d", real, *s.Pool.MaxSessions)
+			return nil, bad("pool.max_sessions", "expected a positive integer, got %d", *s.Pool.MaxSessions)
 		}
 		c.MaxSessions = *s.Pool.MaxSessions
 	}
@@ -147,7 +192,7 @@ func LoadConfig(path string) (*File, error) {
 		case "auto", "require", "off":
 			c.PIDNamespace = *s.Pool.PIDNS
 		default:
-			return nil, fmt.Errorf("config %s: [pool] pid_namespace must be \"auto\", \"require\" or \"off\", got %q", real, *s.Pool.PIDNS)
+			return nil, bad("pool.pid_namespace", `expected "auto", "require" or "off", got %q`, *s.Pool.PIDNS)
 		}
 	}
 	if s.Pool.Python != nil {
@@ -161,7 +206,7 @@ func LoadConfig(path string) (*File, error) {
 		case "json", "":
 			f.Log = *s.Pool.Log
 		default:
-			return nil, fmt.Errorf("config %s: [pool] log must be \"json\" or \"\", got %q", real, *s.Pool.Log)
+			return nil, bad("pool.log", `expected "json" or "", got %q`, *s.Pool.Log)
 		}
 	}
 	if s.Pool.Cgroups != nil {
@@ -169,13 +214,13 @@ func LoadConfig(path string) (*File, error) {
 		case "auto", "require", "off":
 			c.Cgroups = *s.Pool.Cgroups
 		default:
-			return nil, fmt.Errorf("config %s: [pool] cgroups must be \"auto\", \"require\" or \"off\", got %q", real, *s.Pool.Cgroups)
+			return nil, bad("pool.cgroups", `expected "auto", "require" or "off", got %q`, *s.Pool.Cgroups)
 		}
 	}
 	l := s.Pool.Limits
 	if l.Threads != nil {
 		if *l.Threads <= 0 {
-			return nil, fmt.Errorf("config %s: [pool.limits] threads must be positive, got %d", real, *l.Threads)
+			return nil, bad("pool.limits.threads", "expected a positive integer, got %d", *l.Threads)
 		}
 		c.Limits.Threads = *l.Threads
 	}
@@ -221,7 +266,8 @@ func LoadConfig(path string) (*File, error) {
 			wr = w
 		}
 		if beneath(real, wr) {
-			return nil, fmt.Errorf("config %s lies beneath its own write ceiling %s: a job could rewrite the pool's configuration", real, wr)
+			return nil, bad("pool.limits.allow_write", "%s covers this file: it lies beneath its own write ceiling, so a job could rewrite the pool's configuration; "+
+				"keep the file outside allow_write, or narrow it", wr)
 		}
 	}
 	return f, nil
@@ -233,7 +279,12 @@ var fileKeys = schemaOf(reflect.TypeFor[fileSchema](), "toml", "the configuratio
 // checkTOMLKeys refuses a key that matches a setting only when case is
 // ignored (go-toml, like encoding/json, folds case when decoding into a
 // struct): "WORKERS" or "[POOL]" must not pass for what they resemble.
-func checkTOMLKeys(file string, data []byte) error {
+//
+// It also checks each value's type, so that a mistake reads
+// "pynox.toml:3: pool.workers: expected an integer, got a string" rather
+// than the decoder's account of Go types, and so that a duration written
+// as a bare number is refused rather than taken for nanoseconds.
+func checkTOMLKeys(file string, data []byte, lines map[string]int) error {
 	var m map[string]any
 	if err := toml.Unmarshal(data, &m); err != nil {
 		return describeTOMLError(file, err)
@@ -244,7 +295,7 @@ func checkTOMLKeys(file string, data []byte) error {
 			child := s.child(k)
 			full := strings.Join(append(slices.Clone(path), k), ".")
 			if child == nil {
-				msg := fmt.Sprintf("%s:%d: unknown key %s", file, keyLine(data, k), full)
+				msg := fmt.Sprintf("%s:%d: unknown key %s", file, lineOf(lines, full), full)
 				for _, n := range s.names() {
 					if strings.EqualFold(n, k) {
 						return fmt.Errorf("%s: keys are exact and case-sensitive; did you mean %s?", msg, n)
@@ -260,27 +311,201 @@ func checkTOMLKeys(file string, data []byte) error {
 		}
 		return nil
 	}
-	return walk(m, fileKeys, nil)
+	if err := walk(m, fileKeys, nil); err != nil {
+		return err
+	}
+	return checkTOMLTypes(file, lines, m)
 }
 
-// keyLine finds the line that defines key, as a table header or an
-// assignment; 0 when it cannot tell.
-func keyLine(data []byte, key string) int {
+// keyLines maps each dotted key the file sets (table headers included)
+// to its line. It reads lines, not TOML: a key set in an inline table is
+// found at its table's line (see lineOf), and text inside a multi-line
+// value could be taken for a key, which costs at worst a wrong line
+// number in a message.
+func keyLines(data []byte) map[string]int {
+	out := map[string]int{}
+	set := func(key string, line int) {
+		if _, ok := out[key]; !ok {
+			out[key] = line
+		}
+	}
+	table := ""
 	for i, line := range strings.Split(string(data), "\n") {
 		line = strings.TrimSpace(line)
-		if rest, ok := strings.CutPrefix(line, key); ok && strings.HasPrefix(strings.TrimSpace(rest), "=") {
-			return i + 1
+		switch {
+		case line == "", line[0] == '#':
+		case line[0] == '[':
+			h := strings.TrimLeft(line, "[")
+			h, _, _ = strings.Cut(h, "]")
+			table = normKey(h)
+			set(table, i+1)
+		default:
+			k, _, ok := strings.Cut(line, "=")
+			if !ok {
+				continue
+			}
+			if table != "" {
+				k = table + "." + k
+			}
+			set(normKey(k), i+1)
 		}
-		if strings.HasPrefix(line, "[") {
-			header, _, _ := strings.Cut(strings.Trim(line, "[]"), "]")
-			for _, part := range strings.Split(header, ".") {
-				if strings.TrimSpace(part) == key {
-					return i + 1
+	}
+	return out
+}
+
+// normKey writes a TOML key as a plain dotted key: `pool . "limits"` is
+// pool.limits.
+func normKey(k string) string {
+	parts := strings.Split(k, ".")
+	for i, p := range parts {
+		parts[i] = strings.Trim(strings.TrimSpace(p), `"'`)
+	}
+	return strings.Join(parts, ".")
+}
+
+// lineOf returns the line that sets key, or failing that the nearest
+// enclosing table's; 0 when neither is known.
+func lineOf(lines map[string]int, key string) int {
+	for k := key; k != ""; {
+		if l, ok := lines[k]; ok {
+			return l
+		}
+		i := strings.LastIndexByte(k, '.')
+		if i < 0 {
+			break
+		}
+		k = k[:i]
+	}
+	return 0
+}
+
+// checkTOMLTypes refuses a value whose TOML type does not fit its key.
+func checkTOMLTypes(file string, lines map[string]int, m map[string]any) error {
+	var walk func(v any, t reflect.Type, key string) error
+	walk = func(v any, t reflect.Type, key string) error {
+		for t.Kind() == reflect.Pointer {
+			t = t.Elem()
+		}
+		want := tomlExpected(t)
+		fail := func(got string) error {
+			return fmt.Errorf("%s:%d: %s: expected %s, got %s", file, lineOf(lines, key), key, want, got)
+		}
+		switch t {
+		case reflect.TypeFor[pynox.Duration]():
+			if _, ok := v.(string); !ok {
+				return fail(tomlGot(v))
+			}
+			return nil
+		case reflect.TypeFor[pynox.Size]():
+			switch v.(type) {
+			case string, int64:
+				return nil
+			}
+			return fail(tomlGot(v))
+		}
+		switch t.Kind() {
+		case reflect.Struct:
+			tbl, ok := v.(map[string]any)
+			if !ok {
+				return fail(tomlGot(v))
+			}
+			for f := range t.Fields() {
+				name, _, _ := strings.Cut(f.Tag.Get("toml"), ",")
+				if sub, ok := tbl[name]; ok {
+					if err := walk(sub, f.Type, key+"."+name); err != nil {
+						return err
+					}
 				}
+			}
+		case reflect.Map:
+			tbl, ok := v.(map[string]any)
+			if !ok {
+				return fail(tomlGot(v))
+			}
+			for _, k := range slices.Sorted(maps.Keys(tbl)) {
+				if err := walk(tbl[k], t.Elem(), key+"."+k); err != nil {
+					return err
+				}
+			}
+		case reflect.Slice:
+			arr, ok := v.([]any)
+			if !ok {
+				return fail(tomlGot(v))
+			}
+			for _, e := range arr {
+				if err := walk(e, t.Elem(), key); err != nil {
+					return fail("an array holding " + tomlGot(e))
+				}
+			}
+		case reflect.String:
+			if _, ok := v.(string); !ok {
+				return fail(tomlGot(v))
+			}
+		case reflect.Int, reflect.Int64:
+			if _, ok := v.(int64); !ok {
+				return fail(tomlGot(v))
+			}
+		case reflect.Bool:
+			if _, ok := v.(bool); !ok {
+				return fail(tomlGot(v))
+			}
+		}
+		return nil
+	}
+	st := reflect.TypeFor[fileSchema]()
+	for f := range st.Fields() {
+		name, _, _ := strings.Cut(f.Tag.Get("toml"), ",")
+		if v, ok := m[name]; ok {
+			if err := walk(v, f.Type, name); err != nil {
+				return err
 			}
 		}
 	}
-	return 0
+	return nil
+}
+
+// tomlExpected names what a key of Go type t takes, in TOML's words.
+func tomlExpected(t reflect.Type) string {
+	switch t {
+	case reflect.TypeFor[pynox.Duration]():
+		return `a duration string such as "5s" or "500ms"`
+	case reflect.TypeFor[pynox.Size]():
+		return `a size: a number of bytes or a string such as "512m"`
+	}
+	switch t.Kind() {
+	case reflect.String:
+		return "a string"
+	case reflect.Bool:
+		return "true or false"
+	case reflect.Int, reflect.Int64:
+		return "an integer"
+	case reflect.Slice:
+		return "an array of " + strings.TrimPrefix(strings.TrimPrefix(tomlExpected(t.Elem()), "an "), "a ") + "s"
+	case reflect.Map:
+		return "a table of " + strings.TrimPrefix(strings.TrimPrefix(tomlExpected(t.Elem()), "an "), "a ") + "s"
+	case reflect.Struct:
+		return "a table"
+	}
+	return "another kind of value"
+}
+
+// tomlGot names the TOML type of a decoded value.
+func tomlGot(v any) string {
+	switch v.(type) {
+	case string:
+		return "a string"
+	case int64:
+		return "an integer"
+	case float64:
+		return "a float"
+	case bool:
+		return "a boolean"
+	case []any:
+		return "an array"
+	case map[string]any:
+		return "a table"
+	}
+	return "a date or time"
 }
 
 // describeTOMLError turns go-toml's errors into "file:line: key: problem".
@@ -299,8 +524,13 @@ func describeTOMLError(file string, err error) error {
 		row, _ := de.Position()
 		msg := de.Error()
 		msg = strings.TrimPrefix(msg, "toml: ")
+		if strings.Contains(msg, "cannot decode TOML") {
+			// checkTOMLKeys names types in TOML's words; this is a
+			// backstop that keeps Go's struct types out of the message.
+			msg = "a value of the wrong type"
+		}
 		if key := de.Key(); len(key) > 0 {
-			return fmt.Errorf("%s:%d: key %s: %s", file, row, strings.Join(key, "."), msg)
+			return fmt.Errorf("%s:%d: %s: %s", file, row, strings.Join(key, "."), msg)
 		}
 		return fmt.Errorf("%s:%d: %s", file, row, msg)
 	}

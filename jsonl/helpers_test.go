@@ -33,6 +33,19 @@ func requireSandbox(t testing.TB) {
 	}
 }
 
+// longEnv names the environment variable that runs the long tests, as in
+// the root package: `go test ./...` skips them; CI (.ci/run) sets it.
+const longEnv = "PYNOX_LONG"
+
+// requireLong skips a long test unless PYNOX_LONG=1 is set; what says
+// what the test does, for the skip message.
+func requireLong(t testing.TB, what string) {
+	t.Helper()
+	if os.Getenv(longEnv) != "1" {
+		t.Skipf("%s: a long test, run with %s=1 (as .ci/run does)", what, longEnv)
+	}
+}
+
 // testPython is the interpreter tests use: Debian's when present (it has
 // the python3-numpy and python3-pandas packages), else the first python3.
 func testPython() string {
@@ -209,4 +222,11 @@ func checkout(t testing.TB, p *pynox.Pool, job pynox.Job) *pynox.Checkout {
 	require.NoError(t, err)
 	t.Cleanup(func() { co.Finish(context.Background()) })
 	return co
+}
+
+// requireErrorType requires that the job failed with error type typ.
+func requireErrorType(t testing.TB, res *pynox.Result, typ string) {
+	t.Helper()
+	require.NotNil(t, res.Error, "job succeeded; stdout: %s", res.Stdout)
+	require.Equal(t, typ, res.Error.Type, "message: %s\nstderr: %s", res.Error.Message, res.Stderr)
 }

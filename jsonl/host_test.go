@@ -14,6 +14,7 @@ import (
 )
 
 func TestHostFunctionsOverJSONL(t *testing.T) {
+	t.Parallel()
 	p := newTestPool(t, pynox.Config{Workers: 2})
 	ls := startLive(t, p)
 	ls.send(`{"id": "t1", "functions": ["search", "fail"], "code": "from pynox_host import search, fail, HostError\nprint(search('pynox', limit=2))\ntry:\n    fail()\nexcept HostError as e:\n    print('caught', e)"}`)
@@ -102,6 +103,7 @@ func TestHostFunctionsOverJSONL(t *testing.T) {
 // TestHostCallsFailAtEndOfInput: once the client closes its input, a call
 // waiting for a reply fails in its job at once.
 func TestHostCallsFailAtEndOfInput(t *testing.T) {
+	t.Parallel()
 	p := newTestPool(t, pynox.Config{Workers: 1})
 	var out bytes.Buffer
 	start := time.Now()
@@ -117,6 +119,7 @@ func TestHostCallsFailAtEndOfInput(t *testing.T) {
 // each calling the host, then answers the calls as they come: the replies
 // must reach their calls although job lines sit before them.
 func TestHostRepliesBehindQueuedJobs(t *testing.T) {
+	t.Parallel()
 	p := newTestPool(t, pynox.Config{Workers: 1})
 	ls := startLive(t, p)
 	const n = 8
@@ -141,6 +144,7 @@ func TestHostRepliesBehindQueuedJobs(t *testing.T) {
 // the pool holds: those beyond what it holds are refused at once, and every
 // reply still reaches its call, so no job waits for its timeout.
 func TestHostRepliesBehindManyQueuedJobs(t *testing.T) {
+	t.Parallel()
 	p := newTestPool(t, pynox.Config{Workers: 1})
 	ls := startLive(t, p)
 	const n = 3 + 16 + 6 // slots, held, and some beyond

@@ -15,6 +15,7 @@ import (
 // written with escapes included, and every field name it accepts is one
 // the request types declare.
 func TestDecodeRequestExactKeys(t *testing.T) {
+	t.Parallel()
 	req, err := decodeRequest([]byte(`{"id": 1, "c\u006fde": "print(1)", "env": {"ſ": "1", "s": "2", "S": "3"}, "reply": null}`))
 	require.Nil(t, err)
 	require.Equal(t, "print(1)", req.Code)
@@ -37,7 +38,7 @@ func TestDecodeRequestExactKeys(t *testing.T) {
 	// Syntax errors keep the decoder's own message.
 	_, err = decodeRequest([]byte(`{"code": "1", "env": {"A": }`))
 	require.NotNil(t, err)
-	require.Contains(t, err.Message, "malformed JSON")
+	require.Contains(t, err.Message, "not valid JSON at column 28")
 	// A stray closing brace was taken for the end of input by dec.More.
 	_, err = decodeRequest([]byte(`{"code": "1"}}`))
 	require.NotNil(t, err)
@@ -54,6 +55,7 @@ func TestDecodeRequestExactKeys(t *testing.T) {
 // bypassed. Each line is refused with a RequestError that names the key,
 // nothing runs, and the pool keeps serving.
 func TestHostileFrontKeyFolding(t *testing.T) {
+	t.Parallel()
 	p := newTestPool(t, pynox.Config{Workers: 1})
 	ran := "print('" + "folded key ran" + "')"
 	cases := []struct {
@@ -98,6 +100,7 @@ func TestHostileFrontKeyFolding(t *testing.T) {
 // "WORKERS" or "[POOL]" passed for a setting — against LoadConfig's
 // promise that no typo in a security setting passes silently.
 func TestHostileFrontConfigKeysExact(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct{ content, want string }{
 		{"[pool]\nWORKERS = 3\n", ":2: unknown key pool.WORKERS: keys are exact and case-sensitive; did you mean workers?"},
 		{"[POOL]\nworkers = 3\n", ":1: unknown key POOL: keys are exact and case-sensitive; did you mean pool?"},

@@ -18,6 +18,7 @@ import (
 // module reads (the reference client's reader dies on the first that is
 // not, and every request then hangs).
 func TestHostileCallArgumentsOnTheStream(t *testing.T) {
+	t.Parallel()
 	py, err := exec.LookPath("/usr/bin/python3")
 	if err != nil {
 		t.Skip("no /usr/bin/python3 to read the stream with")

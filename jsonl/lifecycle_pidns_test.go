@@ -21,7 +21,7 @@ func TestPIDNamespaceConfigKey(t *testing.T) {
 	bad := filepath.Join(dir, "bad.toml")
 	require.NoError(t, os.WriteFile(bad, []byte("[pool]\npid_namespace = \"maybe\"\n"), 0o644))
 	_, err = LoadConfig(bad)
-	require.ErrorContains(t, err, `[pool] pid_namespace must be "auto", "require" or "off", got "maybe"`)
+	require.ErrorContains(t, err, `pool.pid_namespace: expected "auto", "require" or "off", got "maybe"`)
 }
 
 // TestPIDNamespaceReported: the ready event says whether the templates

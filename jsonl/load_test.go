@@ -1,5 +1,9 @@
 package jsonl
 
+// Load tests through Serve (issue 4): many mixed jobs with exact
+// accounting, and templates killed under load. They are long tests: they
+// run with PYNOX_LONG=1 (as in .ci/run).
+
 import (
 	"encoding/json"
 	"fmt"
@@ -17,9 +21,7 @@ import (
 )
 
 func TestLoadMixedJobs(t *testing.T) {
-	if testing.Short() {
-		t.Skip("1,000 jobs: skipped in -short mode")
-	}
+	requireLong(t, "1,000 jobs through Serve")
 	p := newTestPool(t, pynox.Config{Workers: 2})
 	kinds := loadKinds()
 	byName := map[string]loadKind{}
@@ -90,6 +92,7 @@ func TestLoadMixedJobs(t *testing.T) {
 }
 
 func TestLoadTemplatesKilledDuringForkStorm(t *testing.T) {
+	requireLong(t, "templates killed under load")
 	p := newTestPool(t, pynox.Config{Workers: 2})
 	const n = 100
 	var in strings.Builder

@@ -8,9 +8,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"reflect"
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/pynox/pynox"
 )
@@ -296,27 +298,107 @@ func decodeRequest(line []byte) (request, *pynox.Error) {
 			}
 		}
 	}
-	return request{Job: pynox.Job{ID: id}}, requestErrorf("%s", describeJSONError(err))
+	return request{Job: pynox.Job{ID: id}}, requestErrorf("%s", describeJSONError(err, line))
 }
 
-func describeJSONError(err error) string {
+// describeJSONError says what is wrong with a request line in terms of
+// the protocol: where the line stops being JSON (the column, in
+// characters), or which field has a value of the wrong kind and what it
+// takes.
+func describeJSONError(err error, line []byte) string {
 	var te *json.UnmarshalTypeError
 	var se *json.SyntaxError
 	switch {
 	case errors.As(err, &te):
 		if te.Field != "" {
-			field := te.Field[strings.LastIndexByte(te.Field, '.')+1:]
-			return fmt.Sprintf("field %s: cannot use a JSON %s here", field, te.Value)
+			field := strings.TrimPrefix(te.Field, "Job.")
+			return fmt.Sprintf("%s: expected %s, got a JSON %s", field, jsonExpected(te.Type), te.Value)
 		}
-		return "the request must be a JSON object"
+		return "the request must be a JSON object, such as " + requestExample
 	case errors.As(err, &se):
-		return "malformed JSON: " + se.Error()
+		return fmt.Sprintf("not valid JSON at column %d: %s; each request is one JSON object on one line, such as %s",
+			jsonColumn(line, se.Offset), se.Error(), requestExample)
 	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
-		return "malformed JSON: unexpected end of line"
+		return fmt.Sprintf("not valid JSON: the line ends at column %d inside the JSON value; each request is one JSON object on one line, such as %s",
+			jsonColumn(line, int64(len(bytes.TrimRight(line, " \t\r\n")))+1), requestExample)
 	}
 	msg := err.Error()
+	if strings.HasPrefix(msg, "invalid duration ") || strings.HasPrefix(msg, "invalid size ") {
+		if f := unitField(line); f != "" {
+			return f + ": " + msg
+		}
+	}
 	msg, _ = strings.CutPrefix(msg, "json: ")
 	return msg
+}
+
+// requestExample is the smallest request, shown when a line is not one.
+const requestExample = `{"id": 1, "code": "print(1)"}`
+
+// jsonColumn turns the decoder's byte offset (the bytes read when the
+// error was found, so the offending byte's 1-based position) into a
+// 1-based column counted in characters.
+func jsonColumn(line []byte, off int64) int {
+	if off < 1 {
+		return 1
+	}
+	if off > int64(len(line)) {
+		off = int64(len(line)) + 1
+	}
+	return utf8.RuneCount(line[:off-1]) + 1
+}
+
+// jsonExpected names what a request field of Go type t takes, in JSON's
+// words.
+func jsonExpected(t reflect.Type) string {
+	switch t {
+	case reflect.TypeFor[pynox.Duration]():
+		return `a duration string such as "5s" or "500ms"`
+	case reflect.TypeFor[pynox.Size]():
+		return `a size: a number of bytes or a string such as "512m"`
+	}
+	switch t.Kind() {
+	case reflect.String:
+		return "a string"
+	case reflect.Bool:
+		return "true or false"
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		return "an integer"
+	case reflect.Float32, reflect.Float64:
+		return "a number"
+	case reflect.Slice, reflect.Array:
+		if t.Elem().Kind() == reflect.String {
+			return "an array of strings"
+		}
+		return "an array"
+	case reflect.Map:
+		if t.Elem().Kind() == reflect.String {
+			return "an object whose values are strings"
+		}
+		return "an object"
+	case reflect.Struct, reflect.Pointer:
+		return "an object"
+	}
+	return "another kind of value"
+}
+
+// unitField finds which top-level duration or size field of a request
+// line fails to parse, for a parse error that does not say.
+func unitField(line []byte) string {
+	var probe map[string]json.RawMessage
+	if json.Unmarshal(line, &probe) != nil {
+		return ""
+	}
+	for _, f := range []struct {
+		name string
+		v    any
+	}{{"timeout", new(pynox.Duration)}, {"memory", new(pynox.Size)}, {"max_file_size", new(pynox.Size)}} {
+		if raw, ok := probe[f.name]; ok && json.Unmarshal(raw, f.v) != nil {
+			return f.name
+		}
+	}
+	return ""
 }
 
 type lineOrErr struct {

@@ -70,6 +70,7 @@ func errMessage(l map[string]any) string {
 }
 
 func TestServeProtocol(t *testing.T) {
+	t.Parallel()
 	p := newTestPool(t, pynox.Config{})
 	long := `{"id": "long", "code": "` + strings.Repeat("x", MaxLine) + `"}`
 	input := strings.Join([]string{
@@ -137,7 +138,7 @@ func TestServeProtocol(t *testing.T) {
 
 	for id, want := range map[string]string{
 		"unknown":  `unknown field "bogus"`,
-		"types":    "field code",
+		"types":    "code: expected a string",
 		"dur":      "invalid duration",
 		"dur2":     "",
 		"size":     "invalid size",
@@ -168,6 +169,7 @@ func TestServeProtocol(t *testing.T) {
 }
 
 func TestServeConcurrentExactlyOnce(t *testing.T) {
+	t.Parallel()
 	p := newTestPool(t, pynox.Config{})
 	var in strings.Builder
 	const n = 60
@@ -253,6 +255,7 @@ func (r *countingReader) consumed() int {
 }
 
 func TestServeBackpressure(t *testing.T) {
+	t.Parallel()
 	// Job lines, and lines each naming a new session beyond max_sessions
 	// (every one but the first is refused).
 	for _, line := range []string{`{"id": %d, "code": "print(%d)"}`, `{"id": %d, "session": "s%d", "code": "pass"}`} {
@@ -278,6 +281,7 @@ func TestServeBackpressure(t *testing.T) {
 }
 
 func TestServeStopsOnContext(t *testing.T) {
+	t.Parallel()
 	p := newTestPool(t, pynox.Config{Workers: 1})
 	pr, pw := io.Pipe()
 	var out bytes.Buffer

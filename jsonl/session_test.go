@@ -128,6 +128,7 @@ func stepOf(l map[string]any) int {
 }
 
 func TestSessionLifecycle(t *testing.T) {
+	t.Parallel()
 	p := newTestPool(t, pynox.Config{Workers: 1})
 	ls := startLive(t, p)
 
@@ -197,6 +198,7 @@ func TestSessionLifecycle(t *testing.T) {
 }
 
 func TestSessionEndsOnTimeoutAndCrash(t *testing.T) {
+	t.Parallel()
 	p := newTestPool(t, pynox.Config{Workers: 1})
 	ls := startLive(t, p)
 	ls.send(`{"id": 1, "session": "s", "code": "x = 1"}`)
@@ -232,6 +234,7 @@ func requireLineOK(t *testing.T, l map[string]any) {
 }
 
 func TestSessionPermissionsFixedAtCreation(t *testing.T) {
+	t.Parallel()
 	p := newTestPool(t, pynox.Config{Workers: 1})
 	dir := p.Config().Dir
 	require.NoError(t, os.MkdirAll(filepath.Join(dir, "data"), 0o755))
@@ -261,6 +264,7 @@ func TestSessionPermissionsFixedAtCreation(t *testing.T) {
 }
 
 func TestSessionLimits(t *testing.T) {
+	t.Parallel()
 	p := newTestPool(t, pynox.Config{Workers: 1, MaxSessions: 2, SessionIdle: 1500 * time.Millisecond})
 	ls := startLive(t, p)
 	ls.send(`{"id": 1, "session": "a", "code": "x = 1"}`)
@@ -307,6 +311,7 @@ func TestSessionLimits(t *testing.T) {
 }
 
 func TestSessionLogLines(t *testing.T) {
+	t.Parallel()
 	logFile, err := os.CreateTemp(t.TempDir(), "log") // an *os.File takes concurrent writes
 	require.NoError(t, err)
 	defer logFile.Close()

@@ -4,12 +4,14 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"log/slog"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"strings"
 	"syscall"
 
@@ -24,13 +26,62 @@ func main() {
 	os.Exit(run(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
 }
 
-const usage = `usage: pynox pool [--config=FILE] [--workers=N] [--preload=mod,mod] [--package-dir=DIR]...
-                  [--allow-read=DIR]... [--allow-write=DIR]... [--python=PATH] [--log=json]
-                  [--cgroups=auto|require|off]
+const usage = `pynox runs untrusted Python code in confined CPython processes.
 
-Commands:
-  pool    serve the pool protocol: JSON requests on stdin, JSON results on stdout
+Usage:
+  pynox pool [flags]     serve the pool protocol: JSON requests on stdin, JSON results on stdout
+  pynox version          print the version and VCS revision (also --version)
+  pynox help [command]   show help (also --help, -h)
+
+Example:
+  echo '{"id": 1, "code": "print(6 * 7)"}' | pynox pool
+
+Run "pynox help pool" for the pool's flags.
 `
+
+// poolUsage is `pynox pool --help`. Every flag the pool defines is listed
+// here (TestHelp checks it), with the configuration key it overrides.
+const poolUsage = `Usage: pynox pool [flags]
+
+Serves the pool protocol: one JSON request per line on stdin, one JSON
+result per line on stdout, in completion order. The first line out is the
+"ready" event. End of input, SIGTERM and SIGINT drain the accepted jobs and
+exit 0.
+
+Example (one request, one result):
+  echo '{"id": 1, "code": "print(6 * 7)", "timeout": "5s"}' | pynox pool
+
+Flags (each overrides the configuration file's key in brackets):
+  --config=FILE        TOML configuration: [pool], [pool.limits], [profiles.NAME];
+                       its relative paths resolve against the file's directory
+  --workers=N          templates, hence jobs running at once (default 2)       [pool] workers
+  --preload=a,b        modules each template imports once, before any job       [pool] preload
+  --package-dir=DIR    read-only directory on every job's sys.path (repeatable) [pool] package_dirs
+  --allow-read=DIR     the read ceiling: requests may read beneath it
+                       (repeatable; default the working directory)              [pool.limits] allow_read
+  --allow-write=DIR    the write ceiling: requests may write beneath it
+                       (repeatable; default none)                               [pool.limits] allow_write
+  --python=PATH        the interpreter (default the first python3 on PATH)      [pool] python
+  --cgroups=MODE       per-job cgroups: auto (default), require or off          [pool] cgroups
+  --log=json           one JSON line per finished job on stderr                 [pool] log
+  -h, --help           show this help
+
+Paths given as flags, and relative paths in requests, resolve against the
+working directory; a job runs in it too.
+`
+
+// keyFlags maps the configuration keys that a flag overrides to the flag.
+var keyFlags = map[string]string{
+	"config":                  "config",
+	"pool.workers":            "workers",
+	"pool.preload":            "preload",
+	"pool.package_dirs":       "package-dir",
+	"pool.limits.allow_read":  "allow-read",
+	"pool.limits.allow_write": "allow-write",
+	"pool.python":             "python",
+	"pool.cgroups":            "cgroups",
+	"pool.log":                "log",
+}
 
 func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	if len(args) == 0 {
@@ -40,12 +91,78 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	switch args[0] {
 	case "pool":
 		return pool(args[1:], stdin, stdout, stderr)
-	case "-h", "--help", "help":
+	case "version", "--version", "-version", "-v":
+		if len(args) > 1 {
+			fmt.Fprintf(stderr, "pynox version: unexpected argument %q\n", args[1])
+			return 2
+		}
+		fmt.Fprintln(stdout, version())
+		return 0
+	case "-h", "--help", "-help", "help":
+		if len(args) > 1 {
+			switch args[1] {
+			case "pool":
+				fmt.Fprint(stdout, poolUsage)
+				return 0
+			case "version", "help":
+				fmt.Fprint(stdout, usage)
+				return 0
+			}
+			fmt.Fprintf(stderr, "pynox help: unknown command %q\n\n%s", args[1], usage)
+			return 2
+		}
 		fmt.Fprint(stdout, usage)
 		return 0
 	}
-	fmt.Fprintf(stderr, "pynox: unknown command %q\n%s", args[0], usage)
+	fmt.Fprintf(stderr, "pynox: unknown command %q\n\n%s", args[0], usage)
 	return 2
+}
+
+// version reports the module version and the VCS revision the binary was
+// built from, as the Go toolchain recorded them: "(devel)" is a build from
+// a source tree (go build, go run) rather than from a tagged module, and
+// a build outside a checkout, or with -buildvcs=false (go run's default),
+// records no revision.
+func version() string {
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return "pynox: no build information (built without module support)"
+	}
+	return formatVersion(bi)
+}
+
+// formatVersion renders what version reports from build information.
+func formatVersion(bi *debug.BuildInfo) string {
+	v := bi.Main.Version
+	if v == "" {
+		v = "(devel)"
+	}
+	var rev, when string
+	modified := false
+	for _, s := range bi.Settings {
+		switch s.Key {
+		case "vcs.revision":
+			rev = s.Value
+		case "vcs.time":
+			when = s.Value
+		case "vcs.modified":
+			modified = s.Value == "true"
+		}
+	}
+	out := fmt.Sprintf("pynox %s", v)
+	switch {
+	case rev == "":
+		out += ", no VCS revision recorded (built by go run, outside a git checkout or in a git worktree, or with -buildvcs=false)"
+	default:
+		out += ", revision " + rev
+		if when != "" {
+			out += " (" + when + ")"
+		}
+		if modified {
+			out += " with uncommitted changes"
+		}
+	}
+	return out + ", " + bi.GoVersion
 }
 
 type listFlag []string
@@ -53,12 +170,24 @@ type listFlag []string
 // String joins the values (flag.Value).
 func (l *listFlag) String() string { return strings.Join(*l, ",") }
 
-// Set adds one value (flag.Value).
-func (l *listFlag) Set(v string) error { *l = append(*l, v); return nil }
+// Set adds one value (flag.Value). Every listFlag holds paths, and an
+// empty one (--allow-write=$UNSET) would stand for the working directory:
+// it is refused.
+func (l *listFlag) Set(v string) error {
+	if v == "" {
+		return errors.New("an empty path (an unset variable?) would stand for the working directory; name the directory, or leave the flag out")
+	}
+	*l = append(*l, v)
+	return nil
+}
 
 func pool(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	if len(args) > 0 && args[0] == "help" {
+		fmt.Fprint(stdout, poolUsage)
+		return 0
+	}
 	fs := flag.NewFlagSet("pynox pool", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs.SetOutput(io.Discard)
 	configPath := fs.String("config", "", "TOML configuration file ([pool], [pool.limits], [profiles.NAME])")
 	workers := fs.Int("workers", 0, "templates, hence jobs running at once (default 2)")
 	preload := fs.String("preload", "", "comma-separated modules each template imports once")
@@ -70,31 +199,38 @@ func pool(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	fs.Var(&allowRead, "allow-read", "the read ceiling: requests may read beneath it (repeatable; default the working directory; overrides [pool.limits] allow_read)")
 	fs.Var(&allowWrite, "allow-write", "the write ceiling: requests may write beneath it (repeatable; default none; overrides [pool.limits] allow_write)")
 	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			fmt.Fprint(stdout, poolUsage)
+			return 0
+		}
+		fmt.Fprintf(stderr, "pynox pool: %s\nRun \"pynox pool --help\" for the flags.\n", describeFlagError(err))
 		return 2
 	}
 	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "pynox pool: unexpected argument %q\n", fs.Arg(0))
+		fmt.Fprintf(stderr, "pynox pool: unexpected argument %q: pynox pool takes flags only\nRun \"pynox pool --help\" for the flags.\n", fs.Arg(0))
 		return 2
 	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	// The command confines its own process (and so every template and
 	// job) unless the configuration file says confine_self = false.
 	cfg := pynox.Config{ConfineSelf: true}
+	var file *jsonl.File
 	logMode := ""
 	if *configPath != "" {
 		f, err := jsonl.LoadConfig(*configPath)
 		if err != nil {
-			fmt.Fprintf(stderr, "pynox pool: %v\n", err)
+			fmt.Fprintf(stderr, "pynox pool: %s\n", describeStartError(err, nil, set))
 			return 1
 		}
+		file = f
 		cfg, logMode = f.Config, f.Log
 		cfg.ConfineSelf = f.ConfineSelf
 	}
 	// The command line overrides [pool].
-	set := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	if set["workers"] {
 		if *workers <= 0 {
-			fmt.Fprintf(stderr, "pynox pool: --workers must be positive\n")
+			fmt.Fprintf(stderr, "pynox pool: --workers=%d: expected a positive integer\n", *workers)
 			return 2
 		}
 		cfg.Workers = *workers
@@ -128,7 +264,7 @@ func pool(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		case "auto", "require", "off":
 			cfg.Cgroups = *cgroups
 		default:
-			fmt.Fprintf(stderr, "pynox pool: --cgroups must be \"auto\", \"require\" or \"off\", got %q\n", *cgroups)
+			fmt.Fprintf(stderr, "pynox pool: --cgroups=%s: expected \"auto\", \"require\" or \"off\"\n", *cgroups)
 			return 2
 		}
 	}
@@ -137,12 +273,16 @@ func pool(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	case "json":
 		cfg.Logger = slog.New(jsonl.NewLogHandler(stderr))
 	default:
-		fmt.Fprintf(stderr, "pynox pool: --log must be \"json\"\n")
+		if set["log"] {
+			fmt.Fprintf(stderr, "pynox pool: --log=%s: expected \"json\"\n", logMode)
+		} else {
+			fmt.Fprintf(stderr, "pynox pool: %s:%d: pool.log: expected \"json\" or \"\", got %q\n", file.Path, file.Line("pool.log"), logMode)
+		}
 		return 2
 	}
 	p, err := pynox.New(cfg)
 	if err != nil {
-		fmt.Fprintf(stderr, "pynox pool: %v\n", err)
+		fmt.Fprintf(stderr, "pynox pool: %s\n", describeStartError(err, file, set))
 		return 1
 	}
 	defer p.Close()
@@ -153,4 +293,62 @@ func pool(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		return 1
 	}
 	return 0
+}
+
+// describeStartError says why the pool did not start, in the terms the
+// operator used: a setting the command line gave is named as its flag
+// (--package-dir=/nonexistent: ...), one the configuration file gave by
+// file, line and key (pynox.toml:3: pool.limits.allow_read: ...). The
+// library's error kind ("Spawn") is left out: it names no setting.
+func describeStartError(err error, file *jsonl.File, set map[string]bool) string {
+	var ce *pynox.ConfigError
+	if errors.As(err, &ce) {
+		if name := keyFlags[ce.Key]; name != "" && set[name] {
+			if ce.Value == "" {
+				return fmt.Sprintf("--%s: %s", name, ce.Problem)
+			}
+			return fmt.Sprintf("--%s=%s: %s", name, ce.Value, ce.Problem)
+		}
+		if line := file.Line(ce.Key); line > 0 {
+			return fmt.Sprintf("%s:%d: %s", file.Path, line, ce)
+		}
+		return ce.Error()
+	}
+	var pe *pynox.Error
+	if errors.As(err, &pe) {
+		switch {
+		case pe.Err == nil:
+			return pe.Message
+		case pe.Message == "":
+			return pe.Err.Error()
+		}
+		return pe.Message + ": " + pe.Err.Error()
+	}
+	return err.Error()
+}
+
+// describeFlagError rewrites the flag package's complaints in the form the
+// command line takes: "--workers=x: expected an integer".
+func describeFlagError(err error) string {
+	msg := err.Error()
+	if name, ok := strings.CutPrefix(msg, "flag provided but not defined: "); ok {
+		return fmt.Sprintf("unknown flag --%s", strings.TrimLeft(name, "-"))
+	}
+	if name, ok := strings.CutPrefix(msg, "flag needs an argument: "); ok {
+		return fmt.Sprintf("--%s needs a value, as in --%s=VALUE", strings.TrimLeft(name, "-"), strings.TrimLeft(name, "-"))
+	}
+	// invalid value "x" for flag -workers: parse error
+	var value, name string
+	if _, err := fmt.Sscanf(msg, "invalid value %q for flag %s", &value, &name); err == nil {
+		name = strings.TrimSuffix(strings.TrimLeft(name, "-"), ":")
+		if name == "workers" {
+			return fmt.Sprintf("--%s=%s: expected a positive integer", name, value)
+		}
+		// A flag.Value of ours says what is wrong after the flag's name.
+		if _, reason, ok := strings.Cut(msg, " for flag -"+name+": "); ok && reason != "" {
+			return fmt.Sprintf("--%s=%s: %s", name, value, reason)
+		}
+		return fmt.Sprintf("--%s=%s: expected a valid value", name, value)
+	}
+	return msg
 }

@@ -337,10 +337,10 @@ func TestPoolBadArguments(t *testing.T) {
 	require.Equal(t, 2, run([]string{"frobnicate"}, strings.NewReader(""), &out, &errb))
 	errb.Reset()
 	require.Equal(t, 2, run([]string{"pool", "--cgroups=maybe"}, strings.NewReader(""), &out, &errb))
-	require.Contains(t, errb.String(), `--cgroups must be "auto", "require" or "off", got "maybe"`)
+	require.Contains(t, errb.String(), `--cgroups=maybe: expected "auto", "require" or "off"`)
 	errb.Reset()
 	require.Equal(t, 1, run([]string{"pool", "--python=/nonexistent/python3"}, strings.NewReader(""), &out, &errb))
-	require.Contains(t, errb.String(), "not found")
+	require.Contains(t, errb.String(), "--python=/nonexistent/python3: does not exist; expected the path or command name of a CPython 3 interpreter")
 }
 
 func TestPoolConfigFileAndJSONLog(t *testing.T) {

@@ -19,8 +19,7 @@
 //
 // Each [Manager] (one per pool) creates one directory of its own beneath
 // the process's own cgroup in each hierarchy it uses, named
-// pynox-<pid>-ns<pidns>-<random> (pidns: the inode of the pool's PID
-// namespace), and each job's cgroup beneath that, named
+// pynox-<pid>-<random>, and each job's cgroup beneath that, named
 // j<n>. It never creates, writes or removes anything elsewhere, with one
 // exception in v2: the "no internal processes" rule forbids a cgroup that
 // holds processes from giving controllers to its children, so when the
@@ -42,13 +41,7 @@
 // behind: the next Manager removes directories named pynox-<pid>-… whose
 // pid is no longer a running process, children first, with rmdir only
 // (which the kernel refuses for a cgroup that still holds a task or a
-// child), so nothing in use can be disturbed. Only its own PID
-// namespace's: a pool in another one (a container's, or a pool that is
-// PID 1 of its own) shares the hierarchy but not the pids, and would take
-// a live pool for a dead one and remove its idle job cgroups, and with
-// them its own directory, under it (whose next job then fails with
-// SandboxSetupError). A name without a namespace (made by an older pool)
-// is judged by its pid alone, as before.
+// child), so nothing in use can be disturbed.
 package cgroup
 
 import (
@@ -278,6 +271,7 @@ type Manager struct {
 	backend string
 	tasks   int
 	bases   []string // the pool's own directories: v1 pids and memory, or v2's one
+	locks   []int    // a flock held on each base for the pool's life (see removeStale)
 	seq     atomic.Int64
 
 	mu      sync.Mutex
@@ -328,17 +322,71 @@ func NewManager(mode string, tasks int) (*Manager, error) {
 func (m *Manager) setupV1(l Layout) error {
 	removeStale(l.Pids)
 	removeStale(l.Memory)
-	base, err := os.MkdirTemp(l.Pids, basePrefix())
-	if err != nil {
-		return fmt.Errorf("v1: create a cgroup beneath %s: %w", l.Pids, err)
+	for try := 0; ; try++ {
+		base, err := os.MkdirTemp(l.Pids, fmt.Sprintf("pynox-%d-", os.Getpid()))
+		if err != nil {
+			return fmt.Errorf("v1: create a cgroup beneath %s: %w", l.Pids, err)
+		}
+		mem := filepath.Join(l.Memory, filepath.Base(base))
+		if err := os.Mkdir(mem, 0o700); err != nil {
+			os.Remove(base)
+			return fmt.Errorf("v1: create a cgroup beneath %s: %w", l.Memory, err)
+		}
+		m.bases = []string{base, mem}
+		if err := m.lockBases(); err == nil || try == 2 {
+			return err
+		}
 	}
-	mem := filepath.Join(l.Memory, filepath.Base(base))
-	if err := os.Mkdir(mem, 0o700); err != nil {
-		os.Remove(base)
-		return fmt.Errorf("v1: create a cgroup beneath %s: %w", l.Memory, err)
+}
+
+// lockBases takes the flock that marks the pool's own directories as in
+// use (see removeStale), and checks that they are still the directories
+// it made: another pool's sweep may have removed them between their
+// mkdir and the lock, in which case it removes what is left and fails.
+func (m *Manager) lockBases() error {
+	for _, b := range m.bases {
+		fd, err := lockDir(b)
+		if err != nil {
+			m.unlock()
+			for _, b := range m.bases {
+				unix.Rmdir(b)
+			}
+			return fmt.Errorf("lock %s: %w", b, err)
+		}
+		m.locks = append(m.locks, fd)
 	}
-	m.bases = []string{base, mem}
 	return nil
+}
+
+// unlock lets go of the pool's locks.
+func (m *Manager) unlock() {
+	for _, fd := range m.locks {
+		unix.Close(fd)
+	}
+	m.locks = nil
+}
+
+// lockDir opens dir and takes an exclusive flock on it without waiting,
+// then checks that dir still names the directory locked.
+func lockDir(dir string) (int, error) {
+	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return -1, err
+	}
+	if err := unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		unix.Close(fd)
+		return -1, err
+	}
+	var held, now unix.Stat_t
+	if err := unix.Fstat(fd, &held); err != nil {
+		unix.Close(fd)
+		return -1, err
+	}
+	if err := unix.Stat(dir, &now); err != nil || now.Ino != held.Ino || now.Dev != held.Dev {
+		unix.Close(fd)
+		return -1, errors.New("removed while it was being locked")
+	}
+	return fd, nil
 }
 
 var (
@@ -363,16 +411,25 @@ func (m *Manager) setupV2(l Layout) error {
 			return fmt.Errorf("v2: enable pids and memory in %s: %w", l.Unified, err)
 		}
 	}
-	base, err := os.MkdirTemp(l.Unified, basePrefix())
-	if err != nil {
-		return fmt.Errorf("v2: create a cgroup beneath %s: %w", l.Unified, err)
+	for try := 0; ; try++ {
+		base, err := os.MkdirTemp(l.Unified, fmt.Sprintf("pynox-%d-", os.Getpid()))
+		if err != nil {
+			return fmt.Errorf("v2: create a cgroup beneath %s: %w", l.Unified, err)
+		}
+		m.bases = []string{base}
+		if err := m.lockBases(); err != nil {
+			if try == 2 {
+				return err
+			}
+			continue
+		}
+		if err := enable(base, want); err != nil {
+			m.unlock()
+			os.Remove(base)
+			return fmt.Errorf("v2: enable pids and memory in %s: %w", base, err)
+		}
+		return nil
 	}
-	if err := enable(base, want); err != nil {
-		os.Remove(base)
-		return fmt.Errorf("v2: enable pids and memory in %s: %w", base, err)
-	}
-	m.bases = []string{base}
-	return nil
 }
 
 // enable makes sure dir's children get the controllers.
@@ -414,55 +471,26 @@ func moveSelfToLeaf(own string) error {
 	return nil
 }
 
-// basePrefix is the start of the name of a pool's own directory:
-// pynox-<pid>-ns<pidns>- (pynox-<pid>- when the namespace is unknown).
-func basePrefix() string {
-	if ns := pidNS(); ns != 0 {
-		return fmt.Sprintf("pynox-%d-ns%d-", os.Getpid(), ns)
-	}
-	return fmt.Sprintf("pynox-%d-", os.Getpid())
-}
-
-// pidNS returns the inode of the calling process's PID namespace, or 0.
-func pidNS() uint64 { return nsInode("/proc/self/ns/pid") }
-
-// nsInode reads a namespace link ("pid:[4026531836]").
-func nsInode(link string) uint64 {
-	target, err := os.Readlink(link)
-	if err != nil {
-		return 0
-	}
-	num, ok := strings.CutPrefix(target, "pid:[")
-	if !ok {
-		return 0
-	}
-	n, err := strconv.ParseUint(strings.TrimSuffix(num, "]"), 10, 64)
-	if err != nil {
-		return 0
-	}
-	return n
-}
-
 // removeStale removes what a pool that is gone left in dir: directories
-// named pynox-<pid>-… whose pid runs no process in this PID namespace,
-// and their children. A directory of another PID namespace is left alone:
-// its pid means nothing here. Only rmdir is used, which the kernel
-// refuses for a cgroup in use.
+// named pynox-<pid>-… (and their empty children) on which no live pool
+// holds its flock. Whether the pool is alive is learnt from the lock, not
+// from its pid, which may name another process (or none) in this
+// process's PID namespace. Only rmdir is used, which the kernel refuses
+// for a cgroup that still holds a task or a child.
 func removeStale(dir string) {
 	ents, err := os.ReadDir(dir)
 	if err != nil {
 		return
 	}
-	ours := pidNS()
 	for _, e := range ents {
-		pid, ns, ok := stalePid(e.Name())
-		if !ok || !e.IsDir() || (ns != 0 && ns != ours) {
+		if _, ok := stalePid(e.Name()); !ok || !e.IsDir() {
 			continue
 		}
-		if err := unix.Kill(pid, 0); err == nil || err == unix.EPERM {
-			continue // that pool may still run
-		}
 		d := filepath.Join(dir, e.Name())
+		fd, err := lockDir(d)
+		if err != nil {
+			continue // its pool still runs (or it is gone already)
+		}
 		if kids, err := os.ReadDir(d); err == nil {
 			for _, k := range kids {
 				if k.IsDir() {
@@ -471,30 +499,22 @@ func removeStale(dir string) {
 			}
 		}
 		unix.Rmdir(d)
+		unix.Close(fd)
 	}
 }
 
-// stalePid parses "pynox-<pid>-ns<pidns>-…" and the older
-// "pynox-<pid>-…" (ns 0).
-func stalePid(name string) (pid int, ns uint64, ok bool) {
+// stalePid parses "pynox-<pid>-…".
+func stalePid(name string) (int, bool) {
 	rest, ok := strings.CutPrefix(name, "pynox-")
 	if !ok {
-		return 0, 0, false
+		return 0, false
 	}
-	num, rest, ok := strings.Cut(rest, "-")
+	num, _, ok := strings.Cut(rest, "-")
 	if !ok {
-		return 0, 0, false
+		return 0, false
 	}
 	pid, err := strconv.Atoi(num)
-	if err != nil || pid <= 0 {
-		return 0, 0, false
-	}
-	if n, _, found := strings.Cut(rest, "-"); found && strings.HasPrefix(n, "ns") {
-		if v, err := strconv.ParseUint(n[2:], 10, 64); err == nil {
-			ns = v
-		}
-	}
-	return pid, ns, true
+	return pid, err == nil && pid > 0
 }
 
 // Backend returns V1, V2 or None.
@@ -531,11 +551,7 @@ type Group struct {
 	memDir  string
 	memory  int64 // the memory limit written last
 	oomBase int   // the OOM-kill count when the current process joined
-	// released is set by the first Release of the current process's
-	// group. Not a sync.Once: a released group can be on the free list,
-	// and handed out again by NewGroup (which clears the flag), before
-	// Release has returned.
-	released atomic.Bool
+	once    sync.Once
 }
 
 // ErrClosed is returned by NewGroup after Close.
@@ -569,7 +585,10 @@ func (m *Manager) NewGroup(memory int64) (*Group, error) {
 		if g == nil {
 			return m.create(memory)
 		}
-		g.released.Store(false)
+		// A fresh Group for the same directories: the old one's Release
+		// may still be inside its sync.Once, which must not be reset
+		// under it.
+		g = &Group{m: g.m, dirs: g.dirs, memDir: g.memDir, memory: g.memory}
 		g.oomBase = g.OOMKills()
 		if err := g.SetMemory(memory); err != nil {
 			// What the last process left does not fit the new limit:
@@ -714,26 +733,25 @@ const releaseBackoff = 30 * time.Second
 // removed. It is safe to call more than once. [Manager.Close] waits for
 // every release.
 func (g *Group) Release() {
-	if !g.released.CompareAndSwap(false, true) {
-		return
-	}
-	if g.tryRelease() {
-		return
-	}
-	go func() {
-		pause := time.Millisecond
-		for waited := time.Duration(0); waited < releaseBackoff; waited += pause {
-			time.Sleep(pause)
-			if g.tryRelease() {
-				return
-			}
-			pause = min(2*pause, time.Second)
+	g.once.Do(func() {
+		if g.tryRelease() {
+			return
 		}
-		g.m.mu.Lock()
-		g.m.leaked = append(g.m.leaked, g.dirs...)
-		g.m.mu.Unlock()
-		g.m.pending.Done()
-	}()
+		go func() {
+			pause := time.Millisecond
+			for waited := time.Duration(0); waited < releaseBackoff; waited += pause {
+				time.Sleep(pause)
+				if g.tryRelease() {
+					return
+				}
+				pause = min(2*pause, time.Second)
+			}
+			g.m.mu.Lock()
+			g.m.leaked = append(g.m.leaked, g.dirs...)
+			g.m.mu.Unlock()
+			g.m.pending.Done()
+		}()
+	})
 }
 
 // tryRelease releases the group if it holds no task, reporting whether it
@@ -835,6 +853,7 @@ func (m *Manager) Close() error {
 	case <-time.After(releaseBackoff + 5*time.Second):
 		// A group still in use (a process that did not die) is left; the
 		// next pool removes it once it is empty (see removeStale).
+		m.unlock()
 		return fmt.Errorf("cgroup: groups beneath %v still in use after %s; left in place", m.bases, releaseBackoff+5*time.Second)
 	}
 	m.mu.Lock()
@@ -856,6 +875,7 @@ func (m *Manager) Close() error {
 			errs = append(errs, fmt.Errorf("cgroup %s: %w", b, err))
 		}
 	}
+	m.unlock()
 	return errors.Join(errs...)
 }
 

@@ -49,15 +49,10 @@ func TestProbeParse(t *testing.T) {
 	require.Contains(t, l.Reason, "not mounted")
 
 	require.Equal(t, "/a b", unescape(`/a\040b`))
-	pid, ns, ok := stalePid("pynox-123-abc")
+	pid, ok := stalePid("pynox-123-abc")
 	require.True(t, ok)
 	require.Equal(t, 123, pid)
-	require.Zero(t, ns)
-	pid, ns, ok = stalePid("pynox-123-ns4026531836-abc")
-	require.True(t, ok)
-	require.Equal(t, 123, pid)
-	require.Equal(t, uint64(4026531836), ns)
-	_, _, ok = stalePid("other-123-abc")
+	_, ok = stalePid("other-123-abc")
 	require.False(t, ok)
 }
 
@@ -196,37 +191,29 @@ func TestRemoveStale(t *testing.T) {
 	}
 }
 
-// TestRemoveStaleOtherPIDNamespace: a pool in another PID namespace (a
-// container's, or one that is PID 1 of its own) shares the cgroup
-// hierarchy but not the pids, so a pid that runs nothing here says
-// nothing about its pool. Its directories used to be removed as stale —
-// idle job cgroups and all, under a live pool, whose next job then failed
-// with SandboxSetupError (seen while pynox-bench ran beside a pool that
-// was PID 1 of its own namespace).
-func TestRemoveStaleOtherPIDNamespace(t *testing.T) {
+// TestRemoveStaleLiveUnderDeadPid is the case of a pool that runs in
+// another PID namespace (as PID 1 of its own, say): the pid in its
+// directories' names names no live process here, yet its directories are
+// in use and must stay. Liveness is its flock, not its pid.
+func TestRemoveStaleLiveUnderDeadPid(t *testing.T) {
 	m := requireManager(t)
 	defer m.Close()
 	cmd := exec.Command("/bin/true")
 	require.NoError(t, cmd.Run())
 	dead := cmd.Process.Pid
-	ours := pidNS()
-	require.NotZero(t, ours)
 	for _, own := range m.WritableDirs() {
-		require.True(t, strings.HasPrefix(filepath.Base(own), "pynox-"+itoa(os.Getpid())+"-ns"+strconv.FormatUint(ours, 10)+"-"), own)
 		parent := filepath.Dir(own)
-		other := filepath.Join(parent, "pynox-"+itoa(dead)+"-ns"+strconv.FormatUint(ours+1, 10)+"-test")
-		mine := filepath.Join(parent, "pynox-"+itoa(dead)+"-ns"+strconv.FormatUint(ours, 10)+"-test")
-		for _, d := range []string{other, mine} {
-			require.NoError(t, os.Mkdir(d, 0o700))
-			require.NoError(t, os.Mkdir(filepath.Join(d, "j1"), 0o700))
-		}
+		live := filepath.Join(parent, "pynox-"+itoa(dead)+"-live")
+		require.NoError(t, os.Mkdir(live, 0o700))
+		fd, err := lockDir(live)
+		require.NoError(t, err)
 		removeStale(parent)
-		_, err := os.Stat(filepath.Join(other, "j1"))
-		require.NoError(t, err, "another PID namespace's pool lost its job cgroup")
-		_, err = os.Stat(mine)
-		require.True(t, os.IsNotExist(err), "stale %s is left", mine)
-		require.NoError(t, os.Remove(filepath.Join(other, "j1")))
-		require.NoError(t, os.Remove(other))
+		_, err = os.Stat(live)
+		require.NoError(t, err, "a locked (live) pool's directory was removed")
+		unix.Close(fd)
+		removeStale(parent)
+		_, err = os.Stat(live)
+		require.True(t, os.IsNotExist(err), "an unlocked directory of a dead pid is left: %s", live)
 	}
 }
 

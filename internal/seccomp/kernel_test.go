@@ -313,6 +313,58 @@ func kernelChild(variant string) int {
 	_, _, e = unix.RawSyscall(unix.SYS_SECCOMP, unix.SECCOMP_SET_MODE_STRICT, 0, 0)
 	report("seccomp_strict", e)
 
+	// Second review: real-time signals, fallocate modes, other processes'
+	// clocks and sessions. A pid no process has answers ESRCH when the
+	// kernel sees the call.
+	const nobody = 0x7ffffff0
+	_, _, e = unix.RawSyscall(unix.SYS_KILL, nobody, 0, 0)
+	report("kill_sig0", e)
+	_, _, e = unix.RawSyscall(unix.SYS_KILL, nobody, uintptr(unix.SIGTERM), 0)
+	report("kill_sigterm", e)
+	_, _, e = unix.RawSyscall(unix.SYS_KILL, nobody, 32, 0)
+	report("kill_sigrtmin", e)
+	_, _, e = unix.RawSyscall(unix.SYS_KILL, nobody, 64|1<<32, 0)
+	report("kill_sig64_high", e)
+	_, _, e = unix.RawSyscall(unix.SYS_KILL, nobody, ^uintptr(0), 0)
+	report("kill_negative", e)
+	_, _, e = unix.RawSyscall(unix.SYS_TGKILL, uintptr(os.Getpid()), nobody, 33)
+	report("tgkill_sigrtmin1", e)
+	_, _, e = unix.RawSyscall(unix.SYS_TGKILL, uintptr(os.Getpid()), nobody, uintptr(unix.SIGURG))
+	report("tgkill_sigurg", e)
+	_, _, e = unix.RawSyscall(unix.SYS_TKILL, nobody, uintptr(unix.SIGTERM), 0)
+	report("tkill", e)
+	_, _, e = unix.RawSyscall6(unix.SYS_FALLOCATE, tmpFd, 0, 0, 4096, 0, 0)
+	report("fallocate_0", e)
+	_, _, e = unix.RawSyscall6(unix.SYS_FALLOCATE, tmpFd, unix.FALLOC_FL_PUNCH_HOLE|unix.FALLOC_FL_KEEP_SIZE, 0, 4096, 0, 0)
+	report("fallocate_punch_hole", e)
+	_, _, e = unix.RawSyscall6(unix.SYS_FALLOCATE, tmpFd, unix.FALLOC_FL_KEEP_SIZE, 0, 1<<20, 0, 0)
+	report("fallocate_keep_size", e)
+	_, _, e = unix.RawSyscall6(unix.SYS_FALLOCATE, tmpFd, unix.FALLOC_FL_ZERO_RANGE|unix.FALLOC_FL_KEEP_SIZE, 0, 1<<20, 0, 0)
+	report("fallocate_zero_range_keep_size", e)
+	var ts unix.Timespec
+	clock := func(pid int, which uintptr) uintptr { return uintptr(uint32(int32(^pid)<<3)) | which }
+	_, _, e = unix.RawSyscall(unix.SYS_CLOCK_GETTIME, unix.CLOCK_PROCESS_CPUTIME_ID, uintptr(unsafe.Pointer(&ts)), 0)
+	report("clock_process_cputime", e)
+	_, _, e = unix.RawSyscall(unix.SYS_CLOCK_GETTIME, unix.CLOCK_THREAD_CPUTIME_ID, uintptr(unsafe.Pointer(&ts)), 0)
+	report("clock_thread_cputime", e)
+	_, _, e = unix.RawSyscall(unix.SYS_CLOCK_GETTIME, clock(0, 2), uintptr(unsafe.Pointer(&ts)), 0)
+	report("clock_own_pid0", e)
+	_, _, e = unix.RawSyscall(unix.SYS_CLOCK_GETTIME, clock(unix.Gettid(), 4|2), uintptr(unsafe.Pointer(&ts)), 0)
+	report("clock_own_thread", e)
+	_, _, e = unix.RawSyscall(unix.SYS_CLOCK_GETTIME, clock(int(ppid), 2), uintptr(unsafe.Pointer(&ts)), 0)
+	report("clock_parent", e)
+	_, _, e = unix.RawSyscall(unix.SYS_CLOCK_GETRES, clock(int(ppid), 2), uintptr(unsafe.Pointer(&ts)), 0)
+	report("clock_getres_parent", e)
+	var timer int32
+	_, _, e = unix.RawSyscall(unix.SYS_TIMER_CREATE, clock(int(ppid), 2), 0, uintptr(unsafe.Pointer(&timer)))
+	report("timer_create_parent", e)
+	_, _, e = unix.RawSyscall(unix.SYS_GETSID, 0, 0, 0)
+	report("getsid_self", e)
+	_, _, e = unix.RawSyscall(unix.SYS_GETSID, ppid, 0, 0)
+	report("getsid_parent", e)
+	_, _, e = unix.RawSyscall(unix.SYS_GETPGID, ppid, 0, 0)
+	report("getpgid_parent", e)
+
 	runtime.KeepAlive(argv)
 	runtime.KeepAlive(envv)
 	runtime.KeepAlive(tmp)
@@ -408,6 +460,28 @@ func kernelExpectations(allowNetwork bool) []probeWant {
 		{"prctl_set_seccomp", is(unix.EPERM)},
 		{"prctl_set_dumpable", is(unix.EPERM)},
 		{"seccomp_strict", is(unix.EPERM)},
+		{"kill_sig0", is(unix.ESRCH)},
+		{"kill_sigterm", is(unix.ESRCH)},
+		{"kill_sigrtmin", is(unix.EPERM)},
+		{"kill_sig64_high", is(unix.EPERM)},
+		{"kill_negative", is(unix.EPERM)},
+		{"tgkill_sigrtmin1", is(unix.EPERM)},
+		{"tgkill_sigurg", is(unix.ESRCH)},
+		{"tkill", is(unix.EPERM)},
+		{"fallocate_0", is(0)},
+		{"fallocate_punch_hole", notEPERM}, // EOPNOTSUPP on a file system without holes
+		{"fallocate_keep_size", is(unix.EOPNOTSUPP)},
+		{"fallocate_zero_range_keep_size", is(unix.EOPNOTSUPP)},
+		{"clock_process_cputime", is(0)},
+		{"clock_thread_cputime", is(0)},
+		{"clock_own_pid0", is(0)},
+		{"clock_own_thread", is(0)},
+		{"clock_parent", is(unix.EPERM)},
+		{"clock_getres_parent", is(unix.EPERM)},
+		{"timer_create_parent", is(unix.EPERM)},
+		{"getsid_self", is(0)},
+		{"getsid_parent", is(unix.EPERM)},
+		{"getpgid_parent", is(unix.EPERM)},
 	}
 	if allowNetwork {
 		want = append(want,

@@ -35,7 +35,8 @@
 // renames, pipes; Landlock decides which paths), memory management
 // (memfd_create included: the memory it holds is bounded by the job's
 // cgroup where the pool has one), the process's own identity, limits,
-// signals, threads, timers and clocks, waiting (futex, poll, select,
+// signal handling, threads, timers (clock_gettime and timer_create are
+// filtered by clock, kill and tgkill by signal), waiting (futex, poll, select,
 // epoll, eventfd, signalfd), getrandom, the operations on sockets the job
 // already holds, and Landlock's own calls (which only restrict further).
 //
@@ -43,10 +44,12 @@
 //
 // Some calls are allowed only for some arguments. Where the kernel reads an
 // argument as a 32-bit int or unsigned int (ioctl's request, fcntl's
-// command, prctl's option, socket's and socketpair's domain and type)
-// only the low 32 bits are compared, exactly the bits the kernel acts on;
-// where it reads 64 bits (a pid of prlimit64, the selectors of the
-// scheduling calls) all 64 are.
+// command, prctl's option, socket's and socketpair's domain and type,
+// the signal of kill and tgkill, fallocate's mode, a clock id) only the
+// low 32 bits are compared, exactly the bits the kernel acts on; where it
+// reads 64 bits (a pid of prlimit64, the selectors of the scheduling
+// calls) all 64 are, and so are the pids of getsid and getpgid (the
+// stricter reading: a pid 0 with junk in the high half is refused).
 //
 //   - A system call made with a foreign audit architecture (for example i386
 //     compat calls on amd64 or AArch32 calls on arm64) kills the whole process
@@ -91,6 +94,32 @@
 //     only), sched_setaffinity, sched_setscheduler, sched_setparam and
 //     sched_setattr are only allowed on the calling process, so a job
 //     cannot slow down other processes of its uid.
+//   - kill and tgkill are allowed only for the signals below SIGRTMIN
+//     (the low 32 bits of the signal, unsigned, below 32: a negative
+//     number is refused too), and tkill is denied. A real-time signal
+//     that the receiver blocks is queued once per kill, and queued
+//     signals are counted per uid across the whole machine: a job that
+//     filled the count made timer_create fail for every process of the
+//     uid. (The runner also sets the job's RLIMIT_SIGPENDING to 64, which
+//     bounds the timers it can create.) CPython sends no real-time
+//     signal; glibc uses SIGRTMIN and SIGRTMIN+1 for pthread_cancel and
+//     the set*id broadcast, neither of which a job can use anyway.
+//   - fallocate is allowed only with mode 0 (posix_fallocate, bounded by
+//     RLIMIT_FSIZE) and FALLOC_FL_PUNCH_HOLE|FALLOC_FL_KEEP_SIZE (which
+//     frees blocks); every other mode, FALLOC_FL_KEEP_SIZE above all
+//     (blocks past the end of the file, where RLIMIT_FSIZE does not
+//     look), fails with EOPNOTSUPP, as on a file system without the
+//     mode, so that callers fall back or skip the hint.
+//   - clock_gettime, clock_getres, clock_nanosleep and timer_create are
+//     allowed only on the static clocks (a clock id that is not negative
+//     as an int), the caller's own process CPU clocks (pid 0: ids -8, -7,
+//     -6; CLOCK_PROCESS_CPUTIME_ID is 2) and the CPU clocks of threads
+//     (the kernel accepts only the caller's own): the CPU clock of
+//     another process, ((~pid) << 3) | which, would tell a job how much
+//     CPU its template or a sibling used, and a descriptor's dynamic
+//     clock is no job's business. getsid and getpgid are allowed only
+//     with pid 0 (os.getsid(0), os.getpgrp). A process CPU clock named
+//     by the job's own pid (clock_getcpuclockid(getpid())) fails too.
 //
 // Left out of the list on purpose, among others (each tested to fail with
 // EPERM): changing a file's mode, owner, extended attributes, timestamps
@@ -158,6 +187,10 @@ const (
 	retAllow  = ActionAllow
 	retEPERM  = ActionErrno | uint32(unix.EPERM)
 	retENOSYS = ActionErrno | uint32(unix.ENOSYS)
+	// retEOPNOTSUPP answers a fallocate mode the filter refuses, as a file
+	// system without that mode would: callers fall back (glibc's
+	// posix_fallocate emulates mode 0 on it) or skip the hint.
+	retEOPNOTSUPP = ActionErrno | uint32(unix.EOPNOTSUPP)
 )
 
 // The argument values the filters allow (or, in the job layer, deny).
@@ -266,9 +299,48 @@ func (t *archTable) templateAllow() []sysEntry {
 	return slices.Concat([]sysEntry{{"clone", t.clone}}, t.allow, t.jobDeny, t.netOnly)
 }
 
+// The argument values of the filters on signals, fallocate and clocks.
+const (
+	// firstRTSignal is SIGRTMIN as the kernel numbers it: kill and tgkill
+	// are allowed only for the signals below it (0 included).
+	firstRTSignal = 32
+	// fallocPunchHoleKeepSize is FALLOC_FL_PUNCH_HOLE|FALLOC_FL_KEEP_SIZE,
+	// the only mode besides 0 that fallocate allows.
+	fallocPunchHoleKeepSize = unix.FALLOC_FL_PUNCH_HOLE | unix.FALLOC_FL_KEEP_SIZE
+	// clockSign is the sign bit of a clockid_t (an int).
+	clockSign = 0x80000000
+	// clockPerThread is CPUCLOCK_PERTHREAD_MASK: a negative clock id with
+	// it set is the CPU clock of a thread, which the kernel only accepts
+	// for a thread of the caller's own process.
+	clockPerThread = 4
+	// clockSelfProcess is the lowest clock id of the calling process's
+	// own CPU clocks, ((~0) << 3) | which for which 0..2 (-8, -7, -6);
+	// clockSelfFD, -5, is ((~0) << 3) | CLOCKFD, the dynamic clock of
+	// descriptor 0, which is denied.
+	clockSelfProcess = 0xfffffff8
+	clockSelfFD      = 0xfffffffb
+)
+
+// argFiltered lists the system calls filtered by argument that every
+// architecture shares: the signals, fallocate, the clocks and the
+// session and group queries (see buildTemplate).
+func (t *archTable) argFiltered() []sysEntry {
+	return []sysEntry{
+		{"kill", unix.SYS_KILL},
+		{"tgkill", unix.SYS_TGKILL},
+		{"fallocate", unix.SYS_FALLOCATE},
+		{"clock_gettime", unix.SYS_CLOCK_GETTIME},
+		{"clock_getres", unix.SYS_CLOCK_GETRES},
+		{"clock_nanosleep", unix.SYS_CLOCK_NANOSLEEP},
+		{"timer_create", unix.SYS_TIMER_CREATE},
+		{"getsid", unix.SYS_GETSID},
+		{"getpgid", unix.SYS_GETPGID},
+	}
+}
+
 // entries returns every system call the table names, with its name.
 func (t *archTable) entries() []sysEntry {
-	all := slices.Concat(t.special(), t.allow, t.jobDeny, t.netOnly, t.deny)
+	all := slices.Concat(t.special(), t.argFiltered(), t.allow, t.jobDeny, t.netOnly, t.deny)
 	for _, e := range t.selfOnly() {
 		all = append(all, sysEntry{e.name, e.nr})
 	}
@@ -327,8 +399,9 @@ type Layers struct {
 	// Template is everything that the template process itself may live
 	// under: the architecture checks, the x32 ABI, the allow list, the
 	// argument filters (clone3, socket, socketpair, ioctl, fcntl, prctl,
-	// prlimit64, personality, the scheduling calls) and the default
-	// EPERM. It also allows what only the template and a spare's
+	// prlimit64, personality, the scheduling calls, kill and tgkill,
+	// fallocate, the clocks and timer_create, getsid and getpgid) and the
+	// default EPERM. It also allows what only the template and a spare's
 	// preparation need (clone without CLONE_THREAD, fork, pidfd_open,
 	// seccomp, prctl's PR_SET_PDEATHSIG and PR_SET_SECCOMP) and the
 	// network calls a job with the network needs.
@@ -496,6 +569,24 @@ func buildTemplate(t *archTable) (Program, error) {
 	for _, e := range t.selfOnly() {
 		b.argsAreZero(e.nr, e.args...)
 	}
+	// kill(pid, sig) and tgkill(tgid, tid, sig): no real-time signal
+	// (sig, an int, at least SIGRTMIN; a negative one is huge unsigned).
+	// A real-time signal the receiver blocks is queued once per kill, on
+	// a count every process of the uid shares machine-wide.
+	b.argBelow(unix.SYS_KILL, 1, firstRTSignal)
+	b.argBelow(unix.SYS_TGKILL, 2, firstRTSignal)
+	// fallocate(fd, mode, ...): mode 0 (posix_fallocate, which
+	// RLIMIT_FSIZE bounds) or PUNCH_HOLE|KEEP_SIZE (which frees blocks);
+	// KEEP_SIZE allocates past the end of the file, where RLIMIT_FSIZE
+	// does not look. EOPNOTSUPP, as from a file system without the mode.
+	b.argInRet(unix.SYS_FALLOCATE, 1, []uint32{0, fallocPunchHoleKeepSize}, retEOPNOTSUPP)
+	// The clocks: the static ones and the caller's own CPU clocks only.
+	for _, nr := range []uint32{unix.SYS_CLOCK_GETTIME, unix.SYS_CLOCK_GETRES, unix.SYS_CLOCK_NANOSLEEP, unix.SYS_TIMER_CREATE} {
+		b.ownClock(nr, 0)
+	}
+	// getsid(pid) and getpgid(pid): the caller's own only (pid 0).
+	b.argsAreZero(unix.SYS_GETSID, 0)
+	b.argsAreZero(unix.SYS_GETPGID, 0)
 
 	// 4. The allow list, and EPERM for everything else.
 	b.nrIn(t.templateAllow(), retAllow, retEPERM)
@@ -504,16 +595,54 @@ func buildTemplate(t *archTable) (Program, error) {
 
 // argIn emits: if nr == sys { allow iff the low 32 bits of args[i] are one
 // of values, else EPERM }. The accumulator must hold nr.
-func (b *asm) argIn(sys, i uint32, values []uint32) {
+func (b *asm) argIn(sys, i uint32, values []uint32) { b.argInRet(sys, i, values, retEPERM) }
+
+// argInRet is argIn with deny as the answer for the other values.
+func (b *asm) argInRet(sys, i uint32, values []uint32, deny uint32) {
 	skip, allow := b.label(), b.label()
 	b.jumpL(unix.BPF_JMP|unix.BPF_JEQ|unix.BPF_K, sys, next, skip)
 	b.loadArgLo(i)
 	for _, v := range values {
 		b.jumpL(unix.BPF_JMP|unix.BPF_JEQ|unix.BPF_K, v, allow, next)
 	}
-	b.ret(retEPERM)
+	b.ret(deny)
 	b.bind(allow)
 	b.ret(retAllow)
+	b.bind(skip)
+}
+
+// argBelow emits: if nr == sys { allow iff the low 32 bits of args[i],
+// unsigned, are below limit, else EPERM }. The accumulator must hold nr.
+func (b *asm) argBelow(sys, i, limit uint32) {
+	skip, deny := b.label(), b.label()
+	b.jumpL(unix.BPF_JMP|unix.BPF_JEQ|unix.BPF_K, sys, next, skip)
+	b.loadArgLo(i)
+	b.jumpL(unix.BPF_JMP|unix.BPF_JGE|unix.BPF_K, limit, deny, next)
+	b.ret(retAllow)
+	b.bind(deny)
+	b.ret(retEPERM)
+	b.bind(skip)
+}
+
+// ownClock emits: if nr == sys { allow iff the clock id in the low 32
+// bits of args[i] is a static clock (not negative), a thread's CPU clock
+// (negative with CPUCLOCK_PERTHREAD_MASK set: the kernel accepts only the
+// caller's own threads), or one of the caller's own process CPU clocks
+// (pid 0: -8, -7, -6), else EPERM }. Denied are the CPU clocks of
+// other processes, ((~pid) << 3) | which, and the dynamic clocks of
+// descriptors, ((~fd) << 3) | 3. The accumulator must hold nr.
+func (b *asm) ownClock(sys, i uint32) {
+	skip, allow, deny := b.label(), b.label(), b.label()
+	b.jumpL(unix.BPF_JMP|unix.BPF_JEQ|unix.BPF_K, sys, next, skip)
+	b.loadArgLo(i)
+	b.jumpL(unix.BPF_JMP|unix.BPF_JSET|unix.BPF_K, clockSign, next, allow)
+	b.jumpL(unix.BPF_JMP|unix.BPF_JSET|unix.BPF_K, clockPerThread, allow, next)
+	b.jumpL(unix.BPF_JMP|unix.BPF_JGE|unix.BPF_K, clockSelfProcess, next, deny)
+	b.jumpL(unix.BPF_JMP|unix.BPF_JEQ|unix.BPF_K, clockSelfFD, deny, allow)
+	b.bind(allow)
+	b.ret(retAllow)
+	b.bind(deny)
+	b.ret(retEPERM)
 	b.bind(skip)
 }
 

@@ -62,6 +62,8 @@ var requiredDenied = []string{
 	"rt_sigqueueinfo", "rt_tgsigqueueinfo", "setpgid", "get_robust_list", "vmsplice",
 	"lsm_get_self_attr", "lsm_set_self_attr", "lsm_list_modules", "sync", "syncfs",
 	"mlock", "mlockall",
+	// Issue 9, second review: a real-time signal by any thread id.
+	"tkill",
 }
 
 // netOnly is what the job layer denies without the network only.
@@ -317,6 +319,56 @@ func policyCases(t *testing.T, p Policy) []vmCase {
 		{"sched_setaffinity self", call(unix.SYS_SCHED_SETAFFINITY, 0, 8, 0x1000), ActionAllow},
 		{"sched_setaffinity other", call(unix.SYS_SCHED_SETAFFINITY, 1, 8, 0x1000), eperm},
 		{"sched_setscheduler other", call(unix.SYS_SCHED_SETSCHEDULER, 1, 0, 0x1000), eperm},
+		// kill and tgkill: no real-time signal (the uid's queued-signal
+		// count), compared as the kernel's int.
+		{"kill SIGKILL", call(unix.SYS_KILL, 5, uint64(unix.SIGKILL)), ActionAllow},
+		{"kill 0 (existence)", call(unix.SYS_KILL, 5, 0), ActionAllow},
+		{"kill 31", call(unix.SYS_KILL, 5, 31), ActionAllow},
+		{"kill SIGRTMIN", call(unix.SYS_KILL, 5, 32), eperm},
+		{"kill 64", call(unix.SYS_KILL, 0, 64), eperm},
+		{"kill -1", call(unix.SYS_KILL, 5, 0xffffffff), eperm},
+		{"kill SIGRTMIN, high bits", call(unix.SYS_KILL, 5, 32|1<<32), eperm},
+		{"kill SIGTERM, high bits", call(unix.SYS_KILL, 5, uint64(unix.SIGTERM)|0xffffffff00000000), ActionAllow},
+		{"tgkill SIGURG", call(unix.SYS_TGKILL, 5, 6, uint64(unix.SIGURG)), ActionAllow},
+		{"tgkill SIGRTMIN", call(unix.SYS_TGKILL, 5, 6, 32), eperm},
+		{"tgkill SIGRTMIN+1", call(unix.SYS_TGKILL, 5, 6, 33), eperm},
+		{"tgkill -2", call(unix.SYS_TGKILL, 5, 6, 0xfffffffffffffffe), eperm},
+		{"tkill", call(unix.SYS_TKILL, 5, uint64(unix.SIGTERM)), eperm},
+		// fallocate: mode 0 and PUNCH_HOLE|KEEP_SIZE only.
+		{"fallocate 0", call(unix.SYS_FALLOCATE, 3, 0, 0, 1<<20), ActionAllow},
+		{"fallocate PUNCH_HOLE|KEEP_SIZE", call(unix.SYS_FALLOCATE, 3, 3, 0, 1<<20), ActionAllow},
+		{"fallocate 0, high bits", call(unix.SYS_FALLOCATE, 3, 0xffffffff00000000, 0, 1<<20), ActionAllow},
+		{"fallocate KEEP_SIZE", call(unix.SYS_FALLOCATE, 3, 1, 0, 64<<20), ActionErrno | uint32(unix.EOPNOTSUPP)},
+		{"fallocate ZERO_RANGE|KEEP_SIZE", call(unix.SYS_FALLOCATE, 3, 0x11, 0, 64<<20), ActionErrno | uint32(unix.EOPNOTSUPP)},
+		{"fallocate ZERO_RANGE", call(unix.SYS_FALLOCATE, 3, 0x10, 0, 64<<20), ActionErrno | uint32(unix.EOPNOTSUPP)},
+		{"fallocate PUNCH_HOLE alone", call(unix.SYS_FALLOCATE, 3, 2, 0, 64<<20), ActionErrno | uint32(unix.EOPNOTSUPP)},
+		{"fallocate INSERT_RANGE", call(unix.SYS_FALLOCATE, 3, 0x20, 0, 64<<20), ActionErrno | uint32(unix.EOPNOTSUPP)},
+		// Clocks: static ones, and the caller's own CPU clocks.
+		{"clock_gettime REALTIME", call(unix.SYS_CLOCK_GETTIME, 0, 0x1000), ActionAllow},
+		{"clock_gettime PROCESS_CPUTIME_ID", call(unix.SYS_CLOCK_GETTIME, 2, 0x1000), ActionAllow},
+		{"clock_gettime THREAD_CPUTIME_ID", call(unix.SYS_CLOCK_GETTIME, 3, 0x1000), ActionAllow},
+		{"clock_gettime TAI", call(unix.SYS_CLOCK_GETTIME, 11, 0x1000), ActionAllow},
+		{"clock_gettime own process clock (pid 0)", call(unix.SYS_CLOCK_GETTIME, 0xfffffffa, 0x1000), ActionAllow},
+		{"clock_gettime own thread clock (tid 0)", call(unix.SYS_CLOCK_GETTIME, 0xfffffffe, 0x1000), ActionAllow},
+		{"clock_gettime a thread's clock (tid 7)", call(unix.SYS_CLOCK_GETTIME, 0xffffffc6, 0x1000), ActionAllow},
+		{"clock_gettime pid 1's clock", call(unix.SYS_CLOCK_GETTIME, 0xfffffff2, 0x1000), eperm},
+		{"clock_gettime pid 1's clock, high bits", call(unix.SYS_CLOCK_GETTIME, 0xfffffffffffffff2, 0x1000), eperm},
+		{"clock_gettime pid 3's PROF clock", call(unix.SYS_CLOCK_GETTIME, 0xffffffe0, 0x1000), eperm},
+		{"clock_gettime fd 0's dynamic clock", call(unix.SYS_CLOCK_GETTIME, 0xfffffffb, 0x1000), eperm},
+		{"clock_gettime fd 3's dynamic clock", call(unix.SYS_CLOCK_GETTIME, 0xffffffe3, 0x1000), eperm},
+		{"clock_getres pid 1's clock", call(unix.SYS_CLOCK_GETRES, 0xfffffff2, 0x1000), eperm},
+		{"clock_getres MONOTONIC", call(unix.SYS_CLOCK_GETRES, 1, 0x1000), ActionAllow},
+		{"clock_nanosleep pid 1's clock", call(unix.SYS_CLOCK_NANOSLEEP, 0xfffffff2, 0, 0x1000, 0), eperm},
+		{"clock_nanosleep MONOTONIC", call(unix.SYS_CLOCK_NANOSLEEP, 1, 0, 0x1000, 0), ActionAllow},
+		{"timer_create pid 1's clock", call(unix.SYS_TIMER_CREATE, 0xfffffff2, 0, 0x1000), eperm},
+		{"timer_create MONOTONIC", call(unix.SYS_TIMER_CREATE, 1, 0, 0x1000), ActionAllow},
+		{"timer_create own process clock", call(unix.SYS_TIMER_CREATE, 2, 0, 0x1000), ActionAllow},
+		// Sessions and groups: the caller's own.
+		{"getsid 0", call(unix.SYS_GETSID, 0), ActionAllow},
+		{"getsid 1", call(unix.SYS_GETSID, 1), eperm},
+		{"getsid pid in high half", call(unix.SYS_GETSID, 1<<32), eperm},
+		{"getpgid 0", call(unix.SYS_GETPGID, 0), ActionAllow},
+		{"getpgid 1", call(unix.SYS_GETPGID, 1), eperm},
 		// System V IPC and POSIX message queues.
 		{"shmget", call(unix.SYS_SHMGET, 0, 4096, 0o1600), eperm},
 		{"msgget", call(unix.SYS_MSGGET, 0, 0o1600), eperm},
@@ -456,6 +508,33 @@ func TestPolicyVMExhaustive(t *testing.T) {
 			if args[0] != 0 || args[1] != 0 {
 				return eperm
 			}
+		case nr == unix.SYS_KILL:
+			if lo(1) >= 32 {
+				return eperm
+			}
+		case nr == unix.SYS_TGKILL:
+			if lo(2) >= 32 {
+				return eperm
+			}
+		case nr == unix.SYS_FALLOCATE:
+			if lo(1) != 0 && lo(1) != unix.FALLOC_FL_PUNCH_HOLE|unix.FALLOC_FL_KEEP_SIZE {
+				return ActionErrno | uint32(unix.EOPNOTSUPP)
+			}
+		case nr == unix.SYS_CLOCK_GETTIME, nr == unix.SYS_CLOCK_GETRES, nr == unix.SYS_CLOCK_NANOSLEEP,
+			nr == unix.SYS_TIMER_CREATE:
+			// A clockid_t: static clocks are >= 0; a negative id is
+			// ((~pid) << 3) | bits, bit 2 marking a thread's clock and
+			// bits 3 (with bit 2 clear) a descriptor's dynamic clock.
+			id := int32(lo(0))
+			ownProcess := id >= -8 && id <= -6
+			thread := id < 0 && id&4 != 0
+			if id < 0 && !ownProcess && !thread {
+				return eperm
+			}
+		case nr == unix.SYS_GETSID, nr == unix.SYS_GETPGID:
+			if args[0] != 0 {
+				return eperm
+			}
 		case nr == unix.SYS_SCHED_SETAFFINITY, nr == unix.SYS_SCHED_SETSCHEDULER,
 			nr == unix.SYS_SCHED_SETPARAM, nr == unix.SYS_SCHED_SETATTR:
 			if args[0] != 0 {
@@ -478,6 +557,27 @@ func TestPolicyVMExhaustive(t *testing.T) {
 		{unix.PR_SET_SECCOMP, unix.FS_IOC_SETFLAGS},
 		{unix.PR_SET_NAME, unix.TCGETS | 0xffffffff00000000},
 		{3, unix.F_NOTIFY},
+		// Signals (kill's arg 1, tgkill's arg 2), fallocate modes (arg 1)
+		// and clock ids (arg 0).
+		{0, 31, 31},
+		{1, 32, 32},
+		{1, 64, 64 | 1<<32},
+		{0xffffffff, 0xffffffff, 0xffffffff},
+		{1 << 32, 1 << 32, 1<<32 | 5},
+		{2, unix.FALLOC_FL_PUNCH_HOLE | unix.FALLOC_FL_KEEP_SIZE},
+		{0xfffffff8, unix.FALLOC_FL_KEEP_SIZE},
+		{0xfffffff9, unix.FALLOC_FL_ZERO_RANGE},
+		{0xfffffffa, unix.FALLOC_FL_ZERO_RANGE | unix.FALLOC_FL_KEEP_SIZE},
+		{0xfffffffb},
+		{0xfffffffe},
+		{0xfffffffd},
+		{0xfffffff7},
+		{0xfffffff6},
+		{0xfffffff2},
+		{0xffffffe2 | 1<<32},
+		{11},
+		{0x7fffffff},
+		{0x80000000},
 	}
 	nrs := []uint32{x32SyscallBit, x32SyscallBit | unix.SYS_READ, 0x7fffffff, 0x80000000, 0xffffffff}
 	for nr := uint32(0); nr <= 1024; nr++ {
@@ -532,6 +632,9 @@ func TestBuildChunkedAllowList(t *testing.T) {
 		special[e.nr] = true
 	}
 	for _, e := range tbl.selfOnly() {
+		special[e.nr] = true
+	}
+	for _, e := range tbl.argFiltered() {
 		special[e.nr] = true
 	}
 	for nr := uint32(0); len(tbl.allow) < 3*maxChunk+17; nr++ {

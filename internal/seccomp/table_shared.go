@@ -62,7 +62,6 @@ var sharedAllow = []sysEntry{
 	{"symlinkat", unix.SYS_SYMLINKAT},
 	{"truncate", unix.SYS_TRUNCATE},
 	{"ftruncate", unix.SYS_FTRUNCATE},
-	{"fallocate", unix.SYS_FALLOCATE},
 	{"fsync", unix.SYS_FSYNC},
 	{"fdatasync", unix.SYS_FDATASYNC},
 	{"flock", unix.SYS_FLOCK},
@@ -103,8 +102,6 @@ var sharedAllow = []sysEntry{
 	{"getresuid", unix.SYS_GETRESUID},
 	{"getresgid", unix.SYS_GETRESGID},
 	{"getgroups", unix.SYS_GETGROUPS},
-	{"getpgid", unix.SYS_GETPGID},
-	{"getsid", unix.SYS_GETSID},
 	{"setsid", unix.SYS_SETSID}, // a spare's prepare; a job is a session leader already
 	{"capget", unix.SYS_CAPGET},
 	{"uname", unix.SYS_UNAME},
@@ -132,9 +129,8 @@ var sharedAllow = []sysEntry{
 	{"wait4", unix.SYS_WAIT4},
 	{"waitid", unix.SYS_WAITID},
 	// Signals. Landlock's signal scope (ABI 6) keeps kill and tgkill
-	// inside the job's own domain.
-	{"kill", unix.SYS_KILL},
-	{"tgkill", unix.SYS_TGKILL},
+	// inside the job's own domain; both are filtered by argument (see
+	// argFiltered), and tkill is denied.
 	{"rt_sigaction", unix.SYS_RT_SIGACTION},
 	{"rt_sigprocmask", unix.SYS_RT_SIGPROCMASK},
 	{"rt_sigreturn", unix.SYS_RT_SIGRETURN},
@@ -142,15 +138,12 @@ var sharedAllow = []sysEntry{
 	{"rt_sigtimedwait", unix.SYS_RT_SIGTIMEDWAIT},
 	{"rt_sigsuspend", unix.SYS_RT_SIGSUSPEND},
 	{"sigaltstack", unix.SYS_SIGALTSTACK},
-	// Time and timers.
+	// Time and timers (clock_gettime, clock_getres, clock_nanosleep and
+	// timer_create are filtered by their clock, see argFiltered).
 	{"nanosleep", unix.SYS_NANOSLEEP},
-	{"clock_nanosleep", unix.SYS_CLOCK_NANOSLEEP},
-	{"clock_gettime", unix.SYS_CLOCK_GETTIME},
-	{"clock_getres", unix.SYS_CLOCK_GETRES},
 	{"gettimeofday", unix.SYS_GETTIMEOFDAY},
 	{"getitimer", unix.SYS_GETITIMER},
 	{"setitimer", unix.SYS_SETITIMER},
-	{"timer_create", unix.SYS_TIMER_CREATE},
 	{"timer_settime", unix.SYS_TIMER_SETTIME},
 	{"timer_gettime", unix.SYS_TIMER_GETTIME},
 	{"timer_getoverrun", unix.SYS_TIMER_GETOVERRUN},
@@ -255,6 +248,7 @@ var sharedDeny = []sysEntry{
 	{"process_madvise", unix.SYS_PROCESS_MADVISE},
 	{"process_mrelease", unix.SYS_PROCESS_MRELEASE},
 	{"rt_sigqueueinfo", unix.SYS_RT_SIGQUEUEINFO},
+	{"tkill", unix.SYS_TKILL}, // tgkill does the same with the thread group checked
 	{"rt_tgsigqueueinfo", unix.SYS_RT_TGSIGQUEUEINFO},
 	{"setpgid", unix.SYS_SETPGID},
 	{"get_robust_list", unix.SYS_GET_ROBUST_LIST},

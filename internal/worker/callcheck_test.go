@@ -35,6 +35,14 @@ func TestCheckCallJSON(t *testing.T) {
 		{`{"` + strings.Repeat("1", 5000) + `": 1}`, ""},
 		// Numbers separated by other tokens are each their own.
 		{`[` + long + `, ` + long + `]`, ""},
+		// A key twice in one object, as decoded, anywhere; the same key in
+		// different objects, or as a value, is fine.
+		{`{"path":"a","path":"b"}`, `repeats the key "path"`},
+		{`{"path":"a","p\u0061th":"b"}`, `repeats the key "path"`},
+		{`[1, {"a": {"x": 1, "y": [{"k": 1, "k": 2}]}}]`, `repeats the key "k"`},
+		{`{"a": {"b": 1}, "b": {"a": 1}, "c": ["a", "a"], "d": "d"}`, ""},
+		{`{"a": 1, "A": 2, "b": {}, "c": [], "e": 1e400}`, ""},
+		{`[{"a": 1}, {"a": 2}]`, ""},
 	}
 	for _, tc := range tests {
 		require.True(t, json.Valid([]byte(tc.in)), "Go's decoder accepts it: %.60q", tc.in)

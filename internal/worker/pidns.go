@@ -1,6 +1,7 @@
 package worker
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -8,6 +9,10 @@ import (
 	"sync"
 	"syscall"
 )
+
+// ErrNoPIDNamespace is the cause of a start under PIDNamespaceRequire that
+// cannot have a PID namespace; it wraps the kernel's refusal.
+var ErrNoPIDNamespace = errors.New("pid namespace required but unavailable")
 
 // pidns remembers whether the kernel lets this process start a template
 // in a PID namespace of its own: learnt at the first start that tries,
@@ -73,7 +78,7 @@ func startProcess(opts Options, channel *os.File, stderr io.Writer) (cmd *exec.C
 	pidns.mu.Unlock()
 	if mode == PIDNamespaceOff || (known && !ok) {
 		if mode == PIDNamespaceRequire {
-			return nil, false, fmt.Errorf("pid namespace required but unavailable: %w", refused)
+			return nil, false, fmt.Errorf("%w: %w", ErrNoPIDNamespace, refused)
 		}
 		cmd = build(false)
 		if err := cmd.Start(); err != nil {
@@ -89,9 +94,11 @@ func startProcess(opts Options, channel *os.File, stderr io.Writer) (cmd *exec.C
 		pidns.mu.Unlock()
 		return cmd, true, nil
 	}
-	if known || mode == PIDNamespaceRequire {
-		// It worked before (or must work): this failure is not the
-		// namespace's.
+	if !known && mode == PIDNamespaceRequire {
+		return nil, false, fmt.Errorf("%w: start %s in one: %w", ErrNoPIDNamespace, opts.Python, nsErr)
+	}
+	if known {
+		// It worked before: this failure is not the namespace's.
 		return nil, false, fmt.Errorf("start %s in a pid namespace: %w", opts.Python, nsErr)
 	}
 	cmd = build(false)

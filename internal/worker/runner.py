@@ -32,6 +32,7 @@
 import _socket
 import _thread
 import array
+import collections
 import builtins
 import ctypes
 import fcntl
@@ -58,6 +59,7 @@ RUNTIME_FD_BASE = 64  # the template's O_PATH descriptors of runtime paths start
 MAX_FRAME = 8 << 20
 MSG_CAP = 4096
 MAX_FILES = 4096  # a job's descriptor limit (RLIMIT_NOFILE)
+MAX_SIGPENDING = 64  # a job's limit of queued signals (RLIMIT_SIGPENDING)
 RESERVE = 1 << 20  # bytes kept back to report a MemoryError with
 TB_FRAMES = 100  # innermost frames printed of a deeper traceback
 PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")
@@ -632,10 +634,14 @@ class Spare:
         for rfd, _ in self.tpl.runtime_fds:
             os.close(rfd)
         self.warm_up()
-        # rlimits that do not depend on the request: no core dumps, and the
-        # job's descriptor limit.
+        # rlimits that do not depend on the request: no core dumps, the
+        # job's descriptor limit, and few queued signals: the count is the
+        # uid's, machine-wide, and timer_create (and a timer's signals) may
+        # only add to it while it is under the caller's limit. (kill and
+        # tgkill of real-time signals are denied by seccomp.)
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
         resource.setrlimit(resource.RLIMIT_NOFILE, (MAX_FILES, MAX_FILES))
+        resource.setrlimit(resource.RLIMIT_SIGPENDING, (MAX_SIGPENDING, MAX_SIGPENDING))
         # Address space set aside to report a MemoryError with when the job
         # used up its allowance (RLIMIT_AS counts address space, so an
         # untouched mapping is enough, and costs no page faults).
@@ -943,21 +949,14 @@ def _exit_code(e):
 
 
 def _print_traceback(e):
-    """Prints the job's traceback, without the runner's frame, to stderr. A
-    very deep one (runaway recursion) is cut to its innermost frames:
-    formatting a million frames would take longer than most timeouts."""
+    """Prints the job's traceback to stderr, without the runner's own frames
+    (see _strip_runner). A very deep one (runaway recursion) is cut to its
+    innermost frames: formatting a million frames would take longer than
+    most timeouts."""
     try:
-        tb = e.__traceback__.tb_next if e.__traceback__ is not None else None
-        depth = 0
-        t = tb
-        while t is not None and depth <= 2 * TB_FRAMES:
-            depth += 1
-            t = t.tb_next
-        if depth > 2 * TB_FRAMES:
+        if _strip_runner(e):
             print("[traceback cut to its innermost %d frames]" % TB_FRAMES, file=sys.stderr)
-            traceback.print_exception(type(e), e, tb, limit=-TB_FRAMES)
-        else:
-            traceback.print_exception(type(e), e, tb)
+        traceback.print_exception(type(e), e, e.__traceback__)
     except BaseException:  # noqa: BLE001 - the report must not fail
         try:
             os.write(2, ("%s: %s\n" % (type(e).__name__, e)).encode("utf-8", "replace"))
@@ -965,11 +964,75 @@ def _print_traceback(e):
             pass
 
 
+# The error types of the pool's own verdicts (the Kind names of errors.go
+# that results carry). A job's exception of one of these names is reported
+# module-qualified ("__main__.RequestError", "builtins.TimeoutError"): a
+# type the pool reports itself never has a dot, so no job passes its
+# exception off as the pool's verdict. Every other type stays bare.
+POOL_ERROR_TYPES = frozenset(("RequestError", "TimeoutError", "SignalError", "SandboxSetupError", "PoolWorkerError"))
+
+
+def _type_name(e):
+    t = type(e)
+    name = t.__name__
+    if name not in POOL_ERROR_TYPES:
+        return name
+    try:
+        module, qualname = t.__module__, t.__qualname__
+        if isinstance(module, str) and isinstance(qualname, str):
+            return module + "." + qualname
+    except BaseException:  # noqa: BLE001 - a class may define anything
+        pass
+    return "__main__." + name
+
+
+_RUNNER_GLOBALS = globals()
+
+
+def _is_runner(frame):
+    """Whether frame runs the runner's own code (the exec in Spare.run, a
+    pynox_host function), which means nothing to the job's author: the
+    runner is `python -c` source, so its frames would show as
+    File "<string>", line 811, in call. Recognised by the globals the code
+    runs in, not by file name: a job's own exec("...") is "<string>" too."""
+    return frame.f_globals is _RUNNER_GLOBALS
+
+
+def _strip_runner(e):
+    """Rebuilds the tracebacks of e and of the exceptions it chains
+    (__cause__, __context__) without the runner's frames, keeping at most
+    the innermost TB_FRAMES of a longer one (2 * TB_FRAMES at most are held
+    while walking). Returns whether e's own traceback was cut."""
+    cut = False
+    seen = set()
+    todo = [e]
+    while todo:
+        x = todo.pop()
+        if x is None or id(x) in seen or len(seen) > 64:
+            continue
+        seen.add(id(x))
+        kept = collections.deque(maxlen=2 * TB_FRAMES + 1)
+        tb = x.__traceback__
+        while tb is not None:
+            if not _is_runner(tb.tb_frame):
+                kept.append((tb.tb_frame, tb.tb_lasti, tb.tb_lineno))
+            tb = tb.tb_next
+        if len(kept) > 2 * TB_FRAMES:
+            kept = list(kept)[-TB_FRAMES:]
+            cut = cut or x is e
+        new = None
+        for frame, lasti, lineno in reversed(kept):
+            new = types.TracebackType(new, frame, lasti, lineno)
+        x.__traceback__ = new
+        todo += [x.__cause__, x.__context__]
+    return cut
+
+
 def _describe(e, name):
     try:
         return _describe_unsafe(e, name)
     except BaseException:  # noqa: BLE001 - out of memory while describing
-        return {"type": type(e).__name__, "message": "", "file": None, "line": None}
+        return {"type": _type_name(e), "message": "", "file": None, "line": None}
 
 
 def _describe_unsafe(e, name):
@@ -977,6 +1040,8 @@ def _describe_unsafe(e, name):
     tb = e.__traceback__
     last = None
     for frame, lineno in traceback.walk_tb(tb):
+        if _is_runner(frame):
+            continue
         last = (frame.f_code.co_filename, lineno)
         if frame.f_code.co_filename == name:
             file, line = name, lineno
@@ -988,7 +1053,7 @@ def _describe_unsafe(e, name):
         msg = str(e)
     except BaseException:  # noqa: BLE001
         msg = "<unprintable %s>" % type(e).__name__
-    info = {"type": type(e).__name__, "message": msg[:MSG_CAP], "file": file, "line": line}
+    info = {"type": _type_name(e), "message": msg[:MSG_CAP], "file": file, "line": line}
     if isinstance(e, OSError):
         info["errno"] = e.errno
         fn = e.filename

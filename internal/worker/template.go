@@ -246,6 +246,16 @@ type hello struct {
 	Msg        string   `json:"msg"`
 }
 
+// RefusedError is a template's refusal to start, in the runner's words:
+// a preload that fails, starts a thread or leaves a descriptor open
+// ("preload numpy failed: ..."), or a confinement step it cannot take.
+type RefusedError struct {
+	Msg string
+}
+
+// Error formats the refusal as "template refused to start: <Msg>".
+func (e *RefusedError) Error() string { return "template refused to start: " + e.Msg }
+
 func (t *Template) handshake(opts Options) error {
 	deadline := time.Now().Add(StartTimeout)
 	_ = t.conn.SetDeadline(deadline)
@@ -260,7 +270,7 @@ func (t *Template) handshake(opts Options) error {
 		return t.startErr("read hello", err)
 	}
 	if h.T == "fatal" {
-		return fmt.Errorf("template refused to start: %s", h.Msg)
+		return &RefusedError{Msg: h.Msg}
 	}
 	if h.T != "hello" || h.V != Proto {
 		return fmt.Errorf("template handshake: got %q version %d, want hello version %d", h.T, h.V, Proto)
@@ -284,7 +294,7 @@ func (t *Template) handshake(opts Options) error {
 		return t.startErr("read ready", err)
 	}
 	if ready.T == "fatal" {
-		return fmt.Errorf("template refused to start: %s", ready.Msg)
+		return &RefusedError{Msg: ready.Msg}
 	}
 	if ready.T != "ready" {
 		return fmt.Errorf("template handshake: got %q, want ready", ready.T)

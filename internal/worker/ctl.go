@@ -1,0 +1,166 @@
+package worker
+
+// The control channel between the host and a child: a Unix socket of
+// length-prefixed JSON frames, and the bell the child rings when it writes.
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/pynox/pynox/internal/frame"
+	"golang.org/x/sys/unix"
+)
+
+// ctlSendTimeout bounds a write to a child's control socket: a spare that
+// does not take its job within it is treated as dead.
+const ctlSendTimeout = 5 * time.Second
+
+// ctlPollInterval is how often the host reads the control socket of a
+// child whose code closed its bell.
+const ctlPollInterval = 5 * time.Millisecond
+
+// inlineFrame is a frame size that always fits a control socket's buffer
+// (a Unix socket's is 200 KiB and more by default): a write of that much
+// never waits for the reader. runner.py's INLINE_FRAME is the same.
+const inlineFrame = 32 << 10
+
+// maxCtlFrame bounds one frame from a child: a child is hostile once user
+// code runs, so it gets no more room than an honest report or host call
+// needs.
+const maxCtlFrame = MaxCall + 64<<10
+
+// sendFrame writes one JSON frame to the child, with descriptors.
+func (c *Child) sendFrame(v any, fds []int) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	return c.sendRaw(b, fds)
+}
+
+// sendRaw writes one frame holding payload to the child. Reads and writes
+// may overlap; only closing the socket excludes both.
+func (c *Child) sendRaw(payload []byte, fds []int) error {
+	buf := frame.Append(make([]byte, 0, len(payload)+frame.HeaderSize), payload)
+	var oob []byte
+	if len(fds) > 0 {
+		oob = unix.UnixRights(fds...)
+	}
+	c.ctlMu.RLock()
+	defer c.ctlMu.RUnlock()
+	if c.ctlFd < 0 {
+		return unix.EBADF
+	}
+	n, err := unix.SendmsgN(c.ctlFd, buf, oob, nil, unix.MSG_NOSIGNAL)
+	for err == nil && n < len(buf) {
+		var m int
+		m, err = unix.SendmsgN(c.ctlFd, buf[n:], nil, nil, unix.MSG_NOSIGNAL)
+		n += m
+	}
+	return err
+}
+
+// recvCtl reads what the control socket holds now, without blocking.
+// A closed socket reads as end of file.
+func (c *Child) recvCtl(buf []byte) (int, error) {
+	c.ctlMu.RLock()
+	defer c.ctlMu.RUnlock()
+	if c.ctlFd < 0 {
+		return 0, nil
+	}
+	n, _, err := unix.Recvfrom(c.ctlFd, buf, unix.MSG_DONTWAIT)
+	return n, err
+}
+
+// closeCtl closes the control socket once; any descriptors a job queued
+// on it are freed with it.
+func (c *Child) closeCtl() {
+	c.ctlMu.Lock()
+	defer c.ctlMu.Unlock()
+	if c.ctlFd >= 0 {
+		unix.Close(c.ctlFd)
+		c.ctlFd = -1
+	}
+}
+
+// bellRead is how much readBell takes from the bell at once: a job that
+// floods its bell is found out on the first read, not after thousands.
+const bellRead = 4 << 10
+
+// spareRings is how many more rings than twice its whole frames a child
+// may make before it is killed for ringing without writing frames. The
+// runner rings once per frame, and twice for a frame too large for the
+// socket's buffer (after its header, and after the rest); a ring may also
+// find its frame already read with the one before it. An honest child
+// never comes near it; a flood of its bell passes it in one read.
+const spareRings = 256
+
+// readBell turns the bell's bytes into rings, for the child's whole
+// life, and closes bellClosed at its end of file. It reads in bulk and
+// counts each byte as a ring (Child.rung); the turn compares the count
+// with the frames the rings brought.
+func (c *Child) readBell() {
+	defer close(c.bellClosed)
+	buf := make([]byte, bellRead)
+	for {
+		n, err := c.bell.Read(buf)
+		c.rung.Add(int64(n))
+		if err != nil {
+			return
+		}
+		select {
+		case c.rings <- struct{}{}:
+		default: // a ring is pending already
+		}
+	}
+}
+
+// readFrames reads what the control socket holds now and returns the whole
+// frames in it. partial reports the start of a frame still arriving; end
+// that the channel ended, with err saying why when it was not clean.
+func (c *Child) readFrames() (msgs []childMsg, partial, end bool, err error) {
+	if c.rbuf == nil {
+		c.rbuf = make([]byte, 32<<10)
+	}
+	tmp := c.rbuf
+	eof := false
+	for {
+		n, rerr := c.recvCtl(tmp)
+		if rerr == unix.EINTR {
+			continue
+		}
+		if rerr != nil || n == 0 {
+			eof = rerr == nil || (rerr != unix.EAGAIN && rerr != unix.EWOULDBLOCK)
+			break
+		}
+		c.pending = append(c.pending, tmp[:n]...)
+		if len(c.pending) > maxCtlFrame+frame.HeaderSize {
+			break
+		}
+	}
+	for {
+		payload, rest, ok, ferr := frame.Split(c.pending, maxCtlFrame)
+		if ferr != nil {
+			return msgs, false, true, ferr
+		}
+		if !ok {
+			break
+		}
+		var m childMsg
+		if jerr := json.Unmarshal(payload, &m); jerr != nil {
+			return msgs, false, true, fmt.Errorf("malformed control frame: %v", jerr)
+		}
+		c.pending = rest
+		c.frames++
+		msgs = append(msgs, m)
+	}
+	if eof {
+		if len(c.pending) > 0 {
+			return msgs, false, true, errors.New("control channel cut inside a frame")
+		}
+		return msgs, false, true, nil
+	}
+	return msgs, len(c.pending) > 0, false, nil
+}

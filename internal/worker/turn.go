@@ -1,0 +1,469 @@
+package worker
+
+// A turn: one piece of code handed to a child, and the wait for its
+// outcome.
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"fmt"
+	"runtime"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// turnSpec is what differs between a job's first turn and a session's
+// later steps.
+type turnSpec struct {
+	send      func() error // hands the code over
+	timeout   time.Duration
+	maxOutput int
+	host      HostFunc
+	maxCalls  int
+	continued bool // a later step: the process was already running user code
+	// cpu is a session turn's CPU time in seconds: the turn is killed when
+	// it has used a second more (as by a one-shot job's hard RLIMIT_CPU).
+	// Zero for one-shot jobs, whose own hard RLIMIT_CPU does it.
+	cpu int64
+}
+
+// pendingCall is a host call the turn is waiting on.
+type pendingCall struct {
+	ctx    context.Context
+	cancel context.CancelFunc
+}
+
+// turn is one piece of code handed to a child, and the wait for its
+// outcome. Everything happens on the goroutine that runs it but the bell's
+// reader, the output pipes' readers (only for output that outlives the
+// report, or a job that runs longer than outputDelay) and host calls.
+type turn struct {
+	c   *Child
+	ts  turnSpec
+	o   *Outcome
+	out *output
+
+	timeout <-chan time.Time // fires at ts.timeout; nil once the job has reported
+	killed  bool             // the turn has killed the child
+
+	// A session's turn is held to its CPU time (its hard RLIMIT_CPU is the
+	// session's whole life's): the process's CPU clock is read when the
+	// turn could have used up what is left of it on every CPU at once, and
+	// at least once a second.
+	cpuBase, cpuMax time.Duration
+	cpuCheck        <-chan time.Time
+	cpuTimer        *time.Timer
+
+	// Host calls: at most one at a time (the child's runner takes turns);
+	// the handler runs on its own goroutine so that timeouts still apply.
+	call    *pendingCall
+	replies chan Reply
+
+	// The control channel is read when the bell rings, and polled once the
+	// bell is closed (the child exited, or its code closed the bell) or a
+	// frame is arriving in parts.
+	ctlOpen bool
+	poll    <-chan time.Time
+	ticker  *time.Ticker
+
+	timers []*time.Timer // stopped when the turn ends
+}
+
+// turn hands one piece of code to the child and waits for its outcome.
+func (c *Child) turn(ts turnSpec, cancel <-chan struct{}) *Outcome {
+	t := &turn{
+		c:       c,
+		ts:      ts,
+		o:       &Outcome{Started: ts.continued},
+		out:     newOutput(ts.maxOutput),
+		replies: make(chan Reply, 1),
+		ctlOpen: true,
+	}
+	defer t.stop()
+	return t.run(cancel)
+}
+
+// newTimer starts a timer that the turn stops when it ends.
+func (t *turn) newTimer(d time.Duration) *time.Timer {
+	tm := time.NewTimer(d)
+	t.timers = append(t.timers, tm)
+	return tm
+}
+
+// stop releases the turn's timers and ends its host call, if any.
+func (t *turn) stop() {
+	for _, tm := range t.timers {
+		tm.Stop()
+	}
+	if t.cpuTimer != nil {
+		t.cpuTimer.Stop()
+	}
+	if t.ticker != nil {
+		t.ticker.Stop()
+	}
+	t.endCall()
+}
+
+// run sends the code and waits for the outcome.
+func (t *turn) run(cancel <-chan struct{}) *Outcome {
+	c, o := t.c, t.o
+	captureTimer := t.newTimer(outputDelay)
+
+	o.Start = time.Now()
+	if err := t.ts.send(); err != nil {
+		// The child died before it could take the code.
+		c.Kill()
+		t.out.start(c)
+		<-t.out.closed
+		t.out.finish(o)
+		o.Status = c.waitStatus(time.Second)
+		o.End = time.Now()
+		return o
+	}
+
+	if t.ts.timeout > 0 {
+		t.timeout = t.newTimer(t.ts.timeout).C
+	}
+	if err := t.startCPU(); err != nil {
+		// Without it the turn could not be held to its CPU time.
+		o.SetupError = "the session's CPU time cannot be read: " + err.Error()
+		t.kill()
+	}
+
+	c.bellOnce.Do(func() { go c.readBell() })
+	bellClosed := c.bellClosed
+	exitCh := c.exitCh
+	if c.status != nil {
+		exitCh = nil
+		o.Status = c.status
+	}
+	pipesDone := false
+	var drain <-chan time.Time
+	for {
+		// The result is complete once the output pipes are closed and the
+		// outcome is known: the child's own report, a kill of ours, or —
+		// for a child that ended without reporting — its exit status. A
+		// reported or killed child's teardown is not waited for.
+		if t.known() {
+			t.out.start(c)
+			if !pipesDone && isClosed(t.out.closed) {
+				pipesDone = true
+			}
+			if pipesDone {
+				break
+			}
+			if drain == nil {
+				if !o.Alive {
+					// Nothing more is read from the control socket. Closing
+					// it also frees any descriptors the job queued on it
+					// (its own pipe ends, say), which would keep the pipes
+					// open.
+					c.closeCtl()
+					t.ctlOpen = false
+					t.poll = nil
+				}
+				// The child is dead or being killed, or a session between
+				// steps, so its pipes close soon; a job that smuggled their
+				// ends elsewhere gets its output cut off rather than
+				// hanging the worker.
+				drain = t.newTimer(drainTimeout).C
+			}
+		}
+		var pipesWait <-chan struct{}
+		if !pipesDone {
+			pipesWait = t.out.closed
+		}
+		var rings <-chan struct{}
+		if t.ctlOpen {
+			rings = c.rings
+		}
+		select {
+		case <-captureTimer.C:
+			t.out.start(c)
+		case <-rings:
+			t.readCtl()
+			if n := c.rung.Load(); n > 2*c.frames+spareRings {
+				t.violation(fmt.Sprintf("it rang its bell (descriptor 4) %d times but wrote %d frames on its control channel; the limit is two rings per frame and %d more", n, c.frames, spareRings))
+			}
+		case <-bellClosed:
+			bellClosed = nil
+			t.startPoll()
+			t.readCtl()
+		case <-t.poll:
+			t.readCtl()
+		case r := <-t.replies:
+			t.reply(r)
+		case <-pipesWait:
+			pipesDone = true
+		case <-drain:
+			t.out.cutOff()
+			pipesDone = true
+		case st, ok := <-exitCh:
+			exitCh = nil
+			if ok {
+				o.Status = &st
+				c.status = &st
+				o.Alive = false
+			}
+		case <-t.timeout:
+			t.timeout = nil
+			if !o.Done {
+				o.TimedOut = true
+				t.kill()
+			}
+		case <-t.cpuCheck:
+			t.checkCPU()
+		case <-cancel:
+			cancel = nil
+			if !o.Done {
+				o.Canceled = true
+				t.kill()
+			}
+		}
+	}
+	t.out.finish(o)
+	if o.Alive && (t.killed || c.status != nil) {
+		o.Alive = false
+	}
+	if o.Alive {
+		// A session's process does not run between steps: its threads
+		// neither burn CPU nor write anything until the next step.
+		if err := c.signal(unix.SIGSTOP); err != nil {
+			o.Alive = false
+			t.kill()
+		}
+	}
+	o.End = time.Now()
+	return o
+}
+
+// known reports whether the turn's outcome is known: the child's own
+// report, a kill of ours, or the exit status of a child whose control
+// channel ended.
+func (t *turn) known() bool {
+	o := t.o
+	return o.Done || o.SetupError != "" || o.Violation != "" || o.TimedOut || o.CPUExceeded || o.Canceled || (!t.ctlOpen && o.Status != nil)
+}
+
+// kill kills the child, once.
+func (t *turn) kill() {
+	if !t.killed {
+		t.killed = true
+		t.c.Kill()
+	}
+}
+
+// violation records that the child broke the control protocol, unless it
+// has reported already, and kills it.
+func (t *turn) violation(msg string) {
+	if t.o.Violation == "" && !t.o.Done {
+		t.o.Violation = msg
+	}
+	t.kill()
+}
+
+// startCPU reads the session's CPU clock at the start of a turn that is
+// held to its CPU time, and arms the first check.
+func (t *turn) startCPU() error {
+	if t.ts.cpu <= 0 {
+		return nil
+	}
+	t.cpuMax = time.Duration(t.ts.cpu+1) * time.Second
+	var err error
+	if t.cpuBase, err = t.c.cpuTime(); err == nil {
+		t.armCPU(0)
+	}
+	return err
+}
+
+// armCPU schedules the next read of the CPU clock, given the CPU time the
+// turn has used.
+func (t *turn) armCPU(used time.Duration) {
+	wait := (t.cpuMax - used) / time.Duration(runtime.NumCPU())
+	wait = min(max(wait, 10*time.Millisecond), time.Second)
+	if t.cpuTimer == nil {
+		t.cpuTimer = time.NewTimer(wait)
+	} else {
+		t.cpuTimer.Reset(wait)
+	}
+	t.cpuCheck = t.cpuTimer.C
+}
+
+// checkCPU reads the CPU clock and kills a turn that used more than its
+// CPU time.
+func (t *turn) checkCPU() {
+	t.cpuCheck = nil
+	if t.o.Done || t.killed {
+		return
+	}
+	now, err := t.c.cpuTime()
+	switch {
+	case err != nil:
+		// The process is gone: its end is on its way.
+	case now-t.cpuBase > t.cpuMax:
+		t.o.CPUExceeded = true
+		t.kill()
+	default:
+		t.armCPU(now - t.cpuBase)
+	}
+}
+
+// startPoll starts polling the control channel.
+func (t *turn) startPoll() {
+	if t.ticker == nil {
+		t.ticker = time.NewTicker(ctlPollInterval)
+		t.poll = t.ticker.C
+	}
+}
+
+// readCtl reads and handles the frames the control channel holds now.
+func (t *turn) readCtl() {
+	if !t.ctlOpen {
+		return
+	}
+	o := t.o
+	msgs, partial, end, err := t.c.readFrames()
+	for i := range msgs {
+		t.handle(&msgs[i])
+	}
+	if partial {
+		t.startPoll()
+	}
+	if end {
+		t.ctlOpen = false
+		t.poll = nil
+		if err != nil && !o.Done && !t.killed {
+			t.violation(err.Error())
+		}
+		if o.Alive {
+			// The session's process closed its channel after its
+			// report: it is not alive after all.
+			o.Alive = false
+			t.kill()
+		}
+	}
+}
+
+// handle acts on one frame from the child.
+func (t *turn) handle(m *childMsg) {
+	o, c := t.o, t.c
+	switch {
+	case m.T == "started" && !o.Started && o.SetupError == "":
+		o.Started = true
+	case m.T == "setup_error" && !o.Started && o.SetupError == "":
+		o.SetupError = m.Msg
+		if o.SetupError == "" {
+			o.SetupError = "confinement failed"
+		}
+	case m.T == "done" && o.Started && !o.Done && m.Exit != nil && m.Step == c.step && t.call == nil:
+		o.Done = true
+		o.Exit = *m.Exit
+		o.Error = m.Error
+		t.timeout = nil
+		if c.session && !m.Final {
+			o.Alive = true
+		} else {
+			// Nothing the child does after reporting can matter.
+			t.kill()
+		}
+	case m.T == "call" && o.Started && !o.Done && t.call == nil && m.Step == c.step:
+		t.hostCall(m)
+	case o.Done && !o.Alive:
+		// Whatever follows its report is ignored; it is being killed.
+	default:
+		t.violation(fmt.Sprintf("unexpected %q frame on the control channel", m.T))
+	}
+}
+
+// hostCall checks a host call the child made and hands it to the host,
+// or refuses it.
+func (t *turn) hostCall(m *childMsg) {
+	t.o.Calls++
+	switch {
+	case !t.c.functions[m.Function]:
+		// A call to an undeclared name never reaches the host.
+		t.refuse(fmt.Sprintf("no host function named %q", m.Function))
+	case t.ts.host == nil:
+		t.refuse("no host answers calls for this job")
+	case t.o.Calls > t.ts.maxCalls:
+		t.refuse(fmt.Sprintf("this job made more than %d host calls", t.ts.maxCalls))
+	case !jsonIs(m.Args, '[') || (len(m.Kwargs) > 0 && !jsonIs(m.Kwargs, '{') && string(m.Kwargs) != "null"):
+		t.violation("malformed host call")
+	case len(m.Args)+len(m.Kwargs) > MaxCall:
+		t.refuse(fmt.Sprintf("the arguments are %d bytes of JSON; the limit is %d", len(m.Args)+len(m.Kwargs), MaxCall))
+	default:
+		// What the job wrote goes to the host, and in `pynox pool`
+		// onto the client's stream, only if every client can read it.
+		if err := cmp.Or(checkCallJSON(m.Args), checkCallJSON(m.Kwargs)); err != nil {
+			t.refuse(fmt.Sprintf("the arguments to %s cannot be passed on: %v", m.Function, err))
+			return
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		pc := &pendingCall{ctx: ctx, cancel: cancel}
+		t.call = pc
+		cl := Call{Function: m.Function, Args: m.Args, Kwargs: m.Kwargs}
+		if len(cl.Kwargs) == 0 || string(cl.Kwargs) == "null" {
+			cl.Kwargs = json.RawMessage("{}")
+		}
+		host, replies := t.ts.host, t.replies
+		go func() {
+			r := host(pc.ctx, cl)
+			select {
+			case replies <- r:
+			case <-pc.ctx.Done():
+			}
+		}()
+	}
+}
+
+// reply passes the host's answer to the pending call on to the child.
+func (t *turn) reply(r Reply) {
+	if t.call == nil {
+		return
+	}
+	t.call.cancel() // the handler is done
+	t.call = nil
+	if r.Error == nil && len(r.Result) > MaxCall {
+		msg := fmt.Sprintf("the host's result is %d bytes of JSON; the limit is %d", len(r.Result), MaxCall)
+		r = Reply{Error: &msg}
+	}
+	t.answer(r)
+}
+
+// endCall cancels the pending host call, if any.
+func (t *turn) endCall() {
+	if t.call != nil {
+		t.call.cancel()
+		t.call = nil
+	}
+}
+
+// refuse answers a host call with an error the job sees.
+func (t *turn) refuse(msg string) { t.answer(Reply{Error: &msg}) }
+
+// answer sends a reply to the child.
+func (t *turn) answer(r Reply) {
+	b, err := json.Marshal(replyFrame{T: "reply", Result: r.Result, Error: r.Error})
+	if err != nil {
+		msg := "the host's reply could not be encoded: " + err.Error()
+		b, _ = json.Marshal(replyFrame{T: "reply", Error: &msg})
+	}
+	if len(b) < inlineFrame {
+		// It fits the socket's buffer, so the write does not wait for
+		// the child to read.
+		if err := t.c.sendRaw(b, nil); err != nil {
+			t.kill()
+		}
+		return
+	}
+	// A large one may need the child to read as it goes: its write
+	// must not hold up the timer.
+	c := t.c
+	go func() {
+		if err := c.sendRaw(b, nil); err != nil {
+			c.Kill()
+		}
+	}()
+}
