@@ -3,6 +3,7 @@ package pynox
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -161,7 +162,10 @@ print(json.dumps(R))`})
 // systems, /dev/shm and /tmp without a grant.
 func TestHostileReviewProcfsAndScratch(t *testing.T) {
 	p := newTestPool(t, Config{Workers: 1})
-	got := reviewProbe(t, p, Job{Code: reviewPrelude + `def wr(path, data):
+	// Names of this run's own, so that a file left in /tmp by another
+	// process (an unconfined run) cannot answer EEXIST for the job.
+	scratch := fmt.Sprintf("pynox-review-%d-%d", os.Getpid(), time.Now().UnixNano())
+	got := reviewProbe(t, p, Job{Env: map[string]string{"SCRATCH": scratch}, Code: reviewPrelude + `def wr(path, data):
     def f():
         with open(path, "w") as fh:
             fh.write(data)
@@ -180,9 +184,10 @@ for path in ["/proc/self/mem", "/proc/self/environ", "/proc/self/maps", "/proc/s
              "/proc/1/cmdline", "/proc/sys/kernel/core_pattern", "/sys/fs/cgroup/cgroup.procs", "/proc/self/cgroup"]:
     R["read " + path] = rd(path)
 R["write /proc/sys/kernel/core_pattern"] = wr("/proc/sys/kernel/core_pattern", "|/x")
-R["create /dev/shm file"] = wr("/dev/shm/pynox-review", "x")
-R["create /tmp file"] = wr("/tmp/pynox-review", "x")
-R["mkdir /tmp"] = call(lambda: os.mkdir("/tmp/pynox-review-d"))
+scratch = os.environ["SCRATCH"]
+R["create /dev/shm file"] = wr("/dev/shm/" + scratch, "x")
+R["create /tmp file"] = wr("/tmp/" + scratch, "x")
+R["mkdir /tmp"] = call(lambda: os.mkdir("/tmp/" + scratch + "-d"))
 R["listdir /proc/self/fd"] = call(lambda: os.listdir("/proc/self/fd"))
 print(json.dumps(R))`})
 	for k, v := range got {
@@ -195,8 +200,10 @@ print(json.dumps(R))`})
 		require.Equal(t, "EACCES", v, "%s", k)
 	}
 	require.Len(t, got, 29)
-	_, err := os.Stat("/tmp/pynox-review")
-	require.True(t, os.IsNotExist(err))
+	for _, path := range []string{"/tmp/" + scratch, "/tmp/" + scratch + "-d", "/dev/shm/" + scratch} {
+		_, err := os.Stat(path)
+		require.True(t, os.IsNotExist(err), "%s was created", path)
+	}
 	advServes(t, p)
 }
 
