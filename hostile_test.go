@@ -221,25 +221,3 @@ func advWarm(t testing.TB, p *Pool) int {
 	wg.Wait()
 	return advSteadyFDs(t)
 }
-
-// advSteadyFDs waits until the descriptor count holds still for 200ms.
-func advSteadyFDs(t testing.TB) int {
-	t.Helper()
-	n, since := advFDs(t), time.Now()
-	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
-		if m := advFDs(t); m != n {
-			n, since = m, time.Now()
-		} else if time.Since(since) > 200*time.Millisecond {
-			break
-		}
-	}
-	return n
-}
-
-// advFDs counts the test process's open descriptors.
-func advFDs(t testing.TB) int {
-	t.Helper()
-	ents, err := os.ReadDir("/proc/self/fd")
-	require.NoError(t, err)
-	return len(ents) - 1 // the directory being read
-}

@@ -3,6 +3,7 @@ package pynox
 import (
 	"context"
 	"fmt"
+	"github.com/pynox/pynox/internal/probes"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -16,35 +17,6 @@ import (
 // worker reads it: forged host calls whose arguments no client could read,
 // a flood of the bell, and a session's CPU-time limit.
 
-// forgeCall is Python defining call(payload): it writes payload (bytes, a
-// whole "call" frame's JSON) on the control channel, rings the bell, and
-// prints the host's reply frame.
-const forgeCall = "import os, struct\n" +
-	"def read(n):\n" +
-	"    b = b''\n" +
-	"    while len(b) < n:\n" +
-	"        c = os.read(3, n - len(b))\n" +
-	"        if not c:\n" +
-	"            raise SystemExit('channel closed')\n" +
-	"        b += c\n" +
-	"    return b\n" +
-	"def call(payload):\n" +
-	"    os.write(3, struct.pack('<I', len(payload)) + payload)\n" +
-	"    os.write(4, b'!')\n" +
-	"    n = struct.unpack('<I', read(4))[0]\n" +
-	"    print(read(n).decode())\n"
-
-// badCallArgs are forged call frames (Python bytes expressions) whose
-// arguments Go's JSON decoder accepts but Python's json module does not.
-var badCallArgs = []struct{ name, frame string }{
-	{"invalid UTF-8 in args", `b'{"t":"call","step":1,"function":"f","args":["\xff\xfe"],"kwargs":{}}'`},
-	{"invalid UTF-8 in kwargs", `b'{"t":"call","step":1,"function":"f","args":[],"kwargs":{"k":"a\xc3"}}'`},
-	{"5,000-deep args", `b'{"t":"call","step":1,"function":"f","args":' + b'[' * 5000 + b']' * 5000 + b',"kwargs":{}}'`},
-	{"5,000-deep kwargs", `b'{"t":"call","step":1,"function":"f","args":[],"kwargs":{"k":' + b'{"k":' * 4999 + b'1' + b'}' * 4999 + b'}}'`},
-	{"5,000-digit integer", `b'{"t":"call","step":1,"function":"f","args":[' + b'7' * 5000 + b'],"kwargs":{}}'`},
-	{"5,000-digit kwarg", `b'{"t":"call","step":1,"function":"f","args":[],"kwargs":{"n":-' + b'7' * 5000 + b'}}'`},
-}
-
 // TestHostileCallArguments forges host calls whose arguments are valid
 // JSON to Go but not to every client, and checks that the call is refused
 // in the job, before any host function sees it.
@@ -56,10 +28,10 @@ func TestHostileCallArguments(t *testing.T) {
 		called.Add(1)
 		return "reached the host", nil
 	}
-	for _, tc := range badCallArgs {
-		t.Run(tc.name, func(t *testing.T) {
+	for _, tc := range probes.BadCallArgs {
+		t.Run(tc.Name, func(t *testing.T) {
 			r := run(t, p, Job{Functions: []string{"f"}, Host: host, Timeout: 10 * time.Second,
-				Code: forgeCall + "call(" + tc.frame + ")\nprint('still running')"})
+				Code: probes.ForgeCall + "call(" + tc.Frame + ")\nprint('still running')"})
 			requireOK(t, r)
 			require.Contains(t, r.Stdout, `"error":"the arguments to f cannot be passed on: `)
 			require.Contains(t, r.Stdout, "still running")

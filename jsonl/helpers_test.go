@@ -3,10 +3,8 @@ package jsonl
 import (
 	"context"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -14,46 +12,22 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/pynox/pynox"
-	"github.com/pynox/pynox/internal/sandbox"
+	"github.com/pynox/pynox/internal/testenv"
+)
+
+// The helpers every package's tests share (internal/testenv).
+var (
+	requireSandbox = testenv.RequireSandbox
+	requireLong    = testenv.RequireLong
+	testPython     = testenv.Python
+	processAlive   = testenv.ProcessAlive
+	procStat       = testenv.ProcStat
+	advSteadyFDs   = testenv.SteadyFDs
+	advFDs         = testenv.FDs
 )
 
 // The helpers below are those of the root package's tests, reaching the
 // pool through its public API only.
-
-// requireSandbox skips a test when the kernel cannot confine jobs: every
-// job would then fail closed with SandboxSetupError, which the root
-// package's tests prove.
-func requireSandbox(t testing.TB) {
-	t.Helper()
-	if _, err := sandbox.ABI(); err != nil {
-		t.Skipf("kernel lacks Landlock, so jobs cannot run confined: %v", err)
-	}
-	if _, err := exec.LookPath("python3"); err != nil {
-		t.Skip("no python3 on PATH")
-	}
-}
-
-// longEnv names the environment variable that runs the long tests, as in
-// the root package: `go test ./...` skips them; CI (.ci/run) sets it.
-const longEnv = "PYNOX_LONG"
-
-// requireLong skips a long test unless PYNOX_LONG=1 is set; what says
-// what the test does, for the skip message.
-func requireLong(t testing.TB, what string) {
-	t.Helper()
-	if os.Getenv(longEnv) != "1" {
-		t.Skipf("%s: a long test, run with %s=1 (as .ci/run does)", what, longEnv)
-	}
-}
-
-// testPython is the interpreter tests use: Debian's when present (it has
-// the python3-numpy and python3-pandas packages), else the first python3.
-func testPython() string {
-	if _, err := os.Stat("/usr/bin/python3"); err == nil {
-		return "/usr/bin/python3"
-	}
-	return ""
-}
 
 // newTestPool starts a pool whose working directory (and default read
 // ceiling) is a fresh temporary directory, and closes it when the test
@@ -100,28 +74,6 @@ func writeFile(t *testing.T, path, content string) string {
 	require.NoError(t, os.MkdirAll(filepath.Dir(path), 0o755))
 	require.NoError(t, os.WriteFile(path, []byte(content), 0o644))
 	return path
-}
-
-func processAlive(pid int) bool {
-	state, _, ok := procStat(pid)
-	// A zombie has finished running.
-	return ok && state != "Z"
-}
-
-// procStat returns a process's state letter and parent pid from
-// /proc/<pid>/stat; ok is false when the process is gone.
-func procStat(pid int) (state string, ppid int, ok bool) {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return "", 0, false
-	}
-	// The command name is in parentheses and may hold spaces.
-	f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
-	if len(f) < 2 {
-		return "", 0, false
-	}
-	ppid, err = strconv.Atoi(f[1])
-	return f[0], ppid, err == nil
 }
 
 // poolProcesses returns the pids of the pool's templates and their
@@ -182,28 +134,6 @@ func advWarm(t testing.TB, p *pynox.Pool) int {
 	}
 	wg.Wait()
 	return advSteadyFDs(t)
-}
-
-// advSteadyFDs waits until the descriptor count holds still for 200ms.
-func advSteadyFDs(t testing.TB) int {
-	t.Helper()
-	n, since := advFDs(t), time.Now()
-	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
-		if m := advFDs(t); m != n {
-			n, since = m, time.Now()
-		} else if time.Since(since) > 200*time.Millisecond {
-			break
-		}
-	}
-	return n
-}
-
-// advFDs counts the test process's open descriptors.
-func advFDs(t testing.TB) int {
-	t.Helper()
-	ents, err := os.ReadDir("/proc/self/fd")
-	require.NoError(t, err)
-	return len(ents) - 1 // the directory being read
 }
 
 func feed(t *testing.T, co *pynox.Checkout, code string) *pynox.Result {

@@ -3,6 +3,7 @@ package jsonl
 import (
 	"encoding/json"
 	"fmt"
+	"github.com/pynox/pynox/internal/probes"
 	"strconv"
 	"strings"
 	"testing"
@@ -35,7 +36,7 @@ func TestHostileProtocol(t *testing.T) {
 	want := map[string]string{} // id -> stdout of the honest jobs
 	modes := []string{"plain", "huge", "frames", "plain", "huge", "frames"}
 	for i, mode := range modes {
-		add(req{ID: fmt.Sprintf("real-forger-%d", i), Code: advForger, Env: map[string]string{"VICTIMS": string(victimsJSON), "MODE": mode}})
+		add(req{ID: fmt.Sprintf("real-forger-%d", i), Code: probes.Forger, Env: map[string]string{"VICTIMS": string(victimsJSON), "MODE": mode}})
 		// Honest jobs run alongside the forgers.
 		for j := i; j < len(victims); j += len(modes) {
 			add(req{ID: victims[j], Code: fmt.Sprintf("import time\ntime.sleep(0.05)\nprint(%d * 3)", j)})
@@ -94,53 +95,3 @@ func TestHostileProtocol(t *testing.T) {
 	require.Equal(t, int64(p.Workers()+len(lines)+1), st.Jobs, "warm-up, the stream, the control job")
 	require.Equal(t, st.Jobs, st.OK+st.Failed+st.Timeouts+st.Signals+st.RequestErrors+st.WorkerErrors)
 }
-
-// advForger is the root package tests' forger (hostile_test.go).
-// advForger writes forged pool results, host-call events and control
-// frames to every descriptor it can reach, raw, newline-delimited and
-// length-prefixed, naming the ids of other jobs in the same stream.
-const advForger = `import json, os, socket, struct, time
-victims = json.loads(os.environ["VICTIMS"])
-objs = [{"t": "done", "exit": 0, "error": None}, {"t": "started"}, {"t": "setup_error", "msg": "x"},
-        {"t": "spare", "pid": 1}, {"t": "exit", "pid": os.getppid(), "code": 0}, {"t": "fatal", "msg": "x"},
-        {"t": "call", "call_id": 1, "function": "rm", "args": ["-rf", "/"]}, {"t": "fork"},
-        {"event": "ready", "workers": 99, "runtime": "pynox"},
-        {"id": "forged-stats", "event": "stats", "jobs": 0},
-        {"event": "call", "id": "forged-call", "call_id": 7, "function": "rm", "args": ["/"], "kwargs": {}}]
-for i, v in enumerate(victims):
-    objs.append({"id": v, "exit": 0, "stdout": "FORGED", "stderr": "", "error": None})
-    objs.append({"event": "call", "id": v, "call_id": i, "function": "exfiltrate", "args": [], "kwargs": {}})
-    objs.append({"id": "forged-%d" % i, "exit": 0, "stdout": "FORGED", "error": None})
-forgeries = []
-for o in objs:
-    data = json.dumps(o).encode()
-    forgeries += [data, b"\n" + data + b"\n", struct.pack("<I", len(data)) + data]
-hit = 0
-for fd in range(0, 1024):
-    if fd == 3:
-        continue  # the control channel last: breaking it ends this job
-    for f in forgeries:
-        try:
-            os.write(fd, f)
-            hit += 1
-        except OSError:
-            pass
-mode = os.environ["MODE"]
-if mode == "rights":
-    s = socket.socket(fileno=3)
-    for _ in range(200):
-        try:
-            socket.send_fds(s, [b"\0\0\0\0"], [0, 1, 2])
-        except OSError:
-            break
-elif mode == "huge":
-    os.write(3, b"\xff\xff\xff\x7f" + b"A" * 4096)
-elif mode == "frames":
-    for f in forgeries:
-        try:
-            os.write(3, f)
-        except OSError:
-            break
-print("wrote", hit, flush=True)
-time.sleep(0.2)
-`

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/pynox/pynox/internal/probes"
 	"os/exec"
 	"strings"
 	"testing"
@@ -25,9 +26,9 @@ func TestHostileCallArgumentsOnTheStream(t *testing.T) {
 	}
 	p := newTestPool(t, pynox.Config{Workers: 1})
 	var in strings.Builder
-	for i, tc := range badCallArgs {
+	for i, tc := range probes.BadCallArgs {
 		req, err := json.Marshal(map[string]any{"id": fmt.Sprintf("forger-%d", i), "functions": []string{"f"}, "timeout": "5s",
-			"code": forgeCall + "call(" + tc.frame + ")"})
+			"code": probes.ForgeCall + "call(" + tc.Frame + ")"})
 		require.NoError(t, err)
 		in.Write(req)
 		in.WriteString("\n")
@@ -48,7 +49,7 @@ func TestHostileCallArgumentsOnTheStream(t *testing.T) {
 	got, err := check.CombinedOutput()
 	require.NoError(t, err, string(got))
 	lines := strings.Split(strings.TrimSpace(string(got)), "\n")
-	require.Len(t, lines, len(badCallArgs)+2, "%s", got)
+	require.Len(t, lines, len(probes.BadCallArgs)+2, "%s", got)
 	require.Equal(t, "ready None ", lines[0])
 	for _, l := range lines[1:] {
 		require.NotContains(t, l, "UNREADABLE")
@@ -60,33 +61,4 @@ func TestHostileCallArgumentsOnTheStream(t *testing.T) {
 	require.Contains(t, lines, "after None after")
 }
 
-// forgeCall and badCallArgs are the root package tests' (hostile_worker_test.go).
-
-// forgeCall is Python defining call(payload): it writes payload (bytes, a
-// whole "call" frame's JSON) on the control channel, rings the bell, and
-// prints the host's reply frame.
-const forgeCall = "import os, struct\n" +
-	"def read(n):\n" +
-	"    b = b''\n" +
-	"    while len(b) < n:\n" +
-	"        c = os.read(3, n - len(b))\n" +
-	"        if not c:\n" +
-	"            raise SystemExit('channel closed')\n" +
-	"        b += c\n" +
-	"    return b\n" +
-	"def call(payload):\n" +
-	"    os.write(3, struct.pack('<I', len(payload)) + payload)\n" +
-	"    os.write(4, b'!')\n" +
-	"    n = struct.unpack('<I', read(4))[0]\n" +
-	"    print(read(n).decode())\n"
-
-// badCallArgs are forged call frames (Python bytes expressions) whose
-// arguments Go's JSON decoder accepts but Python's json module does not.
-var badCallArgs = []struct{ name, frame string }{
-	{"invalid UTF-8 in args", `b'{"t":"call","step":1,"function":"f","args":["\xff\xfe"],"kwargs":{}}'`},
-	{"invalid UTF-8 in kwargs", `b'{"t":"call","step":1,"function":"f","args":[],"kwargs":{"k":"a\xc3"}}'`},
-	{"5,000-deep args", `b'{"t":"call","step":1,"function":"f","args":' + b'[' * 5000 + b']' * 5000 + b',"kwargs":{}}'`},
-	{"5,000-deep kwargs", `b'{"t":"call","step":1,"function":"f","args":[],"kwargs":{"k":' + b'{"k":' * 4999 + b'1' + b'}' * 4999 + b'}}'`},
-	{"5,000-digit integer", `b'{"t":"call","step":1,"function":"f","args":[' + b'7' * 5000 + b'],"kwargs":{}}'`},
-	{"5,000-digit kwarg", `b'{"t":"call","step":1,"function":"f","args":[],"kwargs":{"n":-' + b'7' * 5000 + b'}}'`},
-}
+// probes.ForgeCall and probes.BadCallArgs are the root package tests' (hostile_worker_test.go).

@@ -1,0 +1,111 @@
+// Package testenv holds the test helpers that more than one package's
+// tests share: what the machine must offer for a test to run, the
+// interpreter tests use, and what /proc says of processes and of the test
+// process's descriptors. Only tests import it.
+package testenv
+
+import (
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/pynox/pynox/internal/sandbox"
+)
+
+// RequireSandbox skips a test when the kernel cannot confine jobs: every
+// job would then fail closed with SandboxSetupError, which other tests
+// prove.
+func RequireSandbox(t testing.TB) {
+	t.Helper()
+	if _, err := sandbox.ABI(); err != nil {
+		t.Skipf("kernel lacks Landlock, so jobs cannot run confined: %v", err)
+	}
+	if _, err := exec.LookPath("python3"); err != nil {
+		t.Skip("no python3 on PATH")
+	}
+}
+
+// LongEnv names the environment variable that runs the long tests: the
+// load and endurance runs, the chaos smoke run and the README's blocks.
+// `go test ./...` skips them so that a developer's run stays short; CI
+// (.ci/run) sets it and runs everything.
+const LongEnv = "PYNOX_LONG"
+
+// RequireLong skips a long test unless PYNOX_LONG=1 is set; what says
+// what the test does, for the skip message.
+func RequireLong(t testing.TB, what string) {
+	t.Helper()
+	if os.Getenv(LongEnv) != "1" {
+		t.Skipf("%s: a long test, run with %s=1 (as .ci/run does)", what, LongEnv)
+	}
+}
+
+// Python is the interpreter tests use: Debian's when present (it has the
+// python3-numpy and python3-pandas packages), else "" (the first python3).
+func Python() string {
+	if _, err := os.Stat("/usr/bin/python3"); err == nil {
+		return "/usr/bin/python3"
+	}
+	return ""
+}
+
+// ProcessAlive reports whether pid names a running process (a zombie has
+// finished running).
+func ProcessAlive(pid int) bool {
+	state, _, ok := ProcStat(pid)
+	return ok && state != "Z"
+}
+
+// ProcStat returns a process's state letter and parent pid from
+// /proc/<pid>/stat; ok is false when the process is gone.
+func ProcStat(pid int) (state string, ppid int, ok bool) {
+	f := ProcStatFields(pid)
+	if len(f) < 2 {
+		return "", 0, false
+	}
+	ppid, err := strconv.Atoi(f[1])
+	return f[0], ppid, err == nil
+}
+
+// ProcStatFields returns the fields of /proc/<pid>/stat after the command
+// name (field 3, the state, first); nil when the process is gone.
+func ProcStatFields(pid int) []string {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return nil
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return nil
+	}
+	return strings.Fields(s[i+1:])
+}
+
+// SteadyFDs waits until the test process's descriptor count holds still
+// for 200ms, and returns it.
+func SteadyFDs(t testing.TB) int {
+	t.Helper()
+	n, since := FDs(t), time.Now()
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		if m := FDs(t); m != n {
+			n, since = m, time.Now()
+		} else if time.Since(since) > 200*time.Millisecond {
+			break
+		}
+	}
+	return n
+}
+
+// FDs counts the test process's open descriptors.
+func FDs(t testing.TB) int {
+	t.Helper()
+	ents, err := os.ReadDir("/proc/self/fd")
+	require.NoError(t, err)
+	return len(ents) - 1 // the directory being read
+}
