@@ -464,13 +464,22 @@ func checkTOMLTypes(file string, lines map[string]int, m map[string]any) error {
 	return nil
 }
 
-// tomlExpected names what a key of Go type t takes, in TOML's words.
-func tomlExpected(t reflect.Type) string {
+// unitExpected names what a duration or a size takes, in requests and
+// in the config file alike; ok is false for any other type.
+func unitExpected(t reflect.Type) (_ string, ok bool) {
 	switch t {
 	case reflect.TypeFor[pynox.Duration]():
-		return `a duration string such as "5s" or "500ms"`
+		return `a duration string such as "5s" or "500ms"`, true
 	case reflect.TypeFor[pynox.Size]():
-		return `a size: a number of bytes or a string such as "512m"`
+		return `a size: a number of bytes or a string such as "512m"`, true
+	}
+	return "", false
+}
+
+// tomlExpected names what a key of Go type t takes, in TOML's words.
+func tomlExpected(t reflect.Type) string {
+	if u, ok := unitExpected(t); ok {
+		return u
 	}
 	switch t.Kind() {
 	case reflect.String:

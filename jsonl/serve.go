@@ -351,11 +351,8 @@ func jsonColumn(line []byte, off int64) int {
 // jsonExpected names what a request field of Go type t takes, in JSON's
 // words.
 func jsonExpected(t reflect.Type) string {
-	switch t {
-	case reflect.TypeFor[pynox.Duration]():
-		return `a duration string such as "5s" or "500ms"`
-	case reflect.TypeFor[pynox.Size]():
-		return `a size: a number of bytes or a string such as "512m"`
+	if u, ok := unitExpected(t); ok {
+		return u
 	}
 	switch t.Kind() {
 	case reflect.String:
