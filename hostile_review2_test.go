@@ -1,6 +1,10 @@
 package pynox
 
 import (
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -47,4 +51,50 @@ func TestHostileReview2EvilExceptions(t *testing.T) {
 		require.Equal(t, KindRuntime, e.Kind, tc.code)
 	}
 	advServes(t, p)
+}
+
+// A job that leaves many directories on a tmpfs in its write grant leaves
+// their inodes and dentries charged to its cgroup (kernel memory that no
+// reclaim frees while they exist, and that memory.stat's shmem does not
+// count). Such a group is not kept for the next job, which would start
+// with that charge against its own limit: once released, no job group of
+// the pool holds more than a few MiB.
+func TestHostileReview2CgroupLeftoverKernelMemory(t *testing.T) {
+	dir := t.TempDir()
+	if fs, err := os.ReadFile("/proc/self/mounts"); err != nil || !strings.Contains(string(fs), " tmpfs ") {
+		t.Skip("no tmpfs mounted")
+	}
+	p := newCgroupPool(t, Config{Workers: 1, Dir: dir})
+	r := run(t, p, Job{Code: "import os\nfor i in range(50000):\n    os.mkdir('d%06d' % i + 'x' * 180)\nprint('ok')",
+		Timeout: 25 * time.Second, AllowWrite: []string{dir}})
+	requireOK(t, r)
+	usage := func(d string) int64 {
+		for _, f := range []string{"memory.usage_in_bytes", "memory.current"} {
+			if b, err := os.ReadFile(filepath.Join(d, f)); err == nil {
+				n, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+				require.NoError(t, err)
+				return n
+			}
+		}
+		return -1
+	}
+	// The job's group is released once its process is reaped; a few more
+	// jobs make sure the pool went through its release.
+	for i := 0; i < 3; i++ {
+		advServes(t, p)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		var over []string
+		for _, d := range cgroupJobDirs(t, p) {
+			if n := usage(d); n > 16<<20 {
+				over = append(over, d+": "+strconv.FormatInt(n, 10))
+			}
+		}
+		if len(over) == 0 {
+			break
+		}
+		require.True(t, time.Now().Before(deadline), "job groups kept with memory charged: %v", over)
+		time.Sleep(100 * time.Millisecond)
+	}
 }
