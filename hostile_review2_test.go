@@ -3,6 +3,7 @@ package pynox
 import (
 	"os"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"testing"
@@ -97,4 +98,103 @@ func TestHostileReview2CgroupLeftoverKernelMemory(t *testing.T) {
 		require.True(t, time.Now().Before(deadline), "job groups kept with memory charged: %v", over)
 		time.Sleep(100 * time.Millisecond)
 	}
+}
+
+// The seccomp argument filters and the left-out calls, probed once more
+// from a job, with the arguments a reviewer would try: foreign pids and
+// clocks, real-time signals also with junk in the high half, fallocate
+// modes, socketpair types, ioctl/fcntl/prctl options outside the sets,
+// the clock and NUMA calls on other processes; and writes to procfs that
+// would change the kernel's view of the job or the machine (Landlock
+// grants none of /proc for writing, and uid 0 without capabilities would
+// otherwise pass sysctl's mode check).
+func TestHostileReview2SeccompArguments(t *testing.T) {
+	if runtime.GOARCH != "amd64" {
+		t.Skip("the probe uses amd64 system call numbers")
+	}
+	p := newTestPool(t, Config{Workers: 1})
+	r := run(t, p, Job{Timeout: 20 * time.Second, Code: advCode(`import signal
+me = os.getpid()
+buf = ctypes.create_string_buffer(256)
+ln = ctypes.c_long(0)
+sc("clock_settime", 227, 0, buf)
+sc("clock_adjtime", 305, 0, buf)
+sc("get_robust_list template", 274, 1, buf, ctypes.byref(ln))
+sc("get_robust_list self", 274, 0, buf, ctypes.byref(ln))
+sc("migrate_pages template", 256, 1, 64, buf, buf)
+sc("move_pages template", 279, 1, 0, 0, 0, 0, 0)
+sc("set_mempolicy", 238, 0, 0, 0)
+sc("process_madvise", 440, 0, buf, 1, 8, 0)
+sc("kcmp", 312, me, 1, 0, 0, 0)
+sc("ioprio_get template", 252, 1, 1)
+sc("setns", 308, 0, 0)
+sc("sched_setattr template", 314, 1, buf, 0)
+sc("sched_setattr high pid", 314, 1 << 32, buf, 0)
+sc("setpriority high who", 141, 0, 1 << 32, 0)
+sc("prlimit64 template", 302, 1, 7, 0, buf)
+sc("prlimit64 high pid", 302, 1 << 32, 7, 0, buf)
+other = ((~1) << 3) | 2
+sc("clock_gettime template cpu", 228, other, buf)
+sc("clock_getres template cpu", 229, other, buf)
+sc("clock_nanosleep template cpu", 230, other, 0, buf, 0)
+sc("timer_create template cpu", 222, other, 0, buf)
+sc("clock_gettime fd clock", 228, ((~3) << 3) | 3, buf)
+sc("clock_gettime own cpu", 228, ((~0) << 3) | 2, buf)
+sc("kill self SIGRTMIN", 62, me, 34)
+sc("kill self -1", 62, me, -1)
+sc("kill self high RT", 62, me, (1 << 32) | 34)
+sc("tgkill self RT", 234, me, me, 33)
+sc("rt_sigqueueinfo self", 129, me, 10, buf)
+sc("getsid template", 124, 1)
+sc("getpgid high", 121, 1 << 32)
+fd = os.memfd_create("probe")
+sc("fallocate keep_size", 285, fd, 1, 0, 4096)
+sc("fallocate zero_range", 285, fd, 0x10, 0, 4096)
+sc("fallocate high keep_size", 285, fd, (1 << 32) | 1, 0, 4096)
+pair = (ctypes.c_int * 2)()
+sc("socketpair dgram", 53, 1, 2, 0, pair)
+sc("socketpair seqpacket", 53, 1, 5, 0, pair)
+sc("socketpair netlink", 53, 16, 3, 0, pair)
+sc("ioctl TIOCSTI", 16, 0, 0x5412, buf)
+sc("fcntl F_SETLEASE", 72, fd, 1024, 0)
+sc("fcntl F_SETPIPE_SZ", 72, fd, 1031, 1 << 20)
+sc("fcntl F_NOTIFY", 72, fd, 1026, 0)
+sc("fcntl F_SETOWN", 72, fd, 8, 1)
+sc("prctl PR_SET_PDEATHSIG", 157, 1, 0, 0, 0, 0)
+sc("prctl PR_SET_DUMPABLE", 157, 4, 1, 0, 0, 0)
+sc("prctl PR_SET_MM", 157, 35, 8, 0, 0, 0)
+sc("prctl PR_SET_CHILD_SUBREAPER", 157, 36, 1, 0, 0, 0)
+sc("prctl PR_SET_PTRACER", 157, 0x59616d61, -1, 0, 0, 0)
+sc("prctl PR_SET_SECCOMP", 157, 22, 1, 0, 0, 0)
+sc("personality ADDR_NO_RANDOMIZE", 135, 0x0040000)
+sc("pidfd_open template", 434, 1, 0)
+os.close(fd)
+for path, data in (("/proc/self/oom_score_adj", "-1000"), ("/proc/self/coredump_filter", "0x7f"),
+                   ("/proc/self/timerslack_ns", "1"), ("/proc/sys/vm/drop_caches", "1"),
+                   ("/proc/sys/kernel/core_pattern", "|/bin/false"), ("/proc/1/oom_score_adj", "1000"),
+                   ("/proc/sysrq-trigger", "h"), ("/proc/self/attr/current", "x")):
+    def w(path=path, data=data):
+        with open(path, "w") as f:
+            f.write(data)
+    attempt("write " + path, w)
+`)})
+	requireOK(t, r)
+	got := advProbes(t, r)
+	want := map[string][]string{}
+	for name := range got {
+		want[name] = []string{"EPERM"}
+	}
+	for _, name := range []string{"clock_gettime own cpu"} {
+		want[name] = []string{"ok"}
+	}
+	for _, name := range []string{"fallocate keep_size", "fallocate zero_range", "fallocate high keep_size"} {
+		want[name] = []string{"EOPNOTSUPP", "ENOTSUP"}
+	}
+	for name := range got {
+		if strings.HasPrefix(name, "write ") {
+			want[name] = []string{"EACCES", "EPERM", "ENOENT"}
+		}
+	}
+	advExpect(t, got, want)
+	advServes(t, p)
 }
