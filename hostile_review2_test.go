@@ -1,6 +1,7 @@
 package pynox
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -197,4 +198,48 @@ for path, data in (("/proc/self/oom_score_adj", "-1000"), ("/proc/self/coredump_
 	}
 	advExpect(t, got, want)
 	advServes(t, p)
+}
+
+// Data a job queues on AF_UNIX stream socketpairs (the one kind of socket
+// it may make without the network) is kernel memory that RLIMIT_AS does
+// not count; with per-job cgroups it is charged to the job's group, so a
+// job that queues as much as it can stops near its memory limit instead of
+// pinning gigabytes of the host's memory.
+func TestHostileReview2SocketBuffersCharged(t *testing.T) {
+	p := newCgroupPool(t, Config{Workers: 1})
+	r := run(t, p, Job{Memory: 64 << 20, Timeout: 20 * time.Second, Code: `import socket
+pairs, tot, last = [], 0, 0
+try:
+    for i in range(2000):
+        a, b = socket.socketpair()
+        a.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 1 << 30)
+        a.setblocking(False)
+        try:
+            while True:
+                tot += a.send(b"x" * 65536)
+                if tot - last >= 16 << 20:
+                    last = tot
+                    print("queued", tot >> 20, flush=True)
+        except BlockingIOError:
+            pass
+        pairs.append((a, b))
+finally:
+    print("queued", tot >> 20, flush=True)
+`})
+	t.Logf("error %+v\nstdout (tail) %q", r.Error, tail(r.Stdout, 200))
+	// The last "queued" line is at most the limit and the margin the pool
+	// adds for the template's own memory (well under 1 GiB here).
+	lines := strings.Split(strings.TrimSpace(r.Stdout), "\n")
+	var mib int
+	_, err := fmt.Sscanf(lines[len(lines)-1], "queued %d", &mib)
+	require.NoError(t, err, r.Stdout)
+	require.Less(t, mib, 1024, "a job with 64 MiB queued %d MiB on socketpairs", mib)
+	advServes(t, p)
+}
+
+func tail(s string, n int) string {
+	if len(s) > n {
+		return s[len(s)-n:]
+	}
+	return s
 }
