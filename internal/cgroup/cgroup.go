@@ -33,7 +33,9 @@
 // A job's cgroup is released once its process has exited (a cgroup that
 // still holds a task is retried with a growing pause): kept for the next
 // spare when nothing of its last process is left in it (no task, no tmpfs
-// or memfd pages), else removed (rmdir). Reuse matters: a removed memory
+// or memfd pages, at most 4 MiB still charged once the kernel reclaimed
+// what it could: a tmpfs's inodes and dentries are kernel memory no
+// reclaim frees), else removed (rmdir). Reuse matters: a removed memory
 // cgroup with page cache still charged to it lingers in the kernel until
 // the pages are reclaimed, and the kernel allows 65,535 memory cgroups,
 // lingering ones included. [Manager.Close] waits for every release and
