@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
 )
 
 // A job's exception whose class or attributes run code when the runner
@@ -242,4 +243,62 @@ func tail(s string, n int) string {
 		return s[len(s)-n:]
 	}
 	return s
+}
+
+// A job may change its own scheduling (the calls are allowed on pid 0),
+// but not raise itself above others: no real-time policy, no negative
+// nice value, no raising of RLIMIT_RTPRIO or RLIMIT_NICE (their hard
+// limits are what the pool inherited, and without CAP_SYS_NICE or
+// CAP_SYS_RESOURCE the kernel refuses).
+//
+// The pool starts here with RLIMIT_RTPRIO 99 and RLIMIT_NICE 40 (as under
+// systemd's LimitRTPRIO=99, docker's --ulimit rtprio=99 or a shell's
+// ulimit -r 99): without the runner setting both to 0 a job would inherit
+// them and could make itself SCHED_FIFO or nice -20 and starve the
+// machine's other processes. Raising them needs CAP_SYS_RESOURCE; where
+// the test process lacks it the probe checks what the pool inherited.
+func TestHostileReview2SchedulingPriority(t *testing.T) {
+	requireSandbox(t)
+	for _, res := range []int{unix.RLIMIT_RTPRIO, unix.RLIMIT_NICE} {
+		var old unix.Rlimit
+		require.NoError(t, unix.Getrlimit(res, &old))
+		if err := unix.Setrlimit(res, &unix.Rlimit{Cur: 99, Max: 99}); err != nil {
+			// Raising a hard limit needs CAP_SYS_RESOURCE, which some
+			// containers withhold even from root: the probe then checks
+			// the limits the pool inherited.
+			t.Logf("the pool's limit %d is not raised: %v", res, err)
+			continue
+		}
+		t.Cleanup(func() { _ = unix.Setrlimit(res, &old) })
+	}
+	p := newTestPool(t, Config{Workers: 1})
+	r := run(t, p, Job{Timeout: 20 * time.Second, Code: advCode(`import resource
+R["rtprio limit"] = "%r" % (resource.getrlimit(resource.RLIMIT_RTPRIO),)
+R["nice limit"] = "%r" % (resource.getrlimit(resource.RLIMIT_NICE),)
+attempt("raise RLIMIT_RTPRIO", lambda: resource.setrlimit(resource.RLIMIT_RTPRIO, (99, 99)))
+attempt("raise RLIMIT_NICE", lambda: resource.setrlimit(resource.RLIMIT_NICE, (40, 40)))
+attempt("SCHED_FIFO", lambda: os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(1)))
+attempt("SCHED_RR", lambda: os.sched_setscheduler(0, os.SCHED_RR, os.sched_param(1)))
+attempt("nice -1", lambda: os.setpriority(os.PRIO_PROCESS, 0, -1))
+attempt("nice 5", lambda: os.setpriority(os.PRIO_PROCESS, 0, 5))
+attempt("SCHED_BATCH", lambda: os.sched_setscheduler(0, os.SCHED_BATCH, os.sched_param(0)))
+attr = ctypes.create_string_buffer(56)
+ctypes.memmove(attr, (56).to_bytes(4, "little") + (6).to_bytes(4, "little") + bytes(8) + bytes(8) + bytes(4) + (10 ** 6).to_bytes(8, "little") + (10 ** 7).to_bytes(8, "little") + (10 ** 7).to_bytes(8, "little"), 52)
+sc("SCHED_DEADLINE", 314, 0, attr, 0)
+`)})
+	requireOK(t, r)
+	got := advProbes(t, r)
+	advExpect(t, got, map[string][]string{
+		"rtprio limit":        {"(0, 0)"},
+		"nice limit":          {"(0, 0)"},
+		"raise RLIMIT_RTPRIO": {"EPERM", "ValueError"},
+		"raise RLIMIT_NICE":   {"EPERM", "ValueError"},
+		"SCHED_FIFO":          {"EPERM"},
+		"SCHED_RR":            {"EPERM"},
+		"nice -1":             {"EACCES", "EPERM"},
+		"nice 5":              {"ok"},
+		"SCHED_BATCH":         {"ok"},
+		"SCHED_DEADLINE":      {"EPERM", "EBUSY", "EINVAL"},
+	})
+	advServes(t, p)
 }

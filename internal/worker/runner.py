@@ -646,6 +646,13 @@ class Spare:
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
         resource.setrlimit(resource.RLIMIT_NOFILE, (MAX_FILES, MAX_FILES))
         resource.setrlimit(resource.RLIMIT_SIGPENDING, (MAX_SIGPENDING, MAX_SIGPENDING))
+        # No real-time policy and no nice value below the default, whatever
+        # the pool inherited (systemd's LimitRTPRIO=, docker's --ulimit
+        # rtprio=): seccomp lets a job change its own scheduling, and these
+        # limits are all that stands between a job and SCHED_FIFO or
+        # nice -20 without CAP_SYS_NICE.
+        resource.setrlimit(resource.RLIMIT_RTPRIO, (0, 0))
+        resource.setrlimit(resource.RLIMIT_NICE, (0, 0))
         # Address space set aside to report a MemoryError with when the job
         # used up its allowance (RLIMIT_AS counts address space, so an
         # untouched mapping is enough, and costs no page faults).
