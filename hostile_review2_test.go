@@ -302,3 +302,35 @@ sc("SCHED_DEADLINE", 314, 0, attr, 0)
 	})
 	advServes(t, p)
 }
+
+// mlock and mlockall are left out of the seccomp allow list, but mmap is
+// allowed with any flags, MAP_LOCKED included, which locks the mapping's
+// pages as mlock would (up to RLIMIT_MEMLOCK, 8 MiB by default, unlimited
+// in some containers). The runner sets the job's RLIMIT_MEMLOCK to 0, so
+// such a mapping fails and the job holds no locked page.
+func TestHostileReview2MapLocked(t *testing.T) {
+	p := newTestPool(t, Config{Workers: 1})
+	r := run(t, p, Job{Timeout: 20 * time.Second, Code: advCode(`import mmap, resource
+R["memlock limit"] = "%r" % (resource.getrlimit(resource.RLIMIT_MEMLOCK),)
+MAP_LOCKED = 0x2000
+_libc.mmap.restype = ctypes.c_void_p
+_libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+ctypes.set_errno(0)
+addr = _libc.mmap(None, 1 << 20, mmap.PROT_READ | mmap.PROT_WRITE, mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | MAP_LOCKED, -1, 0)
+R["mmap MAP_LOCKED"] = "ok" if addr not in (None, ctypes.c_void_p(-1).value) else _name(ctypes.get_errno())
+sc("mlock", 149, 0, 4096)
+sc("mlock2", 325, 0, 4096, 0)
+sc("mlockall", 151, 1)
+attempt("raise RLIMIT_MEMLOCK", lambda: resource.setrlimit(resource.RLIMIT_MEMLOCK, (1 << 20, 1 << 20)))
+`)})
+	requireOK(t, r)
+	advExpect(t, advProbes(t, r), map[string][]string{
+		"memlock limit":        {"(0, 0)"},
+		"mmap MAP_LOCKED":      {"EAGAIN", "EPERM"},
+		"mlock":                {"EPERM"},
+		"mlock2":               {"EPERM"},
+		"mlockall":             {"EPERM"},
+		"raise RLIMIT_MEMLOCK": {"ValueError", "EPERM"},
+	})
+	advServes(t, p)
+}

@@ -653,6 +653,10 @@ class Spare:
         # nice -20 without CAP_SYS_NICE.
         resource.setrlimit(resource.RLIMIT_RTPRIO, (0, 0))
         resource.setrlimit(resource.RLIMIT_NICE, (0, 0))
+        # No locked memory: seccomp denies mlock, mlock2 and mlockall, but
+        # mmap with MAP_LOCKED (and mremap of such a mapping) locks pages
+        # up to RLIMIT_MEMLOCK.
+        resource.setrlimit(resource.RLIMIT_MEMLOCK, (0, 0))
         # Address space set aside to report a MemoryError with when the job
         # used up its allowance (RLIMIT_AS counts address space, so an
         # untouched mapping is enough, and costs no page faults).
