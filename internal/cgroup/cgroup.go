@@ -799,20 +799,30 @@ const reuseSlack = 4 << 20
 // memory charged to its group (100,000 empty directories hold about
 // 170 MiB) that no reclaim frees while they exist, and memory.stat's
 // shmem does not show them.
+// The common case, a process that left little, costs one read: the
+// kernel is asked to reclaim only when more is charged.
 func (g *Group) reclaimed() bool {
-	usage := "memory.usage_in_bytes"
+	usage, reclaim, arg := "memory.usage_in_bytes", "memory.force_empty", "0"
 	if g.m.backend == V2 {
-		usage = "memory.current"
-		_ = write(filepath.Join(g.memDir, "memory.reclaim"), strconv.FormatInt(1<<40, 10)) // EAGAIN: less was reclaimable
-	} else {
-		_ = write(filepath.Join(g.memDir, "memory.force_empty"), "0")
+		usage, reclaim, arg = "memory.current", "memory.reclaim", strconv.FormatInt(1<<40, 10)
 	}
-	b, err := os.ReadFile(filepath.Join(g.memDir, usage))
-	if err != nil {
-		return false
+	charged := func() int64 {
+		b, err := os.ReadFile(filepath.Join(g.memDir, usage))
+		if err != nil {
+			return -1
+		}
+		n, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+		if err != nil {
+			return -1
+		}
+		return n
 	}
-	n, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
-	return err == nil && n <= reuseSlack
+	if n := charged(); n >= 0 && n <= reuseSlack {
+		return true
+	}
+	_ = write(filepath.Join(g.memDir, reclaim), arg) // v2 answers EAGAIN when less was reclaimable
+	n := charged()
+	return n >= 0 && n <= reuseSlack
 }
 
 // shmem returns the tmpfs and memfd bytes charged to the group (its
