@@ -33,7 +33,9 @@
 // A job's cgroup is released once its process has exited (a cgroup that
 // still holds a task is retried with a growing pause): kept for the next
 // spare when nothing of its last process is left in it (no task, no tmpfs
-// or memfd pages), else removed (rmdir). Reuse matters: a removed memory
+// or memfd pages, at most 4 MiB still charged once the kernel reclaimed
+// what it could: a tmpfs's inodes and dentries are kernel memory no
+// reclaim frees), else removed (rmdir). Reuse matters: a removed memory
 // cgroup with page cache still charged to it lingers in the kernel until
 // the pages are reclaimed, and the kernel allows 65,535 memory cgroups,
 // lingering ones included. [Manager.Close] waits for every release and
@@ -730,7 +732,8 @@ const releaseBackoff = 30 * time.Second
 // it holds no task, else from a goroutine that retries with a growing
 // pause. An empty group that holds no tmpfs or memfd pages (which would
 // count against the next process) is kept for reuse; any other is
-// removed. It is safe to call more than once. [Manager.Close] waits for
+// removed, and so is one with more than a little memory still charged
+// to it after reclaim (see reclaimed). It is safe to call more than once. [Manager.Close] waits for
 // every release.
 func (g *Group) Release() {
 	g.once.Do(func() {
@@ -761,7 +764,7 @@ func (g *Group) tryRelease() bool {
 		return false
 	}
 	m := g.m
-	if g.shmem() == 0 {
+	if g.shmem() == 0 && g.reclaimed() {
 		m.mu.Lock()
 		if !m.closed {
 			m.free = append(m.free, g)
@@ -781,6 +784,45 @@ func (g *Group) tryRelease() bool {
 func (g *Group) empty() bool {
 	b, err := os.ReadFile(filepath.Join(g.dirs[0], "pids.current"))
 	return err == nil && strings.TrimSpace(string(b)) == "0"
+}
+
+// reuseSlack is the most memory a released group may still have charged
+// to it and be reused: a process that did nothing unusual leaves a few
+// hundred KiB.
+const reuseSlack = 4 << 20
+
+// reclaimed makes the kernel reclaim what it can of the memory charged to
+// a group that holds no task (v1 memory.force_empty, v2 memory.reclaim)
+// and reports whether what is left is at most reuseSlack. What is left
+// would count against the next process: the inodes and dentries of files
+// and directories a job left on a tmpfs in its write grant are kernel
+// memory charged to its group (100,000 empty directories hold about
+// 170 MiB) that no reclaim frees while they exist, and memory.stat's
+// shmem does not show them.
+// The common case, a process that left little, costs one read: the
+// kernel is asked to reclaim only when more is charged.
+func (g *Group) reclaimed() bool {
+	usage, reclaim, arg := "memory.usage_in_bytes", "memory.force_empty", "0"
+	if g.m.backend == V2 {
+		usage, reclaim, arg = "memory.current", "memory.reclaim", strconv.FormatInt(1<<40, 10)
+	}
+	charged := func() int64 {
+		b, err := os.ReadFile(filepath.Join(g.memDir, usage))
+		if err != nil {
+			return -1
+		}
+		n, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+		if err != nil {
+			return -1
+		}
+		return n
+	}
+	if n := charged(); n >= 0 && n <= reuseSlack {
+		return true
+	}
+	_ = write(filepath.Join(g.memDir, reclaim), arg) // v2 answers EAGAIN when less was reclaimable
+	n := charged()
+	return n >= 0 && n <= reuseSlack
 }
 
 // shmem returns the tmpfs and memfd bytes charged to the group (its

@@ -131,7 +131,9 @@
 // mount family and the new mount API (fsopen, open_tree, listmount,
 // statmount); unshare, setns, chroot, pivot_root; open_by_handle_at;
 // kexec, modules, reboot, swap, clock setting, syslog, acct, quotactl;
-// the setuid family and capset; mlock; sync and syncfs.
+// the setuid family and capset; mlock, mlock2 and mlockall (mmap's
+// MAP_LOCKED fails too: the runner sets RLIMIT_MEMLOCK to 0); sync and
+// syncfs.
 package seccomp
 
 import (

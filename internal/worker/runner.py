@@ -446,13 +446,17 @@ class Template:
         parent = os.getpid()
         pid = os.fork()
         if pid == 0:
-            code = 70
+            # The child must never return into the template's loop, not
+            # even when printing what went wrong raises (a job's exception
+            # may define __notes__ or its class's names as properties).
             try:
-                self.sock.detach()
-                Spare(self, kind, parent, ctl_child, out_w, err_w, bell_w).main()
-            except BaseException:  # noqa: BLE001 - the child must never return
-                traceback.print_exc()
-            os._exit(code)
+                try:
+                    self.sock.detach()
+                    Spare(self, kind, parent, ctl_child, out_w, err_w, bell_w).main()
+                except BaseException:  # noqa: BLE001
+                    traceback.print_exc()
+            finally:
+                os._exit(70)
         for fd in (ctl_child, out_w, err_w, bell_w):
             os.close(fd)
         try:
@@ -642,6 +646,17 @@ class Spare:
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
         resource.setrlimit(resource.RLIMIT_NOFILE, (MAX_FILES, MAX_FILES))
         resource.setrlimit(resource.RLIMIT_SIGPENDING, (MAX_SIGPENDING, MAX_SIGPENDING))
+        # No real-time policy and no nice value below the default, whatever
+        # the pool inherited (systemd's LimitRTPRIO=, docker's --ulimit
+        # rtprio=): seccomp lets a job change its own scheduling, and these
+        # limits are all that stands between a job and SCHED_FIFO or
+        # nice -20 without CAP_SYS_NICE.
+        resource.setrlimit(resource.RLIMIT_RTPRIO, (0, 0))
+        resource.setrlimit(resource.RLIMIT_NICE, (0, 0))
+        # No locked memory: seccomp denies mlock, mlock2 and mlockall, but
+        # mmap with MAP_LOCKED (and mremap of such a mapping) locks pages
+        # up to RLIMIT_MEMLOCK.
+        resource.setrlimit(resource.RLIMIT_MEMLOCK, (0, 0))
         # Address space set aside to report a MemoryError with when the job
         # used up its allowance (RLIMIT_AS counts address space, so an
         # untouched mapping is enough, and costs no page faults).
@@ -863,7 +878,7 @@ class Spare:
             self.exited = True
             return _exit_code(e), None
         except BaseException as e:  # noqa: BLE001 - every exception is the job's
-            if isinstance(e, MemoryError):
+            if issubclass(type(e), MemoryError):  # not e.__class__, which the job may define
                 # The job is over: drop its data so the report can be made.
                 self.exited = True
                 if self.reserve is not None:
@@ -936,11 +951,14 @@ def _flush_std():
 
 
 def _exit_code(e):
-    c = e.code
+    try:
+        c = e.code  # a SystemExit subclass may make code a property
+    except BaseException:  # noqa: BLE001
+        return 1
     if c is None:
         return 0
     if isinstance(c, int):
-        return c & 0xFF
+        return int.__and__(c, 0xFF)  # not an int subclass's own __and__
     try:
         print(c, file=sys.stderr)
     except BaseException:  # noqa: BLE001
@@ -972,15 +990,24 @@ def _print_traceback(e):
 POOL_ERROR_TYPES = frozenset(("RequestError", "TimeoutError", "SignalError", "SandboxSetupError", "PoolWorkerError"))
 
 
+_TYPE_NAME = type.__dict__["__name__"].__get__
+_TYPE_QUALNAME = type.__dict__["__qualname__"].__get__
+_TYPE_MODULE = type.__dict__["__module__"].__get__
+
+
 def _type_name(e):
+    """The name of e's class as the report gives it. It runs none of the
+    job's code: the names are read with type's own descriptors (a
+    metaclass may define __name__ as a property) and copied to exact str
+    (a str subclass may redefine __hash__, __eq__ or __add__)."""
     t = type(e)
-    name = t.__name__
+    name = str.__str__(_TYPE_NAME(t))
     if name not in POOL_ERROR_TYPES:
         return name
     try:
-        module, qualname = t.__module__, t.__qualname__
-        if isinstance(module, str) and isinstance(qualname, str):
-            return module + "." + qualname
+        module = _TYPE_MODULE(t)
+        if isinstance(module, str):
+            return str.__str__(module) + "." + str.__str__(_TYPE_QUALNAME(t))
     except BaseException:  # noqa: BLE001 - a class may define anything
         pass
     return "__main__." + name
