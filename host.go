@@ -37,7 +37,15 @@ type Call struct {
 	// Function is one of the job's declared Functions.
 	Function string `json:"function"`
 	// Args and Kwargs are the call's arguments: a JSON array and a JSON
-	// object.
+	// object, written by untrusted code. The pool guarantees valid UTF-8,
+	// at most 256 levels, numbers of at most 4,300 characters and no key
+	// repeated exactly within an object; keys that differ only in case
+	// ("a" and "A", both valid Python keyword names) are distinct. Go's
+	// encoding/json matches struct fields case-insensitively (and with
+	// Unicode folding), keeping the last match: a host that checks the
+	// arguments as a map and then decodes them into a struct could act on
+	// a value it never checked. Check and use the same decoded value, or
+	// decode into a map.
 	Args   json.RawMessage `json:"args"`
 	Kwargs json.RawMessage `json:"kwargs"`
 }
