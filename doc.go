@@ -16,7 +16,8 @@
 //	Go host: Pool ──── Run(ctx, Job) ────────────── jsonl.Serve (JSON Lines)
 //	   │   one socketpair per template: framed JSON, SCM_RIGHTS
 //	   ▼
-//	template   python3 -I -B -c <embedded runner>   (one per worker)
+//	template   python3 -I -B -c <embedded runner>   (one per worker; PID 1
+//	   │   of a PID namespace of its own)
 //	   │   trusted, single-threaded; holds fds 0-3 and O_PATH descriptors
 //	   │   of the runtime paths; imports preloads, then drops every
 //	   │   capability (bounding set too), sets no_new_privs and attaches
@@ -32,7 +33,9 @@
 //	   │   only its own fds (0 /dev/null, 1-2 output pipes, 3 control,
 //	   │   4 bell), own session, parent-death signal, a Landlock ruleset
 //	   │   holding the runtime rules, the seccomp job layer of its kind
-//	   │   (with or without network), standard streams, warmed up
+//	   │   (with or without network), standard streams, warmed up;
+//	   │   the host moves it into a cgroup of its own (tasks and memory)
+//	   │   before handing it out
 //	   ▼ job frame (+ the grants' O_PATH fds) on its own control socket
 //	job        environment, rlimits, the request's Landlock grants and
 //	           restrict_self — then "started", the code, "done"
