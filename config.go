@@ -256,24 +256,15 @@ func (c Config) withDefaults() (Config, error) {
 	if l.MaxFileSize == 0 {
 		l.MaxFileSize = DefaultMaxFileSize
 	}
-	switch c.PIDNamespace {
-	case "":
-		c.PIDNamespace = worker.PIDNamespaceAuto
-	case worker.PIDNamespaceAuto, worker.PIDNamespaceRequire, worker.PIDNamespaceOff:
-	default:
-		return c, &ConfigError{Key: "pool.pid_namespace", Value: c.PIDNamespace,
-			Problem: fmt.Sprintf("expected %q, %q or %q", worker.PIDNamespaceAuto, worker.PIDNamespaceRequire, worker.PIDNamespaceOff)}
+	if err := chooseMode(&c.PIDNamespace, "pool.pid_namespace",
+		worker.PIDNamespaceAuto, worker.PIDNamespaceRequire, worker.PIDNamespaceOff); err != nil {
+		return c, err
 	}
 	if l.Threads == 0 {
 		l.Threads = DefaultThreads
 	}
-	switch c.Cgroups {
-	case "":
-		c.Cgroups = cgroup.Auto
-	case cgroup.Auto, cgroup.Require, cgroup.Off:
-	default:
-		return c, &ConfigError{Key: "pool.cgroups", Value: c.Cgroups,
-			Problem: fmt.Sprintf("expected %q, %q or %q", cgroup.Auto, cgroup.Require, cgroup.Off)}
+	if err := chooseMode(&c.Cgroups, "pool.cgroups", cgroup.Auto, cgroup.Require, cgroup.Off); err != nil {
+		return c, err
 	}
 	if c.MaxSessions == 0 {
 		c.MaxSessions = DefaultMaxSessions
@@ -348,6 +339,19 @@ func pathProblem(err error, want string) string {
 		err = pe.Err
 	}
 	return err.Error() + "; expected " + want
+}
+
+// chooseMode checks an "auto"/"require"/"off" setting: empty means
+// auto, the first of the three; anything else is a ConfigError naming key.
+func chooseMode(v *string, key, auto, require, off string) error {
+	switch *v {
+	case "":
+		*v = auto
+	case auto, require, off:
+	default:
+		return &ConfigError{Key: key, Value: *v, Problem: fmt.Sprintf("expected %q, %q or %q", auto, require, off)}
+	}
+	return nil
 }
 
 // realPath makes p absolute (relative to base) and resolves symlinks; the

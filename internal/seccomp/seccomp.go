@@ -597,19 +597,31 @@ func buildTemplate(t *archTable) (Program, error) {
 
 // argIn emits: if nr == sys { allow iff the low 32 bits of args[i] are one
 // of values, else EPERM }. The accumulator must hold nr.
-func (b *asm) argIn(sys, i uint32, values []uint32) { b.argInRet(sys, i, values, retEPERM) }
+func (b *asm) argIn(sys, i uint32, values []uint32) { b.argMatch(sys, i, values, retAllow, retEPERM) }
 
 // argInRet is argIn with deny as the answer for the other values.
 func (b *asm) argInRet(sys, i uint32, values []uint32, deny uint32) {
-	skip, allow := b.label(), b.label()
+	b.argMatch(sys, i, values, retAllow, deny)
+}
+
+// argNotIn emits: if nr == sys { EPERM iff the low 32 bits of args[i] are
+// one of values, else allow }. The accumulator must hold nr.
+func (b *asm) argNotIn(sys, i uint32, values []uint32) {
+	b.argMatch(sys, i, values, retEPERM, retAllow)
+}
+
+// argMatch emits: if nr == sys { return match if the low 32 bits of
+// args[i] are one of values, else other }. The accumulator must hold nr.
+func (b *asm) argMatch(sys, i uint32, values []uint32, match, other uint32) {
+	skip, hit := b.label(), b.label()
 	b.jumpL(unix.BPF_JMP|unix.BPF_JEQ|unix.BPF_K, sys, next, skip)
 	b.loadArgLo(i)
 	for _, v := range values {
-		b.jumpL(unix.BPF_JMP|unix.BPF_JEQ|unix.BPF_K, v, allow, next)
+		b.jumpL(unix.BPF_JMP|unix.BPF_JEQ|unix.BPF_K, v, hit, next)
 	}
-	b.ret(deny)
-	b.bind(allow)
-	b.ret(retAllow)
+	b.ret(other)
+	b.bind(hit)
+	b.ret(match)
 	b.bind(skip)
 }
 
@@ -642,21 +654,6 @@ func (b *asm) ownClock(sys, i uint32) {
 	b.jumpL(unix.BPF_JMP|unix.BPF_JGE|unix.BPF_K, clockSelfProcess, next, deny)
 	b.jumpL(unix.BPF_JMP|unix.BPF_JEQ|unix.BPF_K, clockSelfFD, deny, allow)
 	b.bind(allow)
-	b.ret(retAllow)
-	b.bind(deny)
-	b.ret(retEPERM)
-	b.bind(skip)
-}
-
-// argNotIn emits: if nr == sys { EPERM iff the low 32 bits of args[i] are
-// one of values, else allow }. The accumulator must hold nr.
-func (b *asm) argNotIn(sys, i uint32, values []uint32) {
-	skip, deny := b.label(), b.label()
-	b.jumpL(unix.BPF_JMP|unix.BPF_JEQ|unix.BPF_K, sys, next, skip)
-	b.loadArgLo(i)
-	for _, v := range values {
-		b.jumpL(unix.BPF_JMP|unix.BPF_JEQ|unix.BPF_K, v, deny, next)
-	}
 	b.ret(retAllow)
 	b.bind(deny)
 	b.ret(retEPERM)
