@@ -5,7 +5,6 @@ package pynox
 // a hang are generous and fail the test, they never measure.
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"log/slog"
@@ -15,6 +14,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/pynox/pynox/internal/testenv"
 )
 
 // hangGuard is how long a test waits for something that must happen
@@ -37,23 +38,8 @@ func within(t *testing.T, what string, f func()) {
 	}
 }
 
-// syncBuffer is a log sink safe for concurrent use.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
+// syncBuffer is a buffer the pool's writers and the test share.
+type syncBuffer = testenv.SyncBuffer
 
 // signalHost answers the host function "started" by closing started (once)
 // and "block" by waiting for release or the call's ctx.

@@ -19,6 +19,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/pynox/pynox/internal/testenv"
+
 	"github.com/pynox/pynox"
 	"github.com/pynox/pynox/internal/cgroup"
 	"github.com/pynox/pynox/internal/sandbox"
@@ -70,24 +72,8 @@ type poolProc struct {
 	stderr *syncBuffer
 }
 
-// syncBuffer is a strings.Builder that the process's stderr copier and the
-// test may use at once.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
+// syncBuffer is a buffer the pool's writers and the test share.
+type syncBuffer = testenv.SyncBuffer
 
 func startPool(t *testing.T, args ...string) *poolProc {
 	t.Helper()
