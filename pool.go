@@ -88,8 +88,9 @@ func New(cfg Config) (*Pool, error) {
 		return nil, &Error{Kind: KindSpawn, Type: KindSpawn.String(), Message: "invalid config", Err: err}
 	}
 	own, err := ownFiles(cfg.Source)
+	system := protectedSystemPaths()
 	if err == nil {
-		err = checkProfileGrants(cfg, own, protectedSystemPaths())
+		err = checkProfileGrants(cfg, own, system)
 	}
 	if err != nil {
 		return nil, &Error{Kind: KindSpawn, Type: KindSpawn.String(), Message: "invalid config", Err: err}
@@ -134,7 +135,7 @@ func New(cfg Config) (*Pool, error) {
 
 		readCeiling: append(append([]string(nil), cfg.Limits.AllowRead...), cfg.Limits.AllowWrite...),
 		own:         own,
-		system:      protectedSystemPaths(),
+		system:      system,
 	}
 	p.life, p.kill = context.WithCancel(context.Background())
 	// The pool confines itself before the first template starts, so that
