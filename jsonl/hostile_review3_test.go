@@ -65,3 +65,41 @@ func TestHostileReview3SessionChurnExactlyOneAnswer(t *testing.T) {
 	t.Logf("outcomes: %v", outcomes)
 	require.Empty(t, ls.finish())
 }
+
+// A session step that times out while its host call waits ends the
+// session's process; the late reply to that call is refused with a
+// RequestError and does not answer the call the next step of the same
+// session makes, nor a call of another session, each of which gets only
+// its own reply.
+func TestHostileReview3LateReplyAcrossSessionSteps(t *testing.T) {
+	t.Parallel()
+	p := newTestPool(t, pynox.Config{Workers: 1})
+	ls := startLive(t, p)
+	ls.send(`{"id": 1, "session": "s", "functions": ["f"], "timeout": "1s", "code": "from pynox_host import f\nprint(f('first'))"}`)
+	c1 := ls.call()
+	require.Equal(t, "s", c1["session"])
+	r := ls.await(1)
+	require.Equal(t, "TimeoutError", errType(r), "%v", r)
+	require.Equal(t, true, r["session_ended"])
+
+	ls.send(`{"id": 2, "session": "s", "functions": ["f"], "timeout": "30s", "code": "from pynox_host import f\nprint(f('second'))"}`)
+	c2 := ls.call()
+	ls.send(`{"id": 3, "session": "t", "functions": ["f"], "timeout": "30s", "code": "from pynox_host import f\nprint(f('third'))"}`)
+	c3 := ls.call()
+	require.NotEqual(t, c1["call_id"], c2["call_id"])
+	require.NotEqual(t, c2["call_id"], c3["call_id"])
+
+	ls.send(fmt.Sprintf(`{"id": 4, "reply": {"call_id": %s, "result": "stale"}}`, c1["call_id"]))
+	late := ls.await(4)
+	require.Equal(t, "RequestError", errType(late))
+	require.Equal(t, fmt.Sprint(c1["call_id"]), fmt.Sprint(late["call_id"]))
+
+	ls.send(fmt.Sprintf(`{"reply": {"call_id": %s, "result": "for t"}}`, c3["call_id"]))
+	ls.send(fmt.Sprintf(`{"reply": {"call_id": %s, "result": "for s"}}`, c2["call_id"]))
+	r2, r3 := ls.await(2), ls.await(3)
+	requireLineOK(t, r2)
+	requireLineOK(t, r3)
+	require.Equal(t, "for s\n", r2["stdout"])
+	require.Equal(t, "for t\n", r3["stdout"])
+	require.Empty(t, ls.finish())
+}
