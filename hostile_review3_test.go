@@ -189,3 +189,32 @@ for target in [1, 2, 3, -1, 0]:
 	require.Equal(t, templates, p.templatePIDs(), "a template died")
 	advServes(t, p)
 }
+
+// TestHostileReview3NoCPUAfterStepReport: a session step that leaves a
+// thread spinning on a copy of its stdout used to keep running for the
+// whole output drain (2 s) after its report, past its timeout and CPU
+// check; the process is now stopped at its report.
+func TestHostileReview3NoCPUAfterStepReport(t *testing.T) {
+	p := newTestPool(t, Config{Workers: 1})
+	co := checkout(t, p, Job{Timeout: 10 * time.Second})
+	requireOK(t, feed(t, co, "x = 1"))
+	cpu := func() float64 {
+		f := procStatFields(co.Pid())
+		require.GreaterOrEqual(t, len(f), 13, "the session's process is gone")
+		u, _ := strconv.ParseFloat(f[11], 64) // utime, clock ticks
+		s, _ := strconv.ParseFloat(f[12], 64) // stime
+		return (u + s) / 100
+	}
+	before := cpu()
+	r := feed(t, co, "import os, threading, time\n"+
+		"out = os.dup(1)\n"+
+		"def spin():\n"+
+		"    time.sleep(0.05)\n"+
+		"    while True:\n"+
+		"        pass\n"+
+		"threading.Thread(target=spin, daemon=True).start()\n")
+	requireOK(t, r)
+	used := cpu() - before
+	require.Less(t, used, 0.5, "the session's process ran %.2f s of CPU after its step reported", used)
+	requireOK(t, feed(t, co, "assert x == 1"))
+}

@@ -47,6 +47,7 @@ type turn struct {
 
 	timeout <-chan time.Time // fires at ts.timeout; nil once the job has reported
 	killed  bool             // the turn has killed the child
+	stopped bool             // a session step's process was stopped after its report
 
 	// A session's turn is held to its CPU time (its hard RLIMIT_CPU is the
 	// session's whole life's): the process's CPU clock is read when the
@@ -228,12 +229,7 @@ func (t *turn) run(cancel <-chan struct{}) *Outcome {
 		o.Alive = false
 	}
 	if o.Alive {
-		// A session's process does not run between steps: its threads
-		// neither burn CPU nor write anything until the next step.
-		if err := c.signal(unix.SIGSTOP); err != nil {
-			o.Alive = false
-			t.kill()
-		}
+		t.pause()
 	}
 	o.End = time.Now()
 	return o
@@ -245,6 +241,21 @@ func (t *turn) run(cancel <-chan struct{}) *Outcome {
 func (t *turn) known() bool {
 	o := t.o
 	return o.Done || o.SetupError != "" || o.Violation != "" || o.TimedOut || o.CPUExceeded || o.Canceled || (!t.ctlOpen && o.Status != nil)
+}
+
+// pause stops a session's process until its next step, once: its threads
+// neither burn CPU nor write anything between steps. A process that
+// cannot be stopped is killed.
+func (t *turn) pause() {
+	if t.stopped || t.killed {
+		return
+	}
+	if err := t.c.signal(unix.SIGSTOP); err != nil {
+		t.o.Alive = false
+		t.kill()
+		return
+	}
+	t.stopped = true
 }
 
 // kill kills the child, once.
@@ -364,6 +375,11 @@ func (t *turn) handle(m *childMsg) {
 		t.timeout = nil
 		if c.session && !m.Final {
 			o.Alive = true
+			// Stopped at once, not after the output drain: a thread
+			// that kept a copy of the step's stdout would otherwise run
+			// on, past the step's timeout and CPU check, for as long
+			// as the drain waits.
+			t.pause()
 		} else {
 			// Nothing the child does after reporting can matter.
 			t.kill()
