@@ -94,11 +94,11 @@
 // die by their parent-death signal and are orphaned to the nearest
 // subreaper or PID 1; the library does not reap them, as a library must
 // not wait for children it did not start. `pynox pool` does: it makes
-// itself a child subreaper and reaps exited children in another session
-// than its own. Every process it starts itself (the templates) shares its
-// session, while a spare starts a session of its own right after its
-// fork, so this never takes a status os/exec waits for (a spare orphaned
-// in the instant before its setsid is left unreaped).
+// itself a child subreaper and reaps every exited child it did not start:
+// the processes it starts share its session and either lead a process
+// group of their own (the templates) or stay in its group, while a spare
+// is in its template's group until its setsid and in a session of its own
+// after it, so this never takes a status os/exec waits for.
 //
 // # Confinement
 //

@@ -17,16 +17,19 @@ import (
 // a template that was killed die by their parent-death signal and would
 // otherwise stay zombies of the pool, or of PID 1 (`pynox pool` as a
 // container's init). It never reaps a process the command started itself,
-// whose status os/exec must collect: those, the templates, share the
-// command's session, while every child a template forks starts a session
-// of its own before it can be orphaned. Only exited children are looked
-// at, without reaping (WNOWAIT), before one is reaped.
+// whose status os/exec must collect: those share the command's session and
+// either lead a process group of their own (the templates) or are in the
+// command's group (probes of the interpreter). A template's child is in
+// neither: before its setsid it is in the template's group, after it in a
+// session of its own. Only exited children are looked at, without reaping
+// (WNOWAIT), before one is reaped.
 func reapOrphans() {
 	_ = unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) // as PID 1, it reaps anyway
 	sid, err := unix.Getsid(0)
 	if err != nil {
 		return
 	}
+	pgrp := unix.Getpgrp()
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, syscall.SIGCHLD)
 	go func() {
@@ -37,7 +40,7 @@ func reapOrphans() {
 			case <-sig:
 			case <-retry.C:
 			}
-			if !reapOnce(sid) {
+			if !reapOnce(sid, pgrp) {
 				// One of ours is exited but not yet collected by os/exec;
 				// it hides those behind it from waitid: look again soon.
 				retry.Reset(100 * time.Millisecond)
@@ -46,15 +49,15 @@ func reapOrphans() {
 	}()
 }
 
-// reapOnce reaps exited children in another session than sid. It returns
-// false when it stopped at an exited child of the command's own session.
-func reapOnce(sid int) bool {
+// reapOnce reaps exited children that the command did not start (see
+// ours). It returns false when it stopped at an exited child of its own.
+func reapOnce(sid, pgrp int) bool {
 	for {
 		pid, err := exitedChild()
 		if err != nil || pid <= 0 {
 			return true // no child at all (ECHILD), or none exited
 		}
-		if s, err := unix.Getsid(pid); err == nil && s == sid {
+		if ours(pid, sid, pgrp) {
 			return false
 		}
 		var ws unix.WaitStatus
@@ -80,4 +83,24 @@ func exitedChild() (int, error) {
 		off = 16
 	}
 	return int(*(*int32)(unsafe.Pointer(&info[off]))), nil
+}
+
+// ours reports whether the child pid is one the command started itself:
+// in the command's session (sid) and either a process group leader (a
+// template) or in the command's process group (pgrp). A zombie keeps its
+// session and group until it is reaped. When either cannot be read, the
+// child counts as ours: os/exec may be waiting for it.
+func ours(pid, sid, pgrp int) bool {
+	s, err := unix.Getsid(pid)
+	if err != nil {
+		return true
+	}
+	if s != sid {
+		return false
+	}
+	g, err := unix.Getpgid(pid)
+	if err != nil {
+		return true
+	}
+	return g == pid || g == pgrp
 }
