@@ -9,7 +9,10 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 	"unicode/utf8"
 
 	"github.com/stretchr/testify/require"
@@ -197,4 +200,77 @@ func TestServeStreamRefused(t *testing.T) {
 	require.Contains(t, msg("4"), "stream")
 	require.Contains(t, msg("5"), "stream")
 	require.Equal(t, "6\n", byID["6"]["stdout"])
+}
+
+// The Go client streams too: Client.Run's and Session.Run's OnOutput see
+// each line before the result (the job waits for the callback to have
+// seen it), tagged by stream, and none after Run returns, also when ctx
+// ends first.
+func TestClientStreamOutput(t *testing.T) {
+	t.Parallel()
+	p := newTestPool(t, pynox.Config{Workers: 1})
+	dir := p.Config().Dir
+	c := startClient(t, p)
+	ctx := context.Background()
+	type ev struct {
+		stream pynox.Stream
+		text   string
+	}
+	var mu sync.Mutex
+	var got []ev
+	var returned atomic.Bool
+	var late atomic.Int64
+	onOut := func(s pynox.Stream, text string) {
+		if returned.Load() {
+			late.Add(1)
+		}
+		mu.Lock()
+		got = append(got, ev{s, text})
+		mu.Unlock()
+		os.WriteFile(filepath.Join(dir, "ack-"+strings.TrimSpace(text)), nil, 0o644)
+	}
+	res, err := c.Run(ctx, pynox.Job{ID: "j", Code: ackOnRead + `
+for i in range(3):
+    print(i, flush=True)
+    wait_ack(str(i))
+print("e", file=sys.stderr, flush=True)
+`, AllowRead: []string{dir}, Env: map[string]string{"ACK_DIR": dir}, Timeout: 20 * time.Second, OnOutput: onOut})
+	returned.Store(true)
+	require.NoError(t, err)
+	require.Nil(t, res.Error, "%+v", res.Error)
+	require.Equal(t, []ev{{pynox.Stdout, "0\n"}, {pynox.Stdout, "1\n"}, {pynox.Stdout, "2\n"}, {pynox.Stderr, "e\n"}}, got)
+
+	// A session step.
+	got = nil
+	returned.Store(false)
+	s := c.Session("cs", pynox.Job{})
+	res, err = s.Run(ctx, pynox.Step{Code: "x = 5\nprint(x)", OnOutput: onOut})
+	returned.Store(true)
+	require.NoError(t, err)
+	require.Equal(t, "5\n", res.Stdout)
+	require.Equal(t, []ev{{pynox.Stdout, "5\n"}}, got)
+
+	// ctx ends while the job streams: no call after Run returns.
+	returned.Store(false)
+	cctx, cancel := context.WithCancel(ctx)
+	var n atomic.Int64
+	_, err = c.Run(cctx, pynox.Job{Code: "import time\nwhile True: print('y' * 100, flush=True); time.sleep(0.001)", Timeout: 3 * time.Second,
+		OnOutput: func(s pynox.Stream, text string) {
+			if returned.Load() {
+				late.Add(1)
+			}
+			if n.Add(1) == 3 {
+				cancel()
+			}
+			time.Sleep(time.Millisecond)
+		}})
+	returned.Store(true)
+	require.ErrorIs(t, err, context.Canceled)
+	require.NoError(t, s.Close(ctx))
+	// The dropped job runs on to its timeout on the server; its later
+	// events are skipped, and the connection serves on.
+	_, err = c.Stats(ctx)
+	require.NoError(t, err)
+	time.Sleep(200 * time.Millisecond)
+	require.Zero(t, late.Load())
 }
