@@ -54,7 +54,9 @@ const MaxOutputChunk = worker.MaxStreamChunk
 // that stream again, so a job printing many lines makes a call per batch.
 //
 // Every call returns before Pool.Run, Checkout.Feed or Checkout.Resume
-// returns the turn's result (or error): none comes after it. A slow
+// returns the turn's result (or error): none comes after it. (A Feed or
+// Resume that returns a Call leaves its step running: the step's output
+// may go on while the call waits for Resume.) A slow
 // callback slows the job instead of growing the pool's memory: while a
 // call runs, its stream is not read, the kernel's pipe (64 KiB) fills and
 // the job's next write waits; the pool holds at most MaxOutputChunk bytes
