@@ -308,3 +308,22 @@ func TestStreamCallbackPanic(t *testing.T) {
 	require.EqualValues(t, 1, calls.Load())
 	requireOK(t, run(t, p, Job{Code: "print(1)"}))
 }
+
+// A job printing many short lines makes a call per batch, not per line
+// (the count depends on timing, so it is logged, not asserted); the text
+// is whole and in order all the same.
+func TestStreamCoalescesSmallWrites(t *testing.T) {
+	t.Parallel()
+	p := newTestPool(t, Config{Workers: 1})
+	log := &outputLog{}
+	res := run(t, p, Job{Code: "for i in range(10000): print(i, flush=True)", OnOutput: log.fn})
+	log.returned.Store(true)
+	requireOK(t, res)
+	var want strings.Builder
+	for i := range 10000 {
+		fmt.Fprintf(&want, "%d\n", i)
+	}
+	require.Equal(t, want.String(), log.text(Stdout))
+	require.Equal(t, want.String(), res.Stdout)
+	t.Logf("10000 lines, each flushed: %d calls", len(log.events))
+}
