@@ -125,7 +125,9 @@ func (c *Client) Ready() Ready { return c.ready }
 // true): it is called with each output event, on the client's reader
 // goroutine, before the result is returned, and never after Run returns.
 // While it runs the client reads nothing more, so a slow OnOutput holds up
-// the answers of every request, and in turn the server and the job.
+// the answers of every request, and in turn the server and the job; an
+// OnOutput that waits for another answer of the same Client (a Run inside
+// it) waits forever.
 //
 // Run returns an error when no result can come: the connection ended, a
 // write failed, or ctx ended first (ctx.Err(); the job is not canceled on

@@ -426,8 +426,10 @@ class Pool:
         writes even beyond max_output), all before run returns. It runs on
         the client's reader thread: while it runs no other answer is read,
         so a slow on_output slows the job (and the pool's other answers)
-        rather than piling output up. If it raises, the exception is logged
-        and the job's later output is not passed on.
+        rather than piling output up, and it must not wait for another
+        answer of this pool (a run() inside it would wait forever). If it
+        raises, the exception is logged and the job's later output is not
+        passed on.
 
         A job that fails is a Result (check result.ok, result.error, or call
         result.check()); a request the pool refuses raises RequestError, and
