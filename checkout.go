@@ -75,6 +75,11 @@ type Step struct {
 	// Host answers this step's host calls instead of the session job's
 	// Host. With neither, calls surface as TurnEvents.
 	Host HostFunc
+	// OnOutput, when set, receives the step's output while it runs,
+	// instead of the session job's OnOutput; see [OutputFunc]. Its calls
+	// all return before the step's Result (or Feed's or Resume's error)
+	// is returned.
+	OnOutput OutputFunc
 }
 
 // TurnEvent is how a turn of a [Checkout] ended: the step called a host
@@ -340,6 +345,11 @@ func (c *Checkout) Feed(ctx context.Context, step Step) (TurnEvent, error) {
 		host = t.host(c.pool, step.ID, c.name)
 	}
 	ws.Host = host
+	onOut := step.OnOutput
+	if onOut == nil {
+		onOut = c.job.OnOutput
+	}
+	ws.Output = c.pool.outputAdapter(step.ID, c.name, onOut)
 	// A dead session template is replaced: the step pays its start. Its
 	// process died with it, and this step says so instead of running in a
 	// new process as if nothing had happened.
@@ -402,6 +412,7 @@ func (c *Checkout) Feed(ctx context.Context, step Step) (TurnEvent, error) {
 			j := c.pl.job
 			j.Code, j.Name, j.Argv = ws.Code, ws.Name, ws.Argv
 			j.Timeout, j.MaxOutput, j.Host = ws.Timeout, ws.MaxOutput, ws.Host
+			j.Output = ws.Output
 			j.Limits.CPUSecs = ws.CPUSecs
 			out = child.Run(&j, cancel)
 		} else {

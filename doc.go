@@ -283,6 +283,21 @@
 // (a duplicate, or a late one) is refused with [ErrProtocol] and never
 // reaches the call that waits.
 //
+// # Streamed output
+//
+// [Job.OnOutput] and [Step.OnOutput] receive a job's stdout and stderr
+// while it runs, for an agent that shows a long cell's progress (the pool
+// protocol's "stream": true). The pool reads each pipe on a goroutine of
+// its own and makes one call per read (at most [MaxOutputChunk] bytes,
+// small writes coalesced over 5 ms), one call at a time, as valid UTF-8.
+// The callback runs on the reader: until it returns, that pipe is not
+// read, so a slow consumer fills the kernel's pipe and blocks the job's
+// writes — back-pressure, not buffering. Per job the pool holds at most
+// one chunk per stream beyond the MaxOutput bytes the Result keeps. Every
+// call returns before the turn's result is returned (the result waits for
+// the readers), and none comes after it. The stream carries all the
+// output; MaxOutput bounds only the Result.
+//
 // # Closing
 //
 // [Pool.Close] ends everything at once: running jobs are killed and their

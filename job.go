@@ -62,6 +62,11 @@ type Job struct {
 	// when Functions are declared; a [Checkout] without it hands each call
 	// to its caller as a [TurnEvent].
 	Host HostFunc `json:"-"`
+	// OnOutput, when set, receives the job's stdout and stderr while it
+	// runs, besides the Result's Stdout and Stderr; see [OutputFunc] for
+	// the order, the bound on memory and what a slow callback does. For a
+	// [Checkout], it is the default of each Step's OnOutput.
+	OnOutput OutputFunc `json:"-"`
 }
 
 // withProfile merges the named profile under j's own fields: lists are

@@ -445,6 +445,7 @@ func (p *Pool) run(ctx context.Context, job Job) (_ *Result, refill func(), _ er
 		return p.refuse(&job, requestErrorf("functions are declared but the job has no Host to answer them")), refill, nil
 	}
 	pl.job.Host = p.hostAdapter(job.ID, "", job.Host)
+	pl.job.Output = p.outputAdapter(job.ID, "", job.OnOutput)
 
 	w, err := p.acquire(ctx)
 	if err != nil {

@@ -50,6 +50,10 @@ def main(binary=None):
         r = pool.run("from pynox_host import search\nprint(search('pynox', limit=2))", functions={"search": search})
         print("host call:", r.stdout, end="")
 
+        # Output as it comes (a long cell's progress), before the result.
+        pool.run("import time\nfor i in range(3): print('step', i, flush=True); time.sleep(0.1)",
+                 on_output=lambda stream, text: print("streamed %s: %s" % (stream, text), end=""))
+
         with pool.session() as sess:  # __main__ survives between runs
             sess.run("total = 40")
             print("session:", sess.run("total += 2\nprint(total)").stdout, end="")

@@ -55,6 +55,7 @@ type pending struct {
 	host   pynox.HostFunc
 	ctx    context.Context    // ends with the answer: a HostFunc's calls are moot then
 	cancel context.CancelFunc // ends ctx
+	output *pendingOutput     // the request's OnOutput, or nil
 }
 
 // ErrClientClosed is wrapped by the errors of calls made on a Client
@@ -120,6 +121,14 @@ func (c *Client) Ready() Ready { return c.ready }
 // answered with an error. A request the server refuses is a result with
 // a RequestError, as it is from [pynox.Pool.Run] (see [pynox.Result.Err]).
 //
+// job.OnOutput, when set, makes the request a streamed one ("stream":
+// true): it is called with each output event, on the client's reader
+// goroutine, before the result is returned, and never after Run returns.
+// While it runs the client reads nothing more, so a slow OnOutput holds up
+// the answers of every request, and in turn the server and the job; an
+// OnOutput that waits for another answer of the same Client (a Run inside
+// it) waits forever.
+//
 // Run returns an error when no result can come: the connection ended, a
 // write failed, or ctx ended first (ctx.Err(); the job is not canceled on
 // the server, whose protocol has no cancel, and its result is dropped).
@@ -168,6 +177,10 @@ func (c *Client) roundTrip(ctx context.Context, req *request, host pynox.HostFun
 	id := "go-" + strconv.FormatInt(c.seq, 10)
 	p := &pending{answer: make(chan []byte, 1), host: host}
 	p.ctx, p.cancel = context.WithCancel(context.Background())
+	if req.Job.OnOutput != nil {
+		p.output = &pendingOutput{fn: req.Job.OnOutput}
+		req.Stream = true
+	}
 	c.waiting[id] = p
 	c.mu.Unlock()
 	defer p.cancel()
@@ -193,6 +206,7 @@ func (c *Client) roundTrip(ctx context.Context, req *request, host pynox.HostFun
 		return line, nil
 	case <-ctx.Done():
 		forget()
+		p.output.end()
 		return nil, ctx.Err()
 	}
 }
@@ -296,7 +310,9 @@ type Session struct {
 func (s *Session) Name() string { return s.name }
 
 // Run runs one step in the session and returns its result (its ID is
-// step.ID). Errors are those of [Client.Run].
+// step.ID). Errors are those of [Client.Run]. step.OnOutput (or else the
+// session job's OnOutput) streams the step's output, as job.OnOutput does
+// for Client.Run.
 func (s *Session) Run(ctx context.Context, step pynox.Step) (*pynox.Result, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -307,6 +323,10 @@ func (s *Session) Run(ctx context.Context, step pynox.Step) (*pynox.Result, erro
 	}
 	req.Session = s.name
 	req.Code, req.Name, req.Args = step.Code, step.Name, step.Args
+	req.Job.OnOutput = step.OnOutput
+	if req.Job.OnOutput == nil {
+		req.Job.OnOutput = s.job.OnOutput
+	}
 	if step.Timeout != 0 {
 		req.Timeout = pynox.Duration(step.Timeout)
 	}
@@ -440,6 +460,12 @@ func (c *Client) dispatch(line []byte) {
 		}
 		p := c.lookup(h.ID)
 		go c.answerCall(p, &call)
+	case h.Event == "output":
+		// On the reader, before the lines that follow: the request's
+		// result comes after its output.
+		if p := c.lookup(h.ID); p != nil {
+			p.output.pass(line)
+		}
 	case h.Event == "ready":
 		// Only the first line is a ready event; a later one is skipped.
 	case h.CallID != nil && (len(h.ID) == 0 || string(h.ID) == "null"):
@@ -567,4 +593,57 @@ func (c *Client) reply(callID int64, result json.RawMessage, errMsg string) {
 		return
 	}
 	_ = c.writeLine(b) // a failed write fails the request's own wait
+}
+
+// pendingOutput passes a streamed request's output events to its
+// OnOutput until the request is forgotten.
+type pendingOutput struct {
+	mu    sync.Mutex // held during a call, and by end
+	fn    pynox.OutputFunc
+	ended bool
+}
+
+// pass calls the OnOutput with one output event; a panic in it stops
+// the request's later calls, as the pool's OnOutput does.
+func (o *pendingOutput) pass(line []byte) {
+	if o == nil {
+		return
+	}
+	var ev struct {
+		Stream string `json:"stream"`
+		Text   string `json:"text"`
+	}
+	if json.Unmarshal(line, &ev) != nil {
+		return
+	}
+	var stream pynox.Stream
+	switch ev.Stream {
+	case "stdout":
+		stream = pynox.Stdout
+	case "stderr":
+		stream = pynox.Stderr
+	default:
+		return
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.ended {
+		return
+	}
+	defer func() {
+		if recover() != nil {
+			o.ended = true
+		}
+	}()
+	o.fn(stream, ev.Text)
+}
+
+// end waits for a call in progress and stops later ones.
+func (o *pendingOutput) end() {
+	if o == nil {
+		return
+	}
+	o.mu.Lock()
+	o.ended = true
+	o.mu.Unlock()
 }

@@ -56,6 +56,7 @@ func protocolDocParts() []docPart {
 		{heading: "### Call events", names: jsonNames(reflect.TypeFor[callEvent]()), exact: true},
 		{heading: "### Replies", names: jsonNames(reflect.TypeFor[replyError]())},
 		{heading: "## Stats", names: jsonNames(reflect.TypeFor[statsEvent]()), exact: true},
+		{heading: "## Streamed output", names: jsonNames(reflect.TypeFor[outputEvent]()), exact: true},
 		{heading: "## Log lines", names: jsonNames(reflect.TypeFor[jobLine]()), exact: true},
 		{heading: "## Limits and units", names: limitValues()},
 	}

@@ -37,6 +37,7 @@ type request struct {
 	Session     string         `json:"session,omitempty"`
 	Close       bool           `json:"close,omitempty"`
 	Reply       *replyReq      `json:"reply,omitempty"`
+	Stream      bool           `json:"stream,omitempty"`
 }
 
 // Ready is the first line `pynox pool` writes.
@@ -167,6 +168,9 @@ func Serve(ctx context.Context, p *pynox.Pool, r io.Reader, w io.Writer) error {
 		case req.Close:
 			out.send(refuse(p, &pynox.Job{ID: req.ID}, requestErrorf("close needs the session to close")))
 		default:
+			if req.Stream {
+				req.Job.OnOutput = srv.outputFor(req.ID, "")
+			}
 			return &req.Job, false
 		}
 		return nil, false

@@ -348,8 +348,12 @@ func (s *server) serveSessionReq(ns *namedSession, req request) {
 		}
 	}
 	stepHost, jc := s.hostFor()
+	var onOut pynox.OutputFunc
+	if req.Stream {
+		onOut = s.outputFor(req.ID, ns.name)
+	}
 	ev, err := co.Feed(s.ctx, pynox.Step{ID: req.ID, Code: req.Code, Name: req.Name, Args: req.Args,
-		Timeout: req.Job.Timeout, MaxOutput: req.MaxOutput, Host: stepHost})
+		Timeout: req.Job.Timeout, MaxOutput: req.MaxOutput, Host: stepHost, OnOutput: onOut})
 	s.endCalls(jc)
 	if err != nil {
 		var pe *pynox.Error
@@ -431,6 +435,7 @@ func setFields(req request) []string {
 	add(req.Stats, "stats")
 	add(j.Timeout != 0, "timeout")
 	add(j.MaxOutput != 0, "max_output")
+	add(req.Stream, "stream")
 	f = append(f, permissionFields(req)...)
 	if req.Reply != nil && (req.Session != "" || req.Close) {
 		f = append(f, "session")

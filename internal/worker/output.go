@@ -120,10 +120,17 @@ type output struct {
 	// capture starts.
 	closed <-chan struct{}
 	files  []*os.File // the pipes still being read
+	// stream passes the output on as it comes (see streamer); nil when
+	// nobody asked for it.
+	stream *streamer
 }
 
-func newOutput(max int) *output {
-	return &output{stdout: sink{max: max}, stderr: sink{max: max}}
+func newOutput(max int, fn OutputFunc) *output {
+	out := &output{stdout: sink{max: max}, stderr: sink{max: max}}
+	if fn != nil {
+		out.stream = &streamer{fn: fn, hurry: make(chan struct{})}
+	}
+	return out
 }
 
 // start takes the child's output pipes and starts capturing them, once.
@@ -134,6 +141,13 @@ func (out *output) start(c *Child) {
 	out.started = true
 	outFd, errFd := c.stdoutFd, c.stderrFd
 	c.stdoutFd, c.stderrFd = -1, -1
+	if out.stream != nil {
+		// Streamed output is read only by the readers, which call the
+		// callback: never on the turn's goroutine, which must keep
+		// watching the clock however slow the callback is.
+		out.startStream(outFd, errFd)
+		return
+	}
 	outEOF := drainNow(outFd, &out.stdout)
 	errEOF := drainNow(errFd, &out.stderr)
 	closed := make(chan struct{})

@@ -20,6 +20,7 @@ type turnSpec struct {
 	send      func() error // hands the code over
 	timeout   time.Duration
 	maxOutput int
+	output    OutputFunc // streams the output as it comes, or nil
 	host      HostFunc
 	maxCalls  int
 	continued bool // a later step: the process was already running user code
@@ -78,7 +79,7 @@ func (c *Child) turn(ts turnSpec, cancel <-chan struct{}) *Outcome {
 		c:       c,
 		ts:      ts,
 		o:       &Outcome{Started: ts.continued},
-		out:     newOutput(ts.maxOutput),
+		out:     newOutput(ts.maxOutput, ts.output),
 		replies: make(chan Reply, 1),
 		ctlOpen: true,
 	}
@@ -117,6 +118,7 @@ func (t *turn) run(cancel <-chan struct{}) *Outcome {
 		// The child died before it could take the code.
 		c.Kill()
 		t.out.start(c)
+		t.out.known()
 		<-t.out.closed
 		t.out.finish(o)
 		o.Status = c.waitStatus(time.Second)
@@ -149,6 +151,7 @@ func (t *turn) run(cancel <-chan struct{}) *Outcome {
 		// reported or killed child's teardown is not waited for.
 		if t.known() {
 			t.out.start(c)
+			t.out.known()
 			if !pipesDone && isClosed(t.out.closed) {
 				pipesDone = true
 			}

@@ -47,6 +47,7 @@ type Job struct {
 
 	Timeout   time.Duration // killed after this long; 0 = no timeout
 	MaxOutput int           // bytes kept of each of stdout and stderr
+	Output    OutputFunc    // streams stdout and stderr as they come, or nil
 
 	// Session keeps the process and its __main__ after the code ends, for
 	// RunStep.
@@ -184,6 +185,9 @@ type Step struct {
 	CPUSecs   int64    // the step's CPU-time backstop
 	Host      HostFunc // answers the step's host calls
 	MaxCalls  int
+
+	// Output streams the step's output as it comes, or is nil.
+	Output OutputFunc
 }
 
 // MaxCallDepth bounds how deeply a host call's arguments nest (arrays and

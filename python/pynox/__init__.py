@@ -31,7 +31,7 @@ only; every class is safe to share between threads.
 """
 
 from ._errors import BinaryNotFoundError, JobError, PoolError, PynoxError, RequestError
-from ._pool import Duration, HostFunction, Pool, Session, Tool, default_pool, find_binary, tool
+from ._pool import Duration, HostFunction, OutputCallback, Pool, Session, Tool, default_pool, find_binary, tool
 from ._result import ErrorInfo, Result
 
 __version__ = "0.1.0"
@@ -42,6 +42,7 @@ __all__ = [
     "ErrorInfo",
     "HostFunction",
     "JobError",
+    "OutputCallback",
     "Pool",
     "PoolError",
     "PynoxError",

@@ -24,6 +24,10 @@ log = logging.getLogger("pynox")
 #: returns a JSON-encodable value (or raises; the job sees HostError).
 HostFunction = Callable[..., Any]
 
+#: An output callback: called as on_output(stream, text) with stream
+#: "stdout" or "stderr" and the next piece of that stream (see Pool.run).
+OutputCallback = Callable[[str, str], None]
+
 #: A duration: a string the pool reads ("500ms", "5s", "1m"), a number of
 #: seconds, or a timedelta.
 Duration = Union[str, int, float, datetime.timedelta]
@@ -175,6 +179,7 @@ class Pool:
         self._stopped: Optional[str] = None  # why no request can be answered any more
         self._waiting: Dict[Any, _Slot] = {}
         self._functions: Dict[Any, Mapping[str, HostFunction]] = {}  # request id -> its host functions
+        self._outputs: Dict[Any, OutputCallback] = {}  # request id -> its on_output (the reader's own)
         self._reader = threading.Thread(target=self._read, name="pynox-reader", daemon=True)
         self._reader.start()
 
@@ -243,6 +248,7 @@ class Pool:
                 slots = list(self._waiting.values())
                 self._waiting.clear()
                 self._functions.clear()
+                self._outputs.clear()
             for slot in slots:
                 slot.error = reason
                 slot.done.set()
@@ -261,6 +267,9 @@ class Pool:
             # that other results keep flowing.
             threading.Thread(target=self._answer, args=(msg,), name="pynox-call", daemon=True).start()
             return
+        if msg.get("event") == "output":
+            self._output(msg)
+            return
         if msg.get("id") is None and "call_id" in msg:
             err = msg.get("error") or {}
             log.warning("pynox pool refused a reply to call %s: %s", msg.get("call_id"), err.get("message"))
@@ -273,6 +282,7 @@ class Pool:
             with self._state:
                 slot = self._waiting.pop(key, None)
                 self._functions.pop(key, None)
+                self._outputs.pop(key, None)
         except TypeError:  # an id Python cannot hash (a list, an object)
             return False
         if slot is None:
@@ -305,6 +315,24 @@ class Pool:
                 return
         log.warning("skipped a line from pynox pool that is not JSON (%s): %r", what, line[:200])
 
+    def _output(self, msg: Dict[str, Any]) -> None:
+        """Passes an output event to its request's on_output, on the reader
+        thread: in order, and before the request's result is delivered."""
+        try:
+            with self._state:
+                fn = self._outputs.get(msg.get("id"))
+        except TypeError:  # an id Python cannot hash
+            return
+        stream, text = msg.get("stream"), msg.get("text")
+        if fn is None or stream not in ("stdout", "stderr") or not isinstance(text, str):
+            return
+        try:
+            fn(stream, text)
+        except Exception:  # noqa: BLE001 - a broken callback must not stop the reader
+            log.exception("on_output raised; the rest of request %r's output is not passed on", msg.get("id"))
+            with self._state:
+                self._outputs.pop(msg.get("id"), None)
+
     def _answer(self, call: Dict[str, Any]) -> None:
         call_id = call.get("call_id")
         with self._state:
@@ -336,8 +364,11 @@ class Pool:
             except (OSError, ValueError):  # BrokenPipeError; ValueError once closed
                 raise PoolError(self._stopped or "pynox pool is not running") from None
 
-    def _request(self, req: Dict[str, Any], functions: Optional[Mapping[str, HostFunction]] = None) -> Dict[str, Any]:
+    def _request(self, req: Dict[str, Any], functions: Optional[Mapping[str, HostFunction]] = None,
+                 on_output: Optional[OutputCallback] = None) -> Dict[str, Any]:
         rid = "py-%d" % next(self._ids)
+        if on_output is not None:
+            req = dict(req, stream=True)
         line = json.dumps(dict(req, id=rid))
         slot = _Slot()
         with self._state:
@@ -346,20 +377,24 @@ class Pool:
             self._waiting[rid] = slot
             if functions:
                 self._functions[rid] = functions
+            if on_output is not None:
+                self._outputs[rid] = on_output
         try:
             self._write_line(line)
         except PoolError:
             with self._state:
                 self._waiting.pop(rid, None)
                 self._functions.pop(rid, None)
+                self._outputs.pop(rid, None)
             raise
         slot.done.wait()
         if slot.answer is None:
             raise PoolError(slot.error or "pynox pool exited before answering")
         return slot.answer
 
-    def _result(self, req: Dict[str, Any], functions: Optional[Mapping[str, HostFunction]]) -> Result:
-        res = Result.from_json(self._request(req, functions))
+    def _result(self, req: Dict[str, Any], functions: Optional[Mapping[str, HostFunction]],
+                on_output: Optional[OutputCallback] = None) -> Result:
+        res = Result.from_json(self._request(req, functions, on_output))
         if res.error is not None and res.error.type == "RequestError":
             raise RequestError(res)
         return res
@@ -371,6 +406,7 @@ class Pool:
         script: Optional[str] = None,
         functions: Optional[Mapping[str, HostFunction]] = None,
         timeout: Optional[Duration] = None,
+        on_output: Optional[OutputCallback] = None,
         **fields: Any,
     ) -> Result:
         """Runs code (or the file script) in a fresh confined process and
@@ -384,6 +420,17 @@ class Pool:
         process, on a thread of their own, with JSON arguments and results,
         and an exception they raise is a HostError in the job.
 
+        on_output, when given, is called as on_output(stream, text) while
+        the job runs, stream being "stdout" or "stderr" and text the next
+        piece of it (valid UTF-8, in the order written, everything the job
+        writes even beyond max_output), all before run returns. It runs on
+        the client's reader thread: while it runs no other answer is read,
+        so a slow on_output slows the job (and the pool's other answers)
+        rather than piling output up, and it must not wait for another
+        answer of this pool (a run() inside it would wait forever). If it
+        raises, the exception is logged and the job's later output is not
+        passed on.
+
         A job that fails is a Result (check result.ok, result.error, or call
         result.check()); a request the pool refuses raises RequestError, and
         a pool that stops raises PoolError."""
@@ -394,7 +441,7 @@ class Pool:
             req["script"] = os.fspath(script)
         if functions:
             req["functions"] = sorted(functions)
-        return self._result(req, functions)
+        return self._result(req, functions, on_output)
 
     def session(self, *, name: Optional[str] = None, functions: Optional[Mapping[str, HostFunction]] = None,
                 **grants: Any) -> Session:
@@ -474,10 +521,11 @@ class Session:
         self._lock = threading.Lock()
         self._fresh = True  # the next step starts a process, so it carries the grants
 
-    def run(self, code: str, *, timeout: Optional[Duration] = None, **step: Any) -> Result:
+    def run(self, code: str, *, timeout: Optional[Duration] = None,
+            on_output: Optional[OutputCallback] = None, **step: Any) -> Result:
         """Runs code in the session and returns its Result. step may carry
         name, args and max_output; timeout (as in Pool.run) bounds this
-        step. Raises RequestError when the pool refuses the step (nothing
+        step; on_output streams its output as in Pool.run. Raises RequestError when the pool refuses the step (nothing
         ran), PoolError when the pool stops."""
         with self._lock:
             fields = _fields(dict(step, timeout=timeout))
@@ -490,7 +538,7 @@ class Session:
                 if self.functions:
                     fields["functions"] = sorted(self.functions)
             try:
-                res = self.pool._result(fields, self.functions)
+                res = self.pool._result(fields, self.functions, on_output)
             except RequestError:
                 raise  # nothing ran: a fresh session stays fresh, a live one lives on
             self._fresh = res.session_ended
