@@ -184,6 +184,27 @@ func (c *Child) noteOOM(o *Outcome) {
 	}
 }
 
+// Gone reports whether the child's process has ended (its pidfd is
+// readable), been closed, or lost its template, whose death takes every
+// process of its PID namespace with it. A session checks it before a
+// step, to start a replacement for a process that died between steps.
+func (c *Child) Gone() bool {
+	if isClosed(c.tpl.done) || isClosed(c.closed) {
+		return true
+	}
+	c.pidMu.Lock()
+	defer c.pidMu.Unlock()
+	if c.pidfd < 0 {
+		return true
+	}
+	fds := []unix.PollFd{{Fd: int32(c.pidfd), Events: unix.POLLIN}}
+	n, err := unix.Poll(fds, 0)
+	return err == nil && n > 0
+}
+
+// Template returns the template that forked the child.
+func (c *Child) Template() *Template { return c.tpl }
+
 // Kill sends SIGKILL through the child's pidfd, which cannot hit a reused
 // pid.
 func (c *Child) Kill() { c.signal(unix.SIGKILL) }
