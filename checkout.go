@@ -360,6 +360,11 @@ func (c *Checkout) Feed(ctx context.Context, step Step) (TurnEvent, error) {
 		}
 		res := c.pool.result(&Job{ID: step.ID}, &stepPl, out, accepted)
 		t.events <- turnMsg{result: res, alive: out.Alive, canceled: out.Canceled}
+		if first {
+			// A template spare the session took is replaced now that
+			// its first step has answered (see worker.TakeSession).
+			child.RefillNow()
+		}
 	}()
 	return c.await(ctx, t)
 }

@@ -3,9 +3,10 @@ package pynox
 import "github.com/pynox/pynox/internal/worker"
 
 // sessionChild returns a new process for a session, forked from one of
-// the pool's warm templates: a template's ready spare when one has it
-// (the template forks that spare's replacement at once), or else one
-// forked for the session alone. It takes no worker: a session never holds
+// the pool's warm templates: a template's ready spare when one has it, or
+// else one forked for the session alone. The replacement of a spare taken
+// is asked for once the session's first step has answered (Feed), at once
+// when jobs wait for a worker, or when a job needs it first. It takes no worker: a session never holds
 // the slot of a one-shot job, nor waits for one. A template found dead is
 // replaced as a job would replace it; a template that dies while forking
 // is given up for another, once. It fails when cancel closes, and when no
@@ -22,6 +23,11 @@ func (p *Pool) sessionChild(network bool, cancel <-chan struct{}) (*worker.Child
 		}
 		child, err := tpl.TakeSession(network, cancel)
 		if err == nil {
+			if p.waiting.Load() > 0 {
+				// Jobs wait for a worker: the template's next spare is
+				// needed now, not after the session's first step.
+				child.RefillNow()
+			}
 			return child, nil
 		}
 		if isDone(cancel) {

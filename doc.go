@@ -266,9 +266,11 @@
 // already imported), and confines it exactly as a job — the session's
 // grants, limits and seccomp filter — before the step's code runs. It
 // takes the template's ready spare when there is one, and the template
-// forks that spare's replacement at once; otherwise the template forks
-// one for the session alone. A session never takes a worker: one-shot
-// jobs and sessions share the CPUs and nothing else. The checkout's
+// forks that spare's replacement once the first step has answered (as
+// after a job), or at once when a job needs a spare first; otherwise the
+// template forks one for the session alone. A session never takes a
+// worker: one-shot jobs and sessions share the CPUs and nothing else, and
+// a job waits for a session's step no more than for a fork. The checkout's
 // job fixes permissions, limits, environment and host functions; each
 // [Step] brings code, name, args and optionally a timeout and output cap
 // within the ceiling. Steps run in order in the same __main__. A Python

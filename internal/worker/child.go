@@ -258,7 +258,10 @@ func (c *Child) HoldRefill() { c.holdRefill.Store(true) }
 // fork and preparation then overlap the job instead of following it; with
 // no backlog, waiting keeps them off the CPU the job is using.
 func (c *Child) RefillNow() {
-	c.refillOnce.Do(func() { c.tpl.refill(c.kind) })
+	c.refillOnce.Do(func() {
+		c.tpl.unhold(c)
+		c.tpl.refill(c.kind)
+	})
 }
 
 // Run hands job to the child and waits for its outcome: until the child

@@ -7,24 +7,36 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// TestTakeSessionRefillsAtOnce: a session that takes the template's ready
-// spare leaves the template forking its replacement at once, so that a
-// job finds a spare while the session's process lives on; the session's
-// process, closed, asks for no second replacement (the template would
-// fail: a spare nobody asked for).
-func TestTakeSessionRefillsAtOnce(t *testing.T) {
+// TestTakeSessionRefill: a session that takes the template's ready spare
+// holds its replacement back (the pool asks for it once the first step
+// has answered), but a job that finds no spare meanwhile gets the
+// replacement forked at once: it never waits for the session. The
+// session's process, closed, asks for no second replacement (the template
+// would fail: a spare nobody asked for).
+func TestTakeSessionRefill(t *testing.T) {
 	tpl := startTestTemplate(t, false)
 	require.Eventually(t, func() bool { return tpl.HasSpare(false) }, time.Minute, time.Millisecond)
 	s, err := tpl.TakeSession(false, nil)
 	require.NoError(t, err)
-	// No Close of s: the job's spare must come anyway.
+	// No RefillNow nor Close of s: the job's spare must come anyway.
 	o := runTestJob(t, tpl, Job{Code: "print('job')"})
 	require.Equal(t, "job\n", string(o.Stdout), "setup error: %s", o.SetupError)
+	s.RefillNow() // asks for nothing more: the job's Take did
 	s.Close()
 	for i := 0; i < 3; i++ {
 		o = runTestJob(t, tpl, Job{Code: "print('job')"})
 		require.Equal(t, "job\n", string(o.Stdout))
 	}
+
+	// Without a job, RefillNow brings the replacement.
+	require.Eventually(t, func() bool { return tpl.HasSpare(false) }, time.Minute, time.Millisecond)
+	s, err = tpl.TakeSession(false, nil)
+	require.NoError(t, err)
+	s.RefillNow()
+	require.Eventually(t, func() bool { return tpl.HasSpare(false) }, time.Minute, time.Millisecond)
+	s.Close()
+	o = runTestJob(t, tpl, Job{Code: "print('job')"})
+	require.Equal(t, "job\n", string(o.Stdout))
 	require.False(t, isClosed(tpl.Done()), "template failed: %v", tpl.Err())
 }
 

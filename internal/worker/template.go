@@ -158,6 +158,9 @@ type Template struct {
 	// (TakeSession). Pushed under wmu with the request's write, so that
 	// the order is the wire's.
 	routes [2][]*sessionWait
+	// held (guarded by mu) is, per kind, a spare a session took whose
+	// replacement waits for RefillNow, or for the next Take.
+	held [2]*Child
 
 	done     chan struct{}
 	waitDone chan struct{}
@@ -502,6 +505,16 @@ const (
 
 var kindNames = [2]string{"deny", "allow"}
 
+// unhold forgets c as a held session spare (its replacement is being
+// asked for).
+func (t *Template) unhold(c *Child) {
+	t.mu.Lock()
+	if t.held[c.kind] == c {
+		t.held[c.kind] = nil
+	}
+	t.mu.Unlock()
+}
+
 // refill asks for the next spare of a kind once the previous one is done
 // with. A failed request means the channel is gone: the template is dead.
 func (t *Template) refill(kind int) {
@@ -570,6 +583,14 @@ func (t *Template) Take(network bool, cancel <-chan struct{}) (*Child, error) {
 		return c, nil
 	default:
 	}
+	// A session took the last spare and holds its replacement back until
+	// its first step answers: a job does not wait for that.
+	t.mu.Lock()
+	h := t.held[kind]
+	t.mu.Unlock()
+	if h != nil {
+		h.RefillNow()
+	}
 	timer := time.NewTimer(t.spareTimeout)
 	defer timer.Stop()
 	select {
@@ -605,13 +626,16 @@ type sessionWait struct {
 }
 
 // TakeSession returns a process for a session: the template's ready spare
-// of the kind the session needs when there is one — and then asks for
-// that spare's replacement at once, so that the template's jobs find the
-// next one as soon as the fork is done — or else a spare forked for the
-// session alone, which the template's jobs never wait for. Either way the
-// process is the session's: closing it asks for no replacement. It fails
-// when the template dies, when cancel closes, and when no spare comes
-// within the spare timeout (the template is then declared wedged).
+// of the kind the session needs when there is one, or else a spare forked
+// for the session alone, which the template's jobs never wait for. The
+// replacement of a ready spare taken is asked for by the child's
+// RefillNow — the caller's to call once the session's first step has
+// answered, so that the fork does not compete with it for the CPU — or
+// by the next Take that finds no spare, whichever comes first: a job
+// never waits for a session's step. Either way the process is the
+// session's: closing it asks for no (further) replacement. TakeSession
+// fails when the template dies, when cancel closes, and when no spare
+// comes within the spare timeout (the template is then declared wedged).
 func (t *Template) TakeSession(network bool, cancel <-chan struct{}) (*Child, error) {
 	kind := kindDeny
 	if network {
@@ -625,7 +649,17 @@ func (t *Template) TakeSession(network bool, cancel <-chan struct{}) (*Child, er
 	}
 	select {
 	case c := <-t.spares[kind]:
-		c.RefillNow()
+		c.HoldRefill()
+		t.mu.Lock()
+		if prev := t.held[kind]; prev != nil {
+			// Never more than one spare of a kind outstanding: the
+			// earlier one's replacement is due now.
+			t.mu.Unlock()
+			prev.RefillNow()
+			t.mu.Lock()
+		}
+		t.held[kind] = c
+		t.mu.Unlock()
 		return c, nil
 	default:
 	}
