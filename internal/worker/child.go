@@ -242,7 +242,7 @@ func (c *Child) Close() {
 			// Released once the process has gone (retried until then).
 			c.cg.Release()
 		}
-		if !c.tpl.onDemand && !c.holdRefill.Load() {
+		if !c.holdRefill.Load() {
 			c.refillOnce.Do(func() { c.tpl.refill(c.kind) })
 		}
 	})

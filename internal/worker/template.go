@@ -64,10 +64,6 @@ type Options struct {
 	// SpareTimeout is how long Take waits for a spare before declaring the
 	// template wedged; zero means DefaultSpareTimeout.
 	SpareTimeout time.Duration
-	// OnDemand forks a spare only when Take asks for one, and none to
-	// replace a closed child: a session's template, which serves one
-	// process at a time.
-	OnDemand bool
 	// PIDNamespace says whether the template becomes PID 1 of a PID
 	// namespace of its own: PIDNamespaceAuto (also the zero value),
 	// PIDNamespaceRequire or PIDNamespaceOff. See PIDNamespaceAuto.
@@ -141,7 +137,6 @@ type Template struct {
 
 	spares       [2]chan *Child // by kind: kindDeny, kindAllow
 	network      bool
-	onDemand     bool
 	cg           *cgroup.Manager
 	memory       int64 // the allowance a new spare's cgroup is sized for
 	spareTimeout time.Duration
@@ -202,7 +197,6 @@ func Start(opts Options) (*Template, error) {
 		conn:         c.(*net.UnixConn),
 		spares:       [2]chan *Child{make(chan *Child, 1), make(chan *Child, 1)},
 		network:      opts.Network,
-		onDemand:     opts.OnDemand,
 		cg:           opts.Cgroups,
 		memory:       opts.Memory,
 		spareTimeout: cmp.Or(opts.SpareTimeout, DefaultSpareTimeout),
@@ -233,9 +227,6 @@ func Start(opts Options) (*Template, error) {
 	kinds := []int{kindDeny}
 	if opts.Network {
 		kinds = append(kinds, kindAllow)
-	}
-	if opts.OnDemand {
-		kinds = nil
 	}
 	for _, k := range kinds {
 		if err := t.requestFork(k); err != nil {
@@ -273,7 +264,7 @@ func (t *Template) handshake(opts Options) error {
 	defer t.conn.SetDeadline(time.Time{})
 	r := frame.NewReader(t.conn, 1<<20)
 	if err := t.send(map[string]any{"t": "init", "v": Proto, "preload": nonNil(opts.Preload),
-		"package_dirs": nonNil(opts.PackageDirs), "on_demand": opts.OnDemand}); err != nil {
+		"package_dirs": nonNil(opts.PackageDirs)}); err != nil {
 		return t.startErr("send init", err)
 	}
 	var h hello
@@ -572,12 +563,6 @@ func (t *Template) Take(network bool, cancel <-chan struct{}) (*Child, error) {
 		}
 		kind = kindAllow
 	}
-	if t.onDemand {
-		if err := t.requestFork(kind); err != nil {
-			t.fail(fmt.Errorf("request fork: %w", err))
-			return nil, err
-		}
-	}
 	select {
 	case c := <-t.spares[kind]:
 		return c, nil
@@ -643,9 +628,6 @@ func (t *Template) TakeSession(network bool, cancel <-chan struct{}) (*Child, er
 			return nil, errors.New("this template keeps no spares for jobs with the network")
 		}
 		kind = kindAllow
-	}
-	if t.onDemand {
-		return t.Take(network, cancel)
 	}
 	select {
 	case c := <-t.spares[kind]:
