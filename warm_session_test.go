@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -271,4 +272,45 @@ func TestSessionDoesNotBlockJobs(t *testing.T) {
 	requireOK(t, ev.Result)
 	require.Equal(t, "42\n", ev.Result.Stdout)
 	require.Equal(t, 2, ev.Result.Step)
+}
+
+// TestSessionTemplateDiesDuringStep: a step under way when its template
+// dies ends with SessionEnded (its process died with the template's PID
+// namespace); the next step runs in a replacement process, forked from
+// the pool's replacement template, and says Restarted.
+func TestSessionTemplateDiesDuringStep(t *testing.T) {
+	// Sequential: it kills a template.
+	p := newTestPool(t, Config{Workers: 1})
+	co := checkout(t, p, Job{})
+	requireOK(t, feed(t, co, "x = 1"))
+	old := p.templatePIDs()[0]
+	done := make(chan *Result, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		ev, err := co.Feed(ctx, Step{Code: "import time\nprint('sleeping', flush=True)\ntime.sleep(60)"})
+		if err != nil || ev.Result == nil {
+			done <- nil
+			return
+		}
+		done <- ev.Result
+	}()
+	require.Eventually(t, func() bool {
+		state, _, ok := procStat(co.Pid())
+		return ok && state == "S"
+	}, 30*time.Second, 5*time.Millisecond, "the step runs")
+	require.NoError(t, syscall.Kill(old, syscall.SIGKILL))
+	r := <-done
+	require.NotNil(t, r, "Feed returned no result")
+	require.True(t, r.SessionEnded, "%+v", r.Error)
+	require.NotNil(t, r.Error)
+	fresh := awaitNewTemplate(t, p, old)
+	r = feed(t, co, "print('x' in globals())")
+	requireOK(t, r)
+	require.Equal(t, "False\n", r.Stdout)
+	require.Equal(t, 1, r.Step)
+	require.True(t, r.Restarted)
+	_, ppid, ok := procStat(co.Pid())
+	require.True(t, ok)
+	require.Equal(t, fresh, ppid, "forked from the replacement template")
 }
