@@ -607,7 +607,14 @@ func (c *Checkout) cleanup() {
 		drainTurn(t)
 		c.endTurn()
 	}
+	c.mu.Lock()
+	child := c.child
+	c.mu.Unlock()
 	c.endProcess()
+	if child != nil {
+		// Gone means reaped: Finish and Close return with no zombie left.
+		child.WaitReaped(reapWait)
+	}
 	c.pl.close()
 	p := c.pool
 	p.coMu.Lock()

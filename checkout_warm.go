@@ -1,6 +1,15 @@
 package pynox
 
-import "github.com/pynox/pynox/internal/worker"
+import (
+	"time"
+
+	"github.com/pynox/pynox/internal/worker"
+)
+
+// reapWait bounds how long a checkout's end waits for its killed process
+// to be reaped by its template (which takes microseconds unless the
+// machine is starved).
+const reapWait = 5 * time.Second
 
 // sessionChild returns a new process for a session, forked from one of
 // the pool's warm templates: a template's ready spare when one has it, or

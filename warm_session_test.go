@@ -145,17 +145,24 @@ func TestCheckoutDoneErr(t *testing.T) {
 	require.True(t, r.SessionEnded)
 	require.False(t, isDone(co.Done()), "a process's end is not the checkout's")
 	require.NoError(t, co.Err())
+	requireOK(t, feed(t, co, "y = 1"))
+	pid := co.Pid()
 	require.NoError(t, co.Finish(ctx))
 	require.True(t, isDone(co.Done()), "Done is closed once Finish returns nil")
+	_, _, exists := procStat(pid)
+	require.False(t, exists, "Finish returned before the session's process was reaped")
 	require.ErrorIs(t, co.Err(), ErrFinished)
 	_, err := co.Feed(ctx, Step{Code: "1"})
 	require.Equal(t, co.Err().Error(), err.Error(), "Err is what calls return")
 
 	idle := checkout(t, p, Job{})
 	requireOK(t, feed(t, idle, "y = 2"))
+	pid = idle.Pid()
 	never := checkout(t, p, Job{}) // no step: no process
 	require.False(t, isDone(idle.Done()))
 	require.NoError(t, p.Close())
+	_, _, exists = procStat(pid)
+	require.False(t, exists, "Close returned before the session's process was reaped")
 	for _, c := range []*Checkout{idle, never} {
 		select {
 		case <-c.Done():

@@ -202,6 +202,20 @@ func (c *Child) Gone() bool {
 	return err == nil && n > 0
 }
 
+// WaitReaped waits, at most d, until the child's template has reaped its
+// process (or died, taking it along), and reports whether it has. Call it
+// after Close, which kills the process.
+func (c *Child) WaitReaped(d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-c.exitCh: // closed once the exit is known, whoever read it
+		return true
+	case <-t.C:
+		return false
+	}
+}
+
 // Template returns the template that forked the child.
 func (c *Child) Template() *Template { return c.tpl }
 
