@@ -12,8 +12,8 @@ import (
 // survives between steps, for agents that define a variable in one call
 // and use it in the next. It is what monty-pool calls a checkout.
 //
-// A Checkout owns a template process of its own, started by
-// [Pool.Checkout], and the process it forks, started by the first [Checkout.Feed].
+// A Checkout's process is forked from one of the pool's warm templates
+// at the first [Checkout.Feed], like a job's (see [Pool.Checkout]).
 // The job given to Pool.Checkout fixes the session's permissions, limits,
 // environment and host functions; each step brings only code, name, args
 // and optionally its own timeout and output cap.
@@ -21,7 +21,9 @@ import (
 // A Python exception leaves the session alive, like a notebook cell. A
 // timeout, a crash or an exit ends its process: that step's result has
 // SessionEnded set, and the next Feed starts a new process (with empty
-// globals) under the same permissions.
+// globals) under the same permissions; so does a Feed that finds the
+// process gone between steps (its template died). The first step of such
+// a replacement process has Result.Restarted set.
 //
 // A Checkout is safe for concurrent use, but its turns are sequential:
 // Feed and Resume wait for one another (as long as their ctx allows).
@@ -45,6 +47,12 @@ type Checkout struct {
 	pl    *plan // grants stay open for the checkout's life
 	steps int   // steps run by the current process
 	turn  *activeTurn
+
+	// procs counts the processes started for the session; replacement is
+	// set while the current one is not the first (its first step's
+	// result says Restarted). Owned by the holder of token.
+	procs       int
+	replacement bool
 
 	mu      sync.Mutex // guards the fields below; never held across a wait
 	tpl     *worker.Template
@@ -120,14 +128,14 @@ type turnMsg struct {
 
 // Checkout starts a session with job's permissions, limits, environment
 // and host functions (job.Code, Script and Args must be empty: steps bring
-// the code). It starts the session's own template, which takes about as
-// long as a pool's start (tens of milliseconds, plus preloads); the first
-// Feed forks the session's process from it.
+// the code). It starts no process: the first Feed takes one from the
+// pool's warm templates, as a job does, without taking a worker, and
+// confines it with the session's grants before
+// the step's code runs; the preloads are already imported.
 //
 // It fails with a KindRequest error for a job outside the ceiling, with
-// ErrExhausted when Config.MaxSessions sessions are open, with a KindSpawn
-// error when the template cannot start, with ErrClosed after Close, and
-// with ctx.Err() when ctx ends first.
+// ErrExhausted when Config.MaxSessions sessions are open, with ErrClosed
+// after Close, and with ctx.Err() when ctx has ended.
 func (p *Pool) Checkout(ctx context.Context, job Job) (*Checkout, error) {
 	return p.checkout(ctx, job, "", nil)
 }
@@ -140,6 +148,9 @@ func (p *Pool) checkout(ctx context.Context, job Job, name string, onEnd func(*C
 	}
 	if job.Code != "" || len(job.Args) > 0 || job.Name != "" {
 		return nil, requestErrorf("a checkout's job takes no code, name or args: each Step brings its own")
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
 	}
 	pl, rerr := p.plan(&job, true)
 	if rerr != nil {
@@ -169,50 +180,7 @@ func (p *Pool) checkout(ctx context.Context, job Job, name string, onEnd func(*C
 	}
 	p.checkouts[c] = struct{}{}
 	p.coMu.Unlock()
-	p.restarts.Add(1) // the template's start, below
 	p.mu.Unlock()
-
-	// The template's start is not bound to ctx beyond the wait: a caller
-	// that gives up leaves nothing behind. Close waits for the start
-	// (restarts), so no template outlives the pool.
-	type started struct {
-		t   *worker.Template
-		err error
-	}
-	ch := make(chan started, 1)
-	go func() {
-		t, err := p.startSessionTemplate()
-		ch <- started{t, err}
-	}()
-	select {
-	case s := <-ch:
-		defer p.restarts.Done()
-		if s.err != nil {
-			c.end(errFinished())
-			<-c.ended
-			return nil, &Error{Kind: KindSpawn, Type: KindSpawn.String(), Err: s.err}
-		}
-		c.mu.Lock()
-		why := c.why
-		if why == nil {
-			c.tpl = s.t
-		}
-		c.mu.Unlock()
-		if why != nil { // the pool closed meanwhile
-			s.t.Close()
-			return nil, c.endErr()
-		}
-	case <-ctx.Done():
-		c.end(errFinished())
-		<-c.ended
-		go func() {
-			defer p.restarts.Done()
-			if s := <-ch; s.t != nil {
-				s.t.Close()
-			}
-		}()
-		return nil, ctx.Err()
-	}
 	c.mu.Lock()
 	c.armIdle()
 	c.mu.Unlock()
@@ -350,37 +318,17 @@ func (c *Checkout) Feed(ctx context.Context, step Step) (TurnEvent, error) {
 		onOut = c.job.OnOutput
 	}
 	ws.Output = c.pool.outputAdapter(step.ID, c.name, onOut)
-	// A dead session template is replaced: the step pays its start. Its
-	// process died with it, and this step says so instead of running in a
-	// new process as if nothing had happened.
-	if c.tpl == nil || isDone(c.tpl.Done()) {
-		lost, prev := c.child != nil, c.steps
-		c.mu.Lock()
-		old := c.tpl
-		c.tpl = nil
-		c.mu.Unlock()
-		if old != nil {
-			old.Close()
-		}
-		c.endProcess()
-		if lost {
-			c.steps = prev + 1
-			ev := c.failStep(step.ID, "the session's process died with its template; the next step starts a new one", accepted)
-			c.steps = 0
-			return ev, nil
-		}
-		tpl, err := c.pool.startSessionTemplate()
-		if err != nil {
-			return c.failStep(step.ID, "the session's template could not be started: "+err.Error(), accepted), nil
-		}
-		c.mu.Lock()
-		c.tpl = tpl
-		c.mu.Unlock()
-	}
 	child := c.child
+	if child != nil && child.Gone() {
+		// The process died between steps (its template died or was
+		// replaced, taking its PID namespace with it): this step runs in
+		// a replacement, and its result says so (Restarted).
+		c.endProcess()
+		child = nil
+	}
 	if child == nil {
 		var err error
-		child, err = c.tpl.Take(c.pl.network, tctx.Done())
+		child, err = c.pool.sessionChild(c.pl.network, tctx.Done())
 		if err != nil {
 			if err := c.endErr(); err != nil {
 				return TurnEvent{}, err
@@ -391,12 +339,15 @@ func (c *Checkout) Feed(ctx context.Context, step Step) (TurnEvent, error) {
 				c.mu.Unlock()
 				return TurnEvent{}, ctx.Err()
 			}
-			return c.failStep(step.ID, "the session's template failed: "+err.Error(), accepted), nil
+			return c.failStep(step.ID, "no process could be forked for the session: "+err.Error(), accepted), nil
 		}
 		c.mu.Lock()
 		c.child = child
+		c.tpl = child.Template()
 		c.mu.Unlock()
 		c.steps = 0
+		c.replacement = c.procs > 0
+		c.procs++
 	}
 	first := c.steps == 0
 	c.steps++
@@ -420,6 +371,11 @@ func (c *Checkout) Feed(ctx context.Context, step Step) (TurnEvent, error) {
 		}
 		res := c.pool.result(&Job{ID: step.ID}, &stepPl, out, accepted)
 		t.events <- turnMsg{result: res, alive: out.Alive, canceled: out.Canceled}
+		if first {
+			// A template spare the session took is replaced now that
+			// its first step has answered (see worker.TakeSession).
+			child.RefillNow()
+		}
 	}()
 	return c.await(ctx, t)
 }
@@ -589,19 +545,12 @@ func (c *Checkout) failStep(id any, msg string, accepted time.Time) TurnEvent {
 	return TurnEvent{Result: res}
 }
 
-// startSessionTemplate starts a session's own template, which forks only
-// when asked.
-func (p *Pool) startSessionTemplate() (*worker.Template, error) {
-	opts := p.templateOptions()
-	opts.OnDemand = true
-	return worker.Start(opts)
-}
-
 // stamp marks a result as a session step's; the caller holds the turn.
 func (c *Checkout) stamp(res *Result, ended bool) {
 	res.Session = c.name
 	res.Step = c.steps
 	res.SessionEnded = ended
+	res.Restarted = c.replacement && c.steps == 1
 }
 
 // endProcess forgets the session's process, killing it if need be; the
@@ -610,6 +559,7 @@ func (c *Checkout) endProcess() {
 	c.mu.Lock()
 	child := c.child
 	c.child = nil
+	c.tpl = nil
 	c.mu.Unlock()
 	if child != nil {
 		child.Close()
@@ -618,7 +568,7 @@ func (c *Checkout) endProcess() {
 }
 
 // Finish ends the session: a step still running is killed at once, its
-// process and template are killed, and its slot among Config.MaxSessions
+// process is killed, and its slot among Config.MaxSessions
 // is free again when Finish returns nil. Of several Finish calls, one
 // returns nil and the others ErrFinished; on a checkout that ended
 // otherwise, Finish returns why (ErrFinished for an idle one, ErrClosed
@@ -640,7 +590,7 @@ func (c *Checkout) Finish(ctx context.Context) error {
 // end ends the checkout for the reason why, unless it has ended already
 // (then it reports false). Deciding is atomic; the rest is not waited for:
 // a turn in progress sees life end, kills its step and returns, and then
-// the cleanup, on its own goroutine, kills the process and the template
+// the cleanup, on its own goroutine, kills the process
 // and frees the slot; ended is closed once it has.
 func (c *Checkout) end(why *Error) bool {
 	c.mu.Lock()
@@ -668,13 +618,13 @@ func (c *Checkout) cleanup() {
 		drainTurn(t)
 		c.endTurn()
 	}
-	c.endProcess()
 	c.mu.Lock()
-	tpl := c.tpl
-	c.tpl = nil
+	child := c.child
 	c.mu.Unlock()
-	if tpl != nil {
-		tpl.Close()
+	c.endProcess()
+	if child != nil {
+		// Gone means reaped: Finish and Close return with no zombie left.
+		child.WaitReaped(reapWait)
 	}
 	c.pl.close()
 	p := c.pool
@@ -690,7 +640,7 @@ func (c *Checkout) cleanup() {
 // reconfigure gives a checkout without a live process the permissions of
 // a new creating request (the pool protocol's "the next request under the
 // same name starts a new process, with the permissions that request
-// brings"), keeping its template.
+// brings").
 func (c *Checkout) reconfigure(job Job) error {
 	pl, rerr := c.pool.plan(&job, true)
 	if rerr != nil {

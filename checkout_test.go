@@ -122,29 +122,35 @@ func TestSessionOutputBetweenSteps(t *testing.T) {
 	require.Equal(t, 3, r.Step)
 }
 
+// TestSessionTemplateDeath: a session's process dies with the pool
+// template it was forked from (PID 1 of its namespace). The pool replaces
+// the template, and the session's next step runs in a replacement process
+// whose result says so (Restarted, step 1, empty globals).
 func TestSessionTemplateDeath(t *testing.T) {
 	p := newTestPool(t, Config{Workers: 1})
 	co := checkout(t, p, Job{})
 	fds0 := advSteadyFDs(t)
 	for i := 0; i < 3; i++ {
-		requireOK(t, feed(t, co, "x = 1"))
+		r := feed(t, co, "x = 1")
+		requireOK(t, r)
+		require.Equal(t, i > 0, r.Restarted, "only a replacement process's first step says Restarted")
+		r = feed(t, co, "print(x)")
+		requireOK(t, r)
+		require.False(t, r.Restarted)
 		co.mu.Lock()
 		tpl := co.tpl
 		co.mu.Unlock()
 		require.NoError(t, syscall.Kill(tpl.Pid(), syscall.SIGKILL))
 		<-tpl.Done()
-		// The step after the loss says the session ended; the one after
-		// runs in a new process.
-		r := feed(t, co, "print(x)")
-		requireErrorType(t, r, "PoolWorkerError")
-		require.True(t, r.SessionEnded)
-		require.Equal(t, 2, r.Step)
 		r = feed(t, co, "print('x' in globals())")
 		requireOK(t, r)
 		require.Equal(t, "False\n", r.Stdout)
 		require.Equal(t, 1, r.Step)
+		require.True(t, r.Restarted, "the step after the loss says it runs in a new process")
+		require.False(t, r.SessionEnded)
 		r = feed(t, co, "raise SystemExit")
 		require.True(t, r.SessionEnded)
+		require.False(t, r.Restarted)
 	}
 	require.Equal(t, fds0, advSteadyFDs(t), "no descriptor of a lost process is left behind")
 }

@@ -260,17 +260,31 @@
 //
 // # Sessions
 //
-// [Pool.Checkout] starts a session: a template of its own (the spec's "the
-// first step pays the template start") and, at the first [Checkout.Feed],
-// one process forked from it and confined exactly as a job. The checkout's
+// [Pool.Checkout] starts a session; its first [Checkout.Feed] forks the
+// session's process from one of the pool's warm templates, as a job's is
+// (never a second interpreter start, and the preloads are the template's,
+// already imported), and confines it exactly as a job — the session's
+// grants, limits and seccomp filter — before the step's code runs. It
+// takes the template's ready spare when there is one, and the template
+// forks that spare's replacement once the first step has answered (as
+// after a job), or at once when a job needs a spare first; otherwise the
+// template forks one for the session alone. A session never takes a
+// worker: one-shot jobs and sessions share the CPUs and nothing else, and
+// a job waits for a session's step no more than for a fork. The checkout's
 // job fixes permissions, limits, environment and host functions; each
 // [Step] brings code, name, args and optionally a timeout and output cap
 // within the ceiling. Steps run in order in the same __main__. A Python
 // exception leaves the process alive; an exit, a timeout, a crash, a
 // MemoryError or a broken protocol ends it (Result.SessionEnded), and the
-// next Feed forks a new one from the same template. Config.MaxSessions
-// caps open checkouts ([ErrExhausted] beyond), Config.SessionIdle closes
-// an idle one, and [Pool.Close] ends them all.
+// next Feed forks a new one, whose first result has Result.Restarted set.
+// A session's process belongs to its template's PID namespace and dies
+// with it: when a template dies (or is killed) between two steps, the pool
+// replaces it for its jobs, and the session's next step runs in a
+// replacement process and says so (Restarted, step 1, empty __main__); a
+// step under way then ends with SessionEnded. Config.MaxSessions caps open
+// checkouts ([ErrExhausted] beyond), Config.SessionIdle closes an idle
+// one, and [Pool.Close] ends them all; [Checkout.Done] is closed when a
+// checkout has ended and [Checkout.Err] says why.
 //
 // A checkout's turns are sequential: Feed and Resume wait for the one in
 // progress, and their ctx bounds that wait. [Checkout.Finish] kills a
@@ -307,8 +321,10 @@
 // its ctx ends, and then closes. A Pool must come from [New]: the zero
 // value runs nothing, and its methods return a KindClosed error at once.
 //
-// Between steps the pool stops the process (SIGSTOP through its pidfd)
-// and resumes it for the next step (SIGCONT), so threads it started burn
+// Between steps the pool stops the process (SIGSTOP through its pidfd,
+// from the moment it reports its step, before its output is drained; a
+// warm checkout's process, forked from a pool template, is stopped just
+// the same) and resumes it for the next step (SIGCONT), so threads it started burn
 // no CPU and write nothing while nobody waits on it; descriptors 1 and 2
 // point at /dev/null then, and a host call from such a thread belongs to
 // the step that is running. A frame found on the control channel when a

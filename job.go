@@ -148,6 +148,12 @@ type Result struct {
 	// SessionEnded is set when the step ended the session's process (an
 	// exit, a timeout, a crash): the session's next step starts a new one.
 	SessionEnded bool `json:"session_ended,omitempty"`
+	// Restarted is set on the first step (Step 1) of a session's
+	// replacement process: the one started after an earlier process of
+	// the same session ended (an exit, a crash, a timeout, a cancelled
+	// step, or its template's death between steps), so __main__ starts
+	// empty again. It is never set on the first process of a session.
+	Restarted bool `json:"restarted,omitempty"`
 	// Calls counts the host-function calls the job (or step) made.
 	Calls int `json:"calls,omitempty"`
 

@@ -65,6 +65,8 @@ type Pool struct {
 	checkouts map[*Checkout]struct{} // open sessions; at most cfg.MaxSessions
 
 	spareTimeout time.Duration // for templates started from now on; zero means the default
+
+	sessionSeq atomic.Uint64 // spreads sessions' processes over the templates
 }
 
 // poolWorker is one template and the job slot it serves.

@@ -29,7 +29,9 @@
 // slower (or, for throughput, fewer jobs per second) than pynox. Nothing is
 // asserted; the numbers are for reading.
 //
-// Sessions: sequential trivial steps in one live session. Host functions:
+// Sessions: sequential trivial steps in one live session, and the first
+// step of a new session (its checkout included), one new session per
+// sample, closed after it unmeasured. Host functions:
 // one job calling a host function n times, each call answered by this
 // command as a JSON Lines client would.
 package main
@@ -46,7 +48,7 @@ import (
 )
 
 // pandasRows are the rows, and memory rows, that need pandas.
-var pandasRows = []string{"3", "4", "5", "8", "9", "10", "12", "14", "16", "19", "21", "M5", "M6", "M7", "M8", "M9", "M10"}
+var pandasRows = []string{"3", "4", "5", "8", "9", "10", "12", "14", "16", "19", "21", "23", "24", "M5", "M6", "M7", "M8", "M9", "M10"}
 
 //go:embed naive_server.py
 var naiveServer []byte

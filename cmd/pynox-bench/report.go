@@ -119,6 +119,9 @@ func newReport() *Report {
 	add("17", "sessions", "pynox session     step        gap=G", "1")
 	add("18", "sessions", "pynox session     step        gap=0", "2")
 	add("19", "sessions", "pynox+pandas ses. step        gap=G", "3")
+	add("22", "sessions", "pynox session     first step  gap=G", "1")
+	add("23", "sessions", "pynox+pandas ses. first step  gap=G", "3")
+	add("24", "sessions", "pynox+pandas ses. step        gap=0", "4")
 	add("20", "host", "pynox            host call", "")
 	add("21", "host", "pynox+pandas     host call", "20")
 	addMem := func(id, name, vs string) {
@@ -218,7 +221,8 @@ func (r *Report) print(w io.Writer) {
 				fmt.Fprintf(w, "%-4s %-38s %5s %9s %9s %9s %9s   %s\n", "#", "benchmark", "n", "jobs/s", "median", "p99", "srv-dur", "vs pynox")
 			case "sessions":
 				fmt.Fprintln(w)
-				fmt.Fprintln(w, "SESSIONS: trivial steps in one live session (__main__ kept), sequential, client-side round trip")
+				fmt.Fprintln(w, "SESSIONS: trivial steps in one live session (__main__ kept), sequential, client-side round trip;")
+				fmt.Fprintln(w, "          first step = a new session's first request (checkout + first step), one new session per sample")
 				fmt.Fprintf(w, "%-4s %-38s %5s %9s %9s %9s %9s   %s\n", "#", "benchmark", "n", "median", "p99", "srv-dur", "srv-queue", "vs pynox")
 			case "host":
 				fmt.Fprintln(w)

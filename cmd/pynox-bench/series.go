@@ -145,6 +145,9 @@ func bench(ctx context.Context, o options) (*Report, error) {
 		if err := s.sessionLatency(rep.row("18"), o.n, o.warm, 0); err != nil {
 			return err
 		}
+		if err := s.sessionFirstStep(rep.row("22"), o.n, o.warm, o.gap); err != nil {
+			return err
+		}
 		if err := s.hostCalls(rep.row("20"), o.n, o.warm); err != nil {
 			return err
 		}
@@ -175,6 +178,12 @@ func bench(ctx context.Context, o options) (*Report, error) {
 				return err
 			}
 			if err := s.sessionLatency(rep.row("19"), o.n, o.warm, o.gap); err != nil {
+				return err
+			}
+			if err := s.sessionLatency(rep.row("24"), o.n, o.warm, 0); err != nil {
+				return err
+			}
+			if err := s.sessionFirstStep(rep.row("23"), o.n, o.warm, o.gap); err != nil {
 				return err
 			}
 			if err := s.hostCalls(rep.row("21"), o.n, o.warm); err != nil {
@@ -364,6 +373,33 @@ func (s *server) sessionLatency(row *Row, n, warm int, gap time.Duration) error 
 		return s.failed(err)
 	}
 	return nil
+}
+
+// sessionFirstStep measures the first step of n new sessions, after warm
+// unmeasured ones: each sample is a new session's first request, which
+// checks the session out and runs its first step. Each session is closed
+// after its sample, unmeasured (before the gap of the next one).
+func (s *server) sessionFirstStep(row *Row, n, warm int, gap time.Duration) error {
+	return s.series(row, n, warm, gap, func(int) (*pynox.Result, time.Duration, error) {
+		s.sessions++
+		sess := s.c.Session("bench-first-"+strconv.Itoa(s.sessions), pynox.Job{})
+		t0 := time.Now()
+		r, err := sess.Run(context.Background(), pynox.Step{Code: trivialCode})
+		d := time.Since(t0)
+		if err != nil {
+			return nil, 0, s.failed(err)
+		}
+		if err := s.check(r, trivialOut); err != nil {
+			return nil, 0, err
+		}
+		if r.Step != 1 || r.Restarted {
+			return nil, 0, fmt.Errorf("%s: a new session's first step answered as step %d (restarted %v)", s.name, r.Step, r.Restarted)
+		}
+		if err := sess.Close(context.Background()); err != nil {
+			return nil, 0, s.failed(err)
+		}
+		return r, d, nil
+	})
 }
 
 // hostCalls runs one job that calls a host function warm+n+1 times and

@@ -184,6 +184,41 @@ func (c *Child) noteOOM(o *Outcome) {
 	}
 }
 
+// Gone reports whether the child's process has ended (its pidfd is
+// readable), been closed, or lost its template, whose death takes every
+// process of its PID namespace with it. A session checks it before a
+// step, to start a replacement for a process that died between steps.
+func (c *Child) Gone() bool {
+	if isClosed(c.tpl.done) || isClosed(c.closed) {
+		return true
+	}
+	c.pidMu.Lock()
+	defer c.pidMu.Unlock()
+	if c.pidfd < 0 {
+		return true
+	}
+	fds := []unix.PollFd{{Fd: int32(c.pidfd), Events: unix.POLLIN}}
+	n, err := unix.Poll(fds, 0)
+	return err == nil && n > 0
+}
+
+// WaitReaped waits, at most d, until the child's template has reaped its
+// process (or died, taking it along), and reports whether it has. Call it
+// after Close, which kills the process.
+func (c *Child) WaitReaped(d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-c.exitCh: // closed once the exit is known, whoever read it
+		return true
+	case <-t.C:
+		return false
+	}
+}
+
+// Template returns the template that forked the child.
+func (c *Child) Template() *Template { return c.tpl }
+
 // Kill sends SIGKILL through the child's pidfd, which cannot hit a reused
 // pid.
 func (c *Child) Kill() { c.signal(unix.SIGKILL) }
@@ -221,7 +256,7 @@ func (c *Child) Close() {
 			// Released once the process has gone (retried until then).
 			c.cg.Release()
 		}
-		if !c.tpl.onDemand && !c.holdRefill.Load() {
+		if !c.holdRefill.Load() {
 			c.refillOnce.Do(func() { c.tpl.refill(c.kind) })
 		}
 	})
@@ -237,7 +272,10 @@ func (c *Child) HoldRefill() { c.holdRefill.Store(true) }
 // fork and preparation then overlap the job instead of following it; with
 // no backlog, waiting keeps them off the CPU the job is using.
 func (c *Child) RefillNow() {
-	c.refillOnce.Do(func() { c.tpl.refill(c.kind) })
+	c.refillOnce.Do(func() {
+		c.tpl.unhold(c)
+		c.tpl.refill(c.kind)
+	})
 }
 
 // Run hands job to the child and waits for its outcome: until the child

@@ -342,11 +342,9 @@ class Template:
                 pass
         gc.collect()
         gc.freeze()
-        if not msg.get("on_demand"):
-            # Worth it for a template that forks for every job, not for a
-            # session's, which forks once (collapsing a pandas heap takes
-            # ~40 ms, and the session's first step waits for it).
-            _collapse_huge_pages()
+        # Every template forks for jobs and sessions alike (~40 ms once
+        # for a pandas heap, before "ready").
+        _collapse_huge_pages()
         self.send({"t": "ready"})
 
     def loop(self):

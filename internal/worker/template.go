@@ -64,10 +64,6 @@ type Options struct {
 	// SpareTimeout is how long Take waits for a spare before declaring the
 	// template wedged; zero means DefaultSpareTimeout.
 	SpareTimeout time.Duration
-	// OnDemand forks a spare only when Take asks for one, and none to
-	// replace a closed child: a session's template, which serves one
-	// process at a time.
-	OnDemand bool
 	// PIDNamespace says whether the template becomes PID 1 of a PID
 	// namespace of its own: PIDNamespaceAuto (also the zero value),
 	// PIDNamespaceRequire or PIDNamespaceOff. See PIDNamespaceAuto.
@@ -141,7 +137,6 @@ type Template struct {
 
 	spares       [2]chan *Child // by kind: kindDeny, kindAllow
 	network      bool
-	onDemand     bool
 	cg           *cgroup.Manager
 	memory       int64 // the allowance a new spare's cgroup is sized for
 	spareTimeout time.Duration
@@ -150,6 +145,17 @@ type Template struct {
 	children map[int]*Child // by the pid the template reports (its namespace's)
 	dead     bool
 	deadErr  error
+
+	// routes (guarded by mu) holds, per kind, where each spare asked for
+	// and not yet received goes, in the order of the requests (the
+	// template forks them in that order): nil for the template's own
+	// spare (spares), a waiter for one forked for a session
+	// (TakeSession). Pushed under wmu with the request's write, so that
+	// the order is the wire's.
+	routes [2][]*sessionWait
+	// held (guarded by mu) is, per kind, a spare a session took whose
+	// replacement waits for RefillNow, or for the next Take.
+	held [2]*Child
 
 	done     chan struct{}
 	waitDone chan struct{}
@@ -191,7 +197,6 @@ func Start(opts Options) (*Template, error) {
 		conn:         c.(*net.UnixConn),
 		spares:       [2]chan *Child{make(chan *Child, 1), make(chan *Child, 1)},
 		network:      opts.Network,
-		onDemand:     opts.OnDemand,
 		cg:           opts.Cgroups,
 		memory:       opts.Memory,
 		spareTimeout: cmp.Or(opts.SpareTimeout, DefaultSpareTimeout),
@@ -222,9 +227,6 @@ func Start(opts Options) (*Template, error) {
 	kinds := []int{kindDeny}
 	if opts.Network {
 		kinds = append(kinds, kindAllow)
-	}
-	if opts.OnDemand {
-		kinds = nil
 	}
 	for _, k := range kinds {
 		if err := t.requestFork(k); err != nil {
@@ -262,7 +264,7 @@ func (t *Template) handshake(opts Options) error {
 	defer t.conn.SetDeadline(time.Time{})
 	r := frame.NewReader(t.conn, 1<<20)
 	if err := t.send(map[string]any{"t": "init", "v": Proto, "preload": nonNil(opts.Preload),
-		"package_dirs": nonNil(opts.PackageDirs), "on_demand": opts.OnDemand}); err != nil {
+		"package_dirs": nonNil(opts.PackageDirs)}); err != nil {
 		return t.startErr("send init", err)
 	}
 	var h hello
@@ -494,6 +496,16 @@ const (
 
 var kindNames = [2]string{"deny", "allow"}
 
+// unhold forgets c as a held session spare (its replacement is being
+// asked for).
+func (t *Template) unhold(c *Child) {
+	t.mu.Lock()
+	if t.held[c.kind] == c {
+		t.held[c.kind] = nil
+	}
+	t.mu.Unlock()
+}
+
 // refill asks for the next spare of a kind once the previous one is done
 // with. A failed request means the channel is gone: the template is dead.
 func (t *Template) refill(kind int) {
@@ -523,7 +535,21 @@ var forkFrames = [2][]byte{
 }
 
 func (t *Template) requestFork(kind int) error {
-	return t.write(forkFrames[kind])
+	return t.requestForkFor(kind, nil)
+}
+
+// requestForkFor asks for a spare of kind that goes to w, or to the
+// template's spares when w is nil.
+func (t *Template) requestForkFor(kind int, w *sessionWait) error {
+	payload := forkFrames[kind]
+	buf := frame.Append(make([]byte, 0, len(payload)+frame.HeaderSize), payload)
+	t.wmu.Lock()
+	defer t.wmu.Unlock()
+	t.mu.Lock()
+	t.routes[kind] = append(t.routes[kind], w)
+	t.mu.Unlock()
+	_, err := t.conn.Write(buf)
+	return err
 }
 
 // Take returns the template's ready spare of the kind the job needs (with
@@ -537,16 +563,18 @@ func (t *Template) Take(network bool, cancel <-chan struct{}) (*Child, error) {
 		}
 		kind = kindAllow
 	}
-	if t.onDemand {
-		if err := t.requestFork(kind); err != nil {
-			t.fail(fmt.Errorf("request fork: %w", err))
-			return nil, err
-		}
-	}
 	select {
 	case c := <-t.spares[kind]:
 		return c, nil
 	default:
+	}
+	// A session took the last spare and holds its replacement back until
+	// its first step answers: a job does not wait for that.
+	t.mu.Lock()
+	h := t.held[kind]
+	t.mu.Unlock()
+	if h != nil {
+		h.RefillNow()
 	}
 	timer := time.NewTimer(t.spareTimeout)
 	defer timer.Stop()
@@ -564,6 +592,91 @@ func (t *Template) Take(network bool, cancel <-chan struct{}) (*Child, error) {
 		t.fail(err)
 		return nil, err
 	}
+}
+
+// HasSpare reports whether the template holds a ready spare for a job
+// with (or without) the network: a hint, stale as soon as it returns.
+func (t *Template) HasSpare(network bool) bool {
+	kind := kindDeny
+	if network {
+		kind = kindAllow
+	}
+	return len(t.spares[kind]) > 0
+}
+
+// sessionWait is a session waiting for a spare forked for it alone.
+type sessionWait struct {
+	ch        chan *Child // capacity 1: the one spare
+	abandoned bool        // guarded by Template.mu: the waiter left
+}
+
+// TakeSession returns a process for a session: the template's ready spare
+// of the kind the session needs when there is one, or else a spare forked
+// for the session alone, which the template's jobs never wait for. The
+// replacement of a ready spare taken is asked for by the child's
+// RefillNow — the caller's to call once the session's first step has
+// answered, so that the fork does not compete with it for the CPU — or
+// by the next Take that finds no spare, whichever comes first: a job
+// never waits for a session's step. Either way the process is the
+// session's: closing it asks for no (further) replacement. TakeSession
+// fails when the template dies, when cancel closes, and when no spare
+// comes within the spare timeout (the template is then declared wedged).
+func (t *Template) TakeSession(network bool, cancel <-chan struct{}) (*Child, error) {
+	kind := kindDeny
+	if network {
+		if !t.network {
+			return nil, errors.New("this template keeps no spares for jobs with the network")
+		}
+		kind = kindAllow
+	}
+	select {
+	case c := <-t.spares[kind]:
+		c.HoldRefill()
+		t.mu.Lock()
+		if prev := t.held[kind]; prev != nil {
+			// Never more than one spare of a kind outstanding: the
+			// earlier one's replacement is due now.
+			t.mu.Unlock()
+			prev.RefillNow()
+			t.mu.Lock()
+		}
+		t.held[kind] = c
+		t.mu.Unlock()
+		return c, nil
+	default:
+	}
+	if isClosed(t.done) {
+		return nil, t.Err()
+	}
+	w := &sessionWait{ch: make(chan *Child, 1)}
+	if err := t.requestForkFor(kind, w); err != nil {
+		t.fail(fmt.Errorf("request fork: %w", err))
+		return nil, err
+	}
+	timer := time.NewTimer(t.spareTimeout)
+	defer timer.Stop()
+	var err error
+	select {
+	case c := <-w.ch:
+		return c, nil
+	case <-t.done:
+		err = t.Err()
+	case <-cancel:
+		err = errCanceled
+	case <-timer.C:
+		err = fmt.Errorf("template forked no spare in %s", t.spareTimeout)
+		t.fail(err)
+	}
+	// The spare may still come, or have come meanwhile: it is closed.
+	t.mu.Lock()
+	w.abandoned = true
+	t.mu.Unlock()
+	select {
+	case c := <-w.ch:
+		c.Close()
+	default:
+	}
+	return nil, err
 }
 
 // DefaultSpareTimeout bounds the wait for a template's next spare unless
@@ -642,13 +755,29 @@ func (t *Template) readLoop() {
 				}
 				t.mu.Lock()
 				t.children[m.Pid] = c
+				var route *sessionWait
+				routed := len(t.routes[kind]) > 0
+				if routed {
+					route = t.routes[kind][0]
+					t.routes[kind] = t.routes[kind][1:]
+				}
 				t.mu.Unlock()
+				if !routed {
+					t.fail(errors.New("template forked a spare nobody asked for"))
+					c.Close() // after fail: it asks for no replacement
+					return
+				}
+				if route != nil {
+					// A session's own process: its end asks for no
+					// replacement.
+					c.refillOnce.Do(func() {})
+				}
 				if t.cg.Backend() != cgroup.None {
 					// The spare is handed out once it is in its cgroup;
 					// creating and joining it takes a few hundred
 					// microseconds that this loop need not wait for.
-					go t.deliver(c, kind)
-				} else if !t.deliver(c, kind) {
+					go t.deliverTo(c, kind, route)
+				} else if !t.deliverTo(c, kind, route) {
 					return
 				}
 			case "exit":
@@ -678,10 +807,11 @@ func (t *Template) readLoop() {
 	}
 }
 
-// deliver makes c the template's spare of its kind, first moving it into
-// a cgroup of its own when the template uses them. It reports false when
-// the template failed.
-func (t *Template) deliver(c *Child, kind int) bool {
+// deliverTo makes c the template's spare of its kind (route nil) or
+// hands it to the session waiting for it, first moving it into a cgroup
+// of its own when the template uses them. It reports false when the
+// template failed.
+func (t *Template) deliverTo(c *Child, kind int, route *sessionWait) bool {
 	if t.cg.Backend() != cgroup.None {
 		c.joinCgroup(t.cg, t.memory+t.info.MemoryMargin, t.info.MemoryMargin)
 	}
@@ -690,6 +820,16 @@ func (t *Template) deliver(c *Child, kind int) bool {
 		t.mu.Unlock()
 		c.Close()
 		return false
+	}
+	if route != nil {
+		if route.abandoned {
+			t.mu.Unlock()
+			c.Close() // its waiter gave up; no replacement is asked for
+			return true
+		}
+		route.ch <- c // buffered for exactly this one
+		t.mu.Unlock()
+		return true
 	}
 	select {
 	case t.spares[kind] <- c:

@@ -113,6 +113,11 @@ func (t *turn) run(cancel <-chan struct{}) *Outcome {
 	c, o := t.c, t.o
 	captureTimer := t.newTimer(outputDelay)
 
+	// The CPU clock's base is read before the code goes, while the
+	// process waits for it (stopped, or blocked reading its job): a step
+	// that ends at once (a crash, an exit) may be reaped before a read
+	// after the send, and its clock would be gone.
+	cpuErr := t.startCPU()
 	o.Start = time.Now()
 	if err := t.ts.send(); err != nil {
 		// The child died before it could take the code.
@@ -129,7 +134,7 @@ func (t *turn) run(cancel <-chan struct{}) *Outcome {
 	if t.ts.timeout > 0 {
 		t.timeout = t.newTimer(t.ts.timeout).C
 	}
-	if err := t.startCPU(); err != nil {
+	if err := cpuErr; err != nil {
 		// Without it the turn could not be held to its CPU time.
 		o.SetupError = "the session's CPU time cannot be read: " + err.Error()
 		t.kill()
