@@ -75,6 +75,10 @@ type Step struct {
 	// Host answers this step's host calls instead of the session job's
 	// Host. With neither, calls surface as TurnEvents.
 	Host HostFunc
+	// Inputs become globals of the session's __main__ before the step's
+	// code runs, and stay for later steps like any assignment; the rules
+	// of Job.Inputs apply.
+	Inputs map[string]any
 }
 
 // TurnEvent is how a turn of a [Checkout] ended: the step called a host
@@ -133,8 +137,8 @@ func (p *Pool) checkout(ctx context.Context, job Job, name string, onEnd func(*C
 	if err := p.usable(); err != nil {
 		return nil, err
 	}
-	if job.Code != "" || len(job.Args) > 0 || job.Name != "" {
-		return nil, requestErrorf("a checkout's job takes no code, name or args: each Step brings its own")
+	if job.Code != "" || len(job.Args) > 0 || job.Name != "" || job.Inputs != nil {
+		return nil, requestErrorf("a checkout's job takes no code, name, args or inputs: each Step brings its own")
 	}
 	pl, rerr := p.plan(&job, true)
 	if rerr != nil {
@@ -403,6 +407,7 @@ func (c *Checkout) Feed(ctx context.Context, step Step) (TurnEvent, error) {
 			j.Code, j.Name, j.Argv = ws.Code, ws.Name, ws.Argv
 			j.Timeout, j.MaxOutput, j.Host = ws.Timeout, ws.MaxOutput, ws.Host
 			j.Limits.CPUSecs = ws.CPUSecs
+			j.Inputs = ws.Inputs
 			out = child.Run(&j, cancel)
 		} else {
 			out = child.RunStep(ws, cancel)
@@ -445,7 +450,12 @@ func (c *Checkout) stepPlan(s *Step) (*worker.Step, *Error) {
 	if name == "" {
 		name = DefaultName
 	}
+	inputs, err := encodeInputs(s.Inputs)
+	if err != nil {
+		return nil, err
+	}
 	return &worker.Step{
+		Inputs:    inputs,
 		Code:      s.Code,
 		Name:      name,
 		Argv:      nonNilStrings(s.Args),

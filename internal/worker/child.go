@@ -248,7 +248,7 @@ func (c *Child) RefillNow() {
 func (c *Child) Run(job *Job, cancel <-chan struct{}) *Outcome {
 	f := jobFrame{T: "job", Code: job.Code, Name: job.Name, Script: job.Script, Argv: job.Argv,
 		Env: job.Env, Path: job.Path, Network: job.Network, Limits: job.Limits,
-		Session: job.Session, Step: 1, Functions: job.Functions}
+		Session: job.Session, Step: 1, Functions: job.Functions, Inputs: job.Inputs}
 	var cpu int64
 	if job.Session {
 		f.Limits.SessionCPU = cmp.Or(f.Limits.SessionCPU, SessionCPU)
@@ -322,8 +322,9 @@ func (c *Child) RunStep(st *Step, cancel <-chan struct{}) *Outcome {
 		return &Outcome{Started: true, SetupError: "pipe: " + err.Error(), Start: now, End: now}
 	}
 	c.stdoutFd, c.stderrFd = out[0], errp[0]
-	// Strings and numbers only: encoding cannot fail.
-	payload, _ := json.Marshal(&stepFrame{T: "step", Step: c.step, Code: st.Code, Name: st.Name, Argv: st.Argv, CPU: st.CPUSecs})
+	// Strings, numbers and the inputs, which the caller checked: encoding
+	// cannot fail.
+	payload, _ := json.Marshal(&stepFrame{T: "step", Step: c.step, Code: st.Code, Name: st.Name, Argv: st.Argv, CPU: st.CPUSecs, Inputs: st.Inputs})
 	o := c.turn(turnSpec{
 		send: func() error {
 			// The process is stopped. A frame that fits the socket's
