@@ -3,6 +3,7 @@ package pynox
 // Inputs of a job or step, and the value of its last expression.
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"slices"
@@ -73,7 +74,13 @@ func encodeInputs(inputs map[string]any) (json.RawMessage, *Error) {
 			return nil, requestErrorf("inputs: %s", why)
 		}
 	}
-	raw, err := json.Marshal(inputs)
+	// Without HTML escapes (<, > and & as \u003c...): the size is that of
+	// the JSON a client would write.
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	err := enc.Encode(inputs)
+	raw := json.RawMessage(bytes.TrimSuffix(buf.Bytes(), []byte("\n")))
 	if err != nil {
 		for _, name := range names {
 			if _, err := json.Marshal(inputs[name]); err != nil {

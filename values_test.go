@@ -40,6 +40,12 @@ assert "d" in globals() and __name__ == "__main__"
 		{"deep": [{"k": [[1]]}]}, {"z": [1000.0]}, "soft keywords are names"]`, string(r.Value))
 	require.Empty(t, r.Stdout, "the value is not printed")
 
+	// Inputs are measured as a client writes them: "<" is one byte, not
+	// the six of Go's HTML escape \u003c.
+	r = run(t, p, Job{Inputs: map[string]any{"html": strings.Repeat("<&>", 300000)}, Code: "len(html), html[:3]"})
+	requireOK(t, r)
+	require.JSONEq(t, `[900000, "<&>"]`, string(r.Value))
+
 	for _, c := range []struct{ code, value string }{
 		{"d", `{"a": 1, "b": ["x", 2.5, true, null]}`},
 		{"l + [4]", `[1, 2, 3, 4]`},
