@@ -16,9 +16,11 @@ import threading
 from typing import IO, Any, Callable, Deque, Dict, Iterable, List, Mapping, Optional, Union
 
 from ._errors import BinaryNotFoundError, PoolError, RequestError
-from ._result import Result
+from ._result import ErrorInfo, Result
 
 log = logging.getLogger("pynox")
+
+MAX_LINE = 1 << 20  # the longest request line pynox pool reads (jsonl.MaxLine)
 
 #: A host function: called with the JSON arguments the job passed, it
 #: returns a JSON-encodable value (or raises; the job sees HostError).
@@ -339,6 +341,10 @@ class Pool:
     def _request(self, req: Dict[str, Any], functions: Optional[Mapping[str, HostFunction]] = None) -> Dict[str, Any]:
         rid = "py-%d" % next(self._ids)
         line = json.dumps(dict(req, id=rid))
+        if len(line) > MAX_LINE:  # ASCII: json.dumps escapes the rest
+            # The pool would discard the line and answer it with no id.
+            msg = "the request is %d bytes of JSON; pynox pool reads lines of at most %d" % (len(line), MAX_LINE)
+            raise RequestError(Result(id=rid, exit=-1, error=ErrorInfo(type="RequestError", message=msg)))
         slot = _Slot()
         with self._state:
             if self._stopped:
@@ -371,6 +377,7 @@ class Pool:
         script: Optional[str] = None,
         functions: Optional[Mapping[str, HostFunction]] = None,
         timeout: Optional[Duration] = None,
+        inputs: Optional[Mapping[str, Any]] = None,
         **fields: Any,
     ) -> Result:
         """Runs code (or the file script) in a fresh confined process and
@@ -384,6 +391,10 @@ class Pool:
         process, on a thread of their own, with JSON arguments and results,
         and an exception they raise is a HostError in the job.
 
+        inputs maps names to JSON values that become globals of the code
+        before it runs. When the code ends with an expression, its value
+        is result.value (or result.value_repr when it has no JSON form).
+
         A job that fails is a Result (check result.ok, result.error, or call
         result.check()); a request the pool refuses raises RequestError, and
         a pool that stops raises PoolError."""
@@ -394,6 +405,8 @@ class Pool:
             req["script"] = os.fspath(script)
         if functions:
             req["functions"] = sorted(functions)
+        if inputs is not None:
+            req["inputs"] = dict(inputs)
         return self._result(req, functions)
 
     def session(self, *, name: Optional[str] = None, functions: Optional[Mapping[str, HostFunction]] = None,
@@ -474,15 +487,19 @@ class Session:
         self._lock = threading.Lock()
         self._fresh = True  # the next step starts a process, so it carries the grants
 
-    def run(self, code: str, *, timeout: Optional[Duration] = None, **step: Any) -> Result:
+    def run(self, code: str, *, timeout: Optional[Duration] = None,
+            inputs: Optional[Mapping[str, Any]] = None, **step: Any) -> Result:
         """Runs code in the session and returns its Result. step may carry
         name, args and max_output; timeout (as in Pool.run) bounds this
-        step. Raises RequestError when the pool refuses the step (nothing
+        step. inputs (JSON values by name) become globals of the session
+        before the code runs, and stay for later steps. Raises RequestError when the pool refuses the step (nothing
         ran), PoolError when the pool stops."""
         with self._lock:
             fields = _fields(dict(step, timeout=timeout))
             fields["session"] = self.name
             fields["code"] = code
+            if inputs is not None:
+                fields["inputs"] = dict(inputs)
             if self._fresh:
                 # The first request (and the first after the process
                 # ended) fixes the permissions and the host functions.
