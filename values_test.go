@@ -46,6 +46,12 @@ assert "d" in globals() and __name__ == "__main__"
 	requireOK(t, r)
 	require.JSONEq(t, `[900000, "<&>"]`, string(r.Value))
 
+	// Nor do they grow sixfold on their way to the child: with 3 MiB of
+	// code they fit its 8 MiB frame.
+	r = run(t, p, Job{Inputs: map[string]any{"lt": strings.Repeat("<", 1_000_000)}, Code: "#" + strings.Repeat("x", 3<<20) + "\nlen(lt)"})
+	requireOK(t, r)
+	require.JSONEq(t, `1000000`, string(r.Value))
+
 	for _, c := range []struct{ code, value string }{
 		{"d", `{"a": 1, "b": ["x", 2.5, true, null]}`},
 		{"l + [4]", `[1, 2, 3, 4]`},

@@ -6,7 +6,6 @@ package worker
 
 import (
 	"cmp"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -273,7 +272,13 @@ func (c *Child) Run(job *Job, cancel <-chan struct{}) *Outcome {
 		return &Outcome{SetupError: err.Error(), Start: now, End: now}
 	}
 	o := c.turn(turnSpec{
-		send:      func() error { return c.sendFrame(&f, fds) },
+		send: func() error {
+			b, err := marshalFrame(&f)
+			if err != nil {
+				return err
+			}
+			return c.sendRaw(b, fds)
+		},
 		timeout:   job.Timeout,
 		maxOutput: job.MaxOutput,
 		host:      job.Host,
@@ -324,7 +329,7 @@ func (c *Child) RunStep(st *Step, cancel <-chan struct{}) *Outcome {
 	c.stdoutFd, c.stderrFd = out[0], errp[0]
 	// Strings, numbers and the inputs, which the caller checked: encoding
 	// cannot fail.
-	payload, _ := json.Marshal(&stepFrame{T: "step", Step: c.step, Code: st.Code, Name: st.Name, Argv: st.Argv, CPU: st.CPUSecs, Inputs: st.Inputs})
+	payload, _ := marshalFrame(&stepFrame{T: "step", Step: c.step, Code: st.Code, Name: st.Name, Argv: st.Argv, CPU: st.CPUSecs, Inputs: st.Inputs})
 	o := c.turn(turnSpec{
 		send: func() error {
 			// The process is stopped. A frame that fits the socket's
