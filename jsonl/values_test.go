@@ -1,6 +1,7 @@
 package jsonl
 
 import (
+	"context"
 	"encoding/json"
 	"strings"
 	"testing"
@@ -123,4 +124,32 @@ func TestServeSessionInputs(t *testing.T) {
 	require.JSONEq(t, `{"ok": true}`, jsonOf(t, r["value"]))
 	require.Equal(t, 1, stepOf(r))
 	ls.finish()
+}
+
+func TestClientInputsAndValues(t *testing.T) {
+	t.Parallel()
+	p := newTestPool(t, pynox.Config{Workers: 1})
+	c := startClient(t, p)
+	ctx := context.Background()
+	res, err := c.Run(ctx, pynox.Job{Code: "[x * 2, s]", Inputs: map[string]any{"x": 21, "s": "é"}})
+	require.NoError(t, err)
+	require.Nil(t, res.Error)
+	require.JSONEq(t, `[42, "é"]`, string(res.Value))
+	res, err = c.Run(ctx, pynox.Job{Code: "{x}", Inputs: map[string]any{"x": 1}})
+	require.NoError(t, err)
+	require.Equal(t, "{1}", res.ValueRepr)
+	require.Empty(t, res.Value)
+	res, err = c.Run(ctx, pynox.Job{Code: "1", Inputs: map[string]any{"if": 1}})
+	require.NoError(t, err)
+	require.Equal(t, "RequestError", res.Error.Type)
+
+	s := c.Session("values", pynox.Job{Inputs: map[string]any{"ignored": 1}})
+	defer s.Close(ctx)
+	res, err = s.Run(ctx, pynox.Step{Code: "n = len(xs)\nn", Inputs: map[string]any{"xs": []int{1, 2}}})
+	require.NoError(t, err)
+	require.Nil(t, res.Error)
+	require.JSONEq(t, `2`, string(res.Value))
+	res, err = s.Run(ctx, pynox.Step{Code: "xs + [n], 'ignored' in globals()"})
+	require.NoError(t, err)
+	require.JSONEq(t, `[[1, 2, 2], false]`, string(res.Value))
 }
