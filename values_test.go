@@ -174,6 +174,16 @@ func TestValueTracebacks(t *testing.T) {
 	requireErrorType(t, r, "SyntaxError")
 	require.Equal(t, 2, *r.Error.Line)
 
+	// A lone string is a value, and the module's docstring as before.
+	r = run(t, p, Job{Code: "\"doc\""})
+	requireOK(t, r)
+	require.JSONEq(t, `"doc"`, string(r.Value))
+	co := checkout(t, p, Job{})
+	requireOK(t, feed(t, co, "'step doc'"))
+	r = feed(t, co, "__doc__")
+	requireOK(t, r)
+	require.JSONEq(t, `"step doc"`, string(r.Value))
+
 	// __main__ as before: the code and its last expression share globals,
 	// and a future import still applies to the rest.
 	r = run(t, p, Job{Code: "from __future__ import annotations\nimport sys\ndef f(a: Undefined): pass\nf.__annotations__['a'], sys.modules['__main__'].__dict__ is globals(), __name__"})

@@ -933,7 +933,12 @@ def _compile_split(src, name):
     tree = compile(src, name, "exec", ast.PyCF_ONLY_AST, dont_inherit=True)
     last = None
     if tree.body and isinstance(tree.body[-1], ast.Expr):
-        last = ast.Expression(tree.body.pop().value)
+        expr = tree.body[-1].value
+        last = ast.Expression(expr)
+        if len(tree.body) > 1 or not (isinstance(expr, ast.Constant) and isinstance(expr.value, str)):
+            tree.body.pop()
+        # else: a lone string is also the module's docstring, which sets
+        # __doc__; evaluating it once more has no effect.
     code = compile(tree, name, "exec", dont_inherit=True)
     if last is not None:
         last = compile(last, name, "eval", dont_inherit=True)
