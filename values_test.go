@@ -282,6 +282,10 @@ func TestSessionInputsAndValues(t *testing.T) {
 	r = step(Step{Code: "'x' * (3 << 20)"})
 	requireOK(t, r)
 	require.Len(t, r.ValueRepr, MaxValueReprBytes)
+	r = step(Step{Code: "'y' * ((1 << 20) - 2)"})
+	requireOK(t, r)
+	require.Len(t, r.Value, MaxValueBytes)
+	require.False(t, r.SessionEnded)
 	// A refused step's inputs leave the session as it was.
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -293,5 +297,5 @@ func TestSessionInputsAndValues(t *testing.T) {
 	r = step(Step{Code: "limit"})
 	requireOK(t, r)
 	require.JSONEq(t, `5`, string(r.Value))
-	require.Equal(t, 8, r.Step)
+	require.Equal(t, 9, r.Step)
 }
