@@ -31,8 +31,8 @@
 # functions send a "call" frame and block until Go writes the "reply".
 import _socket
 import _thread
+import _ast
 import array
-import ast
 import collections
 import builtins
 import ctypes
@@ -930,12 +930,12 @@ def _compile_split(src, name):
     value can be reported. Returns (the code of the rest, the code of the
     last expression or None). The syntax tree keeps every node's line and
     column, so tracebacks and error locations are those of the whole."""
-    tree = compile(src, name, "exec", ast.PyCF_ONLY_AST, dont_inherit=True)
+    tree = compile(src, name, "exec", _ast.PyCF_ONLY_AST, dont_inherit=True)
     last = None
-    if tree.body and isinstance(tree.body[-1], ast.Expr):
+    if tree.body and isinstance(tree.body[-1], _ast.Expr):
         expr = tree.body[-1].value
-        last = ast.Expression(expr)
-        if len(tree.body) > 1 or not (isinstance(expr, ast.Constant) and isinstance(expr.value, str)):
+        last = _ast.Expression(expr)
+        if len(tree.body) > 1 or not (isinstance(expr, _ast.Constant) and isinstance(expr.value, str)):
             tree.body.pop()
         # else: a lone string is also the module's docstring, which sets
         # __doc__; evaluating it once more has no effect.
@@ -945,11 +945,13 @@ def _compile_split(src, name):
     return code, last
 
 
-# JSON strings, innermost arrays and objects, and overlong numbers of an
-# encoded value, for _value_json's checks.
-_JSON_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"')
-_JSON_INNERMOST = re.compile(r"\[[^\[\]{}]*\]|\{[^\[\]{}]*\}")
-_JSON_LONG_NUMBER = re.compile(r"[-+.eE0-9]{%d,}" % (MAX_VALUE_NUMBER + 1))
+# For _value_json's checks of an encoded value (bytes): its strings; a
+# table that turns the bytes of numbers into "n" and any other into " ";
+# the bytes that are not brackets; and empty arrays and objects.
+_JSON_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"')
+_NUMBER_BYTES = bytes(ord("n") if chr(b) in "-+.eE0123456789" else ord(" ") for b in range(256))
+_NOT_BRACKETS = bytes(b for b in range(256) if chr(b) not in "[]{}")
+_JSON_EMPTY = re.compile(rb"\[\]|\{\}")
 
 
 def _no_repeated_key(pairs):
@@ -972,15 +974,18 @@ def _value_json(v):
         data = text.encode("utf-8")
         if len(data) > MAX_VALUE:
             return None
-        bare = _JSON_STRING.sub('""', text)
-        if _JSON_LONG_NUMBER.search(bare):
+        # Outside its strings the text is ASCII: numbers, literals, brackets.
+        bare = _JSON_STRING.sub(b'""', data)
+        if b"n" * (MAX_VALUE_NUMBER + 1) in bare.translate(_NUMBER_BYTES):
             return None
-        has_object = "{" in bare
+        # Each pass removes the innermost arrays and objects: one level.
+        brackets = bare.translate(None, _NOT_BRACKETS)
+        has_object = b"{" in brackets
         for _ in range(MAX_VALUE_DEPTH):
-            bare, n = _JSON_INNERMOST.subn("0", bare)
+            brackets, n = _JSON_EMPTY.subn(b"", brackets)
             if not n:
                 break
-        if "[" in bare or "{" in bare:
+        if brackets:
             return None
         if has_object:
             json.loads(text, object_pairs_hook=_no_repeated_key)
