@@ -88,6 +88,10 @@ type Step struct {
 	// all return before the step's Result (or Feed's or Resume's error)
 	// is returned.
 	OnOutput OutputFunc
+	// Inputs become globals of the session's __main__ before the step's
+	// code runs, and stay for later steps like any assignment; the rules
+	// of Job.Inputs apply.
+	Inputs map[string]any
 }
 
 // TurnEvent is how a turn of a [Checkout] ended: the step called a host
@@ -146,8 +150,8 @@ func (p *Pool) checkout(ctx context.Context, job Job, name string, onEnd func(*C
 	if err := p.usable(); err != nil {
 		return nil, err
 	}
-	if job.Code != "" || len(job.Args) > 0 || job.Name != "" {
-		return nil, requestErrorf("a checkout's job takes no code, name or args: each Step brings its own")
+	if job.Code != "" || len(job.Args) > 0 || job.Name != "" || job.Inputs != nil {
+		return nil, requestErrorf("a checkout's job takes no code, name, args or inputs: each Step brings its own")
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, err
@@ -365,6 +369,7 @@ func (c *Checkout) Feed(ctx context.Context, step Step) (TurnEvent, error) {
 			j.Timeout, j.MaxOutput, j.Host = ws.Timeout, ws.MaxOutput, ws.Host
 			j.Output = ws.Output
 			j.Limits.CPUSecs = ws.CPUSecs
+			j.Inputs = ws.Inputs
 			out = child.Run(&j, cancel)
 		} else {
 			out = child.RunStep(ws, cancel)
@@ -412,7 +417,12 @@ func (c *Checkout) stepPlan(s *Step) (*worker.Step, *Error) {
 	if name == "" {
 		name = DefaultName
 	}
+	inputs, err := encodeInputs(s.Inputs)
+	if err != nil {
+		return nil, err
+	}
 	return &worker.Step{
+		Inputs:    inputs,
 		Code:      s.Code,
 		Name:      name,
 		Argv:      nonNilStrings(s.Args),

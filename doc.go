@@ -360,6 +360,26 @@
 // message, and the panic and its stack go to Config.Logger at level Error
 // (as net/http recovers a handler's panic).
 //
+// # Inputs and values
+//
+// Job.Inputs and Step.Inputs pass JSON values in: the pool checks the
+// names (ASCII Python identifiers, not keywords nor dunder names) and
+// encodes the values once (at most [MaxInputsBytes], held to the checks of
+// host-call arguments), and the runner sets them in __main__ before the
+// code runs; in a session they stay, like assignments. The runner compiles
+// the code from its syntax tree with the last statement apart when it is
+// an expression, executes the rest and evaluates that expression in the
+// same globals, so line numbers and tracebacks are those of the whole.
+// A value that is not None is encoded in the job's own process, on its
+// time and memory: as JSON when json.dumps encodes it within
+// [MaxValueBytes] and every client reads it back the same (no repeated
+// keys, no lone surrogates, at most 256 levels, numbers of at most 4,300
+// characters), else as its repr cut to [MaxValueReprBytes]. The pool
+// evaluates nothing: it passes on a report only when it is one the runner
+// could have made (valid JSON within those bounds and checks, or a repr
+// within its bound, never both), and ends a job that reports anything
+// else with PoolWorkerError (a session's process with it).
+//
 // # Relation to monty-pool
 //
 // The Go API is modelled on the Rust monty-pool crate, mapped onto CPython:

@@ -1,6 +1,7 @@
 package pynox
 
 import (
+	"encoding/json"
 	"strconv"
 	"time"
 )
@@ -58,6 +59,12 @@ type Job struct {
 	// becomes a function of the job's pynox_host module. At most
 	// MaxFunctions names, each a Python identifier not starting with "_".
 	Functions []string `json:"functions,omitempty"`
+	// Inputs become globals of the job's __main__ before its code runs:
+	// each name an ASCII Python identifier that is not a keyword nor a
+	// dunder name, each value anything encoding/json encodes (it arrives
+	// as Python's json module decodes it), all together at most
+	// MaxInputsBytes of JSON. Anything else is a RequestError.
+	Inputs map[string]any `json:"inputs,omitempty"`
 	// Host answers the job's calls to its Functions. [Pool.Run] needs it
 	// when Functions are declared; a [Checkout] without it hands each call
 	// to its caller as a [TurnEvent].
@@ -156,6 +163,16 @@ type Result struct {
 	Restarted bool `json:"restarted,omitempty"`
 	// Calls counts the host-function calls the job (or step) made.
 	Calls int `json:"calls,omitempty"`
+	// Value is the JSON encoding of the value of the code's last
+	// statement, when that is an expression (REPL style) whose value is
+	// not None and json.dumps encodes it, within MaxValueBytes, as every
+	// client reads it back the same. Otherwise such a value's repr, cut to
+	// MaxValueReprBytes, is in ValueRepr. Both are empty when the code
+	// did not end in an expression, its value was None, or it raised.
+	// The value is computed and encoded in the job's own confined process
+	// and is not printed.
+	Value     json.RawMessage `json:"value,omitempty"`
+	ValueRepr string          `json:"value_repr,omitempty"`
 
 	kind Kind // set by the pool: tells a Python TimeoutError from the pool's
 }

@@ -115,6 +115,10 @@ func (p *Pool) plan(req *Job, session bool) (pl *plan, rerr *Error) {
 	if err := checkFunctions(j.Functions); err != nil {
 		return nil, err
 	}
+	inputs, err := encodeInputs(j.Inputs)
+	if err != nil {
+		return nil, err
+	}
 	if n := len(j.AllowRead) + len(j.AllowWrite) + len(j.PackageDirs); n > MaxGrants {
 		return nil, requestErrorf("%d paths requested; at most %d are allowed", n, MaxGrants)
 	}
@@ -210,6 +214,7 @@ func (p *Pool) plan(req *Job, session bool) (pl *plan, rerr *Error) {
 		Functions: j.Functions,
 		MaxCalls:  MaxCalls,
 		Session:   session,
+		Inputs:    inputs,
 	}
 	for i, fd := range pl.fds {
 		pl.job.Grants = append(pl.job.Grants, worker.Grant{Fd: fd, Access: pl.accessOf[i]})

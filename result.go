@@ -101,6 +101,7 @@ func (p *Pool) result(j *Job, pl *plan, out *worker.Outcome, accepted time.Time)
 		fail(KindCrashed, "the job broke its control protocol and was killed: "+out.Violation)
 	case out.Done:
 		r.Exit = out.Exit
+		r.setValue(out)
 		if out.Error != nil {
 			r.Error = &ErrorInfo{
 				Type:    jobErrorType(out.Error.Type),

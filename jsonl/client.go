@@ -278,8 +278,8 @@ func (c *Client) Close() error {
 
 // Session returns a handle on the named session of the protocol, created
 // on the server by its first step with job's permissions, limits,
-// environment and host functions (job.Code, Script, Name and Args are
-// not used: each step brings its own). job.Host answers the calls of
+// environment and host functions (job.Code, Script, Name, Args and
+// Inputs are not used: each step brings its own). job.Host answers the calls of
 // steps that bring no Host of their own.
 func (c *Client) Session(name string, job pynox.Job) *Session {
 	return &Session{c: c, name: name, job: job, fresh: true}
@@ -327,6 +327,7 @@ func (s *Session) Run(ctx context.Context, step pynox.Step) (*pynox.Result, erro
 	if req.Job.OnOutput == nil {
 		req.Job.OnOutput = s.job.OnOutput
 	}
+	req.Inputs = step.Inputs
 	if step.Timeout != 0 {
 		req.Timeout = pynox.Duration(step.Timeout)
 	}

@@ -6,7 +6,6 @@ package worker
 
 import (
 	"cmp"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -286,7 +285,7 @@ func (c *Child) RefillNow() {
 func (c *Child) Run(job *Job, cancel <-chan struct{}) *Outcome {
 	f := jobFrame{T: "job", Code: job.Code, Name: job.Name, Script: job.Script, Argv: job.Argv,
 		Env: job.Env, Path: job.Path, Network: job.Network, Limits: job.Limits,
-		Session: job.Session, Step: 1, Functions: job.Functions}
+		Session: job.Session, Step: 1, Functions: job.Functions, Inputs: job.Inputs}
 	var cpu int64
 	if job.Session {
 		f.Limits.SessionCPU = cmp.Or(f.Limits.SessionCPU, SessionCPU)
@@ -311,7 +310,13 @@ func (c *Child) Run(job *Job, cancel <-chan struct{}) *Outcome {
 		return &Outcome{SetupError: err.Error(), Start: now, End: now}
 	}
 	o := c.turn(turnSpec{
-		send:      func() error { return c.sendFrame(&f, fds) },
+		send: func() error {
+			b, err := marshalFrame(&f)
+			if err != nil {
+				return err
+			}
+			return c.sendRaw(b, fds)
+		},
 		timeout:   job.Timeout,
 		maxOutput: job.MaxOutput,
 		output:    job.Output,
@@ -361,8 +366,9 @@ func (c *Child) RunStep(st *Step, cancel <-chan struct{}) *Outcome {
 		return &Outcome{Started: true, SetupError: "pipe: " + err.Error(), Start: now, End: now}
 	}
 	c.stdoutFd, c.stderrFd = out[0], errp[0]
-	// Strings and numbers only: encoding cannot fail.
-	payload, _ := json.Marshal(&stepFrame{T: "step", Step: c.step, Code: st.Code, Name: st.Name, Argv: st.Argv, CPU: st.CPUSecs})
+	// Strings, numbers and the inputs, which the caller checked: encoding
+	// cannot fail.
+	payload, _ := marshalFrame(&stepFrame{T: "step", Step: c.step, Code: st.Code, Name: st.Name, Argv: st.Argv, CPU: st.CPUSecs, Inputs: st.Inputs})
 	o := c.turn(turnSpec{
 		send: func() error {
 			// The process is stopped. A frame that fits the socket's

@@ -31,6 +31,7 @@
 # functions send a "call" frame and block until Go writes the "reply".
 import _socket
 import _thread
+import _ast
 import array
 import collections
 import builtins
@@ -42,6 +43,7 @@ import json
 import linecache
 import mmap
 import os
+import re
 import resource
 import select
 import signal
@@ -65,6 +67,10 @@ TB_FRAMES = 100  # innermost frames printed of a deeper traceback
 PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")
 MAX_CALL = 1 << 20  # bytes of a host call's JSON arguments, and of its result
 INLINE_FRAME = 32 << 10  # a frame this size fits the control socket's buffer (child.go: inlineFrame)
+MAX_VALUE = 1 << 20  # bytes of the last expression's JSON value (value.go: MaxValue)
+MAX_VALUE_REPR = 64 << 10  # bytes of its repr when it has no JSON value (value.go: MaxValueRepr)
+MAX_VALUE_DEPTH = 256  # nesting of a JSON value (wire.go: MaxCallDepth)
+MAX_VALUE_NUMBER = 4300  # characters of a number in it (wire.go: MaxCallNumber)
 
 _libc = ctypes.CDLL(None, use_errno=True)
 _syscall = _libc.syscall
@@ -512,6 +518,7 @@ class Spare:
         self.step = 0
         self.globals = None
         self.exited = False
+        self.value = None  # the last expression's report: ("value", JSON bytes) or ("value_repr", str)
         self.null_w = -1
         self.reserve = None
         self.started_frame = b""
@@ -568,7 +575,7 @@ class Spare:
             self.end_step()
             self.host_lock.acquire()
             try:
-                self.send({"t": "done", "step": self.step, "exit": code, "error": err})
+                _send_report({"t": "done", "step": self.step, "exit": code, "error": err}, self.value)
             except BaseException:  # noqa: BLE001 - the channel is gone
                 os._exit(code & 0xFF)
             msg, fds = _recv_with_fds(self.sock, FD)
@@ -863,15 +870,25 @@ class Spare:
         src = job["code"]
         d = self.globals
         self.exited = False
+        self.value = None
         sys.argv = [name] + list(job.get("argv") or [])
         linecache.cache[name] = (len(src), None, src.splitlines(True), name)
+        inputs = job.get("inputs")
+        if isinstance(inputs, dict):
+            # Checked by the pool: identifiers, not keywords, JSON values.
+            d.update(inputs)
         try:
-            code = compile(src, name, "exec", dont_inherit=True)
+            code, last = _compile_split(src, name)
         except BaseException as e:  # noqa: BLE001 - a SyntaxError is the job's
             traceback.print_exception(type(e), e, None)
             return 1, _describe(e, name)
         try:
             exec(code, d)
+            if last is not None:
+                value = eval(last, d)
+                if value is not None:
+                    self.value = _encode_value(value)
+                value = None
         except SystemExit as e:
             self.exited = True
             return _exit_code(e), None
@@ -899,10 +916,121 @@ class Spare:
                 pass
         self.host_lock.acquire()  # a call in flight on another thread ends first
         try:
-            self.send({"t": "done", "step": self.step, "exit": code, "error": err, "final": True})
+            _send_report({"t": "done", "step": self.step, "exit": code, "error": err, "final": True}, self.value)
         except BaseException:  # noqa: BLE001
             pass
         os._exit(code & 0xFF)
+
+
+def _compile_split(src, name):
+    """Compiles a job's code REPL style: when its last statement is an
+    expression, that expression is compiled apart (mode "eval") so that its
+    value can be reported. Returns (the code of the rest, the code of the
+    last expression or None). The syntax tree keeps every node's line and
+    column, so tracebacks and error locations are those of the whole."""
+    tree = compile(src, name, "exec", _ast.PyCF_ONLY_AST, dont_inherit=True)
+    last = None
+    if tree.body and isinstance(tree.body[-1], _ast.Expr):
+        expr = tree.body[-1].value
+        last = _ast.Expression(expr)
+        if len(tree.body) > 1 or not (isinstance(expr, _ast.Constant) and isinstance(expr.value, str)):
+            tree.body.pop()
+        # else: a lone string is also the module's docstring, which sets
+        # __doc__; evaluating it once more has no effect.
+    code = compile(tree, name, "exec", dont_inherit=True)
+    if last is not None:
+        last = compile(last, name, "eval", dont_inherit=True)
+    return code, last
+
+
+# For _value_json's checks of an encoded value (bytes): its strings; a
+# table that turns the bytes of numbers into "n" and any other into " ";
+# the bytes that are not brackets; and empty arrays and objects.
+_JSON_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"')
+_NUMBER_BYTES = bytes(ord("n") if chr(b) in "-+.eE0123456789" else ord(" ") for b in range(256))
+_NOT_BRACKETS = bytes(b for b in range(256) if chr(b) not in "[]{}")
+_JSON_EMPTY = re.compile(rb"\[\]|\{\}")
+
+
+def _no_repeated_key(pairs):
+    if len(set(k for k, _ in pairs)) != len(pairs):
+        raise ValueError("an object repeats a key")
+    return None
+
+
+def _value_json(v):
+    """v's JSON encoding (UTF-8 bytes) when json.dumps accepts it within
+    MAX_VALUE bytes and every client can read it back the same, else None.
+    The checks are the pool's (wire.go: checkCallJSON): valid UTF-8 (a lone
+    surrogate is not), at most MAX_VALUE_DEPTH levels, numbers of at most
+    MAX_VALUE_NUMBER characters, no object that repeats a key ({1: 0, "1":
+    0}, or a dict subclass's own items())."""
+    try:
+        text = json.dumps(v, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+        if type(text) is not str or len(text) > MAX_VALUE:
+            return None
+        data = text.encode("utf-8")
+        if len(data) > MAX_VALUE:
+            return None
+        # Outside its strings the text is ASCII: numbers, literals, brackets.
+        bare = _JSON_STRING.sub(b'""', data)
+        if b"n" * (MAX_VALUE_NUMBER + 1) in bare.translate(_NUMBER_BYTES):
+            return None
+        # Each pass removes the innermost arrays and objects: one level.
+        brackets = bare.translate(None, _NOT_BRACKETS)
+        has_object = b"{" in brackets
+        for _ in range(MAX_VALUE_DEPTH):
+            brackets, n = _JSON_EMPTY.subn(b"", brackets)
+            if not n:
+                break
+        if brackets:
+            return None
+        if has_object:
+            json.loads(text, object_pairs_hook=_no_repeated_key)
+        return data
+    except BaseException:  # noqa: BLE001 - the value's own code may raise anything
+        return None
+
+
+def _value_repr(v):
+    """v's repr, cut to at most MAX_VALUE_REPR bytes of UTF-8."""
+    try:
+        r = str.__str__(repr(v))  # an exact str, whatever __repr__ returned
+        data = r[:MAX_VALUE_REPR].encode("utf-8", "backslashreplace")
+        return data[:MAX_VALUE_REPR].decode("utf-8", "ignore")
+    except BaseException:  # noqa: BLE001
+        try:
+            return "<%s object: repr() failed>" % str.__str__(_TYPE_NAME(type(v)))
+        except BaseException:  # noqa: BLE001
+            return "<object: repr() failed>"
+
+
+def _encode_value(v):
+    """The report of the last expression's value v (not None)."""
+    data = _value_json(v)
+    if data is not None:
+        return ("value", data)
+    return ("value_repr", _value_repr(v))
+
+
+def _send_report(obj, value):
+    """Writes a "done" report, with the last expression's value if any,
+    and rings the bell. A report larger than the socket's buffer may hold
+    (a value of up to MAX_VALUE bytes) goes as its header and a ring first,
+    so that Go reads the rest as it comes."""
+    if value is not None and value[0] == "value_repr":
+        obj["value_repr"] = value[1]
+    payload = json.dumps(obj, separators=(",", ":")).encode()
+    if value is not None and value[0] == "value":
+        payload = payload[:-1] + b',"value":' + value[1] + b"}"
+    framed = _frame(payload)
+    if len(payload) > INLINE_FRAME:
+        _write_all(FD, framed[:4])
+        _ring()
+        _write_all(FD, memoryview(framed)[4:])
+    else:
+        _write_all(FD, framed)
+    _ring()
 
 
 def drop_capabilities(cap_last, nr):

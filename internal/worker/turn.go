@@ -377,9 +377,17 @@ func (t *turn) handle(m *childMsg) {
 			o.SetupError = "confinement failed"
 		}
 	case m.T == "done" && o.Started && !o.Done && m.Exit != nil && m.Step == c.step && t.call == nil:
+		if msg := checkValue(m); msg != "" {
+			t.violation(msg)
+			return
+		}
 		o.Done = true
 		o.Exit = *m.Exit
 		o.Error = m.Error
+		o.Value = m.Value
+		if m.ValueRepr != nil {
+			o.ValueRepr = *m.ValueRepr
+		}
 		t.timeout = nil
 		if c.session && !m.Final {
 			o.Alive = true

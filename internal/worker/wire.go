@@ -56,6 +56,9 @@ type Job struct {
 	Functions []string
 	Host      HostFunc // answers the calls of the first turn
 	MaxCalls  int      // calls allowed per turn
+	// Inputs is a JSON object whose members become globals of __main__
+	// before the code runs; the caller checked it (names, size).
+	Inputs json.RawMessage
 }
 
 // MaxCall bounds a host call's JSON arguments and its JSON result.
@@ -128,6 +131,12 @@ type Outcome struct {
 	// MemoryLimit is the memory limit of the child's cgroup in bytes; zero
 	// without cgroups.
 	MemoryLimit int64
+	// Value is the JSON value of the code's last expression, checked
+	// (MaxValue, checkCallJSON); ValueRepr its repr when it has none
+	// (at most MaxValueRepr bytes). Both are empty when the code did not
+	// end in an expression, or its value was None.
+	Value     json.RawMessage
+	ValueRepr string
 }
 
 type jobFrame struct {
@@ -145,6 +154,8 @@ type jobFrame struct {
 	Session   bool     `json:"session,omitempty"`
 	Step      int      `json:"step"`
 	Functions []string `json:"functions,omitempty"`
+
+	Inputs json.RawMessage `json:"inputs,omitempty"`
 }
 
 type stepFrame struct {
@@ -154,6 +165,8 @@ type stepFrame struct {
 	Name string   `json:"name"`
 	Argv []string `json:"argv"`
 	CPU  int64    `json:"cpu"`
+
+	Inputs json.RawMessage `json:"inputs,omitempty"`
 }
 
 type replyFrame struct {
@@ -173,6 +186,9 @@ type childMsg struct {
 	Function string          `json:"function"`
 	Args     json.RawMessage `json:"args"`
 	Kwargs   json.RawMessage `json:"kwargs"`
+
+	Value     json.RawMessage `json:"value"`
+	ValueRepr *string         `json:"value_repr"`
 }
 
 // Step is one later piece of code for a session's process.
@@ -188,6 +204,7 @@ type Step struct {
 
 	// Output streams the step's output as it comes, or is nil.
 	Output OutputFunc
+	Inputs    json.RawMessage // as Job.Inputs
 }
 
 // MaxCallDepth bounds how deeply a host call's arguments nest (arrays and

@@ -16,9 +16,11 @@ import threading
 from typing import IO, Any, Callable, Deque, Dict, Iterable, List, Mapping, Optional, Union
 
 from ._errors import BinaryNotFoundError, PoolError, RequestError
-from ._result import Result
+from ._result import ErrorInfo, Result
 
 log = logging.getLogger("pynox")
+
+MAX_LINE = 1 << 20  # the longest request line pynox pool reads (jsonl.MaxLine)
 
 #: A host function: called with the JSON arguments the job passed, it
 #: returns a JSON-encodable value (or raises; the job sees HostError).
@@ -370,6 +372,10 @@ class Pool:
         if on_output is not None:
             req = dict(req, stream=True)
         line = json.dumps(dict(req, id=rid))
+        if len(line) > MAX_LINE:  # ASCII: json.dumps escapes the rest
+            # The pool would discard the line and answer it with no id.
+            msg = "the request is %d bytes of JSON; pynox pool reads lines of at most %d" % (len(line), MAX_LINE)
+            raise RequestError(Result(id=rid, exit=-1, error=ErrorInfo(type="RequestError", message=msg)))
         slot = _Slot()
         with self._state:
             if self._stopped:
@@ -407,6 +413,7 @@ class Pool:
         functions: Optional[Mapping[str, HostFunction]] = None,
         timeout: Optional[Duration] = None,
         on_output: Optional[OutputCallback] = None,
+        inputs: Optional[Mapping[str, Any]] = None,
         **fields: Any,
     ) -> Result:
         """Runs code (or the file script) in a fresh confined process and
@@ -431,6 +438,10 @@ class Pool:
         raises, the exception is logged and the job's later output is not
         passed on.
 
+        inputs maps names to JSON values that become globals of the code
+        before it runs. When the code ends with an expression, its value
+        is result.value (or result.value_repr when it has no JSON form).
+
         A job that fails is a Result (check result.ok, result.error, or call
         result.check()); a request the pool refuses raises RequestError, and
         a pool that stops raises PoolError."""
@@ -441,6 +452,8 @@ class Pool:
             req["script"] = os.fspath(script)
         if functions:
             req["functions"] = sorted(functions)
+        if inputs is not None:
+            req["inputs"] = dict(inputs)
         return self._result(req, functions, on_output)
 
     def session(self, *, name: Optional[str] = None, functions: Optional[Mapping[str, HostFunction]] = None,
@@ -522,15 +535,20 @@ class Session:
         self._fresh = True  # the next step starts a process, so it carries the grants
 
     def run(self, code: str, *, timeout: Optional[Duration] = None,
-            on_output: Optional[OutputCallback] = None, **step: Any) -> Result:
+            on_output: Optional[OutputCallback] = None,
+            inputs: Optional[Mapping[str, Any]] = None, **step: Any) -> Result:
         """Runs code in the session and returns its Result. step may carry
         name, args and max_output; timeout (as in Pool.run) bounds this
-        step; on_output streams its output as in Pool.run. Raises RequestError when the pool refuses the step (nothing
+        step; on_output streams its output as in Pool.run. inputs (JSON
+        values by name) become globals of the session before the code runs,
+        and stay for later steps. Raises RequestError when the pool refuses the step (nothing
         ran), PoolError when the pool stops."""
         with self._lock:
             fields = _fields(dict(step, timeout=timeout))
             fields["session"] = self.name
             fields["code"] = code
+            if inputs is not None:
+                fields["inputs"] = dict(inputs)
             if self._fresh:
                 # The first request (and the first after the process
                 # ended) fixes the permissions and the host functions.

@@ -48,6 +48,11 @@ class Result:
     uncaught exception is in stderr); error is None on success. session
     and step are set for session steps; session_ended says the session's
     process ended with this step, so the next step starts a new one.
+    value is the value of the code's last expression (REPL style),
+    decoded from JSON, when it is one and not None and has a JSON
+    encoding; otherwise such a value's repr (cut to 64 KiB) is in
+    value_repr. Both are None when the code ended in a statement, its
+    value was None, or it failed.
     raw is the whole result line as the pool wrote it (runtime, policy,
     timings)."""
 
@@ -63,6 +68,8 @@ class Result:
     session: Optional[str] = None
     step: Optional[int] = None
     session_ended: bool = False
+    value: Any = None
+    value_repr: Optional[str] = None
     raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
@@ -82,6 +89,8 @@ class Result:
             session=obj.get("session"),
             step=obj.get("step"),
             session_ended=bool(obj.get("session_ended")),
+            value=obj.get("value"),
+            value_repr=obj.get("value_repr"),
             raw=obj,
         )
 
