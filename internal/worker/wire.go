@@ -204,7 +204,7 @@ type Step struct {
 
 	// Output streams the step's output as it comes, or is nil.
 	Output OutputFunc
-	Inputs    json.RawMessage // as Job.Inputs
+	Inputs json.RawMessage // as Job.Inputs
 }
 
 // MaxCallDepth bounds how deeply a host call's arguments nest (arrays and
