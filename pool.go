@@ -420,6 +420,10 @@ func (p *Pool) Run(ctx context.Context, job Job) (*Result, error) {
 	return res, err
 }
 
+// maxSetupRetries bounds how many times a job goes to another spare
+// because the one it was given died before running any of its code.
+const maxSetupRetries = 2
+
 // run is Run, but leaves the request for the next spare to the caller
 // (refill, never nil), to make once the answer is delivered: forking
 // while the answer is on its way competes with it for the CPU.
@@ -490,7 +494,7 @@ func (p *Pool) run(ctx context.Context, job Job) (_ *Result, refill func(), _ er
 			if runCtx.Err() != nil {
 				return nil, refill, stopped()
 			}
-			if attempt == 0 {
+			if attempt < maxSetupRetries {
 				continue // the template died while forking; it is replaced
 			}
 			res := p.failed(&job, pl, KindCrashed, "template failed: "+err.Error(), accepted)
@@ -505,9 +509,12 @@ func (p *Pool) run(ctx context.Context, job Job) (_ *Result, refill func(), _ er
 		}
 		out = child.Run(&pl.job, runCtx.Done())
 		// A child that died before it started the job ran no user code, so
-		// the job can safely go to a fresh spare, once; that child's
+		// the job can safely go to a fresh spare (up to maxSetupRetries
+		// times in all: a spare that died with its template is followed
+		// by a Take from that template, which fails once its death is
+		// seen, and then by a spare of its replacement); that child's
 		// replacement is needed at once.
-		if attempt == 0 && !out.Started && out.SetupError == "" && !out.Canceled && !out.TimedOut {
+		if attempt < maxSetupRetries && !out.Started && out.SetupError == "" && !out.Canceled && !out.TimedOut {
 			child.RefillNow()
 			continue
 		}
