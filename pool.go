@@ -63,6 +63,7 @@ type Pool struct {
 	callSeq   atomic.Int64 // host calls, numbered pool-wide
 	coMu      sync.Mutex
 	checkouts map[*Checkout]struct{} // open sessions; at most cfg.MaxSessions
+	coWait    checkoutQueue          // Checkout calls waiting for a slot; guarded by coMu
 
 	spareTimeout time.Duration // for templates started from now on; zero means the default
 }
@@ -445,6 +446,8 @@ func (p *Pool) run(ctx context.Context, job Job) (_ *Result, refill func(), _ er
 		return p.refuse(&job, requestErrorf("functions are declared but the job has no Host to answer them")), refill, nil
 	}
 	pl.job.Host = p.hostAdapter(job.ID, "", job.Host)
+	// A HostFunc's ctx carries ctx's values and ends with it.
+	pl.job.Ctx = ctx
 
 	w, err := p.acquire(ctx)
 	if err != nil {

@@ -279,6 +279,8 @@ func (c *Child) Run(job *Job, cancel <-chan struct{}) *Outcome {
 		host:      job.Host,
 		maxCalls:  job.MaxCalls,
 		cpu:       cpu,
+		ctx:       job.Ctx,
+		interrupt: job.Interrupt,
 	}, cancel)
 	c.noteOOM(o)
 	if !o.Alive {
@@ -352,6 +354,8 @@ func (c *Child) RunStep(st *Step, cancel <-chan struct{}) *Outcome {
 		maxCalls:  st.MaxCalls,
 		cpu:       st.CPUSecs,
 		continued: true,
+		ctx:       st.Ctx,
+		interrupt: st.Interrupt,
 	}, cancel)
 	c.noteOOM(o)
 	if !o.Alive {
