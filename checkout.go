@@ -335,8 +335,9 @@ func (c *Checkout) Pid() int {
 // session as it was; one that ends while the step runs interrupts the step
 // (see [Checkout.Interrupt]) and waits for it to end, for at most
 // worker.InterruptGrace (2 s) before it is killed: Feed then returns
-// ctx.Err() together with the step's Result, and a step that took the
-// KeyboardInterrupt leaves the session's process and globals alive.
+// ctx.Err() together with the step's Result (which, like a Run whose ctx
+// ended, is neither counted in Stats nor logged), and a step that took
+// the KeyboardInterrupt leaves the session's process and globals alive.
 //
 // A HostFunc answering the step's calls gets a ctx that carries ctx's
 // values and ends when ctx does or at the step's deadline (its timeout).
@@ -595,12 +596,13 @@ func (c *Checkout) await(ctx context.Context, t *activeTurn) (TurnEvent, error) 
 		if m.canceled {
 			break
 		}
+		// Not counted nor logged, like a Run whose ctx ended: the caller
+		// gave up on it.
 		res := m.result
 		c.stamp(res, !m.alive)
 		if !m.alive {
 			c.endProcess()
 		}
-		c.pool.finish(&Job{ID: res.ID}, res)
 		c.mu.Lock()
 		c.armIdle()
 		c.mu.Unlock()

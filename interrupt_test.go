@@ -314,3 +314,18 @@ func TestCheckoutTimeoutExhausted(t *testing.T) {
 	require.True(t, errors.As(err, &ce), "%v", err)
 	require.Equal(t, "CheckoutTimeout", ce.Key)
 }
+
+// TestHostFuncDeadlineIsATimeout: a HostFunc that returns because its ctx
+// reached the job's deadline does not turn the timeout into a HostError.
+func TestHostFuncDeadlineIsATimeout(t *testing.T) {
+	t.Parallel()
+	p := newTestPool(t, Config{Workers: 1})
+	host := func(ctx context.Context, call *Call) (any, error) {
+		<-ctx.Done()
+		return nil, ctx.Err()
+	}
+	for range 3 {
+		res := run(t, p, Job{Code: "from pynox_host import block\nblock()", Functions: []string{"block"}, Host: host, Timeout: 200 * time.Millisecond})
+		requireErrorType(t, res, "TimeoutError")
+	}
+}

@@ -482,6 +482,14 @@ func (t *turn) reply(r Reply) {
 	}
 	t.call.cancel() // the handler is done
 	t.call = nil
+	if t.ts.timeout > 0 && !t.o.Done && !time.Now().Before(t.o.Start.Add(t.ts.timeout)) {
+		// The turn's time is up, which is likely why the host answered
+		// (its ctx ended at the deadline): a timeout, not the answer.
+		t.o.TimedOut = true
+		t.timeout = nil
+		t.kill()
+		return
+	}
 	if r.Error == nil && len(r.Result) > MaxCall {
 		msg := fmt.Sprintf("the host's result is %d bytes of JSON; the limit is %d", len(r.Result), MaxCall)
 		r = Reply{Error: &msg}
