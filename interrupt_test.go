@@ -329,3 +329,26 @@ func TestHostFuncDeadlineIsATimeout(t *testing.T) {
 		requireErrorType(t, res, "TimeoutError")
 	}
 }
+
+// TestInterruptWhileCallAwaitsResume: an interrupt that reaches a step
+// whose call waits for Resume takes effect once the call is answered.
+func TestInterruptWhileCallAwaitsResume(t *testing.T) {
+	t.Parallel()
+	p := newTestPool(t, Config{Workers: 1})
+	ctx := context.Background()
+	co, err := p.Checkout(ctx, Job{Functions: []string{"ask"}, Timeout: 30 * time.Second})
+	require.NoError(t, err)
+	ev, err := co.Feed(ctx, Step{Code: "z = 3\nfrom pynox_host import ask\nr = ask()\nprint('after', r)"})
+	require.NoError(t, err)
+	require.NotNil(t, ev.Call)
+	require.True(t, co.Interrupt())
+	ev, err = co.Resume(ctx, ev.Call.ID, Return(1))
+	require.NoError(t, err)
+	require.NotNil(t, ev.Result)
+	requireErrorType(t, ev.Result, "KeyboardInterrupt")
+	require.False(t, ev.Result.SessionEnded)
+	require.Empty(t, ev.Result.Stdout)
+	ev, err = co.Feed(ctx, Step{Code: "print(z)"})
+	require.NoError(t, err)
+	require.Equal(t, "3\n", ev.Result.Stdout)
+}
