@@ -2,6 +2,7 @@ package pynox
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"time"
 
@@ -59,7 +60,8 @@ type Checkout struct {
 	child   *worker.Child // the live session process, or nil
 	why     *Error        // why the checkout ended, once it has
 	idle    *time.Timer
-	lastUse time.Time // when the idle timer was last armed
+	lastUse time.Time   // when the idle timer was last armed
+	running *activeTurn // the turn whose step runs, for Interrupt
 
 	life  context.Context    // canceled when the checkout starts to end
 	kill  context.CancelFunc // cancels life
@@ -111,9 +113,36 @@ type activeTurn struct {
 	kill    sync.Once
 	pending *Call  // the call waiting for Resume
 	done    func() // called once when the turn ends: Shutdown waits for it
+
+	interrupt chan struct{} // closed to interrupt the step (SIGINT)
+	intOnce   sync.Once
 }
 
 func (t *activeTurn) stop() { t.kill.Do(func() { close(t.cancel) }) }
+
+// interruptStep sends the step its interrupt, once.
+func (t *activeTurn) interruptStep() { t.intOnce.Do(func() { close(t.interrupt) }) }
+
+// Interrupt interrupts the step running in the session, as Ctrl-C does
+// in a terminal: the step's code gets KeyboardInterrupt (the error type
+// of its result, which its Feed or Resume returns as usual), and the
+// session lives on with its globals. A step that catches it and goes on,
+// or that is blocked in C code, is killed worker.InterruptGrace (2 s)
+// later: its result has SessionEnded set. An interrupt that reaches a
+// step while it waits for a host call's answer takes effect when the
+// answer is in. Interrupt reports whether a step was running (a step that
+// was interrupted already counts); with none it does nothing and returns
+// false. It does not wait.
+func (c *Checkout) Interrupt() bool {
+	c.mu.Lock()
+	t := c.running
+	c.mu.Unlock()
+	if t == nil {
+		return false
+	}
+	t.interruptStep()
+	return true
+}
 
 // endTurn forgets the turn, which has ended; the caller holds the turn.
 func (c *Checkout) endTurn() {
@@ -138,10 +167,16 @@ type turnMsg struct {
 // the step's code runs; the preloads are already imported.
 //
 // It fails with a KindRequest error for a job outside the ceiling, with
-// ErrExhausted when Config.MaxSessions sessions are open, with ErrClosed
-// after Close, and with ctx.Err() when ctx has ended.
+// ErrExhausted when Config.MaxSessions sessions are open (after waiting
+// up to Config.CheckoutTimeout, in order of arrival, for a Finish to free
+// a slot), with ErrClosed after Close, and with ctx.Err() when ctx has
+// ended.
 func (p *Pool) Checkout(ctx context.Context, job Job) (*Checkout, error) {
-	return p.checkout(ctx, job, "", nil)
+	co, err := p.checkout(ctx, job, "", nil)
+	if err != nil && p.cfg.CheckoutTimeout > 0 && errors.Is(err, ErrExhausted) {
+		return p.checkoutWaiting(ctx, job)
+	}
+	return co, err
 }
 
 // checkout is Checkout for a named session of the pool protocol; onEnd
@@ -176,7 +211,7 @@ func (p *Pool) checkout(ctx context.Context, job Job, name string, onEnd func(*C
 		p.mu.Unlock()
 		pl.close()
 		return nil, errClosed()
-	case len(p.checkouts) >= p.cfg.MaxSessions:
+	case !p.coWait.claim(ctx) && len(p.checkouts)+p.coWait.reserved >= p.cfg.MaxSessions:
 		p.coMu.Unlock()
 		p.mu.Unlock()
 		pl.close()
@@ -274,8 +309,15 @@ func (c *Checkout) Pid() int {
 // checkout (ErrFinished, or ErrClosed when the pool was closed; a step
 // running when the checkout ends is killed), or ctx ending (ctx.Err()).
 // A ctx that ends while Feed waits for another turn to finish leaves the
-// session as it was; one that ends while the step runs kills the step,
-// and the session's process with it.
+// session as it was; one that ends while the step runs interrupts the step
+// (see [Checkout.Interrupt]) and waits for it to end, for at most
+// worker.InterruptGrace (2 s) before it is killed: Feed then returns
+// ctx.Err() together with the step's Result (which, like a Run whose ctx
+// ended, is neither counted in Stats nor logged), and a step that took
+// the KeyboardInterrupt leaves the session's process and globals alive.
+//
+// A HostFunc answering the step's calls gets a ctx that carries ctx's
+// values and ends when ctx does or at the step's deadline (its timeout).
 func (c *Checkout) Feed(ctx context.Context, step Step) (TurnEvent, error) {
 	accepted := time.Now()
 	if err := c.acquire(ctx); err != nil {
@@ -315,6 +357,9 @@ func (c *Checkout) Feed(ctx context.Context, step Step) (TurnEvent, error) {
 	host := c.pool.hostAdapter(step.ID, c.name, h)
 	if host == nil {
 		host = t.host(c.pool, step.ID, c.name)
+	} else {
+		// A HostFunc's ctx carries Feed's values and ends with it.
+		ws.Ctx = ctx
 	}
 	ws.Host = host
 	onOut := step.OnOutput
@@ -359,8 +404,13 @@ func (c *Checkout) Feed(ctx context.Context, step Step) (TurnEvent, error) {
 	t.done, stepDone = stepDone, nil
 	t.cancel = make(chan struct{})
 	cancel := t.cancel
+	t.interrupt = make(chan struct{})
+	ws.Interrupt = t.interrupt
 	stepPl := *c.pl
 	stepPl.job.Timeout = ws.Timeout
+	c.mu.Lock()
+	c.running = t
+	c.mu.Unlock()
 	go func() {
 		var out *worker.Outcome
 		if first {
@@ -370,10 +420,16 @@ func (c *Checkout) Feed(ctx context.Context, step Step) (TurnEvent, error) {
 			j.Output = ws.Output
 			j.Limits.CPUSecs = ws.CPUSecs
 			j.Inputs = ws.Inputs
+			j.Ctx, j.Interrupt = ws.Ctx, ws.Interrupt
 			out = child.Run(&j, cancel)
 		} else {
 			out = child.RunStep(ws, cancel)
 		}
+		c.mu.Lock()
+		if c.running == t {
+			c.running = nil
+		}
+		c.mu.Unlock()
 		res := c.pool.result(&Job{ID: step.ID}, &stepPl, out, accepted)
 		t.events <- turnMsg{result: res, alive: out.Alive, canceled: out.Canceled}
 		if first {
@@ -459,8 +515,8 @@ func (t *activeTurn) host(p *Pool, jobID any, session string) worker.HostFunc {
 // a Resume with no call waiting. Resume fails with ErrFinished (ErrClosed
 // when the pool was closed) for an ended checkout, and with ctx.Err()
 // when ctx ends: while waiting for another turn, with the session as it
-// was; after the answer, with the step killed and the session's process
-// with it.
+// was; after the answer, with the step interrupted as by a ctx ending
+// during Feed (the step's Result comes with ctx.Err()).
 func (c *Checkout) Resume(ctx context.Context, callID int64, v ResumeValue) (TurnEvent, error) {
 	reply := v.reply() // encoding the value is the caller's own work
 	if err := c.acquire(ctx); err != nil {
@@ -506,9 +562,28 @@ func (c *Checkout) await(ctx context.Context, t *activeTurn) (TurnEvent, error) 
 		c.endTurn()
 		return TurnEvent{}, c.endErr()
 	case <-ctx.Done():
-		t.stop()
-		m = drainTurn(t)
-		m.canceled = true
+		// Interrupted first; killed after the grace, or at once when the
+		// checkout ends meanwhile.
+		var ok bool
+		if m, ok = c.interruptTurn(t); !ok {
+			c.endTurn()
+			return TurnEvent{}, c.endErr()
+		}
+		c.endTurn()
+		if m.canceled {
+			break
+		}
+		// Not counted nor logged, like a Run whose ctx ended: the caller
+		// gave up on it.
+		res := m.result
+		c.stamp(res, !m.alive)
+		if !m.alive {
+			c.endProcess()
+		}
+		c.mu.Lock()
+		c.armIdle()
+		c.mu.Unlock()
+		return TurnEvent{Result: res}, ctx.Err()
 	}
 	c.endTurn()
 	if m.canceled {
@@ -531,6 +606,28 @@ func (c *Checkout) await(ctx context.Context, t *activeTurn) (TurnEvent, error) 
 	c.armIdle()
 	c.mu.Unlock()
 	return TurnEvent{Result: res}, nil
+}
+
+// interruptTurn interrupts the turn's step and waits for its outcome,
+// refusing the host calls it makes meanwhile (an interrupt that reaches
+// a step during a call takes effect once the call is answered). When the
+// checkout ends first, the step is killed and interruptTurn reports false.
+func (c *Checkout) interruptTurn(t *activeTurn) (turnMsg, bool) {
+	t.interruptStep()
+	for {
+		select {
+		case m := <-t.events:
+			if m.call == nil {
+				return m, true
+			}
+			msg := "the step was interrupted"
+			t.replies <- worker.Reply{Error: &msg}
+		case <-c.life.Done():
+			t.stop()
+			drainTurn(t)
+			return turnMsg{}, false
+		}
+	}
 }
 
 // drainTurn waits for a killed turn's outcome, dropping its calls.
@@ -640,6 +737,7 @@ func (c *Checkout) cleanup() {
 	p := c.pool
 	p.coMu.Lock()
 	delete(p.checkouts, c)
+	p.wakeCheckoutLocked()
 	p.coMu.Unlock()
 	close(c.ended)
 	if c.onEnd != nil {

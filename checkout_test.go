@@ -74,15 +74,15 @@ func TestCheckoutAPI(t *testing.T) {
 	require.Equal(t, "host said no adding today\n", ev.Result.Stdout)
 	require.Equal(t, 2, ev.Result.Step)
 
-	// A canceled step kills the process; the next Feed starts a new one.
+	// A canceled step is interrupted; the session lives on.
 	cctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
 	_, err = co.Feed(cctx, Step{Code: "import time\ntime.sleep(30)"})
 	cancel()
 	require.ErrorIs(t, err, context.DeadlineExceeded)
 	ev, err = co.Feed(ctx, Step{Code: "print('total' in globals())"})
 	require.NoError(t, err)
-	require.Equal(t, "False\n", ev.Result.Stdout)
-	require.Equal(t, 1, ev.Result.Step)
+	require.Equal(t, "True\n", ev.Result.Stdout)
+	require.Equal(t, 4, ev.Result.Step)
 
 	// Steps are bounded by the ceiling.
 	_, err = co.Feed(ctx, Step{Code: "1", Timeout: time.Hour})

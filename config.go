@@ -67,6 +67,14 @@ type Config struct {
 	// SessionIdle closes a session idle this long. Zero means
 	// DefaultSessionIdle.
 	SessionIdle time.Duration
+	// CheckoutTimeout is how long [Pool.Checkout] waits for a free session
+	// slot when MaxSessions sessions are open, in order of arrival (a
+	// Finish elsewhere hands its slot to the longest waiter), before it
+	// fails with ErrExhausted. Zero means it does not wait. It applies to
+	// the Go API only: `pynox pool` refuses a session beyond max_sessions
+	// at once (the pool protocol's rule), so no configuration key or flag
+	// sets it. A negative value is a ConfigError (key "CheckoutTimeout").
+	CheckoutTimeout time.Duration
 	// Logger receives one record per finished job and the pool's own
 	// warnings. Nil means no logging. A job's record has the message "job"
 	// and the attributes id, session, step (empty for one-shot jobs),
@@ -265,6 +273,9 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if err := chooseMode(&c.Cgroups, "pool.cgroups", cgroup.Auto, cgroup.Require, cgroup.Off); err != nil {
 		return c, err
+	}
+	if c.CheckoutTimeout < 0 {
+		return c, &ConfigError{Key: "CheckoutTimeout", Value: c.CheckoutTimeout.String(), Problem: "must not be negative"}
 	}
 	if c.MaxSessions == 0 {
 		c.MaxSessions = DefaultMaxSessions

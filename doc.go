@@ -282,9 +282,24 @@
 // replaces it for its jobs, and the session's next step runs in a
 // replacement process and says so (Restarted, step 1, empty __main__); a
 // step under way then ends with SessionEnded. Config.MaxSessions caps open
-// checkouts ([ErrExhausted] beyond), Config.SessionIdle closes an idle
-// one, and [Pool.Close] ends them all; [Checkout.Done] is closed when a
-// checkout has ended and [Checkout.Err] says why.
+// checkouts: beyond it Checkout waits up to Config.CheckoutTimeout (zero:
+// not at all), in order of arrival, for a Finish to free a slot, then
+// fails with [ErrExhausted]; `pynox pool` never waits.
+// Config.SessionIdle closes an idle one, and [Pool.Close] ends them all;
+// [Checkout.Done] is closed when a checkout has ended and [Checkout.Err]
+// says why.
+//
+// [Checkout.Interrupt] stops a running step as Ctrl-C does: the pool sends
+// the process SIGINT, whose handler (the runner's) raises
+// KeyboardInterrupt only while the step's own code runs on the main
+// thread; in the runner's own code (taking the step, reporting it) the
+// signal is held and dropped when the step has ended, and during a host
+// call it is raised once the call's answer is in, so the control channel
+// stays in step. The session keeps its process and globals. A step that
+// has not ended worker.InterruptGrace (2 s) later — it caught the
+// exception, ignored SIGINT, or is blocked in C code — is killed
+// (Result.SessionEnded). A ctx that ends while Feed or Resume waits for a
+// running step interrupts it the same way.
 //
 // A checkout's turns are sequential: Feed and Resume wait for the one in
 // progress, and their ctx bounds that wait. [Checkout.Finish] kills a
@@ -355,7 +370,10 @@
 // 256 levels, a number longer than 4,300 characters) get an error the job
 // sees as HostError and the host never sees; a second
 // call while one waits, or a malformed one, is a protocol break
-// (PoolWorkerError). Calls from several threads take turns. A HostFunc
+// (PoolWorkerError). Calls from several threads take turns. A HostFunc's
+// ctx carries the values of the ctx given to Run or Feed and ends with it,
+// or at the job's (step's) deadline; an answer that comes at or after the
+// deadline is not passed on: the job ends with TimeoutError. A HostFunc
 // that panics fails only its call: the job sees HostError with a generic
 // message, and the panic and its stack go to Config.Logger at level Error
 // (as net/http recovers a handler's panic).
@@ -388,12 +406,13 @@
 //     Config.Workers: every template is started eagerly and each job is a
 //     fresh fork, so there is nothing to scale or recycle
 //     (max_checkouts_per_worker has no purpose: no process ever serves two
-//     jobs). checkout_timeout is the ctx passed to Run; request_timeout is
+//     jobs). checkout_timeout is the ctx passed to Run (and, for
+//     checkouts, Config.CheckoutTimeout); request_timeout is
 //     Job.Timeout, enforced from Go exactly as monty's parent-side deadline.
 //   - PoolError kinds: [Kind]. Crashed is KindCrashed (PoolWorkerError),
 //     Timeout KindTimeout, Runtime KindRuntime, Spawn KindSpawn,
-//     Exhausted KindExhausted (Config.MaxSessions checkouts are open; no
-//     waiting, since a checkout is not a worker of the pool's), Finished
+//     Exhausted KindExhausted (Config.MaxSessions checkouts are open and
+//     none was finished within Config.CheckoutTimeout), Finished
 //     KindFinished, Protocol KindProtocol (caller misuse: Resume with no
 //     call waiting, Feed while one waits; a child's protocol break is
 //     KindCrashed); a closed pool is KindClosed. A worker exceeding its
@@ -401,9 +420,10 @@
 //   - Checkout, feed, resume, finish: [Checkout], [Checkout.Feed],
 //     [Checkout.Resume], [Checkout.Finish]. ReplConfig becomes the [Job]
 //     given to [Pool.Checkout] (script name: Step.Name; limits: the job's
-//     timeout and memory). As in monty, a Feed whose ctx ends kills the
-//     step (the process is discarded; the next Feed starts a new one) and
-//     a Python exception leaves the session usable. Dropping a Checkout
+//     timeout and memory). Unlike monty, a Feed whose ctx ends interrupts
+//     the step (KeyboardInterrupt) and keeps the process unless the step
+//     outlives the 2 s grace; as in monty, a Python exception leaves the
+//     session usable. Dropping a Checkout
 //     without Finish leaves it to Config.SessionIdle.
 //   - TurnEvent: [TurnEvent] with Call (FunctionCall) or Result
 //     (Complete). OsCall, NameLookup and ResolveFutures do not apply: the

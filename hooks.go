@@ -56,6 +56,16 @@ func (protocolHooks) Fail(p *Pool, job *Job, session, msg string, accepted time.
 	return res
 }
 
+// Cancelled answers a one-shot job that a cancel request ended, queued
+// or running, with error type CancelledError and exit -1, counting and
+// logging it.
+func (protocolHooks) Cancelled(p *Pool, job *Job, accepted time.Time) *Result {
+	res := p.failed(job, nil, KindRuntime, "the job was cancelled by a cancel request", accepted)
+	res.Error.Type = "CancelledError"
+	p.finish(job, res)
+	return res
+}
+
 // PathProblem says why a configured path is refused, in the words of
 // [ConfigError.Problem], so that the configuration file's errors read like
 // New's.

@@ -63,6 +63,7 @@ type Pool struct {
 	callSeq   atomic.Int64 // host calls, numbered pool-wide
 	coMu      sync.Mutex
 	checkouts map[*Checkout]struct{} // open sessions; at most cfg.MaxSessions
+	coWait    checkoutQueue          // Checkout calls waiting for a slot; guarded by coMu
 
 	spareTimeout time.Duration // for templates started from now on; zero means the default
 
@@ -452,6 +453,8 @@ func (p *Pool) run(ctx context.Context, job Job) (_ *Result, refill func(), _ er
 	}
 	pl.job.Host = p.hostAdapter(job.ID, "", job.Host)
 	pl.job.Output = p.outputAdapter(job.ID, "", job.OnOutput)
+	// A HostFunc's ctx carries ctx's values and ends with it.
+	pl.job.Ctx = ctx
 
 	w, err := p.acquire(ctx)
 	if err != nil {

@@ -95,6 +95,9 @@ func (p *Pool) result(j *Job, pl *plan, out *worker.Outcome, accepted time.Time)
 	case out.CPUExceeded:
 		fail(KindTimeout, fmt.Sprintf("the step used more than %d s of CPU time (its timeout of %s and 2 s more, on all its threads together) and was killed",
 			cpuBackstop(pl.job.Timeout)+1, pl.job.Timeout))
+	case out.InterruptKilled:
+		fail(KindRuntime, fmt.Sprintf("the step was interrupted and had not ended %s later, so its process was killed", worker.InterruptGrace))
+		r.Error.Type = "KeyboardInterrupt"
 	case out.SetupError != "":
 		fail(KindSandboxSetup, "confinement could not be applied, so no code ran: "+out.SetupError)
 	case out.Violation != "":

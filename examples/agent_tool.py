@@ -14,6 +14,7 @@ functions (search) and read examples/data.
 import os
 import sys
 import threading
+import time
 
 try:
     import pynox
@@ -27,6 +28,13 @@ DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data")
 def search(query: str, limit: int = 3) -> list:
     """Searches the documentation and returns the titles found."""
     return ["%s result %d" % (query, i) for i in range(limit)]
+
+
+def press_stop(stop):
+    """What a "stop" button does: retries until a step is running to stop
+    (stop is Session.interrupt, or a Pool.cancel for one job id)."""
+    while not stop():
+        time.sleep(0.05)
 
 
 def main(binary=None):
@@ -57,6 +65,15 @@ def main(binary=None):
         with pool.session() as sess:  # __main__ survives between runs
             sess.run("total = 40")
             print("session:", sess.run("total += 2\nprint(total)").stdout, end="")
+            # The user presses "stop": the step gets KeyboardInterrupt and
+            # the session keeps its variables.
+            threading.Thread(target=press_stop, args=(sess.interrupt,)).start()
+            r = sess.run("while True: total += 0")
+            print("interrupted:", r.error.type, "- total is", sess.run("print(total)").stdout, end="")
+
+        # A one-shot job the caller gives up on: cancel() ends it.
+        threading.Thread(target=press_stop, args=(lambda: pool.cancel("slow"),)).start()
+        print("cancelled:", pool.run("import time; time.sleep(60)", job_id="slow").error.type)
 
         # The model's tool: stateful, with search() and read access to DATA.
         python = pool.tool(session=True, functions={"search": search}, allow_read=[DATA])

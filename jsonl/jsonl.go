@@ -21,6 +21,7 @@ var hooks = poolhook.Impl.(interface {
 	Finished(c *pynox.Checkout) error
 	Refuse(p *pynox.Pool, job *pynox.Job, session string, e *pynox.Error) *pynox.Result
 	Fail(p *pynox.Pool, job *pynox.Job, session, msg string, accepted time.Time) *pynox.Result
+	Cancelled(p *pynox.Pool, job *pynox.Job, accepted time.Time) *pynox.Result
 	PathProblem(err error, want string) string
 	EmptyPath() error
 })

@@ -53,6 +53,8 @@ func protocolDocParts() []docPart {
 		{heading: "## Results", names: jsonNames(reflect.TypeFor[pynox.Result]()), exact: true},
 		{heading: "## Error types", names: resultErrorTypes()},
 		{heading: "### Closing a session", names: jsonNames(reflect.TypeFor[closedEvent]())},
+		{heading: "### Interrupting a step", names: jsonNames(reflect.TypeFor[interruptedEvent]()), exact: true},
+		{heading: "### Cancelling a job", names: jsonNames(reflect.TypeFor[cancelEvent]()), exact: true},
 		{heading: "### Call events", names: jsonNames(reflect.TypeFor[callEvent]()), exact: true},
 		{heading: "### Replies", names: jsonNames(reflect.TypeFor[replyError]())},
 		{heading: "## Stats", names: jsonNames(reflect.TypeFor[statsEvent]()), exact: true},
@@ -346,7 +348,7 @@ func TestProtocolDocExamples(t *testing.T) {
 			t.Errorf("%s:%d: not a JSON object: %v", protocolDoc, i+1, err)
 			continue
 		}
-		if m["event"] != nil || m["exit"] != nil || m["closed"] != nil {
+		if m["event"] != nil || m["exit"] != nil || m["closed"] != nil || m["interrupted"] != nil || m["cancelled"] != nil {
 			continue
 		}
 		requests++

@@ -38,6 +38,10 @@ type request struct {
 	Close       bool           `json:"close,omitempty"`
 	Reply       *replyReq      `json:"reply,omitempty"`
 	Stream      bool           `json:"stream,omitempty"`
+	// Interrupt asks for the running step of Session to be interrupted;
+	// Cancel names a one-shot job (by its id) to end. See interrupt.go.
+	Interrupt bool            `json:"interrupt,omitempty"`
+	Cancel    json.RawMessage `json:"cancel,omitempty"`
 }
 
 // Ready is the first line `pynox pool` writes.
@@ -113,23 +117,28 @@ func Serve(ctx context.Context, p *pynox.Pool, r io.Reader, w io.Writer) error {
 	go readLines(r, lines, stopRead)
 	defer close(stopRead)
 
-	start := func(job pynox.Job) {
+	start := func(e *jobEntry) {
+		job := e.job
 		jobs.Add(1)
 		go func() {
 			defer jobs.Done()
 			defer func() { <-slots }()
+			defer srv.cancels.remove(e)
 			var jc *jobCalls
 			if len(job.Functions) > 0 {
 				job.Host, jc = srv.hostFor()
 			}
-			res, refill, err := hooks.Run(p, jobCtx, job)
+			res, refill, err := hooks.Run(p, e.ctx, job)
 			// The next spare is asked for once the answer is written, or
 			// soon anyway when the client is slow to read it.
 			soon := time.AfterFunc(refillDelay, refill)
 			if jc != nil {
 				srv.endCalls(jc)
 			}
-			if err != nil {
+			switch {
+			case err != nil && e.cancelled.Load():
+				res = hooks.Cancelled(p, &job, e.accepted)
+			case err != nil:
 				res = refuse(p, &job, requestErrorf("%v", err))
 			}
 			out.send(res)
@@ -138,6 +147,8 @@ func Serve(ctx context.Context, p *pynox.Pool, r io.Reader, w io.Writer) error {
 			}
 		}()
 	}
+	// Jobs read but not yet given a slot, in order (see below).
+	var held []*jobEntry
 	// dispatch handles a request that needs no job slot, and returns the
 	// one-shot job of a request that does.
 	dispatch := func(l lineOrErr) (job *pynox.Job, eof bool) {
@@ -155,6 +166,10 @@ func Serve(ctx context.Context, p *pynox.Pool, r io.Reader, w io.Writer) error {
 		switch {
 		case err != nil:
 			out.send(refuse(p, &pynox.Job{ID: req.ID}, err))
+		case req.Cancel != nil:
+			held = srv.cancel(req, held)
+		case req.Interrupt:
+			srv.interrupt(req)
 		case req.Reply != nil:
 			srv.reply(req)
 		case req.Stats:
@@ -181,12 +196,12 @@ func Serve(ctx context.Context, p *pynox.Pool, r io.Reader, w io.Writer) error {
 	// for replies, reading goes on, because their replies may be queued
 	// behind job lines: up to maxHeld jobs are held then, and a job line
 	// beyond that is refused at once rather than left blocking the replies.
-	var held []pynox.Job
 	maxHeld := 16 * cfg.Workers
 	eof := false
 	shutdown := func() {
-		for i := range held {
-			out.send(refuse(p, &held[i], requestErrorf("the pool is shutting down")))
+		for _, e := range held {
+			srv.cancels.remove(e)
+			out.send(refuse(p, &e.job, requestErrorf("the pool is shutting down")))
 		}
 		held = nil
 	}
@@ -241,7 +256,7 @@ loop:
 			case len(held) >= maxHeld:
 				out.send(refuse(p, job, requestErrorf("%d requests are waiting for a worker while host calls wait for replies; read results and answer calls before sending more", len(held))))
 			default:
-				held = append(held, *job)
+				held = append(held, srv.cancels.add(jobCtx, *job))
 			}
 		}
 	}

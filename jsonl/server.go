@@ -55,6 +55,8 @@ type server struct {
 	inputDone bool                    // no reply can come any more
 	callWake  chan struct{}           // a call started waiting (Serve reads on)
 
+	cancels cancelTable // one-shot jobs by id, for cancel requests
+
 	mu       sync.Mutex
 	sessions map[string]*namedSession
 	steps    sync.WaitGroup // session requests accepted and not yet answered
@@ -362,6 +364,13 @@ func (s *server) serveSessionReq(ns *namedSession, req request) {
 			s.refuseSession(req, pe)
 			return
 		}
+		if errors.Is(err, pynox.ErrClosed) {
+			// Shutdown takes no new step (SIGTERM): like a job line
+			// not yet given a slot.
+			s.refuseSession(req, requestErrorf("the pool is shutting down"))
+			ns.ended = true
+			return
+		}
 		s.sessionFailed(ns, req, "the session ended before the step ran: "+err.Error(), accepted)
 		ns.ended = true
 		return
@@ -438,6 +447,8 @@ func setFields(req request) []string {
 	add(j.Timeout != 0, "timeout")
 	add(j.MaxOutput != 0, "max_output")
 	add(req.Stream, "stream")
+	add(req.Interrupt, "interrupt")
+	add(req.Cancel != nil, "cancel")
 	f = append(f, permissionFields(req)...)
 	if req.Reply != nil && (req.Session != "" || req.Close) {
 		f = append(f, "session")

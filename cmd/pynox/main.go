@@ -46,7 +46,7 @@ const poolUsage = `Usage: pynox pool [flags]
 Serves the pool protocol: one JSON request per line on stdin, one JSON
 result per line on stdout, in completion order. The first line out is the
 "ready" event. End of input, SIGTERM and SIGINT drain the accepted jobs and
-exit 0.
+exit 0; a second SIGTERM or SIGINT kills the jobs still running.
 
 Example (one request, one result):
   echo '{"id": 1, "code": "print(6 * 7)", "timeout": "5s"}' | pynox pool
@@ -286,13 +286,48 @@ func pool(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		return 1
 	}
 	defer p.Close()
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	ctx, stop := context.WithCancel(context.Background())
 	defer stop()
+	shutdown := shutdownOnSignal(p, stop)
+	defer shutdown()
 	if err := jsonl.Serve(ctx, p, stdin, stdout); err != nil {
 		fmt.Fprintf(stderr, "pynox pool: %v\n", err)
 		return 1
 	}
 	return 0
+}
+
+// shutdownOnSignal makes the first SIGTERM or SIGINT a graceful
+// shutdown: stop reads no more requests (Serve answers those it holds),
+// and [pynox.Pool.Shutdown] lets the jobs and steps under way finish. A
+// second signal kills what still runs (Shutdown's ctx ends). The function
+// it returns stops listening.
+func shutdownOnSignal(p *pynox.Pool, stop func()) func() {
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
+	quit := make(chan struct{})
+	go func() {
+		select {
+		case <-sigs:
+		case <-quit:
+			return
+		}
+		stop()
+		drain, kill := context.WithCancel(context.Background())
+		defer kill()
+		go func() {
+			select {
+			case <-sigs:
+				kill()
+			case <-drain.Done():
+			}
+		}()
+		_ = p.Shutdown(drain)
+	}()
+	return func() {
+		signal.Stop(sigs)
+		close(quit)
+	}
 }
 
 // describeStartError says why the pool did not start, in the terms the

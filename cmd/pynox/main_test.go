@@ -480,6 +480,8 @@ func TestExamplesConfigAndPythonClient(t *testing.T) {
 	require.Contains(t, string(out), "host call: ['pynox result 0', 'pynox result 1']\n")
 	require.Contains(t, string(out), "session: 42\n")
 	require.Contains(t, string(out), "streamed stdout: step 0\nstreamed stdout: step 1\nstreamed stdout: step 2\n")
+	require.Contains(t, string(out), "interrupted: KeyboardInterrupt - total is 42\n")
+	require.Contains(t, string(out), "cancelled: CancelledError\n")
 	require.Contains(t, string(out), "['sessions result 0']\n")
 	require.Contains(t, string(out), "3 orders\n")
 	require.Contains(t, string(out), "search(query: str, limit: int = 3) -> list: Searches the documentation")

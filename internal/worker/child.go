@@ -323,6 +323,8 @@ func (c *Child) Run(job *Job, cancel <-chan struct{}) *Outcome {
 		host:      job.Host,
 		maxCalls:  job.MaxCalls,
 		cpu:       cpu,
+		ctx:       job.Ctx,
+		interrupt: job.Interrupt,
 	}, cancel)
 	c.noteOOM(o)
 	if !o.Alive {
@@ -398,6 +400,8 @@ func (c *Child) RunStep(st *Step, cancel <-chan struct{}) *Outcome {
 		maxCalls:  st.MaxCalls,
 		cpu:       st.CPUSecs,
 		continued: true,
+		ctx:       st.Ctx,
+		interrupt: st.Interrupt,
 	}, cancel)
 	c.noteOOM(o)
 	if !o.Alive {

@@ -527,6 +527,21 @@ class Spare:
         # channel never interleave, and no thread reads another's answer.
         self.host_lock = _thread.allocate_lock()
         self.channels = False  # descriptors 0-4 are the spare's own
+        # SIGINT (the pool's interrupt) raises KeyboardInterrupt only while
+        # the job's code runs on the main thread (int_mode 1); anywhere
+        # else (the runner's own code, a host call waiting for its answer)
+        # it is kept pending, and raised when the job's code resumes.
+        self.int_mode = 0
+        self.int_pending = False
+        self.main_ident = 0
+
+    def on_sigint(self, signum, frame):
+        """The SIGINT handler: KeyboardInterrupt in the job's code, once;
+        elsewhere the interrupt waits for the job's code to resume."""
+        if self.int_mode == 1:
+            self.int_mode = 0  # the runner's report that follows is never hit
+            raise KeyboardInterrupt
+        self.int_pending = True
 
     def send(self, obj):
         """Writes a frame to the control channel and rings the bell so that
@@ -588,6 +603,9 @@ class Spare:
             os.close(fds[0])
             os.close(fds[1])
             self.step = int(msg.get("step") or 0)
+            # An interrupt of an earlier step that arrived after it ended
+            # is not this step's.
+            self.int_pending = False
             self.host_lock.release()
             cpu = int(msg.get("cpu") or 0)
             if cpu > 0:
@@ -662,6 +680,9 @@ class Spare:
         # mmap with MAP_LOCKED (and mremap of such a mapping) locks pages
         # up to RLIMIT_MEMLOCK.
         resource.setrlimit(resource.RLIMIT_MEMLOCK, (0, 0))
+        # The pool's interrupt: see on_sigint.
+        self.main_ident = _thread.get_ident()
+        signal.signal(signal.SIGINT, self.on_sigint)
         # Address space set aside to report a MemoryError with when the job
         # used up its allowance (RLIMIT_AS counts address space, so an
         # untouched mapping is enough, and costs no page faults).
@@ -813,7 +834,19 @@ class Spare:
                     raise TypeError("arguments to %s must be JSON values: %s" % (name, e)) from None
                 if len(a) + len(k) > MAX_CALL:
                     raise ValueError("arguments to %s are %d bytes of JSON; the limit is %d" % (name, len(a) + len(k), MAX_CALL))
-                with lock:
+                # An interrupt while the call waits for its answer is
+                # raised once the answer is in: the channel stays in step.
+                on_main = _thread.get_ident() == spare.main_ident
+                mode = spare.int_mode
+                if on_main:
+                    spare.int_mode = 2
+                try:
+                    lock.acquire()
+                except BaseException:
+                    if on_main:
+                        spare.int_mode = mode
+                    raise
+                try:
                     # The step is read under the lock: a thread that calls
                     # between steps waits for the next one, and its call
                     # is that step's.
@@ -831,6 +864,14 @@ class Spare:
                         _write_all(FD, framed)
                     _ring()
                     reply = _recv(FD)
+                finally:
+                    lock.release()
+                    if on_main:
+                        spare.int_mode = mode
+                if on_main and mode == 1 and spare.int_pending:
+                    spare.int_pending = False
+                    spare.int_mode = 0
+                    raise KeyboardInterrupt
                 if reply is None or reply.get("t") != "reply":
                     os._exit(75)  # the host is gone, or spoke out of turn
                 if "error" in reply:
@@ -883,16 +924,25 @@ class Spare:
             traceback.print_exception(type(e), e, None)
             return 1, _describe(e, name)
         try:
+            self.int_mode = 1
+            if self.int_pending:  # interrupted before its code began
+                self.int_pending = False
+                self.int_mode = 0
+                raise KeyboardInterrupt
             exec(code, d)
             if last is not None:
                 value = eval(last, d)
+                self.int_mode = 0
                 if value is not None:
                     self.value = _encode_value(value)
                 value = None
+            self.int_mode = 0
         except SystemExit as e:
+            self.int_mode = 0
             self.exited = True
             return _exit_code(e), None
         except BaseException as e:  # noqa: BLE001 - every exception is the job's
+            self.int_mode = 0
             if issubclass(type(e), MemoryError):  # not e.__class__, which the job may define
                 # The job is over: drop its data so the report can be made.
                 self.exited = True

@@ -28,12 +28,22 @@ type turnSpec struct {
 	// it has used a second more (as by a one-shot job's hard RLIMIT_CPU).
 	// Zero for one-shot jobs, whose own hard RLIMIT_CPU does it.
 	cpu int64
+	// ctx is the parent of host calls' contexts (Background when nil);
+	// interrupt, when closed, sends the code SIGINT.
+	ctx       context.Context
+	interrupt <-chan struct{}
 }
+
+// InterruptGrace is how long a step may run on after its interrupt
+// (SIGINT) before it is killed: code that catches KeyboardInterrupt and
+// goes on, or that blocks in C with SIGINT pending, loses its process.
+const InterruptGrace = 2 * time.Second
 
 // pendingCall is a host call the turn is waiting on.
 type pendingCall struct {
 	ctx    context.Context
 	cancel context.CancelFunc
+	gone   chan struct{} // closed when the turn stops waiting for the answer
 }
 
 // turn is one piece of code handed to a child, and the wait for its
@@ -149,6 +159,8 @@ func (t *turn) run(cancel <-chan struct{}) *Outcome {
 	}
 	pipesDone := false
 	var drain <-chan time.Time
+	interrupt := t.ts.interrupt
+	var grace <-chan time.Time
 	for {
 		// The result is complete once the output pipes are closed and the
 		// outcome is known: the child's own report, a kill of ours, or —
@@ -224,6 +236,22 @@ func (t *turn) run(cancel <-chan struct{}) *Outcome {
 			}
 		case <-t.cpuCheck:
 			t.checkCPU()
+		case <-interrupt:
+			interrupt = nil
+			if !o.Done && !t.killed {
+				o.Interrupted = true
+				if t.c.signal(unix.SIGINT) != nil {
+					t.kill()
+				} else {
+					grace = t.newTimer(InterruptGrace).C
+				}
+			}
+		case <-grace:
+			grace = nil
+			if !o.Done && !t.killed {
+				o.InterruptKilled = true
+				t.kill()
+			}
 		case <-cancel:
 			cancel = nil
 			if !o.Done {
@@ -432,8 +460,21 @@ func (t *turn) hostCall(m *childMsg) {
 			t.refuse(fmt.Sprintf("the arguments to %s cannot be passed on: %v", m.Function, err))
 			return
 		}
-		ctx, cancel := context.WithCancel(context.Background())
-		pc := &pendingCall{ctx: ctx, cancel: cancel}
+		// The host's ctx carries the caller's values and ends with the
+		// caller's ctx or at the turn's deadline; its answer is still
+		// passed on (it says why it failed), unless the turn has ended.
+		parent := t.ts.ctx
+		if parent == nil {
+			parent = context.Background()
+		}
+		var ctx context.Context
+		var cancel context.CancelFunc
+		if t.ts.timeout > 0 {
+			ctx, cancel = context.WithDeadline(parent, t.o.Start.Add(t.ts.timeout))
+		} else {
+			ctx, cancel = context.WithCancel(parent)
+		}
+		pc := &pendingCall{ctx: ctx, cancel: cancel, gone: make(chan struct{})}
 		t.call = pc
 		cl := Call{Function: m.Function, Args: m.Args, Kwargs: m.Kwargs}
 		if len(cl.Kwargs) == 0 || string(cl.Kwargs) == "null" {
@@ -444,7 +485,7 @@ func (t *turn) hostCall(m *childMsg) {
 			r := host(pc.ctx, cl)
 			select {
 			case replies <- r:
-			case <-pc.ctx.Done():
+			case <-pc.gone:
 			}
 		}()
 	}
@@ -457,6 +498,14 @@ func (t *turn) reply(r Reply) {
 	}
 	t.call.cancel() // the handler is done
 	t.call = nil
+	if t.ts.timeout > 0 && !t.o.Done && !time.Now().Before(t.o.Start.Add(t.ts.timeout)) {
+		// The turn's time is up, which is likely why the host answered
+		// (its ctx ended at the deadline): a timeout, not the answer.
+		t.o.TimedOut = true
+		t.timeout = nil
+		t.kill()
+		return
+	}
 	if r.Error == nil && len(r.Result) > MaxCall {
 		msg := fmt.Sprintf("the host's result is %d bytes of JSON; the limit is %d", len(r.Result), MaxCall)
 		r = Reply{Error: &msg}
@@ -468,6 +517,7 @@ func (t *turn) reply(r Reply) {
 func (t *turn) endCall() {
 	if t.call != nil {
 		t.call.cancel()
+		close(t.call.gone)
 		t.call = nil
 	}
 }

@@ -59,6 +59,13 @@ type Job struct {
 	// Inputs is a JSON object whose members become globals of __main__
 	// before the code runs; the caller checked it (names, size).
 	Inputs json.RawMessage
+
+	// Ctx, when set, is the parent of the turn's host calls' contexts:
+	// they carry its values and end with it (and at the turn's deadline).
+	Ctx context.Context
+	// Interrupt, when closed, sends the running code SIGINT (see
+	// Step.Interrupt); nil for none.
+	Interrupt <-chan struct{}
 }
 
 // MaxCall bounds a host call's JSON arguments and its JSON result.
@@ -115,13 +122,17 @@ type Outcome struct {
 	TimedOut    bool        // killed at Job.Timeout
 	CPUExceeded bool        // a session's turn killed for using more CPU time than its allowance
 	Canceled    bool        // killed because the caller's cancel channel closed
-	Violation   string      // the child broke the control protocol and was killed
-	Stdout      []byte
-	Stderr      []byte
-	StdoutTrunc bool
-	StderrTrunc bool
-	Start       time.Time // when the job was handed to the child
-	End         time.Time
+	Interrupted bool        // sent SIGINT because the Interrupt channel closed
+	// InterruptKilled: killed because it had not ended InterruptGrace
+	// after its interrupt.
+	InterruptKilled bool
+	Violation       string // the child broke the control protocol and was killed
+	Stdout          []byte
+	Stderr          []byte
+	StdoutTrunc     bool
+	StderrTrunc     bool
+	Start           time.Time // when the job was handed to the child
+	End             time.Time
 	// Alive: the step ended and the session's process waits for the next.
 	Alive bool
 	Calls int // host calls the turn made
@@ -205,6 +216,14 @@ type Step struct {
 	// Output streams the step's output as it comes, or is nil.
 	Output OutputFunc
 	Inputs json.RawMessage // as Job.Inputs
+	// Ctx, when set, is the parent of the step's host calls' contexts:
+	// they carry its values and end with it (and at the step's deadline).
+	Ctx context.Context
+	// Interrupt, when closed while the step runs, sends the process
+	// SIGINT: the runner raises KeyboardInterrupt in the step's code (only
+	// there: never in its own code, and a host call in flight finishes
+	// first). A step that has not ended InterruptGrace later is killed.
+	Interrupt <-chan struct{}
 }
 
 // MaxCallDepth bounds how deeply a host call's arguments nest (arrays and

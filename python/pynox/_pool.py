@@ -13,6 +13,7 @@ import shutil
 import subprocess
 import sys
 import threading
+import time
 from typing import IO, Any, Callable, Deque, Dict, Iterable, List, Mapping, Optional, Union
 
 from ._errors import BinaryNotFoundError, PoolError, RequestError
@@ -83,6 +84,51 @@ def _duration(value: Duration) -> str:
     return "%dms" % round(value * 1000)
 
 
+_GO_DURATION = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|ms|s|m|h)")
+_DURATION_UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+# The pool's default [pool] session_idle, in seconds.
+DEFAULT_SESSION_IDLE = 600.0
+
+
+def _seconds(value: Duration) -> float:
+    """Converts a duration (a string like "1m30s" as the pool writes it, a
+    number of seconds or a timedelta) to seconds."""
+    if isinstance(value, str):
+        text = value.strip()
+        pos, total = 0, 0.0
+        for m in _GO_DURATION.finditer(text):
+            if m.start() != pos:
+                break
+            total += float(m.group(1)) * _DURATION_UNITS[m.group(2)]
+            pos = m.end()
+        if pos != len(text) or not text:
+            raise ValueError("%r is not a duration like '5s' or '1m30s'" % value)
+        return total
+    if isinstance(value, datetime.timedelta):
+        return value.total_seconds()
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError("a duration is a string like '5s', a number of seconds or a timedelta, not %r" % (value,))
+    return float(value)
+
+
+def _config_session_idle(path: Optional[str]) -> Optional[float]:
+    """The [pool] session_idle of the configuration file the pool read,
+    in seconds, or None when it sets none (or cannot be read here)."""
+    if not path:
+        return None
+    try:
+        import tomllib  # Python 3.11+
+    except ImportError:
+        return None
+    try:
+        with open(path, "rb") as f:
+            value = tomllib.load(f).get("pool", {}).get("session_idle")
+        return _seconds(value) if value is not None else None
+    except (OSError, ValueError, TypeError, AttributeError):
+        return None
+
+
 def _fields(fields: Dict[str, Any]) -> Dict[str, Any]:
     """Converts the Python forms of request fields to the pool's."""
     out = {k: v for k, v in fields.items() if v is not None}
@@ -124,7 +170,9 @@ class Pool:
     passed as they are. cwd is the pool's working directory, against which
     relative request paths resolve. The pool's stderr goes to stderr (a
     text file; default sys.stderr); its last lines are quoted in the error
-    when the pool does not start.
+    when the pool does not start. session_idle is the pool's [pool]
+    session_idle; by default it is read from the configuration file the
+    pool reports in its ready event, else the pool's default (10m).
     """
 
     def __init__(
@@ -142,6 +190,7 @@ class Pool:
         extra_args: Iterable[str] = (),
         cwd: Optional[str] = None,
         stderr: Optional[IO[str]] = None,
+        session_idle: Optional[Duration] = None,
     ) -> None:
         self.binary = find_binary(binary)
         args: List[str] = [self.binary, "pool"]
@@ -174,6 +223,13 @@ class Pool:
                                                name="pynox-stderr", daemon=True)
         self._stderr_reader.start()
         self.ready: Dict[str, Any] = self._read_ready()
+        # How long the pool keeps an idle session: a Session idle for about
+        # as long resends its grants (see Session.run).
+        if session_idle is not None:
+            self.session_idle = _seconds(session_idle)
+        else:
+            found = _config_session_idle(self.ready.get("config"))
+            self.session_idle = found if found is not None else DEFAULT_SESSION_IDLE
         self._ids = itertools.count(1)
         self._sessions = itertools.count(1)
         self._write_lock = threading.Lock()  # one line at a time on stdin
@@ -367,8 +423,9 @@ class Pool:
                 raise PoolError(self._stopped or "pynox pool is not running") from None
 
     def _request(self, req: Dict[str, Any], functions: Optional[Mapping[str, HostFunction]] = None,
-                 on_output: Optional[OutputCallback] = None) -> Dict[str, Any]:
-        rid = "py-%d" % next(self._ids)
+                 on_output: Optional[OutputCallback] = None, rid: Optional[Any] = None) -> Dict[str, Any]:
+        if rid is None:
+            rid = "py-%d" % next(self._ids)
         if on_output is not None:
             req = dict(req, stream=True)
         line = json.dumps(dict(req, id=rid))
@@ -380,6 +437,8 @@ class Pool:
         with self._state:
             if self._stopped:
                 raise PoolError(self._stopped)
+            if rid in self._waiting:
+                raise ValueError("job_id %r is the id of a request still waiting for its answer" % (rid,))
             self._waiting[rid] = slot
             if functions:
                 self._functions[rid] = functions
@@ -399,8 +458,8 @@ class Pool:
         return slot.answer
 
     def _result(self, req: Dict[str, Any], functions: Optional[Mapping[str, HostFunction]],
-                on_output: Optional[OutputCallback] = None) -> Result:
-        res = Result.from_json(self._request(req, functions, on_output))
+                on_output: Optional[OutputCallback] = None, rid: Optional[Any] = None) -> Result:
+        res = Result.from_json(self._request(req, functions, on_output, rid))
         if res.error is not None and res.error.type == "RequestError":
             raise RequestError(res)
         return res
@@ -414,6 +473,7 @@ class Pool:
         timeout: Optional[Duration] = None,
         on_output: Optional[OutputCallback] = None,
         inputs: Optional[Mapping[str, Any]] = None,
+        job_id: Optional[str] = None,
         **fields: Any,
     ) -> Result:
         """Runs code (or the file script) in a fresh confined process and
@@ -442,9 +502,14 @@ class Pool:
         before it runs. When the code ends with an expression, its value
         is result.value (or result.value_repr when it has no JSON form).
 
+        job_id names the job for cancel() from another thread (it must not
+        be the id of another request still running); by default the client
+        numbers its requests itself.
+
         A job that fails is a Result (check result.ok, result.error, or call
         result.check()); a request the pool refuses raises RequestError, and
-        a pool that stops raises PoolError."""
+        a pool that stops raises PoolError. A job that cancel() ended is a
+        Result with error type CancelledError and exit -1."""
         req = _fields(dict(fields, timeout=timeout))
         if code is not None:
             req["code"] = code
@@ -454,7 +519,14 @@ class Pool:
             req["functions"] = sorted(functions)
         if inputs is not None:
             req["inputs"] = dict(inputs)
-        return self._result(req, functions, on_output)
+        return self._result(req, functions, on_output, job_id)
+
+    def cancel(self, job_id: str) -> bool:
+        """Ends the job that run(..., job_id=job_id) is running or queuing
+        (on another thread): that run() returns a Result with error type
+        CancelledError. Returns whether such a job had not been answered
+        yet. Session steps are interrupted instead (Session.interrupt)."""
+        return bool(self._request({"cancel": job_id}).get("cancelled"))
 
     def session(self, *, name: Optional[str] = None, functions: Optional[Mapping[str, HostFunction]] = None,
                 **grants: Any) -> Session:
@@ -522,8 +594,11 @@ class Session:
 
     A Python exception leaves it alive, like a notebook cell. A timeout, a
     crash or an exit ends its process (result.session_ended says so) and
-    the next run() starts a new one with the same grants. Steps queue
-    behind each other."""
+    the next run() starts a new one with the same grants. So does a run()
+    after the pool closed the session for being idle ([pool] session_idle;
+    see Pool): a step after half that time without one carries the grants
+    and host functions again. Steps queue behind each other; interrupt()
+    stops the running one from another thread."""
 
     def __init__(self, pool: Pool, name: str, grants: Dict[str, Any],
                  functions: Mapping[str, HostFunction]) -> None:
@@ -533,6 +608,7 @@ class Session:
         self.functions = functions
         self._lock = threading.Lock()
         self._fresh = True  # the next step starts a process, so it carries the grants
+        self._last = 0.0  # time.monotonic() of the last step's answer
 
     def run(self, code: str, *, timeout: Optional[Duration] = None,
             on_output: Optional[OutputCallback] = None,
@@ -549,18 +625,43 @@ class Session:
             fields["code"] = code
             if inputs is not None:
                 fields["inputs"] = dict(inputs)
+            grants = _fields(dict(self.grants))
+            if self.functions:
+                grants["functions"] = sorted(self.functions)
             if self._fresh:
                 # The first request (and the first after the process
-                # ended) fixes the permissions and the host functions.
-                fields = dict(_fields(dict(self.grants)), **fields)
-                if self.functions:
-                    fields["functions"] = sorted(self.functions)
-            try:
+                # ended) fixes the permissions and the host functions. A
+                # RequestError raised here ran nothing: a fresh session
+                # stays fresh.
+                res = self.pool._result(dict(grants, **fields), self.functions, on_output)
+            elif grants and time.monotonic() - self._last >= self.pool.session_idle / 2:
+                # The pool may have closed the session for being idle; a
+                # request under its name would then start a new one with
+                # only what it carries. So the grants go along, and if the
+                # session is alive after all, the pool refuses them
+                # (nothing runs) and the step goes again without.
+                try:
+                    res = self.pool._result(dict(grants, **fields), self.functions, on_output)
+                except RequestError as e:
+                    if "is running: a later request carries only" not in str(e):
+                        raise
+                    res = self.pool._result(fields, self.functions, on_output)
+            else:
+                # A RequestError raised here ran nothing: the session
+                # lives on.
                 res = self.pool._result(fields, self.functions, on_output)
-            except RequestError:
-                raise  # nothing ran: a fresh session stays fresh, a live one lives on
             self._fresh = res.session_ended
+            self._last = time.monotonic()
             return res
+
+    def interrupt(self) -> bool:
+        """Interrupts the step this session is running (on another
+        thread), as Ctrl-C does: the step's code gets KeyboardInterrupt
+        (its result's error type) and the session lives on with its
+        variables. A step that catches it and goes on, or that is blocked
+        in C code, is killed 2 s later (result.session_ended). Returns
+        whether a step was running."""
+        return bool(self.pool._request({"session": self.name, "interrupt": True}).get("interrupted"))
 
     def close(self) -> None:
         """Ends the session's process, if it has one."""
@@ -633,6 +734,13 @@ class Tool:
         except RequestError as e:
             return "RequestError: %s" % e
         return res.output()
+
+    def interrupt(self) -> bool:
+        """Interrupts the step a stateful tool's session is running (see
+        Session.interrupt); returns whether one was running."""
+        with self._lock:
+            sess = self._session
+        return sess.interrupt() if sess is not None else False
 
     def close(self) -> None:
         """Ends the session of a stateful tool."""
