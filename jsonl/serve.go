@@ -55,6 +55,9 @@ type Ready struct {
 	Cgroups string `json:"cgroups"`
 	// SelfConfinement is how the pool process confined itself.
 	SelfConfinement pynox.SelfConfinement `json:"self_confinement"`
+	// Mounts says which kinds of mounts requests may ask for, and where
+	// the jobs' scratch directories are (see [pynox.Pool.Mounts]).
+	Mounts pynox.MountSupport `json:"mounts"`
 }
 
 type statsEvent struct {
@@ -90,7 +93,7 @@ func Serve(ctx context.Context, p *pynox.Pool, r io.Reader, w io.Writer) error {
 	ready := Ready{Event: "ready", Workers: cfg.Workers, Runtime: "pynox",
 		PreloadedModules: nonNilStrings(p.Preloaded()), PackageDirs: nonNilStrings(cfg.PackageDirs),
 		Profiles: cfg.ProfileNames(), PIDNamespace: p.PIDNamespace(), Cgroups: p.Cgroups(),
-		SelfConfinement: p.SelfConfinement()}
+		SelfConfinement: p.SelfConfinement(), Mounts: p.Mounts()}
 	if cfg.Source != "" {
 		src := cfg.Source
 		ready.Config = &src

@@ -1,0 +1,242 @@
+package pynox
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"sync/atomic"
+
+	"golang.org/x/sys/unix"
+)
+
+// scratchDepth is how deep the scratch remover descends, holding one
+// descriptor per level, before it moves a deeper directory up to the
+// scratch root and removes it from there: a job may nest directories
+// without bound, and the pool's descriptors must stay bounded.
+const scratchDepth = 32
+
+// scratchRoot is the directory a pool makes its jobs' scratch directories
+// in (see Config.ScratchDir): one private directory per job or session,
+// created when the request is planned, granted to that job alone (read and
+// write through its Landlock rule), and removed when the plan is closed,
+// after the job's process is gone.
+//
+// The pool acts only through descriptors it opened itself: every
+// operation is relative to the root's descriptor or to a directory opened
+// beneath it with O_NOFOLLOW|O_DIRECTORY, so a symlink a job planted is
+// removed, never followed, and a directory swapped for one is not
+// entered.
+type scratchRoot struct {
+	path string // absolute and symlink-free
+	fd   int    // O_PATH descriptor of path
+	n    atomic.Uint64
+
+	// mu is held for reading by every use of fd, and for writing by
+	// close, so that no use of fd can meet a closed (or reused) number.
+	mu     sync.RWMutex
+	closed bool
+}
+
+// errScratchClosed is what create answers once the pool has closed.
+var errScratchClosed = errors.New("the pool's scratch directory is gone (the pool is closed)")
+
+// newScratchRoot makes a fresh private directory (mode 0700) beneath
+// parent (os.TempDir() when empty).
+func newScratchRoot(parent string) (*scratchRoot, error) {
+	if parent == "" {
+		parent = os.TempDir()
+	}
+	real, err := filepath.EvalSymlinks(parent)
+	if err != nil {
+		return nil, err
+	}
+	dir, err := os.MkdirTemp(real, "pynox-scratch-")
+	if err != nil {
+		return nil, err
+	}
+	fd, err := unix.Open(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		os.Remove(dir)
+		return nil, err
+	}
+	named, err := os.Readlink("/proc/self/fd/" + strconv.Itoa(fd))
+	if err != nil || named != dir {
+		unix.Close(fd)
+		os.Remove(dir)
+		return nil, fmt.Errorf("%s changed while the pool opened it", dir)
+	}
+	return &scratchRoot{path: dir, fd: fd}, nil
+}
+
+// create makes a new private directory for one job and returns its name
+// in the root and an O_PATH descriptor of it (for the job's Landlock
+// rule).
+func (s *scratchRoot) create() (name string, fd int, err error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.closed {
+		return "", -1, errScratchClosed
+	}
+	name = "j" + strconv.FormatUint(s.n.Add(1), 10)
+	if err := unix.Mkdirat(s.fd, name, 0o700); err != nil {
+		return "", -1, err
+	}
+	fd, err = unix.Openat(s.fd, name, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		s.removeLocked(name)
+		return "", -1, err
+	}
+	return name, fd, nil
+}
+
+// dir is the path of the scratch directory name.
+func (s *scratchRoot) dir(name string) string { return filepath.Join(s.path, name) }
+
+// remove removes the entry name of the root and everything beneath it,
+// following no symlink. It returns the first error met; what it could
+// not remove stays (and goes with the root when the pool closes).
+func (s *scratchRoot) remove(name string) error {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.closed {
+		return nil // removed with the root
+	}
+	return s.removeLocked(name)
+}
+
+// removeLocked is remove, with mu held.
+func (s *scratchRoot) removeLocked(name string) error {
+	var first error
+	queue := []string{name}
+	for len(queue) > 0 {
+		n := queue[len(queue)-1]
+		queue = queue[:len(queue)-1]
+		moved, err := s.removeAt(s.fd, n, 0)
+		queue = append(queue, moved...)
+		if err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
+}
+
+// removeAt removes the entry name of the directory dirfd: unlinks it if it
+// is not a directory (a symlink is unlinked itself), else empties it and
+// removes it. A directory deeper than scratchDepth is moved to the root
+// and returned, for remove to take it from there.
+func (s *scratchRoot) removeAt(dirfd int, name string, depth int) (moved []string, err error) {
+	err = unix.Unlinkat(dirfd, name, 0)
+	if err == nil || errors.Is(err, unix.ENOENT) {
+		return nil, nil
+	}
+	if !errors.Is(err, unix.EISDIR) && !errors.Is(err, unix.EPERM) {
+		return nil, err
+	}
+	if depth >= scratchDepth {
+		up := "d" + strconv.FormatUint(s.n.Add(1), 10)
+		if err := unix.Renameat(dirfd, name, s.fd, up); err != nil {
+			return nil, err
+		}
+		return []string{up}, nil
+	}
+	fd, err := openDirNoFollow(dirfd, name)
+	if err != nil {
+		return nil, err
+	}
+	f := os.NewFile(uintptr(fd), name)
+	defer f.Close()
+	// Entries are read in batches and removed, and the listing is read
+	// again from the start until it is empty: removing entries while
+	// reading a directory may skip some.
+	for {
+		names, rerr := f.Readdirnames(1024)
+		for _, n := range names {
+			m, err := s.removeAt(fd, n, depth+1)
+			moved = append(moved, m...)
+			if err != nil {
+				return moved, err
+			}
+		}
+		if rerr == io.EOF || len(names) == 0 {
+			break
+		}
+		if rerr != nil {
+			return moved, rerr
+		}
+		if _, err := f.Seek(0, io.SeekStart); err != nil {
+			return moved, err
+		}
+	}
+	return moved, unix.Unlinkat(dirfd, name, unix.AT_REMOVEDIR)
+}
+
+// openDirNoFollow opens the directory name of dirfd for reading without
+// following a symlink, and makes sure its owner may read, search and
+// change it: a job may have taken those permissions away (which stops a
+// pool that does not run as root). The mode is changed through a
+// descriptor of that very directory, never through a path.
+func openDirNoFollow(dirfd int, name string) (int, error) {
+	const flags = unix.O_RDONLY | unix.O_DIRECTORY | unix.O_NOFOLLOW | unix.O_CLOEXEC
+	fd, err := unix.Openat(dirfd, name, flags, 0)
+	if errors.Is(err, unix.EACCES) {
+		pfd, perr := unix.Openat(dirfd, name, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+		if perr != nil {
+			return -1, perr
+		}
+		// chmod through /proc/self/fd names the inode pfd holds.
+		cerr := unix.Chmod("/proc/self/fd/"+strconv.Itoa(pfd), 0o700)
+		unix.Close(pfd)
+		if cerr != nil {
+			return -1, cerr
+		}
+		fd, err = unix.Openat(dirfd, name, flags, 0)
+	}
+	if err != nil {
+		return -1, err
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		unix.Close(fd)
+		return -1, err
+	}
+	if st.Mode&0o700 != 0o700 {
+		if err := unix.Fchmod(fd, st.Mode&0o7777|0o700); err != nil {
+			unix.Close(fd)
+			return -1, err
+		}
+	}
+	return fd, nil
+}
+
+// close removes every scratch directory left and the root itself.
+func (s *scratchRoot) close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil
+	}
+	s.closed = true
+	var first error
+	fd, err := openDirNoFollow(s.fd, ".")
+	if err == nil {
+		f := os.NewFile(uintptr(fd), s.path)
+		names, _ := f.Readdirnames(-1)
+		f.Close()
+		for _, n := range names {
+			if err := s.removeLocked(n); err != nil && first == nil {
+				first = err
+			}
+		}
+	} else {
+		first = err
+	}
+	unix.Close(s.fd)
+	if err := unix.Rmdir(s.path); err != nil && first == nil {
+		first = err
+	}
+	return first
+}
