@@ -88,7 +88,7 @@ func TestMountRefusals(t *testing.T) {
 			require.Nil(t, res.Policy)
 		})
 	}
-	require.Empty(t, scratchEntries(t, p), "a refused request left its scratch behind")
+	requireScratchEmpty(t, p, "a refused request left its scratch behind")
 	ms := p.Mounts()
 	require.Equal(t, []MountMode{ReadOnly, ReadWrite}, ms.Modes)
 	require.False(t, ms.VirtualPaths)

@@ -61,16 +61,46 @@ func (pl *plan) scratchDir() string {
 }
 
 // close releases the grants' descriptors and removes the plan's scratch
-// directory: it is called once the job's (or session's) process is gone.
+// directory: it is called once no process of the job (or session) can
+// act any more, or is about to be killed (a dying process may still add
+// an entry, which stays until the pool closes; the directory is not
+// reused).
 func (pl *plan) close() {
-	for _, fd := range pl.fds {
-		unix.Close(fd)
-	}
-	pl.fds = nil
+	pl.closeGrants()
 	if pl.scratchRoot != nil {
 		pl.scratchRoot.remove(pl.scratch)
 		pl.scratchRoot = nil
 	}
+}
+
+// closeGrants releases the grants' descriptors (the scratch directory's
+// included): once the job has its Landlock rules they are no longer
+// needed.
+func (pl *plan) closeGrants() {
+	for _, fd := range pl.fds {
+		unix.Close(fd)
+	}
+	pl.fds = nil
+}
+
+// closeAfter is close for a job that ran in child: the scratch directory
+// is emptied once the template has reported the child's exit, and then
+// kept for another job; if that report does not come soon, it is removed
+// instead (see close).
+func (pl *plan) closeAfter(child *worker.Child) {
+	pl.closeGrants()
+	root, name := pl.scratchRoot, pl.scratch
+	pl.scratchRoot = nil
+	if root == nil {
+		return
+	}
+	go func() {
+		if child.Exited(2 * time.Second) {
+			root.release(name)
+		} else {
+			root.remove(name)
+		}
+	}()
 }
 
 // plan checks a request against the ceiling and resolves its grants. On

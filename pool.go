@@ -449,7 +449,14 @@ func (p *Pool) run(ctx context.Context, job Job) (_ *Result, refill func(), _ er
 	if rerr != nil {
 		return p.refuse(&job, rerr), refill, nil
 	}
-	defer pl.close()
+	var ran *worker.Child // the child the job ran in, if any
+	defer func() {
+		if ran != nil {
+			pl.closeAfter(ran)
+		} else {
+			pl.close()
+		}
+	}()
 	if len(job.Functions) > 0 && job.Host == nil {
 		return p.refuse(&job, requestErrorf("functions are declared but the job has no Host to answer them")), refill, nil
 	}
@@ -509,6 +516,7 @@ func (p *Pool) run(ctx context.Context, job Job) (_ *Result, refill func(), _ er
 			child.HoldRefill()
 			held = child
 		}
+		ran = child
 		out = child.Run(&pl.job, runCtx.Done())
 		// A child that died before it started the job ran no user code, so
 		// the job can safely go to a fresh spare, once; that child's

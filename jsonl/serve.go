@@ -398,6 +398,14 @@ func unitField(line []byte) string {
 			return f.name
 		}
 	}
+	var mounts []map[string]json.RawMessage
+	if raw, ok := probe["mounts"]; ok && json.Unmarshal(raw, &mounts) == nil {
+		for i, m := range mounts {
+			if raw, ok := m["write_bytes_limit"]; ok && json.Unmarshal(raw, new(pynox.Size)) != nil {
+				return fmt.Sprintf("mounts[%d].write_bytes_limit", i)
+			}
+		}
+	}
 	return ""
 }
 
