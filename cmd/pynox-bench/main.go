@@ -31,7 +31,8 @@
 //
 // Sessions: sequential trivial steps in one live session. Host functions:
 // one job calling a host function n times, each call answered by this
-// command as a JSON Lines client would.
+// command as a JSON Lines client would. Mounts (row 22): trivial jobs given
+// one read-only mount each, against row 1 (a plain trivial job).
 package main
 
 import (
