@@ -225,6 +225,9 @@ func (p *Pool) plan(req *Job, session bool) (pl *plan, rerr *Error) {
 	env := j.Env
 	if p.scratch != nil {
 		name, fd, err := p.scratch.create()
+		if errors.Is(err, errScratchClosed) {
+			return nil, errClosed()
+		}
 		if err != nil {
 			return nil, newError(KindSandboxSetup, "the job's scratch directory could not be made in %s: %v", p.scratch.path, err)
 		}

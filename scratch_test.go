@@ -332,3 +332,14 @@ func TestScratchRemover(t *testing.T) {
 	_, _, err = s.create()
 	require.ErrorIs(t, err, errScratchClosed)
 }
+
+// A scratch directory the pool cannot make fails New, naming the setting.
+func TestScratchDirUnusable(t *testing.T) {
+	t.Parallel()
+	requireSandbox(t)
+	_, err := New(Config{Workers: 1, Dir: t.TempDir(), Python: testPython(), ScratchDir: filepath.Join(t.TempDir(), "missing")})
+	var ce *ConfigError
+	require.ErrorAs(t, err, &ce)
+	require.Equal(t, "pool.scratch_dir", ce.Key)
+	require.Contains(t, ce.Problem, "cannot make the pool's scratch directory")
+}

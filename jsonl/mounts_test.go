@@ -61,3 +61,24 @@ func TestServeMounts(t *testing.T) {
 	require.Equal(t, "RequestError", errType(got["s3"]))
 	require.Contains(t, errMessage(got["s3"]), "mounts")
 }
+
+// [pool] scratch_dir resolves against the file's directory, and the pool
+// makes its scratch directory there; an empty one is refused by name.
+func TestConfigScratchDir(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	require.NoError(t, os.Mkdir(filepath.Join(dir, "scratch"), 0o700))
+	path := filepath.Join(dir, "pynox.toml")
+	require.NoError(t, os.WriteFile(path, []byte("[pool]\nscratch_dir = \"scratch\"\n"), 0o644))
+	f, err := LoadConfig(path)
+	require.NoError(t, err)
+	require.Equal(t, filepath.Join(dir, "scratch"), f.Config.ScratchDir)
+	cfg := f.Config
+	cfg.Dir = t.TempDir()
+	p := newTestPool(t, cfg)
+	require.Equal(t, filepath.Join(dir, "scratch"), filepath.Dir(p.Mounts().Scratch))
+
+	require.NoError(t, os.WriteFile(path, []byte("[pool]\nscratch_dir = \"\"\n"), 0o644))
+	_, err = LoadConfig(path)
+	require.ErrorContains(t, err, ":2: pool.scratch_dir: expected a directory")
+}
