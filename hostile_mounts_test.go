@@ -198,3 +198,41 @@ for what, fn in [("read_data", lambda: open(DATA + "/key").read()),
 	requireUnchanged(t, f.secret, filepath.Join(f.secretDir, "key"))
 	require.NoFileExists(t, filepath.Join(f.secretDir, "planted"))
 }
+
+// A job cannot get out of its scratch directory or redirect the pool's
+// cleanup: it cannot remove or rename the directory itself, plant
+// anything beside it, or reach the pool's scratch directory; and a link
+// inside it pointing out leads nowhere.
+func TestHostileMountsScratchEscape(t *testing.T) {
+	t.Parallel()
+	f := newMountFixture(t)
+	r := f.run(t, `
+T = os.environ["TMPDIR"]
+ROOT = os.path.dirname(T)
+os.symlink(SECRET, T + "/out")
+attempt("rmdir_own", lambda: os.rmdir(T))
+attempt("rename_own", lambda: os.rename(T, ROOT + "/mine"))
+attempt("plant_beside", lambda: open(ROOT + "/planted", "w"))
+attempt("symlink_beside", lambda: os.symlink(SECRET, ROOT + "/j999"))
+attempt("mkdir_beside", lambda: os.mkdir(ROOT + "/j999"))
+attempt("list_root", lambda: os.listdir(ROOT))
+attempt("read_through_link", lambda: open(T + "/out/key").read())
+attempt("rename_into_out", lambda: os.rename(T + "/out", OUT + "/out"))
+`, 0)
+	got := verdicts(t, r)
+	require.Len(t, got, 8)
+	for what, v := range got {
+		if what == "rename_into_out" {
+			continue // moving its own symlink into a writable mount is allowed; it still leads nowhere
+		}
+		require.Equal(t, "denied", v, what)
+	}
+	require.NotContains(t, r.Stdout, "TOPSECRET")
+	requireUnchanged(t, f.secret, filepath.Join(f.secretDir, "key"))
+	requireScratchEmpty(t, f.p, "scratch left behind")
+	ents, err := os.ReadDir(f.p.scratch.path)
+	require.NoError(t, err)
+	for _, e := range ents {
+		require.True(t, e.IsDir() && strings.HasPrefix(e.Name(), "j"), "%s in the pool's scratch directory", e.Name())
+	}
+}
