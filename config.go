@@ -106,7 +106,8 @@ type Config struct {
 	ConfineSelf bool
 	// ScratchDir is the directory in which the pool makes its private
 	// scratch directory, which holds one directory per job and session
-	// (see the package docs, "Scratch space"). Empty means os.TempDir().
+	// (see the package docs, "Scratch space and mounts"). Empty means
+	// /dev/shm when it is a tmpfs the pool can use, else os.TempDir().
 	// It must not lie beneath the ceiling: a grant that covers the scratch
 	// directory, or lies beneath it, is refused.
 	ScratchDir string

@@ -158,7 +158,8 @@
 // TMPDIR and HOME name (unless its env names them itself), so that
 // tempfile, pandas.to_csv and libraries' caches work without a grant. The
 // pool makes one directory of its own at [New] (beneath
-// Config.ScratchDir, default os.TempDir(); mode 0700) and in it one
+// Config.ScratchDir: by default /dev/shm when it is a tmpfs, else
+// os.TempDir(); mode 0700) and in it one
 // directory per job or session (mode 0700), opened with O_PATH and given
 // to that job alone as a write grant: two jobs never see each other's,
 // and no request may be granted the pool's scratch directory or anything
@@ -174,14 +175,16 @@
 // directory; nesting deeper than 32 levels is moved up and removed from
 // there, so the descriptors held stay bounded.
 //
-// Scratch space has no total size bound of its own: max_file_size bounds
-// each file, and the file system holding Config.ScratchDir the rest. On
-// a tmpfs (/dev/shm, a tmpfs /tmp) the pages a job writes count against
-// its memory cgroup like the rest of its memory, so a job that fills it
-// is killed and answers MemoryError rather than failing a write with
-// ENOSPC. A bound that fails writes with ENOSPC needs a sized tmpfs per
-// job in a mount namespace of its own, which this version does not set
-// up (see below).
+// Scratch space has no size bound of its own: max_file_size bounds each
+// file. On a tmpfs (the default /dev/shm) what a job writes there is
+// memory, charged to the job's memory cgroup like the rest of its memory
+// (see Limits): with cgroups, a job's scratch and its heap share its
+// allowance, and a job that fills its scratch beyond it is killed and
+// answers MemoryError (rather than failing a write with ENOSPC); without
+// cgroups only the tmpfs's own size bounds it. On a disk (ScratchDir
+// elsewhere) the file system's free space does. A bound that fails
+// writes with ENOSPC needs a sized tmpfs per job in a mount namespace of
+// its own, which this version does not set up (see below).
 //
 // [Job.Mounts] gives a job host directories or files as [MountSpec]s:
 // [ReadOnly] mounts are read grants and [ReadWrite] mounts write grants,

@@ -19,6 +19,13 @@ import (
 // without bound, and the pool's descriptors must stay bounded.
 const scratchDepth = 32
 
+// defaultScratchTmpfs is where a pool makes its scratch directory by
+// default when it is a tmpfs: what a job writes there is memory, charged
+// to the job's memory cgroup (so bounded by its allowance where the pool
+// has cgroups) and gone with the machine, and making and removing
+// directories costs no journal commit.
+const defaultScratchTmpfs = "/dev/shm"
+
 // scratchRoot is the directory a pool makes its jobs' scratch directories
 // in (see Config.ScratchDir): one private directory per job or session,
 // created when the request is planned, granted to that job alone (read and
@@ -52,9 +59,16 @@ type scratchRoot struct {
 var errScratchClosed = errors.New("the pool's scratch directory is gone (the pool is closed)")
 
 // newScratchRoot makes a fresh private directory (mode 0700) beneath
-// parent (os.TempDir() when empty).
+// parent; when parent is empty, beneath /dev/shm if that is a tmpfs the
+// pool can use, else beneath os.TempDir().
 func newScratchRoot(parent string) (*scratchRoot, error) {
 	if parent == "" {
+		var st unix.Statfs_t
+		if unix.Statfs(defaultScratchTmpfs, &st) == nil && st.Type == unix.TMPFS_MAGIC {
+			if s, err := newScratchRoot(defaultScratchTmpfs); err == nil {
+				return s, nil
+			}
+		}
 		parent = os.TempDir()
 	}
 	real, err := filepath.EvalSymlinks(parent)

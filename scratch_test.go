@@ -343,3 +343,33 @@ func TestScratchDirUnusable(t *testing.T) {
 	require.Equal(t, "pool.scratch_dir", ce.Key)
 	require.Contains(t, ce.Problem, "cannot make the pool's scratch directory")
 }
+
+// On a tmpfs (the default, /dev/shm) what a job writes to its scratch is
+// memory charged to its cgroup: filling it past the job's allowance ends
+// the job with MemoryError, as any other memory would, and the pool goes
+// on serving with the scratch emptied.
+func TestScratchCountsAsMemory(t *testing.T) {
+	t.Parallel()
+	p := newTestPool(t, Config{Workers: 1})
+	var st unix.Statfs_t
+	require.NoError(t, unix.Statfs(p.scratch.path, &st))
+	if st.Type != unix.TMPFS_MAGIC {
+		t.Skipf("the scratch directory %s is not on a tmpfs", p.scratch.path)
+	}
+	if p.Cgroups() == "none" {
+		t.Skip("no per-job cgroups on this machine: tmpfs pages are bounded only by the tmpfs's size")
+	}
+	res := run(t, p, Job{Memory: 64 << 20, Code: `
+import os
+block = b"x" * (1 << 20)
+with open(os.path.join(os.environ["TMPDIR"], "big"), "wb") as f:
+    for i in range(1024):
+        f.write(block)
+        f.flush()
+print("wrote 1 GiB")
+`})
+	requireErrorType(t, res, "MemoryError")
+	require.Empty(t, res.Stdout)
+	requireScratchEmpty(t, p, "the filled scratch was not emptied")
+	advServes(t, p)
+}
