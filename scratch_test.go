@@ -373,3 +373,16 @@ print("wrote 1 GiB")
 	requireScratchEmpty(t, p, "the filled scratch was not emptied")
 	advServes(t, p)
 }
+
+// A preload that asked tempfile for its directory at import (caching the
+// template's, /tmp) does not send jobs there: each job's tempfile uses its
+// own TMPDIR.
+func TestScratchTempfileAfterPreloadCachedIt(t *testing.T) {
+	t.Parallel()
+	pkgs := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(pkgs, "cachetmp.py"), []byte("import tempfile\nSEEN = tempfile.gettempdir()\n"), 0o644))
+	p := newTestPool(t, Config{Workers: 1, Preload: []string{"cachetmp"}, PackageDirs: []string{pkgs}})
+	res := run(t, p, Job{Code: "import cachetmp, os, tempfile\nprint(cachetmp.SEEN != os.environ['TMPDIR'])\nf = tempfile.NamedTemporaryFile()\nprint(os.path.dirname(f.name) == os.environ['TMPDIR'])"})
+	requireOK(t, res)
+	require.Equal(t, "True\nTrue\n", res.Stdout)
+}
