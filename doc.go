@@ -167,7 +167,10 @@
 // ends, the pool empties its directory once the template has reported
 // the process gone, and keeps it for the next job (making and removing a
 // directory costs a journal commit on ext4); a session's is removed when
-// it ends, and the whole scratch directory when the pool closes. The pool
+// it ends, and the whole scratch directory when the pool closes (a pool
+// holds an flock on its scratch directory for its whole life; the next
+// pool removes those of pools that were killed, whose lock went with
+// them). The pool
 // removes only through descriptors it opened itself, relative to its
 // scratch directory's and with O_NOFOLLOW|O_DIRECTORY, so a symlink a job
 // planted is unlinked, never followed; a directory whose permissions

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -40,6 +41,7 @@ const defaultScratchTmpfs = "/dev/shm"
 type scratchRoot struct {
 	path string // absolute and symlink-free
 	fd   int    // O_PATH descriptor of path
+	lock int    // a descriptor of path holding an flock while the pool lives
 	n    atomic.Uint64
 
 	// mu is held for reading by every use of fd, and for writing by
@@ -75,7 +77,8 @@ func newScratchRoot(parent string) (*scratchRoot, error) {
 	if err != nil {
 		return nil, err
 	}
-	dir, err := os.MkdirTemp(real, "pynox-scratch-")
+	sweepScratch(real)
+	dir, err := os.MkdirTemp(real, scratchPrefix)
 	if err != nil {
 		return nil, err
 	}
@@ -90,7 +93,60 @@ func newScratchRoot(parent string) (*scratchRoot, error) {
 		os.Remove(dir)
 		return nil, fmt.Errorf("%s changed while the pool opened it", dir)
 	}
-	return &scratchRoot{path: dir, fd: fd}, nil
+	// The lock says the directory is in use: a later pool removes it only
+	// once the lock is gone, with the process that held it.
+	lock, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err == nil {
+		err = unix.Flock(lock, unix.LOCK_EX|unix.LOCK_NB)
+		if err != nil {
+			unix.Close(lock)
+		}
+	}
+	if err != nil {
+		unix.Close(fd)
+		os.Remove(dir)
+		return nil, fmt.Errorf("locking %s: %w", dir, err)
+	}
+	return &scratchRoot{path: dir, fd: fd, lock: lock}, nil
+}
+
+// scratchPrefix begins the name of every pool's scratch directory.
+const scratchPrefix = "pynox-scratch-"
+
+// sweepScratch removes the scratch directories that pools which did not
+// close (killed ones) left in parent: those owned by this process's
+// user and locked by nobody (a pool holds the lock on its own for its
+// whole life, and the kernel drops it when the process dies, in whatever
+// PID namespace it ran). Removal follows no symlink (see scratchRoot).
+func sweepScratch(parent string) {
+	pfd, err := unix.Open(parent, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return
+	}
+	defer unix.Close(pfd)
+	ents, _ := os.ReadDir(parent)
+	for _, e := range ents {
+		name := e.Name()
+		if !strings.HasPrefix(name, scratchPrefix) {
+			continue
+		}
+		lock, err := unix.Openat(pfd, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+		if err != nil {
+			continue
+		}
+		var st unix.Stat_t
+		if unix.Fstat(lock, &st) != nil || int(st.Uid) != os.Geteuid() || unix.Flock(lock, unix.LOCK_EX|unix.LOCK_NB) != nil {
+			unix.Close(lock)
+			continue // someone else's, or in use
+		}
+		fd, err := unix.Openat(pfd, name, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+		if err == nil {
+			stale := &scratchRoot{path: filepath.Join(parent, name), fd: fd, lock: lock}
+			stale.close()
+		} else {
+			unix.Close(lock)
+		}
+	}
 }
 
 // create makes a new private directory for one job and returns its name
@@ -317,5 +373,6 @@ func (s *scratchRoot) close() error {
 	if err := unix.Rmdir(s.path); err != nil && first == nil {
 		first = err
 	}
+	unix.Close(s.lock)
 	return first
 }

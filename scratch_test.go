@@ -386,3 +386,30 @@ func TestScratchTempfileAfterPreloadCachedIt(t *testing.T) {
 	requireOK(t, res)
 	require.Equal(t, "True\nTrue\n", res.Stdout)
 }
+
+// A new pool removes the scratch directories that killed pools left
+// behind — those nobody holds the lock of — and leaves alone those of
+// live pools and anything that is not such a directory.
+func TestScratchStaleSwept(t *testing.T) {
+	t.Parallel()
+	parent := t.TempDir()
+	victim := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(victim, "keep"), []byte("precious"), 0o644))
+	stale := filepath.Join(parent, scratchPrefix+"dead")
+	require.NoError(t, os.MkdirAll(filepath.Join(stale, "j1", "sub"), 0o700))
+	require.NoError(t, os.Symlink(victim, filepath.Join(stale, "j1", "out")))
+	require.NoError(t, os.Symlink(victim, filepath.Join(parent, scratchPrefix+"link")))
+	live, err := newScratchRoot(parent)
+	require.NoError(t, err)
+	defer live.close()
+	again, err := newScratchRoot(parent)
+	require.NoError(t, err)
+	defer again.close()
+	require.NoDirExists(t, stale)
+	require.DirExists(t, live.path, "a live pool's scratch directory was swept")
+	b, err := os.ReadFile(filepath.Join(victim, "keep"))
+	require.NoError(t, err)
+	require.Equal(t, "precious", string(b))
+	_, err = os.Lstat(filepath.Join(parent, scratchPrefix+"link"))
+	require.NoError(t, err, "a symlink named like a scratch directory was removed")
+}
