@@ -78,34 +78,41 @@ func newScratchRoot(parent string) (*scratchRoot, error) {
 		return nil, err
 	}
 	sweepScratch(real)
-	dir, err := os.MkdirTemp(real, scratchPrefix)
+	// The directory is made and locked under a name the sweep of another
+	// pool starting at the same time ignores, and only then renamed.
+	tmp, err := os.MkdirTemp(real, "."+scratchPrefix)
 	if err != nil {
+		return nil, err
+	}
+	lock, err := unix.Open(tmp, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		os.Remove(tmp)
+		return nil, err
+	}
+	// The lock says the directory is in use: a later pool removes it only
+	// once the lock is gone, with the process that held it.
+	if err := unix.Flock(lock, unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		unix.Close(lock)
+		os.Remove(tmp)
+		return nil, fmt.Errorf("locking %s: %w", tmp, err)
+	}
+	dir := filepath.Join(real, strings.TrimPrefix(filepath.Base(tmp), "."))
+	if err := unix.Renameat2(unix.AT_FDCWD, tmp, unix.AT_FDCWD, dir, unix.RENAME_NOREPLACE); err != nil {
+		unix.Close(lock)
+		os.Remove(tmp)
 		return nil, err
 	}
 	fd, err := unix.Open(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	if err != nil {
+		unix.Close(lock)
 		os.Remove(dir)
 		return nil, err
 	}
-	named, err := os.Readlink("/proc/self/fd/" + strconv.Itoa(fd))
-	if err != nil || named != dir {
+	var a, b unix.Stat_t
+	if unix.Fstat(fd, &a) != nil || unix.Fstat(lock, &b) != nil || a.Ino != b.Ino || a.Dev != b.Dev {
 		unix.Close(fd)
-		os.Remove(dir)
+		unix.Close(lock)
 		return nil, fmt.Errorf("%s changed while the pool opened it", dir)
-	}
-	// The lock says the directory is in use: a later pool removes it only
-	// once the lock is gone, with the process that held it.
-	lock, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-	if err == nil {
-		err = unix.Flock(lock, unix.LOCK_EX|unix.LOCK_NB)
-		if err != nil {
-			unix.Close(lock)
-		}
-	}
-	if err != nil {
-		unix.Close(fd)
-		os.Remove(dir)
-		return nil, fmt.Errorf("locking %s: %w", dir, err)
 	}
 	return &scratchRoot{path: dir, fd: fd, lock: lock}, nil
 }
