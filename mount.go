@@ -2,6 +2,7 @@ package pynox
 
 import (
 	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 
@@ -76,9 +77,26 @@ type MountSupport struct {
 const missingMounts = "a private mount namespace per job (user and mount namespaces, set up before the " +
 	"job's Landlock and seccomp layers), which this version of the pool does not set up"
 
+// mountObstacles names what else, on this machine and in this pool,
+// stands in the way of per-job mount namespaces, for the ready event.
+func (p *Pool) mountObstacles() []string {
+	var why []string
+	if b, err := os.ReadFile("/proc/sys/user/max_user_namespaces"); err == nil && strings.TrimSpace(string(b)) == "0" {
+		why = append(why, "user namespaces are disabled (user.max_user_namespaces = 0)")
+	}
+	if p.self.Landlock > 0 {
+		why = append(why, "the pool's own Landlock domain (confine_self) denies every mount to its templates and jobs")
+	}
+	return why
+}
+
 // Mounts reports what kinds of mounts the pool can give its jobs.
 func (p *Pool) Mounts() MountSupport {
-	s := MountSupport{Modes: []MountMode{ReadOnly, ReadWrite}, Missing: "virtual paths, overlay mounts and write_bytes_limit need " + missingMounts}
+	missing := "virtual paths, overlay mounts and write_bytes_limit need " + missingMounts
+	if why := p.mountObstacles(); len(why) > 0 {
+		missing += "; besides, " + strings.Join(why, ", and ")
+	}
+	s := MountSupport{Modes: []MountMode{ReadOnly, ReadWrite}, Missing: missing}
 	if p.scratch != nil {
 		s.Scratch = p.scratch.path
 	}

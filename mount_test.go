@@ -95,6 +95,7 @@ func TestMountRefusals(t *testing.T) {
 	require.False(t, ms.WriteBytesLimit)
 	require.Contains(t, ms.Missing, "mount namespace")
 	require.Equal(t, p.scratch.path, ms.Scratch)
+	require.NotContains(t, ms.Missing, "confine_self", "this pool is not confined")
 }
 
 // A session's mounts are fixed at its start and hold for every step.
