@@ -112,6 +112,13 @@ type Config struct {
 	// only be confined further: a second pool in it gets at most what the
 	// first one's domain allows.
 	ConfineSelf bool
+	// ScratchDir is the directory in which the pool makes its private
+	// scratch directory, which holds one directory per job and session
+	// (see the package docs, "Scratch space and mounts"). Empty means
+	// /dev/shm when it is a tmpfs the pool can use, else os.TempDir().
+	// It must not lie beneath the ceiling: a grant that covers the scratch
+	// directory, or lies beneath it, is refused.
+	ScratchDir string
 	// Source is the configuration file this Config was loaded from (see
 	// jsonl.LoadConfig), reported in the ready event. Empty means none. New
 	// refuses a source file that lies beneath the write ceiling, and no

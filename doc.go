@@ -111,9 +111,10 @@
 // the job arrives, and Landlock is enforced last:
 //
 //  1. descriptors: only 0-4 remain; the environment is a fixed minimal set
-//     (PATH, LANG, LC_ALL, HOME=/nonexistent, single-threaded BLAS
-//     settings) plus the request's env — the pool's own environment never
-//     reaches a template or a job;
+//     (PATH, LANG, LC_ALL, single-threaded BLAS settings; TMPDIR and HOME
+//     name the job's scratch directory, see Scratch space and mounts) plus
+//     the request's env — the pool's own environment never reaches a
+//     template or a job;
 //  2. rlimits: address space (see Limits), the size of each file written
 //     (SIGXFSZ ignored, so an oversized write fails with OSError EFBIG),
 //     no core dumps, a CPU time backstop one second past the timeout, 4096
@@ -150,6 +151,60 @@
 // with O_PATH and judged by what the descriptor really names, and that same
 // descriptor is what the job's Landlock rule holds: a symlink swapped in
 // later cannot redirect a grant. SECURITY.md has the threat model.
+//
+// # Scratch space and mounts
+//
+// Every job and every session gets a private scratch directory, which its
+// TMPDIR and HOME name (unless its env names them itself), so that
+// tempfile, pandas.to_csv and libraries' caches work without a grant. The
+// pool makes one directory of its own at [New] (beneath
+// Config.ScratchDir: by default /dev/shm when it is a tmpfs, else
+// os.TempDir(); mode 0700) and in it one
+// directory per job or session (mode 0700), opened with O_PATH and given
+// to that job alone as a write grant: two jobs never see each other's,
+// and no request may be granted the pool's scratch directory or anything
+// beneath it. A session keeps its directory across steps. When a job
+// ends, the pool empties its directory once the template has reported
+// the process gone, and keeps it for the next job (making and removing a
+// directory costs a journal commit on ext4); a session's is removed when
+// it ends, and the whole scratch directory when the pool closes (a pool
+// holds an flock on its scratch directory for its whole life; the next
+// pool removes those of pools that were killed, whose lock went with
+// them). The pool
+// removes only through descriptors it opened itself, relative to its
+// scratch directory's and with O_NOFOLLOW|O_DIRECTORY, so a symlink a job
+// planted is unlinked, never followed; a directory whose permissions
+// were taken away gets them back through a descriptor of that very
+// directory; nesting deeper than 32 levels is moved up and removed from
+// there, so the descriptors held stay bounded.
+//
+// Scratch space has no size bound of its own: max_file_size bounds each
+// file. On a tmpfs (the default /dev/shm) what a job writes there is
+// memory, charged to the job's memory cgroup like the rest of its memory
+// (see Limits): with cgroups, a job's scratch and its heap share its
+// allowance, and a job that fills its scratch beyond it is killed and
+// answers MemoryError (rather than failing a write with ENOSPC); without
+// cgroups only the tmpfs's own size bounds it. On a disk (ScratchDir
+// elsewhere) the file system's free space does. A bound that fails
+// writes with ENOSPC needs a sized tmpfs per job in a mount namespace of
+// its own, which this version does not set up (see below).
+//
+// [Job.Mounts] gives a job host directories or files as [MountSpec]s:
+// [ReadOnly] mounts are read grants and [ReadWrite] mounts write grants,
+// opened, judged and refused exactly as allow_read and allow_write, and
+// fixed when the job or session starts. What a job writes through a
+// read-write mount is untrusted: never execute or import it. A mount at
+// a path other than its host path, an [Overlay] mount and a
+// WriteBytesLimit need a private mount namespace per job (bind mounts,
+// overlayfs, a sized tmpfs), set up before the job's Landlock and seccomp
+// layers; today the template drops its capabilities and attaches its
+// seccomp layer before it forks, and a pool confined by
+// Config.ConfineSelf may not mount at all (Landlock denies a confined
+// process every mount). So the pool refuses such a request with
+// SandboxSetupError naming what is missing, before anything runs, and
+// never puts something weaker in its place. [Pool.Mounts] (the ready
+// event's "mounts") says what the pool enforces; each result's policy
+// lists the job's mounts and its scratch directory.
 //
 // # The pool's own confinement
 //
@@ -440,11 +495,13 @@
 //   - OnPrint streaming: not provided; a step's stdout and stderr come
 //     whole with its Result, captured at the descriptors (so C
 //     extensions' output is included), capped by MaxOutput.
-//   - MountSpec: does not apply. monty services file access from the
-//     parent because its interpreter has no real OS; pynox runs real CPython
-//     on the real filesystem and confines it with Landlock grants
-//     (allow_read, allow_write), which the kernel enforces. There is no
-//     overlay mode; a job writes only where it is granted.
+//   - MountSpec, MountSpecMode: [MountSpec] and [MountMode] on [Job.Mounts]
+//     (see Scratch space and mounts). monty services file access from the
+//     parent because its interpreter has no real OS; pynox runs real
+//     CPython on the real file system, so a mount is a Landlock grant the
+//     kernel enforces: ReadOnly and ReadWrite at the host path. Virtual
+//     paths, Overlay and write_bytes_limit are refused with
+//     SandboxSetupError until the pool sets up a mount namespace per job.
 //   - dump/restore, install_dependencies, type checking, WebSocket
 //     transport, telemetry adapters: do not apply. CPython state cannot be
 //     serialised safely, packages come from the operator (preloads and

@@ -32,6 +32,10 @@ type Job struct {
 	AllowRead []string `json:"allow_read,omitempty"`
 	// AllowWrite lists files and directories the job may read and write.
 	AllowWrite []string `json:"allow_write,omitempty"`
+	// Mounts give the job host directories or files, read-only or
+	// read-write (see [MountSpec]); they are grants like AllowRead and
+	// AllowWrite, checked against the same ceiling.
+	Mounts []MountSpec `json:"mounts,omitempty"`
 	// PackageDirs are read-only directories put first on sys.path for this
 	// job only; they must lie beneath the ceiling's read paths.
 	PackageDirs []string `json:"package_dirs,omitempty"`
@@ -215,6 +219,13 @@ type Policy struct {
 	// Cgroups is the per-job cgroup backend that bounded the job's tasks
 	// and memory: "v2", "v1" or "none" (see Config.Cgroups).
 	Cgroups string `json:"cgroups"`
+	// Mounts are the job's mounts as enforced: host paths resolved (and
+	// symlink-free), modes explicit. They are also listed in AllowRead or
+	// AllowWrite.
+	Mounts []MountSpec `json:"mounts,omitempty"`
+	// Scratch is the job's private scratch directory (its TMPDIR and
+	// HOME), removed when the job or session ends.
+	Scratch string `json:"scratch,omitempty"`
 }
 
 // Err returns the result's failure as an *Error (nil for a job that

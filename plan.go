@@ -46,13 +46,61 @@ type plan struct {
 	read     []string
 	write    []string
 	network  bool
+	mounts   []MountSpec // as enforced: real host paths, modes made explicit
+
+	scratchRoot *scratchRoot // where scratch was made; nil when none was
+	scratch     string       // its name in scratchRoot
 }
 
+// scratchDir is the path of the plan's scratch directory, or "".
+func (pl *plan) scratchDir() string {
+	if pl.scratchRoot == nil {
+		return ""
+	}
+	return pl.scratchRoot.dir(pl.scratch)
+}
+
+// close releases the grants' descriptors and removes the plan's scratch
+// directory: it is called once no process of the job (or session) can
+// act any more, or is about to be killed (a dying process may still add
+// an entry, which stays until the pool closes; the directory is not
+// reused).
 func (pl *plan) close() {
+	pl.closeGrants()
+	if pl.scratchRoot != nil {
+		pl.scratchRoot.remove(pl.scratch)
+		pl.scratchRoot = nil
+	}
+}
+
+// closeGrants releases the grants' descriptors (the scratch directory's
+// included): once the job has its Landlock rules they are no longer
+// needed.
+func (pl *plan) closeGrants() {
 	for _, fd := range pl.fds {
 		unix.Close(fd)
 	}
 	pl.fds = nil
+}
+
+// closeAfter is close for a job that ran in child: the scratch directory
+// is emptied once the template has reported the child's exit, and then
+// kept for another job; if that report does not come soon, it is removed
+// instead (see close).
+func (pl *plan) closeAfter(child *worker.Child) {
+	pl.closeGrants()
+	root, name := pl.scratchRoot, pl.scratch
+	pl.scratchRoot = nil
+	if root == nil {
+		return
+	}
+	go func() {
+		if child.Exited(2 * time.Second) {
+			root.release(name)
+		} else {
+			root.remove(name)
+		}
+	}()
 }
 
 // plan checks a request against the ceiling and resolves its grants. On
@@ -119,7 +167,7 @@ func (p *Pool) plan(req *Job, session bool) (pl *plan, rerr *Error) {
 	if err != nil {
 		return nil, err
 	}
-	if n := len(j.AllowRead) + len(j.AllowWrite) + len(j.PackageDirs); n > MaxGrants {
+	if n := len(j.AllowRead) + len(j.AllowWrite) + len(j.PackageDirs) + len(j.Mounts); n > MaxGrants {
 		return nil, requestErrorf("%d paths requested; at most %d are allowed", n, MaxGrants)
 	}
 
@@ -137,6 +185,9 @@ func (p *Pool) plan(req *Job, session bool) (pl *plan, rerr *Error) {
 		if err != nil {
 			return nil, err
 		}
+		if err := p.coversScratch("allow_read", real); err != nil {
+			return nil, err
+		}
 		pl.read = append(pl.read, real)
 	}
 	var pkgDirs []string
@@ -147,6 +198,9 @@ func (p *Pool) plan(req *Job, session bool) (pl *plan, rerr *Error) {
 		}
 		if !isDir {
 			return nil, requestErrorf("package_dirs: %s is not a directory", real)
+		}
+		if err := p.coversScratch("package_dirs", real); err != nil {
+			return nil, err
 		}
 		pkgDirs = append(pkgDirs, real)
 	}
@@ -159,26 +213,32 @@ func (p *Pool) plan(req *Job, session bool) (pl *plan, rerr *Error) {
 		fromProfile = len(p.cfg.Profiles[req.Profile].AllowWrite)
 	}
 	for i, path := range j.AllowWrite {
-		real, _, err := pl.grant("allow_write", p.cfg.Dir, path, l.AllowWrite, sandbox.WriteAccess(abi))
-		if err != nil {
-			return nil, err
-		}
 		field := "allow_write"
 		if i < fromProfile {
 			field = "profile " + strconv.Quote(req.Profile) + " allow_write"
 		}
-		if err := coversOwn(field, real, pl.fds[len(pl.fds)-1], p.own); err != nil {
+		real, err := p.writeGrant(pl, field, path, protected)
+		if err != nil {
 			return nil, err
-		}
-		if err := coversSystem(field, real, p.system); err != nil {
-			return nil, err
-		}
-		for _, r := range protected {
-			if beneath(r, real) || beneath(real, r) {
-				return nil, requestErrorf("allow_write: %s would cover %s, which holds the interpreter or its packages and must stay read-only", real, r)
-			}
 		}
 		pl.write = append(pl.write, real)
+	}
+	if err := p.planMounts(pl, j.Mounts, protected); err != nil {
+		return nil, err
+	}
+	env := j.Env
+	if p.scratch != nil {
+		name, fd, err := p.scratch.create()
+		if errors.Is(err, errScratchClosed) {
+			return nil, errClosed()
+		}
+		if err != nil {
+			return nil, newError(KindSandboxSetup, "the job's scratch directory could not be made in %s: %v", p.scratch.path, err)
+		}
+		pl.scratchRoot, pl.scratch = p.scratch, name
+		pl.fds = append(pl.fds, fd)
+		pl.accessOf = append(pl.accessOf, sandbox.WriteAccess(abi))
+		env = scratchEnv(j.Env, p.scratch.dir(name))
 	}
 
 	code, name, isScript := j.Code, j.Name, false
@@ -201,7 +261,7 @@ func (p *Pool) plan(req *Job, session bool) (pl *plan, rerr *Error) {
 		Name:    name,
 		Script:  isScript,
 		Argv:    nonNilStrings(j.Args),
-		Env:     j.Env,
+		Env:     env,
 		Path:    pkgDirs,
 		Network: j.AllowNetwork,
 		Limits: worker.Limits{
@@ -220,6 +280,55 @@ func (p *Pool) plan(req *Job, session bool) (pl *plan, rerr *Error) {
 		pl.job.Grants = append(pl.job.Grants, worker.Grant{Fd: fd, Access: pl.accessOf[i]})
 	}
 	return pl, nil
+}
+
+// writeGrant opens and checks one write grant (an allow_write path or a
+// read-write mount) and returns the path it really names.
+func (p *Pool) writeGrant(pl *plan, field, path string, protected []string) (string, *Error) {
+	real, _, err := pl.grant(field, p.cfg.Dir, path, p.cfg.Limits.AllowWrite, sandbox.WriteAccess(p.info.Landlock.ABI))
+	if err != nil {
+		return "", err
+	}
+	if err := coversOwn(field, real, pl.fds[len(pl.fds)-1], p.own); err != nil {
+		return "", err
+	}
+	if err := coversSystem(field, real, p.system); err != nil {
+		return "", err
+	}
+	for _, r := range protected {
+		if beneath(r, real) || beneath(real, r) {
+			return "", requestErrorf("%s: %s would cover %s, which holds the interpreter or its packages and must stay read-only", field, real, r)
+		}
+	}
+	if err := p.coversScratch(field, real); err != nil {
+		return "", err
+	}
+	return real, nil
+}
+
+// coversScratch refuses a grant that covers the pool's scratch directory
+// or lies beneath it: it holds every other job's scratch space.
+func (p *Pool) coversScratch(field, real string) *Error {
+	if p.scratch == nil {
+		return nil
+	}
+	if beneath(p.scratch.path, real) || beneath(real, p.scratch.path) {
+		return requestErrorf("%s: %s would cover the pool's scratch directory %s, which holds other jobs' scratch space; "+
+			"a job's own scratch directory is its TMPDIR", field, real, p.scratch.path)
+	}
+	return nil
+}
+
+// scratchEnv is env with TMPDIR and HOME naming the job's scratch
+// directory, unless env sets them itself.
+func scratchEnv(env map[string]string, dir string) map[string]string {
+	out := make(map[string]string, len(env)+2)
+	out["TMPDIR"] = dir
+	out["HOME"] = dir
+	for k, v := range env {
+		out[k] = v
+	}
+	return out
 }
 
 // cpuBackstop is the RLIMIT_CPU of a job (or session step) with this

@@ -43,6 +43,8 @@ type Pool struct {
 	readCeiling []string
 	// own lists the pool's own files, which no write grant may cover.
 	own []ownFile
+	// scratch holds the jobs' and sessions' scratch directories.
+	scratch *scratchRoot
 	// system lists the system paths every job loads (see
 	// protectedSystemPaths), which no write grant may cover either.
 	system []string
@@ -141,15 +143,21 @@ func New(cfg Config) (*Pool, error) {
 		system:      system,
 	}
 	p.life, p.kill = context.WithCancel(context.Background())
+	if p.scratch, err = newScratchRoot(cfg.ScratchDir); err != nil {
+		cg.Close()
+		return nil, &Error{Kind: KindSpawn, Type: KindSpawn.String(), Err: &ConfigError{Key: "pool.scratch_dir", Value: cfg.ScratchDir,
+			Problem: "cannot make the pool's scratch directory: " + err.Error() + "; expected a writable directory (empty means the system's temporary directory)"}}
+	}
 	// The pool confines itself before the first template starts, so that
 	// every template inherits its domain.
 	if cfg.ConfineSelf {
 		// Directories the pool itself keeps writing to once confined,
 		// besides the write ceiling: those it makes its jobs' cgroups in
 		// (they exist by now; a rule holds a directory, not a name).
-		selfWritable := cg.WritableDirs()
+		selfWritable := append(cg.WritableDirs(), p.scratch.path)
 		if p.self, err = p.confineSelf(selfWritable); err != nil {
 			cg.Close()
+			p.scratch.close()
 			return nil, &Error{Kind: KindSpawn, Type: KindSpawn.String(), Err: &ConfigError{Key: "pool.confine_self", Value: "true",
 				Problem: err.Error() + "; [pool] confine_self = false starts the pool unconfined (its jobs stay confined)"}}
 		}
@@ -173,6 +181,7 @@ func New(cfg Config) (*Pool, error) {
 			}
 		}
 		cg.Close()
+		p.scratch.close()
 		return nil, &Error{Kind: KindSpawn, Type: KindSpawn.String(), Err: startError(cfg, err)}
 	}
 	p.info = tpls[0].Info()
@@ -447,7 +456,14 @@ func (p *Pool) run(ctx context.Context, job Job) (_ *Result, refill func(), _ er
 	if rerr != nil {
 		return p.refuse(&job, rerr), refill, nil
 	}
-	defer pl.close()
+	var ran *worker.Child // the child the job ran in, if any
+	defer func() {
+		if ran != nil {
+			pl.closeAfter(ran)
+		} else {
+			pl.close()
+		}
+	}()
 	if len(job.Functions) > 0 && job.Host == nil {
 		return p.refuse(&job, requestErrorf("functions are declared but the job has no Host to answer them")), refill, nil
 	}
@@ -510,6 +526,7 @@ func (p *Pool) run(ctx context.Context, job Job) (_ *Result, refill func(), _ er
 			child.HoldRefill()
 			held = child
 		}
+		ran = child
 		out = child.Run(&pl.job, runCtx.Done())
 		// A child that died before it started the job ran no user code, so
 		// the job can safely go to a fresh spare (up to maxSetupRetries
@@ -577,6 +594,9 @@ func (p *Pool) Close() error {
 	// Every child is dead or dying now: its cgroup goes once it is gone.
 	if err := p.cg.Close(); err != nil {
 		p.log.Error("removing the pool's cgroups failed", "err", err)
+	}
+	if err := p.scratch.close(); err != nil {
+		p.log.Error("removing the pool's scratch directory failed", "dir", p.scratch.path, "err", err)
 	}
 	return nil
 }

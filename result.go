@@ -33,6 +33,8 @@ func (p *Pool) policy(pl *plan) *Policy {
 		MemoryBytes:  pl.job.Limits.Memory,
 		Backend:      "landlock+seccomp",
 		Cgroups:      p.cg.Backend(),
+		Mounts:       pl.mounts,
+		Scratch:      pl.scratchDir(),
 	}
 }
 
@@ -45,12 +47,16 @@ func (p *Pool) refuse(j *Job, e *Error) *Result {
 
 // refused is the result of a request the pool would not run.
 func (p *Pool) refused(j *Job, e *Error) *Result {
+	k := KindRequest
+	if e.Kind == KindSandboxSetup {
+		k = e.Kind // a confinement the pool cannot give (see MountSpec)
+	}
 	return &Result{
 		ID:      j.ID,
 		Exit:    -1,
-		Error:   &ErrorInfo{Type: KindRequest.String(), Message: e.Message},
+		Error:   &ErrorInfo{Type: k.String(), Message: e.Message},
 		Runtime: p.runtime(),
-		kind:    KindRequest,
+		kind:    k,
 	}
 }
 

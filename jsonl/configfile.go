@@ -62,6 +62,7 @@ type fileSchema struct {
 		Python      *string         `toml:"python"`
 		Cgroups     *string         `toml:"cgroups"`
 		ConfineSelf *bool           `toml:"confine_self"`
+		ScratchDir  *string         `toml:"scratch_dir"`
 		Limits      limitSchema     `toml:"limits"`
 	} `toml:"pool"`
 	Profiles map[string]profileSchema `toml:"profiles"`
@@ -215,6 +216,15 @@ func LoadConfig(path string) (*File, error) {
 			c.Cgroups = *s.Pool.Cgroups
 		default:
 			return nil, bad("pool.cgroups", `expected "auto", "require" or "off", got %q`, *s.Pool.Cgroups)
+		}
+	}
+	if s.Pool.ScratchDir != nil {
+		if *s.Pool.ScratchDir == "" {
+			return nil, bad("pool.scratch_dir", "expected a directory, got an empty string (leave the key out for the system's temporary directory)")
+		}
+		c.ScratchDir = *s.Pool.ScratchDir
+		if !filepath.IsAbs(c.ScratchDir) {
+			c.ScratchDir = filepath.Join(dir, c.ScratchDir)
 		}
 	}
 	l := s.Pool.Limits

@@ -60,6 +60,9 @@ type Ready struct {
 	Cgroups string `json:"cgroups"`
 	// SelfConfinement is how the pool process confined itself.
 	SelfConfinement pynox.SelfConfinement `json:"self_confinement"`
+	// Mounts says which kinds of mounts requests may ask for, and where
+	// the jobs' scratch directories are (see [pynox.Pool.Mounts]).
+	Mounts pynox.MountSupport `json:"mounts"`
 }
 
 type statsEvent struct {
@@ -95,7 +98,7 @@ func Serve(ctx context.Context, p *pynox.Pool, r io.Reader, w io.Writer) error {
 	ready := Ready{Event: "ready", Workers: cfg.Workers, Runtime: "pynox",
 		PreloadedModules: nonNilStrings(p.Preloaded()), PackageDirs: nonNilStrings(cfg.PackageDirs),
 		Profiles: cfg.ProfileNames(), PIDNamespace: p.PIDNamespace(), Cgroups: p.Cgroups(),
-		SelfConfinement: p.SelfConfinement()}
+		SelfConfinement: p.SelfConfinement(), Mounts: p.Mounts()}
 	if cfg.Source != "" {
 		src := cfg.Source
 		ready.Config = &src
@@ -412,6 +415,14 @@ func unitField(line []byte) string {
 	}{{"timeout", new(pynox.Duration)}, {"memory", new(pynox.Size)}, {"max_file_size", new(pynox.Size)}} {
 		if raw, ok := probe[f.name]; ok && json.Unmarshal(raw, f.v) != nil {
 			return f.name
+		}
+	}
+	var mounts []map[string]json.RawMessage
+	if raw, ok := probe["mounts"]; ok && json.Unmarshal(raw, &mounts) == nil {
+		for i, m := range mounts {
+			if raw, ok := m["write_bytes_limit"]; ok && json.Unmarshal(raw, new(pynox.Size)) != nil {
+				return fmt.Sprintf("mounts[%d].write_bytes_limit", i)
+			}
 		}
 	}
 	return ""

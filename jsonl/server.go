@@ -470,6 +470,7 @@ func permissionFields(req request) []string {
 	add(j.AllowRead != nil, "allow_read")
 	add(j.AllowWrite != nil, "allow_write")
 	add(j.PackageDirs != nil, "package_dirs")
+	add(j.Mounts != nil, "mounts")
 	add(j.Env != nil, "env")
 	add(j.AllowNetwork, "allow_network")
 	add(j.Memory != 0, "memory")

@@ -136,6 +136,9 @@ func bench(ctx context.Context, o options) (*Report, error) {
 		if err := gapRows(s, "1", "2"); err != nil {
 			return err
 		}
+		if err := s.mountLatency(rep.row("22"), work, o.n, o.warm, o.gap); err != nil {
+			return err
+		}
 		if err := s.throughput(rep.row("13"), trivialCode, trivialOut, o.n, o.warm, o.inflight); err != nil {
 			return err
 		}
@@ -277,6 +280,20 @@ func cold(ctx context.Context, row *Row, python, code, want string, n int) error
 func (s *server) latency(row *Row, code, want string, n, warm int, gap time.Duration) error {
 	return s.series(row, n, warm, gap, func(int) (*pynox.Result, time.Duration, error) {
 		return s.run(pynox.Job{Code: code}, want)
+	})
+}
+
+// mountLatency is latency for a trivial job given one read-only mount (a
+// directory beside the pool's working directory's files, at its host
+// path: the pool refuses virtual paths for now).
+func (s *server) mountLatency(row *Row, work string, n, warm int, gap time.Duration) error {
+	dir := filepath.Join(work, "mnt")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	job := pynox.Job{Code: trivialCode, Mounts: []pynox.MountSpec{{HostPath: dir, Mode: pynox.ReadOnly}}}
+	return s.series(row, n, warm, gap, func(int) (*pynox.Result, time.Duration, error) {
+		return s.run(job, trivialOut)
 	})
 }
 

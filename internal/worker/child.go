@@ -434,6 +434,11 @@ func processCPUClock(pid int) int32 {
 	return int32(^uint32(pid)<<3) | cpuClockSched
 }
 
+// Exited waits up to d for the template to report that the child has
+// exited (it is reaped then: none of its threads can act any more) and
+// says whether it did.
+func (c *Child) Exited(d time.Duration) bool { return c.waitStatus(d) != nil }
+
 func (c *Child) waitStatus(d time.Duration) *ExitStatus {
 	select {
 	case st := <-c.exitCh:

@@ -775,6 +775,12 @@ class Spare:
         # the request's additions need setting.
         for k, v in (job.get("env") or {}).items():
             os.environ[k] = v
+        # tempfile caches its directory on first use: a preload (or the
+        # template) that used it cached the template's, not the job's
+        # TMPDIR (its scratch directory).
+        tf = sys.modules.get("tempfile")
+        if tf is not None:
+            tf.tempdir = None
         lim = job["limits"]
         # rlimits: address space = what the spare already maps + the job's
         # allowance; file size; no core dumps; a CPU-time backstop.

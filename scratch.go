@@ -1,0 +1,385 @@
+package pynox
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"golang.org/x/sys/unix"
+)
+
+// scratchDepth is how deep the scratch remover descends, holding one
+// descriptor per level, before it moves a deeper directory up to the
+// scratch root and removes it from there: a job may nest directories
+// without bound, and the pool's descriptors must stay bounded.
+const scratchDepth = 32
+
+// defaultScratchTmpfs is where a pool makes its scratch directory by
+// default when it is a tmpfs: what a job writes there is memory, charged
+// to the job's memory cgroup (so bounded by its allowance where the pool
+// has cgroups) and gone with the machine, and making and removing
+// directories costs no journal commit.
+const defaultScratchTmpfs = "/dev/shm"
+
+// scratchRoot is the directory a pool makes its jobs' scratch directories
+// in (see Config.ScratchDir): one private directory per job or session,
+// created when the request is planned, granted to that job alone (read and
+// write through its Landlock rule), and removed when the plan is closed,
+// after the job's process is gone.
+//
+// The pool acts only through descriptors it opened itself: every
+// operation is relative to the root's descriptor or to a directory opened
+// beneath it with O_NOFOLLOW|O_DIRECTORY, so a symlink a job planted is
+// removed, never followed, and a directory swapped for one is not
+// entered.
+type scratchRoot struct {
+	path string // absolute and symlink-free
+	fd   int    // O_PATH descriptor of path
+	lock int    // a descriptor of path holding an flock while the pool lives
+	n    atomic.Uint64
+
+	// mu is held for reading by every use of fd, and for writing by
+	// close, so that no use of fd can meet a closed (or reused) number.
+	mu     sync.RWMutex
+	closed bool
+
+	// free holds the names of empty scratch directories, ready for the
+	// next job: a directory a job leaves empty (the common case) is
+	// reused rather than removed and made again, which costs a journal
+	// commit each on a file system such as ext4 (about a millisecond).
+	freeMu sync.Mutex
+	free   []string
+}
+
+// errScratchClosed is what create answers once the pool has closed.
+var errScratchClosed = errors.New("the pool's scratch directory is gone (the pool is closed)")
+
+// newScratchRoot makes a fresh private directory (mode 0700) beneath
+// parent; when parent is empty, beneath /dev/shm if that is a tmpfs the
+// pool can use, else beneath os.TempDir().
+func newScratchRoot(parent string) (*scratchRoot, error) {
+	if parent == "" {
+		var st unix.Statfs_t
+		if unix.Statfs(defaultScratchTmpfs, &st) == nil && st.Type == unix.TMPFS_MAGIC {
+			if s, err := newScratchRoot(defaultScratchTmpfs); err == nil {
+				return s, nil
+			}
+		}
+		parent = os.TempDir()
+	}
+	real, err := filepath.EvalSymlinks(parent)
+	if err != nil {
+		return nil, err
+	}
+	sweepScratch(real)
+	// The directory is made and locked under a name the sweep of another
+	// pool starting at the same time ignores, and only then renamed.
+	tmp, err := os.MkdirTemp(real, "."+scratchPrefix)
+	if err != nil {
+		return nil, err
+	}
+	lock, err := unix.Open(tmp, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		os.Remove(tmp)
+		return nil, err
+	}
+	// The lock says the directory is in use: a later pool removes it only
+	// once the lock is gone, with the process that held it.
+	if err := unix.Flock(lock, unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		unix.Close(lock)
+		os.Remove(tmp)
+		return nil, fmt.Errorf("locking %s: %w", tmp, err)
+	}
+	dir := filepath.Join(real, strings.TrimPrefix(filepath.Base(tmp), "."))
+	if err := unix.Renameat2(unix.AT_FDCWD, tmp, unix.AT_FDCWD, dir, unix.RENAME_NOREPLACE); err != nil {
+		unix.Close(lock)
+		os.Remove(tmp)
+		return nil, err
+	}
+	fd, err := unix.Open(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		unix.Close(lock)
+		os.Remove(dir)
+		return nil, err
+	}
+	var a, b unix.Stat_t
+	if unix.Fstat(fd, &a) != nil || unix.Fstat(lock, &b) != nil || a.Ino != b.Ino || a.Dev != b.Dev {
+		unix.Close(fd)
+		unix.Close(lock)
+		return nil, fmt.Errorf("%s changed while the pool opened it", dir)
+	}
+	return &scratchRoot{path: dir, fd: fd, lock: lock}, nil
+}
+
+// scratchPrefix begins the name of every pool's scratch directory.
+const scratchPrefix = "pynox-scratch-"
+
+// sweepScratch removes the scratch directories that pools which did not
+// close (killed ones) left in parent: those owned by this process's
+// user and locked by nobody (a pool holds the lock on its own for its
+// whole life, and the kernel drops it when the process dies, in whatever
+// PID namespace it ran). Removal follows no symlink (see scratchRoot).
+func sweepScratch(parent string) {
+	pfd, err := unix.Open(parent, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return
+	}
+	defer unix.Close(pfd)
+	ents, _ := os.ReadDir(parent)
+	for _, e := range ents {
+		name := e.Name()
+		if !strings.HasPrefix(name, scratchPrefix) {
+			continue
+		}
+		lock, err := unix.Openat(pfd, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+		if err != nil {
+			continue
+		}
+		var st unix.Stat_t
+		if unix.Fstat(lock, &st) != nil || int(st.Uid) != os.Geteuid() || unix.Flock(lock, unix.LOCK_EX|unix.LOCK_NB) != nil {
+			unix.Close(lock)
+			continue // someone else's, or in use
+		}
+		fd, err := unix.Openat(pfd, name, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+		if err == nil {
+			stale := &scratchRoot{path: filepath.Join(parent, name), fd: fd, lock: lock}
+			stale.close()
+		} else {
+			unix.Close(lock)
+		}
+	}
+}
+
+// create makes a new private directory for one job and returns its name
+// in the root and an O_PATH descriptor of it (for the job's Landlock
+// rule).
+func (s *scratchRoot) create() (name string, fd int, err error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.closed {
+		return "", -1, errScratchClosed
+	}
+	s.freeMu.Lock()
+	if k := len(s.free); k > 0 {
+		name = s.free[k-1]
+		s.free = s.free[:k-1]
+	}
+	s.freeMu.Unlock()
+	if name == "" {
+		name = "j" + strconv.FormatUint(s.n.Add(1), 10)
+		if err := unix.Mkdirat(s.fd, name, 0o700); err != nil {
+			return "", -1, err
+		}
+	}
+	fd, err = unix.Openat(s.fd, name, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		s.removeLocked(name)
+		return "", -1, err
+	}
+	return name, fd, nil
+}
+
+// release empties the scratch directory name, following no symlink, and
+// keeps it for the next job; a directory it cannot empty is removed (as
+// far as it can be).
+func (s *scratchRoot) release(name string) error {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.closed {
+		return nil // removed with the root
+	}
+	fd, err := openDirNoFollow(s.fd, name)
+	if err == nil {
+		var moved []string
+		moved, err = s.empty(fd, 0)
+		var st unix.Stat_t
+		if err == nil {
+			err = unix.Fstat(fd, &st)
+		}
+		if err == nil && st.Mode&0o7777 != 0o700 {
+			err = unix.Fchmod(fd, 0o700) // as the next job must find it
+		}
+		unix.Close(fd)
+		for _, m := range moved {
+			if merr := s.removeLocked(m); merr != nil && err == nil {
+				err = merr
+			}
+		}
+	}
+	if err != nil {
+		s.removeLocked(name)
+		return err
+	}
+	s.freeMu.Lock()
+	s.free = append(s.free, name)
+	s.freeMu.Unlock()
+	return nil
+}
+
+// dir is the path of the scratch directory name.
+func (s *scratchRoot) dir(name string) string { return filepath.Join(s.path, name) }
+
+// remove removes the entry name of the root and everything beneath it,
+// following no symlink. It returns the first error met; what it could
+// not remove stays (and goes with the root when the pool closes).
+func (s *scratchRoot) remove(name string) error {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.closed {
+		return nil // removed with the root
+	}
+	return s.removeLocked(name)
+}
+
+// removeLocked is remove, with mu held.
+func (s *scratchRoot) removeLocked(name string) error {
+	var first error
+	queue := []string{name}
+	for len(queue) > 0 {
+		n := queue[len(queue)-1]
+		queue = queue[:len(queue)-1]
+		moved, err := s.removeAt(s.fd, n, 0)
+		queue = append(queue, moved...)
+		if err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
+}
+
+// removeAt removes the entry name of the directory dirfd: unlinks it if it
+// is not a directory (a symlink is unlinked itself), else empties it and
+// removes it. A directory deeper than scratchDepth is moved to the root
+// and returned, for remove to take it from there.
+func (s *scratchRoot) removeAt(dirfd int, name string, depth int) (moved []string, err error) {
+	err = unix.Unlinkat(dirfd, name, 0)
+	if err == nil || errors.Is(err, unix.ENOENT) {
+		return nil, nil
+	}
+	if !errors.Is(err, unix.EISDIR) && !errors.Is(err, unix.EPERM) {
+		return nil, err
+	}
+	if depth >= scratchDepth {
+		up := "d" + strconv.FormatUint(s.n.Add(1), 10)
+		if err := unix.Renameat(dirfd, name, s.fd, up); err != nil {
+			return nil, err
+		}
+		return []string{up}, nil
+	}
+	fd, err := openDirNoFollow(dirfd, name)
+	if err != nil {
+		return nil, err
+	}
+	moved, err = s.empty(fd, depth)
+	unix.Close(fd)
+	if err != nil {
+		return moved, err
+	}
+	return moved, unix.Unlinkat(dirfd, name, unix.AT_REMOVEDIR)
+}
+
+// empty removes everything in the directory open at fd (for reading), at
+// depth depth; see removeAt for what it returns. Entries are read in
+// batches and removed, and the listing is read again from the start
+// until it is empty: removing entries while reading a directory may skip
+// some.
+func (s *scratchRoot) empty(fd int, depth int) (moved []string, err error) {
+	buf := make([]byte, 8192)
+	for {
+		n, err := unix.Getdents(fd, buf)
+		if err != nil {
+			return moved, err
+		}
+		if n <= 0 {
+			return moved, nil
+		}
+		_, _, names := unix.ParseDirent(buf[:n], -1, nil)
+		if len(names) == 0 {
+			continue // only "." and ".."
+		}
+		for _, n := range names {
+			m, err := s.removeAt(fd, n, depth+1)
+			moved = append(moved, m...)
+			if err != nil {
+				return moved, err
+			}
+		}
+		if _, err := unix.Seek(fd, 0, io.SeekStart); err != nil {
+			return moved, err
+		}
+	}
+}
+
+// openDirNoFollow opens the directory name of dirfd for reading without
+// following a symlink, and makes sure its owner may read, search and
+// change it: a job may have taken those permissions away (which stops a
+// pool that does not run as root). The mode is changed through a
+// descriptor of that very directory, never through a path.
+func openDirNoFollow(dirfd int, name string) (int, error) {
+	const flags = unix.O_RDONLY | unix.O_DIRECTORY | unix.O_NOFOLLOW | unix.O_CLOEXEC
+	fd, err := unix.Openat(dirfd, name, flags, 0)
+	if errors.Is(err, unix.EACCES) {
+		pfd, perr := unix.Openat(dirfd, name, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+		if perr != nil {
+			return -1, perr
+		}
+		// chmod through /proc/self/fd names the inode pfd holds.
+		cerr := unix.Chmod("/proc/self/fd/"+strconv.Itoa(pfd), 0o700)
+		unix.Close(pfd)
+		if cerr != nil {
+			return -1, cerr
+		}
+		fd, err = unix.Openat(dirfd, name, flags, 0)
+	}
+	if err != nil {
+		return -1, err
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		unix.Close(fd)
+		return -1, err
+	}
+	if st.Mode&0o700 != 0o700 {
+		if err := unix.Fchmod(fd, st.Mode&0o7777|0o700); err != nil {
+			unix.Close(fd)
+			return -1, err
+		}
+	}
+	return fd, nil
+}
+
+// close removes every scratch directory left and the root itself.
+func (s *scratchRoot) close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil
+	}
+	s.closed = true
+	var first error
+	fd, err := openDirNoFollow(s.fd, ".")
+	if err == nil {
+		f := os.NewFile(uintptr(fd), s.path)
+		names, _ := f.Readdirnames(-1)
+		f.Close()
+		for _, n := range names {
+			if err := s.removeLocked(n); err != nil && first == nil {
+				first = err
+			}
+		}
+	} else {
+		first = err
+	}
+	unix.Close(s.fd)
+	if err := unix.Rmdir(s.path); err != nil && first == nil {
+		first = err
+	}
+	unix.Close(s.lock)
+	return first
+}
