@@ -192,6 +192,24 @@ def _recv_with_fds(sock, fd):
 _REHEARSALS = ["print(sum(range(100)))\n", "def f():\n    return 1 / 0\n\nf()\n"]
 
 
+def _rehearse_receipt():
+    """Runs a spare's receipt of its job (a socket object on the channel,
+    a frame with a descriptor, its JSON) over a socket pair of its own."""
+    a, b = _socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock = socket.socket(fileno=b.detach())
+    try:
+        body = _pack({"t": "job", "code": "print(1)\n", "name": "<code>", "script": False, "argv": [], "env": {},
+                      "path": [], "network": False, "rules": [1], "limits": {"memory": 1, "fsize": 1, "cpu": 1},
+                      "session": False, "step": 1})
+        a.sendmsg([body], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [a.fileno()]))])
+        _job, fds = _recv_with_fds(sock, sock.fileno())
+        for fd in fds:
+            os.close(fd)
+    finally:
+        a.close()
+        sock.close()
+
+
 # ---------------------------------------------------------------- template
 
 class Template:
@@ -345,6 +363,11 @@ class Template:
                 os.close(rehearsal.new_ruleset())
             except BaseException:  # noqa: BLE001 - each spare reports its own failure
                 pass
+        # And for the receipt of a job frame, descriptors and all.
+        try:
+            _rehearse_receipt()
+        except BaseException:  # noqa: BLE001 - an optimisation only
+            pass
         gc.collect()
         gc.freeze()
         if not msg.get("on_demand"):
