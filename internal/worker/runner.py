@@ -718,11 +718,7 @@ class Spare:
         # untouched mapping is enough, and costs no page faults).
         self.reserve = mmap.mmap(-1, RESERVE)
         # The address space the job starts from; its allowance goes on top.
-        fd = os.open("/proc/self/statm", os.O_RDONLY | os.O_CLOEXEC)
-        try:
-            self.vm = int(os.read(fd, 256).split()[0]) * PAGE_SIZE
-        finally:
-            os.close(fd)
+        self.vm = _address_space()
         # 5. seccomp: the job layer of the spare's kind, on top of the
         # template layer it inherited; installed now, as attaching a filter
         # costs hundreds of microseconds (the kernel compiles it), too much
@@ -774,6 +770,8 @@ class Spare:
         would only wait longer for it."""
         if not select.select([FD], [], [], 0)[0] and not _cpu_contended():
             self.rehearse(["print(sum(range(100)))\n"])
+            # What the rehearsal mapped is the spare's, not the job's.
+            self.vm = _address_space()
         self.exited = False
         self.started_frame = _STARTED
         self.new_main()
@@ -1009,6 +1007,15 @@ def check_no_capabilities(nr):
     for d in _CAP_DATA:
         if d.effective or d.permitted or d.inheritable:
             raise SetupError("capabilities still held")
+
+
+def _address_space():
+    """This process's address space in bytes (/proc/self/statm)."""
+    fd = os.open("/proc/self/statm", os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        return int(os.read(fd, 256).split()[0]) * PAGE_SIZE
+    finally:
+        os.close(fd)
 
 
 # A spare that waited longer than this (ns) for a CPU since its fork finds
