@@ -84,6 +84,7 @@ PR_CAP_AMBIENT = 47
 PR_CAP_AMBIENT_CLEAR_ALL = 4
 SECCOMP_MODE_FILTER = 2
 LANDLOCK_RULE_PATH_BENEATH = 1
+SIGKILL = int(signal.SIGKILL)  # a plain int: a spare touches no enum objects
 
 
 class SetupError(Exception):
@@ -672,16 +673,14 @@ class Spare:
         os.dup2(null, 0)
         os.dup2(self.out_w, 1)
         os.dup2(self.err_w, 2)
-        os.dup2(self.ctl, FD)
-        os.dup2(self.bell_w, BELL)
+        os.dup2(self.ctl, FD, inheritable=False)
+        os.dup2(self.bell_w, BELL, inheritable=False)
         for lo, hi in plan:
             os.closerange(lo, hi)
-        os.set_inheritable(FD, False)
-        os.set_inheritable(BELL, False)
         self.channels = True
         # own session and process group; die with the template.
         os.setsid()
-        _check(_prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0), "prctl(PR_SET_PDEATHSIG)")
+        _check(_prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0), "prctl(PR_SET_PDEATHSIG)")
         if os.getppid() != self.parent:
             os._exit(0)
         # 3. capabilities, no_new_privs, SIGXFSZ: given up and checked by the
@@ -731,7 +730,7 @@ class Spare:
         _check(_prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.addressof(prog), 0, 0), "seccomp (job layer)")
         sig = ctypes.c_int(0)
         _check(_prctl(PR_GET_PDEATHSIG, ctypes.addressof(sig), 0, 0, 0), "prctl(PR_GET_PDEATHSIG)")
-        if sig.value != signal.SIGKILL:
+        if sig.value != SIGKILL:
             raise SetupError("parent-death signal is %d, not SIGKILL" % sig.value)
 
     def new_ruleset(self):
