@@ -211,6 +211,22 @@ def _rehearse_receipt():
         sock.close()
 
 
+def _bind_symbols():
+    """Calls, harmlessly, the C library functions that a spare calls and
+    the template otherwise does not (getppid, dup3, select and its
+    __fdelt_chk): the interpreter binds them lazily, and each first call
+    costs a symbol lookup and a write to its GOT, once here instead of in
+    every spare. (setsid is left to the spares: the template keeps its
+    session.)"""
+    os.getppid()
+    fd = os.dup(FD)
+    try:
+        os.dup2(FD, fd, inheritable=False)
+    finally:
+        os.close(fd)
+    select.select([FD], [], [], 0)
+
+
 # ---------------------------------------------------------------- template
 
 class Template:
@@ -367,6 +383,7 @@ class Template:
         # And for the receipt of a job frame, descriptors and all.
         try:
             _rehearse_receipt()
+            _bind_symbols()
         except BaseException:  # noqa: BLE001 - an optimisation only
             pass
         gc.collect()
