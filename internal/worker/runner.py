@@ -17,8 +17,8 @@
 # step ahead of time (descriptors, session, parent-death signal, the
 # Landlock runtime rules, and the seccomp job layer of its kind on top of
 # the template layer it inherits: "deny" spares serve jobs without the
-# network, "allow" spares jobs with it), warms itself up if the machine is idle (see
-# Spare.warm_up), then waits on its own control
+# network, "allow" spares jobs with it), warms itself up if the machine
+# is idle (see Spare.warm_up), then waits on its own control
 # channel (fd 3) for one job. For the job it adds the request's
 # environment, rlimits and Landlock grants, enforces Landlock, reports
 # "started", runs the code and reports "done".
@@ -780,10 +780,11 @@ class Spare:
         It runs last, after every confinement step of the spare, and the
         rehearsal only when the machine has a CPU to spare for it: when no
         job waits on the channel yet and the spare has not waited for a CPU
-        (see _cpu_contended). The rehearsal costs more CPU (~0.4 ms) than
-        the page faults it saves the job (~0.3 ms of latency): worth it
-        only on a CPU that would otherwise idle; a job that already waits
-        would only wait longer for it."""
+        (see _cpu_contended). The rehearsal costs ~0.5 ms of CPU and saves
+        the job about half of that (its first touches of CPython's pages):
+        worth it only on a CPU that would otherwise idle, where the job
+        then starts sooner; a job that already waits would only wait
+        longer for it."""
         if not select.select([FD], [], [], 0)[0] and not _cpu_contended():
             self.rehearse(["print(sum(range(100)))\n"])
             # What the rehearsal mapped is the spare's, not the job's.
