@@ -780,11 +780,11 @@ class Spare:
         It runs last, after every confinement step of the spare, and the
         rehearsal only when the machine has a CPU to spare for it: when no
         job waits on the channel yet and the spare has not waited for a CPU
-        (see _cpu_contended). The rehearsal costs ~0.5 ms of CPU and saves
-        the job about half of that (its first touches of CPython's pages):
-        worth it only on a CPU that would otherwise idle, where the job
-        then starts sooner; a job that already waits would only wait
-        longer for it."""
+        (see _cpu_contended). A rehearsal costs a job ~0.5 ms of CPU in
+        all (the job saves little of it: most of what it touches, the job
+        would not) and takes ~0.3 ms off an idle worker's next job: worth
+        it only on a CPU that would otherwise idle; a job that already
+        waits would only wait longer for it."""
         if not select.select([FD], [], [], 0)[0] and not _cpu_contended():
             self.rehearse(["print(sum(range(100)))\n"])
             # What the rehearsal mapped is the spare's, not the job's.
