@@ -23,7 +23,9 @@
 //	   │   capability (bounding set too), sets no_new_privs and attaches
 //	   │   the seccomp template layer, once; runs a fixed dummy job (and
 //	   │   a failing one) through the job path, so that the state CPython
-//	   │   builds lazily is shared by every child, and backs its dense
+//	   │   builds lazily is shared by every child (the receipt of a
+//	   │   job frame too), and builds a spare's Landlock argument blocks
+//	   │   and descriptor plan once; backs its dense
 //	   │   heap with huge pages (cheaper forks and exits);
 //	   │   forks the next spare when the last one is done with (or as soon
 //	   │   as it is taken, when jobs are waiting); reaps children and
@@ -33,7 +35,9 @@
 //	   │   only its own fds (0 /dev/null, 1-2 output pipes, 3 control,
 //	   │   4 bell), own session, parent-death signal, a Landlock ruleset
 //	   │   holding the runtime rules, the seccomp job layer of its kind
-//	   │   (with or without network), standard streams, warmed up;
+//	   │   (with or without network), standard streams; then warmed up
+//	   │   (a dummy job) only if no job waits yet and it got a CPU
+//	   │   without waiting (a busy machine's CPU is the jobs');
 //	   │   the host moves it into a cgroup of its own (tasks and memory)
 //	   │   before handing it out
 //	   ▼ job frame (+ the grants' O_PATH fds) on its own control socket

@@ -17,7 +17,8 @@
 # step ahead of time (descriptors, session, parent-death signal, the
 # Landlock runtime rules, and the seccomp job layer of its kind on top of
 # the template layer it inherits: "deny" spares serve jobs without the
-# network, "allow" spares jobs with it) and warms itself up, then waits on its own control
+# network, "allow" spares jobs with it), warms itself up if the machine
+# is idle (see Spare.warm_up), then waits on its own control
 # channel (fd 3) for one job. For the job it adds the request's
 # environment, rlimits and Landlock grants, enforces Landlock, reports
 # "started", runs the code and reports "done".
@@ -89,6 +90,7 @@ PR_CAP_AMBIENT = 47
 PR_CAP_AMBIENT_CLEAR_ALL = 4
 SECCOMP_MODE_FILTER = 2
 LANDLOCK_RULE_PATH_BENEATH = 1
+SIGKILL = int(signal.SIGKILL)  # a plain int: a spare touches no enum objects
 
 
 class SetupError(Exception):
@@ -157,6 +159,7 @@ def _split(buf):
 # fork every page the template writes is copied once more (the spare still
 # shares it), and encoding or decoding JSON touches some sixty pages of the
 # json module and its objects; these frames touch almost none.
+_STARTED = _frame(b'{"t":"started"}')  # a spare's "started" report
 _FORK_KINDS = {b'{"t":"fork","kind":"deny"}': "deny", b'{"t":"fork","kind":"allow"}': "allow"}
 
 
@@ -196,6 +199,40 @@ def _recv_with_fds(sock, fd):
 _REHEARSALS = ["print(sum(range(100)))\n", "def f():\n    return 1 / 0\n\nf()\n"]
 
 
+def _rehearse_receipt():
+    """Runs a spare's receipt of its job (a socket object on the channel,
+    a frame with a descriptor, its JSON) over a socket pair of its own."""
+    a, b = _socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock = socket.socket(fileno=b.detach())
+    try:
+        body = _pack({"t": "job", "code": "print(1)\n", "name": "<code>", "script": False, "argv": [], "env": {},
+                      "path": [], "network": False, "rules": [1], "limits": {"memory": 1, "fsize": 1, "cpu": 1},
+                      "session": False, "step": 1})
+        a.sendmsg([body], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [a.fileno()]))])
+        _job, fds = _recv_with_fds(sock, sock.fileno())
+        for fd in fds:
+            os.close(fd)
+    finally:
+        a.close()
+        sock.close()
+
+
+def _bind_symbols():
+    """Calls, harmlessly, the C library functions that a spare calls and
+    the template otherwise does not (getppid, dup3, select and its
+    __fdelt_chk): the interpreter binds them lazily, and each first call
+    costs a symbol lookup and a write to its GOT, once here instead of in
+    every spare. (setsid is left to the spares: the template keeps its
+    session.)"""
+    os.getppid()
+    fd = os.dup(FD)
+    try:
+        os.dup2(FD, fd, inheritable=False)
+    finally:
+        os.close(fd)
+    select.select([FD], [], [], 0)
+
+
 # ---------------------------------------------------------------- template
 
 class Template:
@@ -206,6 +243,8 @@ class Template:
         self.runtime_fds = []  # [(fd, access)]
         self.seccomp = {}
         self.setup_error = None
+        self.ll_args = None  # see landlock_args
+        self.close_plan = None  # see Spare.prepare
 
     def send(self, obj):
         self.sock.sendall(_pack(obj))
@@ -338,6 +377,7 @@ class Template:
         # spare, instead of being built (and its pages copied) in each. It
         # halves what a spare's own warm-up costs (~230 page faults and
         # 2.4 ms of CPU down to ~120 and 0.8 ms here).
+        self.close_plan = _close_ranges({0, 1, 2, FD, BELL} | {fd for fd, _ in self.runtime_fds})
         rehearsal = Spare(self, "deny", os.getpid(), -1, -1, -1, -1)
         rehearsal.rehearse(_REHEARSALS)
         if not self.setup_error:
@@ -346,6 +386,12 @@ class Template:
                 os.close(rehearsal.new_ruleset())
             except BaseException:  # noqa: BLE001 - each spare reports its own failure
                 pass
+        # And for the receipt of a job frame, descriptors and all.
+        try:
+            _rehearse_receipt()
+            _bind_symbols()
+        except BaseException:  # noqa: BLE001 - an optimisation only
+            pass
         gc.collect()
         gc.freeze()
         # Every template forks for jobs and sessions alike (~40 ms once
@@ -440,6 +486,25 @@ class Template:
             except OSError:
                 break
         os._exit(code)
+
+    def landlock_args(self):
+        """The ctypes argument blocks of a spare's Landlock calls, built
+        once, before the first fork: the syscall numbers, each kind's
+        ruleset attributes (by reference) and their size, and one
+        path-beneath rule (by reference) per runtime descriptor. A spare
+        then makes its ruleset without building a ctypes object."""
+        if self.ll_args is None:
+            ll = self.cfg["landlock"]
+            attrs = {}
+            for kind in ("deny", "allow"):
+                net = ll["handled_net_deny"] if kind == "deny" else 0
+                attr = RulesetAttr(ll["handled_fs"], net, ll["scoped"])
+                attrs[kind] = ctypes.byref(attr)  # holds attr
+            size = 24 if ll["abi"] >= 6 else (16 if ll["abi"] >= 4 else 8)
+            rules = tuple(ctypes.byref(PathBeneath(access, rfd)) for rfd, access in self.runtime_fds)
+            nr = self.cfg["syscalls"]
+            self.ll_args = (nr["landlock_create_ruleset"], attrs, size, nr["landlock_add_rule"], rules)
+        return self.ll_args
 
     def fork_spare(self, kind):
         a, b = _socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)  # no socket.socket objects
@@ -562,6 +627,11 @@ class Spare:
             os._exit(72)
         sock = socket.socket(fileno=FD)
         self.sock = sock
+        if self.error is None:
+            try:
+                self.warm_up()
+            except BaseException as e:  # noqa: BLE001 - reported as SandboxSetupError
+                self.error = "%s: %s" % (type(e).__name__, e)
         job, fds = _recv_with_fds(sock, FD)
         if job is None:
             os._exit(0)
@@ -634,20 +704,23 @@ class Spare:
     def prepare(self):
         # 1. descriptors: 0 = /dev/null, 1/2 = the job's pipes, 3 = control,
         # 4 = the bell.
-        keep = {fd for fd, _ in self.tpl.runtime_fds}
+        # The ranges to close are the template's, computed once: all but
+        # 0-4 and the runtime descriptors.
+        plan = self.tpl.close_plan
+        if plan is None:
+            plan = self.tpl.close_plan = _close_ranges({0, 1, 2, FD, BELL} | {fd for fd, _ in self.tpl.runtime_fds})
         null = os.open("/dev/null", os.O_RDONLY)
         os.dup2(null, 0)
         os.dup2(self.out_w, 1)
         os.dup2(self.err_w, 2)
-        os.dup2(self.ctl, FD)
-        os.dup2(self.bell_w, BELL)
-        _close_all_but({0, 1, 2, FD, BELL} | keep)
-        os.set_inheritable(FD, False)
-        os.set_inheritable(BELL, False)
+        os.dup2(self.ctl, FD, inheritable=False)
+        os.dup2(self.bell_w, BELL, inheritable=False)
+        for lo, hi in plan:
+            os.closerange(lo, hi)
         self.channels = True
         # own session and process group; die with the template.
         os.setsid()
-        _check(_prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0), "prctl(PR_SET_PDEATHSIG)")
+        _check(_prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0), "prctl(PR_SET_PDEATHSIG)")
         if os.getppid() != self.parent:
             os._exit(0)
         # 3. capabilities, no_new_privs, SIGXFSZ: given up and checked by the
@@ -660,7 +733,6 @@ class Spare:
         self.ruleset = self.new_ruleset()
         for rfd, _ in self.tpl.runtime_fds:
             os.close(rfd)
-        self.warm_up()
         # rlimits that do not depend on the request: no core dumps, the
         # job's descriptor limit, and few queued signals: the count is the
         # uid's, machine-wide, and timer_create (and a timer's signals) may
@@ -688,11 +760,7 @@ class Spare:
         # untouched mapping is enough, and costs no page faults).
         self.reserve = mmap.mmap(-1, RESERVE)
         # The address space the job starts from; its allowance goes on top.
-        fd = os.open("/proc/self/statm", os.O_RDONLY | os.O_CLOEXEC)
-        try:
-            self.vm = int(os.read(fd, 256).split()[0]) * PAGE_SIZE
-        finally:
-            os.close(fd)
+        self.vm = _address_space()
         # 5. seccomp: the job layer of the spare's kind, on top of the
         # template layer it inherited; installed now, as attaching a filter
         # costs hundreds of microseconds (the kernel compiles it), too much
@@ -705,20 +773,18 @@ class Spare:
         _check(_prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.addressof(prog), 0, 0), "seccomp (job layer)")
         sig = ctypes.c_int(0)
         _check(_prctl(PR_GET_PDEATHSIG, ctypes.addressof(sig), 0, 0, 0), "prctl(PR_GET_PDEATHSIG)")
-        if sig.value != signal.SIGKILL:
+        if sig.value != SIGKILL:
             raise SetupError("parent-death signal is %d, not SIGKILL" % sig.value)
 
     def new_ruleset(self):
-        """A Landlock ruleset of the spare's kind holding the runtime rules."""
-        ll = self.tpl.cfg["landlock"]
-        net = ll["handled_net_deny"] if self.kind == "deny" else 0
-        attr = RulesetAttr(ll["handled_fs"], net, ll["scoped"])
-        size = 24 if ll["abi"] >= 6 else (16 if ll["abi"] >= 4 else 8)
-        ruleset = _check(_syscall(self.nr["landlock_create_ruleset"], ctypes.byref(attr), size, 0),
-                         "landlock_create_ruleset")
+        """A Landlock ruleset of the spare's kind holding the runtime rules,
+        made from the argument blocks the template built (see
+        Template.landlock_args)."""
+        create, attrs, size, add, rules = self.tpl.landlock_args()
+        ruleset = _check(_syscall(create, attrs[self.kind], size, 0), "landlock_create_ruleset")
         try:
-            for rfd, access in self.tpl.runtime_fds:
-                self.add_rule(ruleset, rfd, access)
+            for rule in rules:
+                _check(_syscall(add, ruleset, LANDLOCK_RULE_PATH_BENEATH, rule, 0), "landlock_add_rule")
         except BaseException:
             os.close(ruleset)
             raise
@@ -735,10 +801,22 @@ class Spare:
         shares costs a copy (several microseconds each on a VM). It runs a
         job's whole path on a dummy job (see rehearse), then prepares the
         real __main__ and fresh random seeds: a spare serves exactly one job
-        (or session)."""
-        self.rehearse(["print(sum(range(100)))\n"])
+        (or session).
+
+        It runs last, after every confinement step of the spare, and the
+        rehearsal only when the machine has a CPU to spare for it: when no
+        job waits on the channel yet and the spare has not waited for a CPU
+        (see _cpu_contended). A rehearsal costs a job ~0.5 ms of CPU in
+        all (the job saves little of it: most of what it touches, the job
+        would not) and takes ~0.3 ms off an idle worker's next job: worth
+        it only on a CPU that would otherwise idle; a job that already
+        waits would only wait longer for it."""
+        if not select.select([FD], [], [], 0)[0] and not _cpu_contended():
+            self.rehearse(["print(sum(range(100)))\n"])
+            # What the rehearsal mapped is the spare's, not the job's.
+            self.vm = _address_space()
         self.exited = False
-        self.started_frame = _pack({"t": "started"})
+        self.started_frame = _STARTED
         self.new_main()
 
     def rehearse(self, codes):
@@ -972,7 +1050,13 @@ class Spare:
                 pass
         self.host_lock.acquire()  # a call in flight on another thread ends first
         try:
-            _send_report({"t": "done", "step": self.step, "exit": code, "error": err, "final": True}, self.value)
+            if err is None and self.value is None:
+                # The common report, formatted without the json module
+                # (whose first use in a fresh process costs page faults).
+                _write_all(FD, _frame(b'{"t":"done","step":%d,"exit":%d,"error":null,"final":true}' % (self.step, code)))
+                _ring()
+            else:
+                _send_report({"t": "done", "step": self.step, "exit": code, "error": err, "final": True}, self.value)
         except BaseException:  # noqa: BLE001
             pass
         os._exit(code & 0xFF)
@@ -1122,6 +1206,35 @@ def check_no_capabilities(nr):
     for d in _CAP_DATA:
         if d.effective or d.permitted or d.inheritable:
             raise SetupError("capabilities still held")
+
+
+def _address_space():
+    """This process's address space in bytes (/proc/self/statm)."""
+    fd = os.open("/proc/self/statm", os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        return int(os.read(fd, 256).split()[0]) * PAGE_SIZE
+    finally:
+        os.close(fd)
+
+
+# A spare that waited longer than this (ns) for a CPU since its fork finds
+# the machine busy, and skips its rehearsal (see Spare.warm_up).
+IDLE_RUN_DELAY = 500000
+
+
+def _cpu_contended():
+    """Whether this process has waited on a run queue, since its fork,
+    longer than IDLE_RUN_DELAY: the CPUs are busy, and CPU it spends is
+    taken from others' jobs. The second field of /proc/self/schedstat is
+    that wait in nanoseconds; a kernel without it counts as idle."""
+    try:
+        fd = os.open("/proc/self/schedstat", os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            return int(os.read(fd, 128).split()[1]) > IDLE_RUN_DELAY
+        finally:
+            os.close(fd)
+    except (OSError, ValueError, IndexError):
+        return False
 
 
 def _flush_std():
@@ -1318,13 +1431,21 @@ def _collapse_huge_pages():
 
 
 def _close_all_but(keep):
+    for lo, hi in _close_ranges(keep):
+        os.closerange(lo, hi)
+
+
+def _close_ranges(keep):
+    """The [lo, hi) ranges of descriptors that are not in keep."""
+    ranges = []
     lo = 0
     for fd in sorted(keep) + [None]:
         hi = fd if fd is not None else 1 << 20
         if hi > lo:
-            os.closerange(lo, hi)
+            ranges.append((lo, hi))
         if fd is not None:
             lo = fd + 1
+    return tuple(ranges)
 
 
 def main():
