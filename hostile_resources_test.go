@@ -46,7 +46,7 @@ func TestHostileResources(t *testing.T) {
 	recursion := "import sys\nsys.setrecursionlimit(10**6)\ndef f(n):\n    return f(n + 1) + 1\nf(0)\n"
 	t.Run("deep recursion", func(t *testing.T) {
 		start := time.Now()
-		r := run(t, p, Job{Code: recursion, Timeout: 60 * time.Second}) // generous: the point is how it ends, not when (9.6 s seen on a busy machine)
+		r := run(t, p, Job{Code: recursion, Timeout: 30 * time.Second}) // the ceiling: the point is how it ends, not when (9.6 s seen on a busy machine)
 		require.NotNil(t, r.Error)
 		require.Contains(t, []string{"RecursionError", "MemoryError", "SignalError"}, r.Error.Type, r.Error.Message)
 		t.Logf("Python recursion: %s in %s", r.Error.Type, time.Since(start))

@@ -67,7 +67,7 @@ func TestHostileReview2CgroupLeftoverKernelMemory(t *testing.T) {
 	if fs, err := os.ReadFile("/proc/self/mounts"); err != nil || !strings.Contains(string(fs), " tmpfs ") {
 		t.Skip("no tmpfs mounted")
 	}
-	p := newCgroupPool(t, Config{Workers: 1, Dir: dir})
+	p := newCgroupPool(t, Config{Workers: 1, Dir: dir, Limits: Limits{Timeout: 2 * time.Minute}})
 	r := run(t, p, Job{Code: "import os\nfor i in range(50000):\n    os.mkdir('d%06d' % i + 'x' * 180)\nprint('ok')",
 		Timeout: 120 * time.Second, AllowWrite: []string{dir}}) // over 25 s on a busy machine
 	requireOK(t, r)

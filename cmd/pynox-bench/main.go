@@ -33,7 +33,7 @@
 // step of a new session (its checkout included), one new session per
 // sample, closed after it unmeasured. Host functions:
 // one job calling a host function n times, each call answered by this
-// command as a JSON Lines client would. Mounts (row 22): trivial jobs given
+// command as a JSON Lines client would. Mounts (row 25): trivial jobs given
 // one read-only mount each, against row 1 (a plain trivial job).
 package main
 

@@ -124,7 +124,7 @@ func newReport() *Report {
 	add("24", "sessions", "pynox+pandas ses. step        gap=0", "4")
 	add("20", "host", "pynox            host call", "")
 	add("21", "host", "pynox+pandas     host call", "20")
-	add("22", lat, "pynox ro-mount   trivial     gap=G", "1")
+	add("25", lat, "pynox ro-mount   trivial     gap=G", "1")
 	addMem := func(id, name, vs string) {
 		r.Memory = append(r.Memory, &MemRow{ID: id, Name: name, Vs: vs})
 	}

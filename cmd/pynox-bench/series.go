@@ -136,7 +136,7 @@ func bench(ctx context.Context, o options) (*Report, error) {
 		if err := gapRows(s, "1", "2"); err != nil {
 			return err
 		}
-		if err := s.mountLatency(rep.row("22"), work, o.n, o.warm, o.gap); err != nil {
+		if err := s.mountLatency(rep.row("25"), work, o.n, o.warm, o.gap); err != nil {
 			return err
 		}
 		if err := s.throughput(rep.row("13"), trivialCode, trivialOut, o.n, o.warm, o.inflight); err != nil {
