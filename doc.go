@@ -329,6 +329,12 @@
 // message, and the panic and its stack go to Config.Logger at level Error
 // (as net/http recovers a handler's panic).
 //
+// A host function raises a builtin exception type in the job by returning
+// [RaiseAs] (Checkout.Resume: [RaiseError]): the job sees a class named
+// like the builtin, deriving from it and from pynox_host.HostError, made
+// inside the sandbox from the fixed list [HostErrorTypes] (monty-pool's
+// ResumeValue::Error). A type name is never evaluated.
+//
 // # Relation to monty-pool
 //
 // The Go API is modelled on the Rust monty-pool crate, mapped onto CPython:

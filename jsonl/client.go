@@ -522,6 +522,10 @@ func (c *Client) answerCall(p *pending, call *pynox.Call) {
 		return
 	}
 	v, err := callHost(p.ctx, p.host, call)
+	if he, ok := errors.AsType[*pynox.HostError](err); ok && pynox.IsHostErrorType(he.Type) {
+		c.replyTyped(call.ID, he.Type, he.Message)
+		return
+	}
 	if err != nil {
 		c.reply(call.ID, nil, err.Error())
 		return
@@ -563,6 +567,23 @@ func (c *Client) reply(callID int64, result json.RawMessage, errMsg string) {
 	b, err := marshalLine(struct {
 		Reply reply `json:"reply"`
 	}{r})
+	if err != nil {
+		return
+	}
+	_ = c.writeLine(b) // a failed write fails the request's own wait
+}
+
+// replyTyped writes the reply to a host call that raises the builtin
+// exception errType (one of pynox.HostErrorTypes) with message.
+func (c *Client) replyTyped(callID int64, errType, message string) {
+	type reply struct {
+		CallID    int64  `json:"call_id"`
+		Error     string `json:"error"`
+		ErrorType string `json:"error_type"`
+	}
+	b, err := marshalLine(struct {
+		Reply reply `json:"reply"`
+	}{reply{CallID: callID, Error: message, ErrorType: errType}})
 	if err != nil {
 		return
 	}

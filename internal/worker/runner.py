@@ -794,6 +794,7 @@ class Spare:
         HostError.__module__ = "pynox_host"
         HostError.__qualname__ = "HostError"
         mod.HostError = HostError
+        host_error = _typed_host_errors(HostError)
         lock = self.host_lock
         spare = self
 
@@ -829,7 +830,7 @@ class Spare:
                 if reply is None or reply.get("t") != "reply":
                     os._exit(75)  # the host is gone, or spoke out of turn
                 if "error" in reply:
-                    raise HostError(reply["error"])
+                    raise host_error(reply.get("error_type"))(reply["error"])
                 return reply.get("result")
 
             call.__name__ = call.__qualname__ = name
@@ -905,6 +906,46 @@ class Spare:
         except BaseException:  # noqa: BLE001
             pass
         os._exit(code & 0xFF)
+
+
+# The builtin exception types a host may raise in a job (pynox.RaiseAs;
+# a reply's "error_type"). Only these names are looked up, as attributes
+# of builtins: a type name from the wire is never evaluated. host.go's
+# hostErrorTypes is the same list.
+HOST_ERROR_TYPES = (
+    "ValueError", "TypeError", "KeyError", "IndexError", "LookupError", "AttributeError",
+    "PermissionError", "FileNotFoundError", "FileExistsError", "IsADirectoryError",
+    "NotADirectoryError", "OSError", "TimeoutError", "ConnectionError",
+    "ConnectionRefusedError", "ConnectionResetError", "RuntimeError",
+    "NotImplementedError", "ZeroDivisionError", "OverflowError",
+)
+
+
+def _typed_host_errors(host_error):
+    """Returns a function from a reply's error_type to the class the job
+    sees: for an allowed name, a class named like the builtin that derives
+    from both it and pynox_host.HostError (so `except KeyError` and
+    `except HostError` both catch it), made once per name on first use;
+    HostError itself for anything else."""
+    made = {}
+    # Read now, before user code runs: a job that rebinds builtins.KeyError
+    # does not change what its host errors derive from.
+    bases = {name: getattr(builtins, name) for name in HOST_ERROR_TYPES}
+
+    def get(name):
+        base = bases.get(name) if name.__class__ is str else None
+        if base is None:
+            return host_error
+        cls = made.get(name)
+        if cls is None:
+            cls = type(name, (base, host_error), {
+                "__module__": "pynox_host",
+                "__doc__": "%s raised by the host function; also a pynox_host.HostError." % name,
+            })
+            made[name] = cls
+        return cls
+
+    return get
 
 
 def drop_capabilities(cap_last, nr):

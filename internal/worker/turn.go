@@ -461,7 +461,7 @@ func (t *turn) refuse(msg string) { t.answer(Reply{Error: &msg}) }
 
 // answer sends a reply to the child.
 func (t *turn) answer(r Reply) {
-	b, err := json.Marshal(replyFrame{T: "reply", Result: r.Result, Error: r.Error})
+	b, err := json.Marshal(replyFrame{T: "reply", Result: r.Result, Error: r.Error, ErrorType: r.ErrorType})
 	if err != nil {
 		msg := "the host's reply could not be encoded: " + err.Error()
 		b, _ = json.Marshal(replyFrame{T: "reply", Error: &msg})

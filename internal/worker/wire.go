@@ -72,6 +72,10 @@ type Call struct {
 type Reply struct {
 	Result json.RawMessage
 	Error  *string
+	// ErrorType names the builtin exception type the job sees with Error
+	// (one of the runner's HOST_ERROR_TYPES; the class it raises derives
+	// from that type and from HostError). Empty for HostError itself.
+	ErrorType string
 }
 
 // HostFunc answers a job's host call. It runs on its own goroutine and
@@ -156,9 +160,10 @@ type stepFrame struct {
 }
 
 type replyFrame struct {
-	T      string          `json:"t"`
-	Result json.RawMessage `json:"result,omitempty"`
-	Error  *string         `json:"error,omitempty"`
+	T         string          `json:"t"`
+	Result    json.RawMessage `json:"result,omitempty"`
+	Error     *string         `json:"error,omitempty"`
+	ErrorType string          `json:"error_type,omitempty"`
 }
 
 type childMsg struct {

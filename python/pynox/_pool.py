@@ -41,6 +41,29 @@ _CALL_PREFIX = re.compile(
 _RESULT_PREFIX = re.compile(rb'\{"id":("(?:[^"\\]|\\.)*"|-?\d+),')
 
 
+#: The builtin exception types a host function's exception keeps in the
+#: job (the pool's HostErrorTypes): one of these, or a subclass of one,
+#: raises that builtin type there (also a pynox_host.HostError); any other
+#: exception raises HostError with "Type: message".
+HOST_ERROR_TYPES = frozenset((
+    "ValueError", "TypeError", "KeyError", "IndexError", "LookupError", "AttributeError",
+    "PermissionError", "FileNotFoundError", "FileExistsError", "IsADirectoryError",
+    "NotADirectoryError", "OSError", "TimeoutError", "ConnectionError",
+    "ConnectionRefusedError", "ConnectionResetError", "RuntimeError",
+    "NotImplementedError", "ZeroDivisionError", "OverflowError",
+))
+
+
+def _error_reply(call_id: Any, e: BaseException) -> Dict[str, Any]:
+    """The reply that raises e's nearest builtin type from HOST_ERROR_TYPES
+    in the job, or HostError."""
+    for cls in type(e).__mro__:
+        if cls.__module__ == "builtins" and cls.__name__ in HOST_ERROR_TYPES:
+            msg = str(e.args[0]) if len(e.args) == 1 else str(e)
+            return {"call_id": call_id, "error": msg, "error_type": cls.__name__}
+    return {"call_id": call_id, "error": "%s: %s" % (type(e).__name__, e)}
+
+
 def find_binary(binary: Optional[str] = None) -> str:
     """Returns the path of the pynox binary: binary if given, else the
     PYNOX_BIN environment variable, else `pynox` on PATH. A name without a
@@ -312,11 +335,15 @@ class Pool:
         fn = functions.get(call.get("function"))  # type: ignore[arg-type]
         try:
             if fn is None:
-                raise LookupError("no function %r for request %r" % (call.get("function"), call.get("id")))
+                raise RuntimeError("no function %r for request %r" % (call.get("function"), call.get("id")))
             value = fn(*(call.get("args") or ()), **(call.get("kwargs") or {}))
-            data = json.dumps({"reply": {"call_id": call_id, "result": value}})  # a value that is not JSON is an error too
-        except Exception as e:  # noqa: BLE001 - the error goes to the sandbox as HostError
-            data = json.dumps({"reply": {"call_id": call_id, "error": "%s: %s" % (type(e).__name__, e)}})
+        except Exception as e:  # noqa: BLE001 - the error goes to the sandbox, typed (HOST_ERROR_TYPES) or as HostError
+            data = json.dumps({"reply": _error_reply(call_id, e)})
+        else:
+            try:
+                data = json.dumps({"reply": {"call_id": call_id, "result": value}})
+            except Exception as e:  # noqa: BLE001 - a value that is not JSON is the host's fault: HostError
+                data = json.dumps({"reply": {"call_id": call_id, "error": "%s: %s" % (type(e).__name__, e)}})
         try:
             self._write_line(data)
         except PoolError:

@@ -25,6 +25,23 @@ def failing(*args, **kwargs):
     raise ValueError("backend unavailable")
 
 
+class NoPage(KeyError):
+    pass
+
+
+def missing(name):
+    """Raises a subclass of KeyError."""
+    raise NoPage("no page %r" % name)
+
+
+class Odd(Exception):
+    pass
+
+
+def odd():
+    raise Odd("strange")
+
+
 def not_json():
     return object()
 
@@ -103,7 +120,15 @@ class PoolTest(unittest.TestCase):
         self.assertEqual(r.stdout, "['hit 0 for x', 'hit 1 for x']\n", r)
         r = self.pool.run("from pynox_host import failing, HostError\n"
                           "try:\n    failing(1)\nexcept HostError as e:\n    print(e)", functions={"failing": failing})
-        self.assertEqual(r.stdout, "ValueError: backend unavailable\n", r)
+        self.assertEqual(r.stdout, "backend unavailable\n", r)
+        # An exception of a builtin type (or a subclass) keeps its type in the job.
+        r = self.pool.run("from pynox_host import failing, missing, odd, HostError\n"
+                          "try:\n    failing()\nexcept ValueError as e:\n    print(type(e).__name__, isinstance(e, HostError), e)\n"
+                          "try:\n    missing('p')\nexcept KeyError as e:\n    print(type(e).__name__, isinstance(e, HostError), e.args[0])\n"
+                          "try:\n    odd()\nexcept HostError as e:\n    print(type(e).__name__, e)",
+                          functions={"failing": failing, "missing": missing, "odd": odd})
+        self.assertEqual(r.stdout, "ValueError True backend unavailable\nKeyError True no page 'p'\n"
+                                   "HostError Odd: strange\n", r)
         r = self.pool.run("from pynox_host import not_json, HostError\n"
                           "try:\n    not_json()\nexcept HostError as e:\n    print('HostError', e)",
                           functions={"not_json": not_json})
