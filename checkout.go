@@ -339,7 +339,7 @@ func (c *Checkout) Feed(ctx context.Context, step Step) (TurnEvent, error) {
 	if host == nil {
 		host = t.host(c.pool, step.ID, c.name)
 	}
-	ws.Host = host
+	ws.Host = checkedHost(c.pl.sigs, host)
 	// A dead session template is replaced: the step pays its start. Its
 	// process died with it, and this step says so instead of running in a
 	// new process as if nothing had happened.

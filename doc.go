@@ -335,6 +335,13 @@
 // inside the sandbox from the fixed list [HostErrorTypes] (monty-pool's
 // ResumeValue::Error). A type name is never evaluated.
 //
+// Job.Tools declares host functions with a docstring and a signature
+// ([Tool]): the pool parses the signature with a strict grammar
+// ([ParseSignature], nothing evaluated), the sandboxed function carries
+// it as __doc__ and __signature__, and a call that does not fit it is a
+// TypeError in the job, checked by the job's pynox_host and again by the
+// pool, before the host sees it.
+//
 // # Relation to monty-pool
 //
 // The Go API is modelled on the Rust monty-pool crate, mapped onto CPython:

@@ -46,6 +46,9 @@ type plan struct {
 	read     []string
 	write    []string
 	network  bool
+	// sigs are the signatures of the job's Tools, by name: calls are
+	// checked against them (checkedHost).
+	sigs map[string]*Signature
 }
 
 func (pl *plan) close() {
@@ -114,6 +117,10 @@ func (p *Pool) plan(req *Job, session bool) (pl *plan, rerr *Error) {
 	}
 	if err := checkFunctions(j.Functions); err != nil {
 		return nil, err
+	}
+	sigs, terr := checkTools(j.Tools, j.Functions)
+	if terr != nil {
+		return nil, terr
 	}
 	if n := len(j.AllowRead) + len(j.AllowWrite) + len(j.PackageDirs); n > MaxGrants {
 		return nil, requestErrorf("%d paths requested; at most %d are allowed", n, MaxGrants)
@@ -210,6 +217,14 @@ func (p *Pool) plan(req *Job, session bool) (pl *plan, rerr *Error) {
 		Functions: j.Functions,
 		MaxCalls:  MaxCalls,
 		Session:   session,
+	}
+	if len(j.Tools) > 0 {
+		pl.sigs = sigs
+		pl.job.Tools = workerTools(j.Tools, sigs)
+		pl.job.Functions = slices.Clone(j.Functions)
+		for _, t := range j.Tools {
+			pl.job.Functions = append(pl.job.Functions, t.Name)
+		}
 	}
 	for i, fd := range pl.fds {
 		pl.job.Grants = append(pl.job.Grants, worker.Grant{Fd: fd, Access: pl.accessOf[i]})

@@ -137,6 +137,7 @@ func wireRequest(job pynox.Job) request {
 	req := request{Job: job, Timeout: pynox.Duration(job.Timeout), Memory: pynox.Size(job.Memory),
 		MaxFileSize: pynox.Size(job.MaxFileSize)}
 	req.Job.Host = nil
+	req.Functions = declsOf(job.Functions, job.Tools)
 	return req
 }
 

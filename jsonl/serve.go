@@ -37,6 +37,9 @@ type request struct {
 	Session     string         `json:"session,omitempty"`
 	Close       bool           `json:"close,omitempty"`
 	Reply       *replyReq      `json:"reply,omitempty"`
+	// Functions is the line's "functions", names and function objects:
+	// decodeRequest splits it into Job.Functions and Job.Tools.
+	Functions functionDecls `json:"functions,omitempty"`
 }
 
 // Ready is the first line `pynox pool` writes.
@@ -118,7 +121,7 @@ func Serve(ctx context.Context, p *pynox.Pool, r io.Reader, w io.Writer) error {
 			defer jobs.Done()
 			defer func() { <-slots }()
 			var jc *jobCalls
-			if len(job.Functions) > 0 {
+			if len(job.Functions) > 0 || len(job.Tools) > 0 {
 				job.Host, jc = srv.hostFor()
 			}
 			res, refill, err := hooks.Run(p, jobCtx, job)
@@ -280,6 +283,9 @@ func decodeRequest(line []byte) (request, *pynox.Error) {
 		req.Job.Timeout = time.Duration(req.Timeout)
 		req.Job.Memory = int64(req.Memory)
 		req.Job.MaxFileSize = int64(req.MaxFileSize)
+		if req.Functions != nil {
+			req.Job.Functions, req.Job.Tools = req.Functions.split()
+		}
 		return req, nil
 	}
 	// Recover the id for the answer, if the line is an object with one

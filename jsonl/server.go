@@ -474,6 +474,6 @@ func permissionFields(req request) []string {
 	add(j.Memory != 0, "memory")
 	add(j.MaxFileSize != 0, "max_file_size")
 	add(j.Profile != "", "profile")
-	add(j.Functions != nil, "functions")
+	add(j.Functions != nil || j.Tools != nil, "functions")
 	return f
 }

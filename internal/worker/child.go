@@ -248,7 +248,7 @@ func (c *Child) RefillNow() {
 func (c *Child) Run(job *Job, cancel <-chan struct{}) *Outcome {
 	f := jobFrame{T: "job", Code: job.Code, Name: job.Name, Script: job.Script, Argv: job.Argv,
 		Env: job.Env, Path: job.Path, Network: job.Network, Limits: job.Limits,
-		Session: job.Session, Step: 1, Functions: job.Functions}
+		Session: job.Session, Step: 1, Functions: job.Functions, Tools: job.Tools}
 	var cpu int64
 	if job.Session {
 		f.Limits.SessionCPU = cmp.Or(f.Limits.SessionCPU, SessionCPU)

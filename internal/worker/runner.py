@@ -780,9 +780,9 @@ class Spare:
         for fd in [ruleset] + list(fds):
             os.close(fd)
         if job.get("functions"):
-            sys.modules["pynox_host"] = self.host_module(job["functions"])
+            sys.modules["pynox_host"] = self.host_module(job["functions"], job.get("tools") or ())
 
-    def host_module(self, names):
+    def host_module(self, names, tools=()):
         """The pynox_host module: one function per declared name. A call
         sends a "call" frame, rings the bell and blocks until Go answers;
         calls from several threads take turns."""
@@ -798,10 +798,19 @@ class Spare:
         lock = self.host_lock
         spare = self
 
+        described = {t["name"]: t for t in tools}
+
         def make(name):
             quoted = json.dumps(name)
+            tool = described.get(name)
+            sig = _tool_signature(tool["signature"]) if tool and tool.get("signature") else None
 
             def call(*args, **kwargs):
+                if sig is not None:
+                    try:
+                        sig.bind(*args, **kwargs)
+                    except TypeError as e:
+                        raise TypeError("%s(): %s" % (name, e)) from None
                 try:
                     a = json.dumps(args, separators=(",", ":"), allow_nan=False)
                     k = json.dumps(kwargs, separators=(",", ":"), allow_nan=False)
@@ -836,6 +845,10 @@ class Spare:
             call.__name__ = call.__qualname__ = name
             call.__module__ = "pynox_host"
             call.__doc__ = "Calls the host function %s; raises pynox_host.HostError when it fails." % name
+            if tool and tool.get("doc"):
+                call.__doc__ = tool["doc"]
+            if sig is not None:
+                call.__signature__ = sig
             return call
 
         for name in names:
@@ -946,6 +959,97 @@ def _typed_host_errors(host_error):
         return cls
 
     return get
+
+
+# Names an annotation of a declared tool may use without typing: builtin
+# types, read before user code runs.
+_ANNOTATION_BUILTINS = {n: getattr(builtins, n) for n in (
+    "str", "int", "float", "bool", "bytes", "bytearray", "complex", "list", "dict", "tuple", "set",
+    "frozenset", "object", "type")}
+
+
+class _DefaultText:
+    """A tool parameter's default that is not a literal: shown as its
+    text, never evaluated."""
+
+    def __init__(self, text):
+        self.text = text
+
+    def __repr__(self):
+        return self.text
+
+
+def _tool_signature(desc):
+    """Builds the inspect.Signature of a declared tool from the pool's
+    parsed form (pynox.Signature). Nothing in it is evaluated:
+    annotations go through _annotation, defaults through
+    ast.literal_eval, and what neither takes shows as its text."""
+    import ast
+    import inspect
+
+    def default(text):
+        try:
+            return ast.literal_eval(text)
+        except Exception:  # noqa: BLE001 - not a literal: shown as text
+            return _DefaultText(text)
+
+    params = []
+    for p in desc.get("params") or ():
+        kw = {}
+        if p.get("annotation"):
+            kw["annotation"] = _annotation(p["annotation"])
+        if p.get("has_default"):
+            kw["default"] = default(p.get("default") or "None")
+        params.append(inspect.Parameter(p["name"], getattr(inspect.Parameter, p["kind"]), **kw))
+    kw = {}
+    if desc.get("returns"):
+        kw["return_annotation"] = _annotation(desc["returns"])
+    return inspect.Signature(params, **kw)
+
+
+def _annotation(text):
+    """Turns an annotation's text into the type it names, looking up only
+    builtin types and typing's public names, and subscripting and joining
+    them with |; anything else (a call, an attribute of another module, a
+    name it does not know) keeps the text. No code from the text runs."""
+    import ast
+
+    typing = []
+
+    def look(name, typing_only=False):
+        if name in _ANNOTATION_BUILTINS and not typing_only:
+            return _ANNOTATION_BUILTINS[name]
+        if not typing:
+            import typing as t
+            typing.append(t)
+        if name in typing[0].__all__:
+            return getattr(typing[0], name)
+        raise ValueError(name)
+
+    def ev(node):
+        if isinstance(node, ast.Constant) and (node.value is None or type(node.value) in (str, int, bool, float, bytes)):
+            return node.value
+        if isinstance(node, ast.Name):
+            return look(node.id)
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "typing":
+            return look(node.attr, typing_only=True)
+        if isinstance(node, ast.Subscript):
+            base = ev(node.value)
+            sl = node.slice
+            if sl.__class__.__name__ == "Index":  # Python 3.8's wrapper
+                sl = sl.value
+            arg = tuple(ev(e) for e in sl.elts) if isinstance(sl, ast.Tuple) else ev(sl)
+            return base[arg]
+        if isinstance(node, ast.List):
+            return [ev(e) for e in node.elts]
+        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.BitOr):
+            return ev(node.left) | ev(node.right)
+        raise ValueError(type(node).__name__)
+
+    try:
+        return ev(ast.parse(text, mode="eval").body)
+    except Exception:  # noqa: BLE001 - an annotation it cannot take shows as text
+        return text
 
 
 def drop_capabilities(cap_last, nr):

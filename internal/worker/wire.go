@@ -53,8 +53,18 @@ type Job struct {
 	Session bool
 	// Functions are the host functions the job may call (pynox_host).
 	Functions []string
-	Host      HostFunc // answers the calls of the first turn
-	MaxCalls  int      // calls allowed per turn
+	// Tools describe some of the Functions: docstring and signature.
+	Tools    []Tool
+	Host     HostFunc // answers the calls of the first turn
+	MaxCalls int      // calls allowed per turn
+}
+
+// Tool describes a host function for the runner: its docstring and its
+// parsed signature (pynox.Signature as JSON; nil for none).
+type Tool struct {
+	Name      string          `json:"name"`
+	Doc       string          `json:"doc,omitempty"`
+	Signature json.RawMessage `json:"signature,omitempty"`
 }
 
 // MaxCall bounds a host call's JSON arguments and its JSON result.
@@ -148,6 +158,7 @@ type jobFrame struct {
 	Session   bool     `json:"session,omitempty"`
 	Step      int      `json:"step"`
 	Functions []string `json:"functions,omitempty"`
+	Tools     []Tool   `json:"tools,omitempty"`
 }
 
 type stepFrame struct {

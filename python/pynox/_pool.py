@@ -64,6 +64,82 @@ def _error_reply(call_id: Any, e: BaseException) -> Dict[str, Any]:
     return {"call_id": call_id, "error": "%s: %s" % (type(e).__name__, e)}
 
 
+def _signature_text(fn: Callable[..., Any]) -> Optional[str]:
+    """fn's signature as the pool takes it ("(query: str, limit: int = 3)"),
+    or None when it has none the pool could read: a default that is not a
+    literal shows as ..., an annotation that is not an expression is left
+    out."""
+    import ast
+    import inspect
+
+    try:
+        sig = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return None
+
+    def expr(text: str) -> bool:
+        try:
+            ast.parse(text, mode="eval")
+        except (SyntaxError, ValueError, RecursionError, MemoryError):
+            return False
+        return "\n" not in text and "\r" not in text
+
+    def annotation(a: Any) -> Any:
+        if a is inspect.Parameter.empty:
+            return a
+        text = a if isinstance(a, str) else inspect.formatannotation(a)
+        return _Text(text) if expr(text) else inspect.Parameter.empty
+
+    params = []
+    for p in sig.parameters.values():
+        if not (p.name.isascii() and p.name.isidentifier()):
+            return None
+        default = p.default
+        if default is not inspect.Parameter.empty:
+            text = repr(default)
+            try:
+                ok = ast.literal_eval(text) == default and expr(text)
+            except Exception:  # noqa: BLE001 - not a literal
+                ok = False
+            default = _Text(text) if ok else _Text("...")
+        params.append(p.replace(annotation=annotation(p.annotation), default=default))
+    out = sig.replace(parameters=params, return_annotation=annotation(sig.return_annotation))
+    text = str(out)
+    return text if len(text) <= 4096 else None
+
+
+class _Text:
+    """Shows as the text it holds (in a signature string)."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+    def __repr__(self) -> str:
+        return self.text
+
+
+def declare(functions: Mapping[str, HostFunction]) -> List[Any]:
+    """The "functions" of a request: for each callable, by name, an object
+    with its docstring and signature, which the job's pynox_host function
+    then has (help(), inspect.signature) and checks calls against; a bare
+    name for a callable without a signature the pool can read."""
+    import inspect
+
+    out: List[Any] = []
+    for name in sorted(functions):
+        fn = functions[name]
+        sig = _signature_text(fn)
+        if sig is None:
+            out.append(name)
+            continue
+        entry: Dict[str, Any] = {"name": name, "signature": sig}
+        doc = inspect.getdoc(fn)
+        if doc:
+            entry["doc"] = doc[:16 << 10]
+        out.append(entry)
+    return out
+
+
 def find_binary(binary: Optional[str] = None) -> str:
     """Returns the path of the pynox binary: binary if given, else the
     PYNOX_BIN environment variable, else `pynox` on PATH. A name without a
@@ -420,7 +496,7 @@ class Pool:
         if script is not None:
             req["script"] = os.fspath(script)
         if functions:
-            req["functions"] = sorted(functions)
+            req["functions"] = declare(functions)
         return self._result(req, functions)
 
     def session(self, *, name: Optional[str] = None, functions: Optional[Mapping[str, HostFunction]] = None,
@@ -515,7 +591,7 @@ class Session:
                 # ended) fixes the permissions and the host functions.
                 fields = dict(_fields(dict(self.grants)), **fields)
                 if self.functions:
-                    fields["functions"] = sorted(self.functions)
+                    fields["functions"] = declare(self.functions)
             try:
                 res = self.pool._result(fields, self.functions)
             except RequestError:
@@ -579,6 +655,19 @@ class Tool:
                 "required": ["code"],
             },
         }
+
+    @property
+    def openai_schema(self) -> Dict[str, Any]:
+        """The tool as an entry of an OpenAI-style "tools" list:
+        {"type": "function", "function": schema}."""
+        return {"type": "function", "function": self.schema}
+
+    @property
+    def anthropic_schema(self) -> Dict[str, Any]:
+        """The tool as an entry of an Anthropic-style "tools" list: name,
+        description and input_schema."""
+        s = self.schema
+        return {"name": s["name"], "description": s["description"], "input_schema": s["parameters"]}
 
     def __call__(self, code: str) -> str:
         pool = self.pool if self.pool is not None else default_pool()

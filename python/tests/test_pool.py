@@ -134,6 +134,23 @@ class PoolTest(unittest.TestCase):
                           functions={"not_json": not_json})
         self.assertTrue(r.stdout.startswith("HostError TypeError"), r)
 
+    def test_host_function_signatures(self):
+        calls = []
+
+        def recorded(query: str, limit: int = 3) -> list:
+            """Searches, and records the call."""
+            calls.append((query, limit))
+            return [query] * limit
+
+        r = self.pool.run("import inspect\nfrom pynox_host import search\nprint(inspect.signature(search))\n"
+                          "print(search.__doc__)\n"
+                          "try:\n    search('x', limits=2)\nexcept TypeError as e:\n    print('TypeError', e)\n"
+                          "print(search('y', limit=1))",
+                          functions={"search": recorded})
+        self.assertEqual(r.stdout, "(query: str, limit: int = 3) -> list\nSearches, and records the call.\n"
+                                   "TypeError search(): got an unexpected keyword argument 'limits'\n['y']\n", r)
+        self.assertEqual(calls, [("y", 1)], "the wrong call never reached the host")
+
     def test_concurrent_runs_get_their_own_results(self):
         results = {}
 
@@ -194,6 +211,9 @@ class PoolTest(unittest.TestCase):
         self.assertIn("search(query: str, limit: int = 3) -> list: Searches the documentation.", python.__doc__)
         self.assertEqual(python.schema["name"], "python")
         self.assertEqual(python.schema["parameters"]["required"], ["code"])
+        self.assertEqual(python.openai_schema, {"type": "function", "function": python.schema})
+        self.assertEqual(python.anthropic_schema["input_schema"], python.schema["parameters"])
+        self.assertIn("search(query: str", python.anthropic_schema["description"])
         self.assertEqual(python("print(6 * 7)"), "42\n")
         out = python("open('/etc/passwd')")
         self.assertIn("PermissionError: [Errno 13] Permission denied: '/etc/passwd'\nhint: ", out)

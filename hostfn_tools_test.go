@@ -1,0 +1,154 @@
+package pynox
+
+import (
+	"context"
+	"encoding/json"
+	"sync/atomic"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// TestParseSignature: the strict grammar takes what Python takes and
+// refuses the rest, evaluating nothing.
+func TestParseSignature(t *testing.T) {
+	t.Parallel()
+	sig, err := ParseSignature("(query: str, limit: int = 3) -> list[str]")
+	require.NoError(t, err)
+	require.Equal(t, &Signature{Returns: "list[str]", Params: []Param{
+		{Name: "query", Kind: "POSITIONAL_OR_KEYWORD", Annotation: "str"},
+		{Name: "limit", Kind: "POSITIONAL_OR_KEYWORD", Annotation: "int", Default: "3", HasDefault: true},
+	}}, sig)
+	sig, err = ParseSignature("(a, b: dict[str, int] = {'x=': 1, 'y': (2, 3)}, /, c=None, *args, d: 'a, b' = \"),\", **kw)")
+	require.NoError(t, err)
+	kinds := []string{}
+	for _, p := range sig.Params {
+		kinds = append(kinds, p.Name+":"+p.Kind)
+	}
+	require.Equal(t, []string{"a:POSITIONAL_ONLY", "b:POSITIONAL_ONLY", "c:POSITIONAL_OR_KEYWORD", "args:VAR_POSITIONAL", "d:KEYWORD_ONLY", "kw:VAR_KEYWORD"}, kinds)
+	require.Equal(t, "{'x=': 1, 'y': (2, 3)}", sig.Params[1].Default)
+	require.Equal(t, `"),"`, sig.Params[4].Default)
+	for _, bad := range []string{
+		"", "x", "(", "(a", "(a))", "(a, a)", "(a=1, b)", "(*, )", "(*)", "(**kw, a)", "(/, a)", "(a, *, b, *c)",
+		"(class)", "(1x)", "(a: )", "(a=)", "(a)\n", "(a) -> ", "(a) x", "(a=[)", "(a='x)", "(*a=1)", "(a, /, b, /)",
+		"(a, b=1, /, c)", "(é)",
+	} {
+		_, err := ParseSignature(bad)
+		require.Error(t, err, "%q", bad)
+	}
+}
+
+// TestBindError: the pool's check of a call's shape says what
+// inspect.Signature.bind says.
+func TestBindError(t *testing.T) {
+	t.Parallel()
+	sig, err := ParseSignature("(a, /, b, c=1, *, d, e=2)")
+	require.NoError(t, err)
+	for _, tc := range []struct {
+		n    int
+		kw   []string
+		want string
+	}{
+		{2, []string{"d"}, ""},
+		{1, []string{"b", "d", "e"}, ""},
+		{4, []string{"d"}, "too many positional arguments"},
+		{1, []string{"a", "b", "d"}, "'a' parameter is positional only, but was passed as a keyword"},
+		{2, []string{"b", "d"}, "multiple values for argument 'b'"},
+		{2, []string{"d", "x"}, "got an unexpected keyword argument 'x'"},
+		{2, nil, "missing a required argument: 'd'"},
+		{0, []string{"d"}, "missing a required argument: 'a'"},
+	} {
+		require.Equal(t, tc.want, sig.bindError(tc.n, tc.kw), "%d %v", tc.n, tc.kw)
+	}
+}
+
+// TestDeclaredTools: a declared tool has its docstring and signature in
+// the sandbox (inspect.signature, help), and a call that does not fit the
+// signature is a TypeError in the job that never reaches the host — also
+// when the job bypasses its pynox_host and writes the call frame itself.
+func TestDeclaredTools(t *testing.T) {
+	t.Parallel()
+	p := newTestPool(t, Config{Workers: 1})
+	var calls atomic.Int64
+	host := func(ctx context.Context, c *Call) (any, error) {
+		calls.Add(1)
+		return []any{c.Function, json.RawMessage(c.Args), json.RawMessage(c.Kwargs)}, nil
+	}
+	tools := []Tool{
+		{Name: "search", Doc: "Searches the documentation.\n\nReturns the titles of the best pages.", Signature: "(query: str, limit: int = 3, *, lang: Optional[str] = None) -> list[str]"},
+		{Name: "fetch", Doc: "Fetches a page.", Parameters: json.RawMessage(`{"type": "object", "properties": {"raw": {"type": "boolean", "default": false}, "url": {"type": "string"}}, "required": ["url"]}`)},
+		{Name: "odd", Signature: "(x: __import__('os').system('id') = open('/etc/passwd'), y: typing.List[int] = lambda: 1)"},
+	}
+	code := `import inspect, pynox_host
+from pynox_host import search, fetch, odd
+print(inspect.signature(search))
+print(inspect.signature(fetch))
+print(inspect.signature(odd))
+print(search.__doc__.splitlines()[0])
+help(search)
+print(search('pynox', 2, lang='en'))
+print(fetch('http://x'))
+for f, a, k in ((search, (), {}), (search, ('q',), {'limits': 2}), (search, ('q', 1, 2), {}), (fetch, ('u',), {'url': 'u'})):
+    try:
+        f(*a, **k)
+    except TypeError as e:
+        print('TypeError', e)
+`
+	res := run(t, p, Job{Tools: tools, Host: host, Code: code})
+	requireOK(t, res)
+	require.Equal(t, int64(2), calls.Load(), "only the calls that fit reached the host")
+	out := res.Stdout
+	require.Contains(t, out, "(query: str, limit: int = 3, *, lang: Optional[str] = None) -> list[str]\n")
+	require.Contains(t, out, "(url: str, raw: bool = False)\n")
+	// Not evaluated: shown as text.
+	require.Contains(t, out, `(x: "__import__('os').system('id')" = open('/etc/passwd'), y: List[int] = lambda: 1)`+"\n")
+	require.Contains(t, out, "Searches the documentation.\n")
+	require.Contains(t, out, "search(query: str, limit: int = 3, *, lang: Optional[str] = None) -> list[str]\n")
+	require.Contains(t, out, "    Returns the titles of the best pages.\n")
+	require.Contains(t, out, `['search', ['pynox', 2], {'lang': 'en'}]`)
+	require.Contains(t, out, `['fetch', ['http://x'], {}]`)
+	require.Contains(t, out, "TypeError search(): missing a required argument: 'query'\n")
+	require.Contains(t, out, "TypeError search(): got an unexpected keyword argument 'limits'\n")
+	require.Contains(t, out, "TypeError search(): too many positional arguments\n")
+	require.Contains(t, out, "TypeError fetch(): multiple values for argument 'url'\n")
+
+	// A job that bypasses its own check gets no further: the pool refuses
+	// the call with a TypeError before the host sees it.
+	calls.Store(0)
+	forge := `import json, os, struct
+b = json.dumps({'t': 'call', 'step': 1, 'function': 'search', 'args': ['q'], 'kwargs': {'limits': 2}}).encode()
+os.write(3, struct.pack('<I', len(b)) + b)
+os.write(4, b'!')
+n = struct.unpack('<I', os.read(3, 4))[0]
+r = json.loads(os.read(3, n))
+print(r.get('error_type'), r.get('error'))
+`
+	res = run(t, p, Job{Tools: tools, Host: host, Code: forge})
+	requireOK(t, res)
+	require.Equal(t, "TypeError search(): got an unexpected keyword argument 'limits'\n", res.Stdout)
+	require.Zero(t, calls.Load())
+
+	// Bad declarations are refused before anything runs, naming the field.
+	for _, bad := range []Tool{
+		{Name: "x", Signature: "(a, a)"},
+		{Name: "x", Signature: "(a):\n  import os"},
+		{Name: "x", Parameters: json.RawMessage(`{"type": "object", "properties": {"class": {}}}`)},
+		{Name: "x", Parameters: json.RawMessage(`[1]`)},
+		{Name: "_x"},
+		{Name: "search"},
+	} {
+		res := run(t, p, Job{Functions: []string{"search"}, Tools: []Tool{bad}, Host: host, Code: "1"})
+		requireErrorType(t, res, "RequestError")
+		require.Contains(t, res.Error.Message, "functions")
+	}
+}
+
+// TestToolSchema: a Tool's JSON Schema comes from its Parameters or its
+// signature.
+func TestToolSchema(t *testing.T) {
+	t.Parallel()
+	tl := Tool{Name: "search", Signature: "(query: str, limit: int = 3, tags: list[str] = [], *rest, **kw)"}
+	b, err := tl.Schema()
+	require.NoError(t, err)
+	require.JSONEq(t, `{"type": "object", "properties": {"query": {"type": "string"}, "limit": {"type": "integer"}, "tags": {"type": "array"}}, "required": ["query"]}`, string(b))
+}
