@@ -322,9 +322,10 @@
 // name that was not declared, too many calls, too large arguments, or
 // arguments not every client can decode (invalid UTF-8, nested deeper than
 // 256 levels, a number longer than 4,300 characters) get an error the job
-// sees as HostError and the host never sees; a second
-// call while one waits, or a malformed one, is a protocol break
-// (PoolWorkerError). Calls from several threads take turns. A HostFunc
+// sees as HostError and the host never sees; a call beyond [MaxInFlight]
+// in flight is refused too, and a malformed one, one reusing the id of a
+// call in flight, or a report while calls are in flight is a protocol
+// break (PoolWorkerError). A HostFunc
 // that panics fails only its call: the job sees HostError with a generic
 // message, and the panic and its stack go to Config.Logger at level Error
 // (as net/http recovers a handler's panic).
@@ -334,6 +335,18 @@
 // like the builtin, deriving from it and from pynox_host.HostError, made
 // inside the sandbox from the fixed list [HostErrorTypes] (monty-pool's
 // ResumeValue::Error). A type name is never evaluated.
+//
+// Each declared function f also has an awaitable form, pynox_host.aio.f:
+// calls awaited together (asyncio.gather) are in flight together, up to
+// [MaxInFlight] per job (a further call waits in the job for a free
+// slot), and so are sync calls from several threads. Each call frame
+// carries an id the reply names, so replies come back in any order. With
+// Job.Host set, a job's calls run concurrently, each on a goroutine of its
+// own; driving a checkout by hand, a [TurnEvent] lists every call waiting
+// (Calls), [Checkout.Resume] answers them by id in any order, and
+// [Checkout.Wait] waits for the next one (monty-pool's ResolveFutures). A
+// step reports only when every call it made is answered: an await that
+// was cancelled still has its reply read, and dropped.
 //
 // Job.Tools declares host functions with a docstring and a signature
 // ([Tool]): the pool parses the signature with a strict grammar

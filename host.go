@@ -23,6 +23,12 @@ const (
 	MaxCalls = 1000
 	// MaxFunctions is how many host functions a job may declare.
 	MaxFunctions = 64
+	// MaxInFlight is how many host calls a job may have in flight at
+	// once (awaited together through pynox_host.aio, or made from several
+	// threads): a further call waits in the job until one is answered.
+	// With Job.Host set, up to this many of a job's calls run at once,
+	// each on its own goroutine.
+	MaxInFlight = worker.MaxInFlight
 )
 
 // Call is a host-function call made by a job: the CodeAct pattern, where
@@ -224,8 +230,8 @@ func checkFunctions(names []string) *Error {
 	}
 	seen := make(map[string]bool, len(names))
 	for _, n := range names {
-		if !isIdentifier(n) || strings.HasPrefix(n, "_") || n == "HostError" || len(n) > 64 {
-			return requestErrorf("functions: %q is not allowed: a name must be a Python identifier of at most 64 characters, not starting with _ and not HostError", n)
+		if !isIdentifier(n) || strings.HasPrefix(n, "_") || n == "HostError" || n == "aio" || len(n) > 64 {
+			return requestErrorf("functions: %q is not allowed: a name must be a Python identifier of at most 64 characters, not starting with _ and not HostError or aio", n)
 		}
 		if seen[n] {
 			return requestErrorf("functions: %q is declared twice", n)

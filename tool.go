@@ -337,48 +337,79 @@ func checkExpr(s, what string) error {
 	return nil
 }
 
-// bindError checks a call's arguments against sig as Python's
-// inspect.Signature.bind does, and says what is wrong in its words; "" when
-// they fit.
+// bindError checks a call's arguments (nargs positional ones, and the
+// keyword ones by name, in order) against sig as Python's
+// inspect.Signature.bind does, in the same order and words; "" when they
+// fit.
 func (sig *Signature) bindError(nargs int, kwargs []string) string {
-	var positional []Param
-	varPos, varKw := false, false
-	byName := map[string]Param{}
-	for _, p := range sig.Params {
-		switch p.Kind {
-		case paramPositionalOnly, paramPositional:
-			positional = append(positional, p)
-		case paramVarPositional:
-			varPos = true
-		case paramVarKeyword:
-			varKw = true
-		}
-		byName[p.Name] = p
-	}
-	if nargs > len(positional) && !varPos {
-		return "too many positional arguments"
-	}
-	bound := map[string]bool{}
-	for _, p := range positional[:min(nargs, len(positional))] {
-		bound[p.Name] = true
-	}
+	kw := make(map[string]bool, len(kwargs))
 	for _, k := range kwargs {
-		p, ok := byName[k]
-		switch {
-		case ok && (p.Kind == paramPositional || p.Kind == paramKeywordOnly):
-			if bound[k] {
-				return fmt.Sprintf("multiple values for argument '%s'", k)
+		kw[k] = true
+	}
+	params := sig.Params
+	i := 0
+	var rest []Param
+	// Positional arguments, and the parameters they bind.
+	for a := 0; ; a++ {
+		if a >= nargs {
+			if i >= len(params) {
+				break
 			}
-			bound[k] = true
-		case ok && p.Kind == paramPositionalOnly && !varKw:
-			return fmt.Sprintf("'%s' parameter is positional only, but was passed as a keyword", k)
-		case !varKw:
-			return fmt.Sprintf("got an unexpected keyword argument '%s'", k)
+			p := params[i]
+			i++
+			if p.Kind == paramVarPositional {
+				break
+			}
+			if kw[p.Name] {
+				if p.Kind == paramPositionalOnly {
+					return fmt.Sprintf("'%s' parameter is positional only, but was passed as a keyword", p.Name)
+				}
+				rest = []Param{p}
+				break
+			}
+			if p.Kind == paramVarKeyword || p.HasDefault {
+				rest = []Param{p}
+				break
+			}
+			return fmt.Sprintf("missing a required argument: '%s'", p.Name)
+		}
+		if i >= len(params) {
+			return "too many positional arguments"
+		}
+		p := params[i]
+		i++
+		if p.Kind == paramVarKeyword || p.Kind == paramKeywordOnly {
+			return "too many positional arguments"
+		}
+		if p.Kind == paramVarPositional {
+			break
+		}
+		if kw[p.Name] && p.Kind != paramPositionalOnly {
+			return fmt.Sprintf("multiple values for argument '%s'", p.Name)
 		}
 	}
-	for _, p := range sig.Params {
-		if (p.Kind == paramPositionalOnly || p.Kind == paramPositional || p.Kind == paramKeywordOnly) && !p.HasDefault && !bound[p.Name] {
-			return fmt.Sprintf("missing a required argument: '%s'", p.Name)
+	// Keyword arguments, and the parameters left.
+	varKw := false
+	for _, p := range append(rest, params[i:]...) {
+		switch {
+		case p.Kind == paramVarKeyword:
+			varKw = true
+		case p.Kind == paramVarPositional:
+		case !kw[p.Name]:
+			if !p.HasDefault {
+				return fmt.Sprintf("missing a required argument: '%s'", p.Name)
+			}
+		case p.Kind == paramPositionalOnly:
+			return fmt.Sprintf("'%s' parameter is positional only, but was passed as a keyword", p.Name)
+		default:
+			delete(kw, p.Name)
+		}
+	}
+	if len(kw) > 0 && !varKw {
+		for _, k := range kwargs {
+			if kw[k] {
+				return fmt.Sprintf("got an unexpected keyword argument '%s'", k)
+			}
 		}
 	}
 	return ""
@@ -659,16 +690,11 @@ func checkedHost(sigs map[string]*Signature, next worker.HostFunc) worker.HostFu
 	return func(ctx context.Context, c worker.Call) worker.Reply {
 		if sig := sigs[c.Function]; sig != nil {
 			var args []json.RawMessage
-			var kwargs map[string]json.RawMessage
-			if json.Unmarshal(c.Args, &args) != nil || json.Unmarshal(c.Kwargs, &kwargs) != nil {
+			keys, _, kerr := orderedObject(c.Kwargs)
+			if json.Unmarshal(c.Args, &args) != nil || kerr != nil {
 				msg := c.Function + "(): the arguments are not a JSON array and object"
 				return worker.Reply{Error: &msg, ErrorType: "TypeError"}
 			}
-			keys := make([]string, 0, len(kwargs))
-			for k := range kwargs {
-				keys = append(keys, k)
-			}
-			slices.Sort(keys)
 			if msg := sig.bindError(len(args), keys); msg != "" {
 				msg = c.Function + "(): " + msg
 				return worker.Reply{Error: &msg, ErrorType: "TypeError"}

@@ -108,3 +108,26 @@ func TestClientSendsTools(t *testing.T) {
 	requireOK(t, res)
 	require.Equal(t, "(x: int) Does f. {'x': 2}\n", res.Stdout)
 }
+
+// TestAsyncHostCallsOverJSONL: three calls awaited together are three
+// call events before any reply; replied to in reverse order, the gathered
+// result is right.
+func TestAsyncHostCallsOverJSONL(t *testing.T) {
+	t.Parallel()
+	p := newTestPool(t, pynox.Config{Workers: 1})
+	ls := startLive(t, p)
+	ls.send(`{"id": "a1", "functions": ["search"], "code": "import asyncio\nfrom pynox_host import aio\n` +
+		`async def main():\n    return await asyncio.gather(aio.search('a'), aio.search('b'), aio.search('c'))\nprint(asyncio.run(main()))"}`)
+	var calls []map[string]any
+	for range 3 {
+		calls = append(calls, ls.call())
+	}
+	for i := 2; i >= 0; i-- {
+		c := calls[i]
+		ls.send(fmt.Sprintf(`{"reply": {"call_id": %s, "result": "hit for %s"}}`, c["call_id"], c["args"].([]any)[0]))
+	}
+	r := ls.await("a1")
+	requireLineOK(t, r)
+	require.Equal(t, "['hit for a', 'hit for b', 'hit for c']\n", r["stdout"])
+	require.Empty(t, ls.finish())
+}

@@ -522,6 +522,7 @@ class Spare:
         # channel never interleave, and no thread reads another's answer.
         self.host_lock = _thread.allocate_lock()
         self.channels = False  # descriptors 0-4 are the spare's own
+        self.calls = None  # the job's _HostCalls, once it has host functions
 
     def send(self, obj):
         """Writes a frame to the control channel and rings the bell so that
@@ -569,6 +570,8 @@ class Spare:
         while True:
             self.end_step()
             self.host_lock.acquire()
+            if self.calls is not None:
+                self.calls.drain()
             try:
                 self.send({"t": "done", "step": self.step, "exit": code, "error": err})
             except BaseException:  # noqa: BLE001 - the channel is gone
@@ -795,8 +798,9 @@ class Spare:
         HostError.__qualname__ = "HostError"
         mod.HostError = HostError
         host_error = _typed_host_errors(HostError)
-        lock = self.host_lock
-        spare = self
+        calls = self.calls = _HostCalls(self)
+        aio = types.ModuleType("pynox_host.aio", "Awaitable forms of the host functions: `await aio.f(...)`; "
+                               "concurrent awaits (asyncio.gather) have their calls in flight together.")
 
         described = {t["name"]: t for t in tools}
 
@@ -805,7 +809,7 @@ class Spare:
             tool = described.get(name)
             sig = _tool_signature(tool["signature"]) if tool and tool.get("signature") else None
 
-            def call(*args, **kwargs):
+            def encode(args, kwargs):
                 if sig is not None:
                     try:
                         sig.bind(*args, **kwargs)
@@ -818,42 +822,43 @@ class Spare:
                     raise TypeError("arguments to %s must be JSON values: %s" % (name, e)) from None
                 if len(a) + len(k) > MAX_CALL:
                     raise ValueError("arguments to %s are %d bytes of JSON; the limit is %d" % (name, len(a) + len(k), MAX_CALL))
-                with lock:
-                    # The step is read under the lock: a thread that calls
-                    # between steps waits for the next one, and its call
-                    # is that step's.
-                    data = ('{"t":"call","step":%d,"function":%s,"args":%s,"kwargs":%s}' % (
-                        spare.step, quoted, a, k)).encode()
-                    framed = _frame(data)
-                    if len(data) > INLINE_FRAME:
-                        # More than the socket may hold: the header and a
-                        # ring first, so that Go reads the rest as it
-                        # comes.
-                        _write_all(FD, framed[:4])
-                        _ring()
-                        _write_all(FD, memoryview(framed)[4:])
-                    else:
-                        _write_all(FD, framed)
-                    _ring()
-                    reply = _recv(FD)
-                if reply is None or reply.get("t") != "reply":
-                    os._exit(75)  # the host is gone, or spoke out of turn
+                return a, k
+
+            def result(reply):
                 if "error" in reply:
                     raise host_error(reply.get("error_type"))(reply["error"])
                 return reply.get("result")
 
-            call.__name__ = call.__qualname__ = name
-            call.__module__ = "pynox_host"
-            call.__doc__ = "Calls the host function %s; raises pynox_host.HostError when it fails." % name
-            if tool and tool.get("doc"):
-                call.__doc__ = tool["doc"]
-            if sig is not None:
-                call.__signature__ = sig
+            def call(*args, **kwargs):
+                a, k = encode(args, kwargs)
+                return result(calls.call(quoted, a, k))
+
+            async def acall(*args, **kwargs):
+                a, k = encode(args, kwargs)
+                return result(await calls.acall(quoted, a, k))
+
+            for f in (call, acall):
+                f.__name__ = f.__qualname__ = name
+                f.__module__ = "pynox_host"
+                if tool and tool.get("doc"):
+                    f.__doc__ = tool["doc"]
+                if sig is not None:
+                    f.__signature__ = sig
+            acall.__module__ = "pynox_host.aio"
+            if not (tool and tool.get("doc")):
+                acall.__doc__ = "Awaits the host function %s; raises pynox_host.HostError when it fails." % name
+            setattr(aio, name, acall)
+
+            if not (tool and tool.get("doc")):
+                call.__doc__ = "Calls the host function %s; raises pynox_host.HostError when it fails." % name
             return call
 
         for name in names:
             setattr(mod, name, make(name))
         mod.__all__ = list(names)
+        aio.__all__ = list(names)
+        mod.aio = aio
+        sys.modules["pynox_host.aio"] = aio
         return mod
 
     def new_main(self):
@@ -913,12 +918,171 @@ class Spare:
                 os.close(fd)
             except OSError:
                 pass
-        self.host_lock.acquire()  # a call in flight on another thread ends first
+        self.host_lock.acquire()  # no call starts now
+        if self.calls is not None:
+            self.calls.drain()  # calls in flight are answered first
         try:
             self.send({"t": "done", "step": self.step, "exit": code, "error": err, "final": True})
         except BaseException:  # noqa: BLE001
             pass
         os._exit(code & 0xFF)
+
+
+MAX_IN_FLIGHT = 64  # host calls a job may have in flight at once (host.go: MaxInFlight)
+
+
+class _HostCalls:
+    """The host calls of a job: each call frame carries an id, and Go
+    answers each with a reply frame carrying it back, in any order.
+
+    Whoever waits reads: a sync call waiting for its reply (or for a free
+    slot) reads the next frame itself unless another thread is reading,
+    and an event loop with calls in flight watches the channel with
+    add_reader. Each reply goes to its caller: a sync caller's is kept for
+    it, an awaiting caller's future is resolved in its loop. At most
+    MAX_IN_FLIGHT calls are in flight; a further sync call waits for a
+    slot, a further awaited one awaits one. A step reports only once every
+    call it sent is answered (drain), so no reply is ever left behind on
+    the channel for the next step."""
+
+    def __init__(self, spare):
+        import threading
+
+        self.spare = spare
+        self.send_lock = spare.host_lock
+        self.cv = threading.Condition(threading.Lock())
+        self.seq = 0
+        self.slots = 0  # calls holding a slot: sent, or about to be
+        self.out = 0  # calls sent whose reply has not been read
+        self.reading = False
+        self.sync_ids = set()
+        self.sync_replies = {}
+        self.futures = {}  # id -> (loop, future)
+        self.slot_waiters = []  # (loop, future) of awaiting calls waiting for a slot
+        self.loops = {}  # loop -> its calls in flight; it watches the channel while > 0
+
+    def send(self, cid, quoted, a, k):
+        with self.send_lock:
+            # The step is read under the lock: a thread that calls between
+            # steps waits for the next one, and its call is that step's.
+            data = ('{"t":"call","id":%d,"step":%d,"function":%s,"args":%s,"kwargs":%s}' % (
+                cid, self.spare.step, quoted, a, k)).encode()
+            framed = _frame(data)
+            with self.cv:
+                self.out += 1
+            if len(data) > INLINE_FRAME:
+                # More than the socket may hold: the header and a ring
+                # first, so that Go reads the rest as it comes.
+                _write_all(FD, framed[:4])
+                _ring()
+                _write_all(FD, memoryview(framed)[4:])
+            else:
+                _write_all(FD, framed)
+            _ring()
+
+    def call(self, quoted, a, k):
+        with self.cv:
+            self._wait(lambda: self.slots < MAX_IN_FLIGHT)
+            self.slots += 1
+            self.seq += 1
+            cid = self.seq
+            self.sync_ids.add(cid)
+        self.send(cid, quoted, a, k)
+        with self.cv:
+            self._wait(lambda: cid in self.sync_replies)
+            self.sync_ids.discard(cid)
+            return self.sync_replies.pop(cid)
+
+    async def acall(self, quoted, a, k):
+        import asyncio
+
+        loop = asyncio.get_running_loop()
+        while True:
+            with self.cv:
+                if self.slots < MAX_IN_FLIGHT:
+                    self.slots += 1
+                    self.seq += 1
+                    cid = self.seq
+                    fut = loop.create_future()
+                    self.futures[cid] = (loop, fut)
+                    n = self.loops.get(loop, 0)
+                    if n == 0:
+                        loop.add_reader(FD, self._pump)
+                    self.loops[loop] = n + 1
+                    break
+                w = loop.create_future()
+                self.slot_waiters.append((loop, w))
+            await w
+        try:
+            self.send(cid, quoted, a, k)
+            return await fut
+        finally:
+            with self.cv:
+                n = self.loops.get(loop, 1) - 1
+                if n <= 0:
+                    self.loops.pop(loop, None)
+                    loop.remove_reader(FD)
+                else:
+                    self.loops[loop] = n
+
+    def drain(self):
+        """Waits until every call sent has its reply (the caller holds the
+        send lock, so that no call starts meanwhile)."""
+        with self.cv:
+            self._wait(lambda: self.out == 0)
+
+    def _wait(self, pred):
+        # self.cv is held.
+        while not pred():
+            if self.reading:
+                self.cv.wait()
+                continue
+            self._read()
+
+    def _pump(self):
+        """An event loop's reader callback: reads one frame if no one else
+        is reading and one is there."""
+        with self.cv:
+            if self.reading or not select.select([FD], [], [], 0)[0]:
+                return
+            self._read()
+
+    def _read(self):
+        # self.cv is held and no one else is reading.
+        self.reading = True
+        self.cv.release()
+        try:
+            msg = _recv(FD)
+        finally:
+            self.cv.acquire()
+            self.reading = False
+        if msg is None or msg.get("t") != "reply" or self.out <= 0:
+            os._exit(75)  # the host is gone, or spoke out of turn
+        cid = msg.get("id")
+        if cid in self.sync_ids:
+            self.sync_replies[cid] = msg
+        elif cid in self.futures:
+            loop, fut = self.futures.pop(cid)
+            try:
+                loop.call_soon_threadsafe(_settle, fut, msg)
+            except RuntimeError:
+                pass  # its loop is closed: nobody awaits it
+        else:
+            os._exit(75)
+        self.out -= 1
+        self.slots -= 1
+        waiters, self.slot_waiters = self.slot_waiters, []
+        for loop, w in waiters:
+            try:
+                loop.call_soon_threadsafe(_settle, w, None)
+            except RuntimeError:
+                pass
+        self.cv.notify_all()
+
+
+def _settle(fut, value):
+    if not fut.done():
+        fut.set_result(value)
 
 
 # The builtin exception types a host may raise in a job (pynox.RaiseAs;

@@ -172,6 +172,7 @@ type stepFrame struct {
 
 type replyFrame struct {
 	T         string          `json:"t"`
+	ID        int64           `json:"id"`
 	Result    json.RawMessage `json:"result,omitempty"`
 	Error     *string         `json:"error,omitempty"`
 	ErrorType string          `json:"error_type,omitempty"`
@@ -185,6 +186,7 @@ type childMsg struct {
 	Step  int        `json:"step"`
 	Final bool       `json:"final"`
 
+	ID       int64           `json:"id"` // a call's id, unique in the child's life
 	Function string          `json:"function"`
 	Args     json.RawMessage `json:"args"`
 	Kwargs   json.RawMessage `json:"kwargs"`
