@@ -89,7 +89,8 @@ type Step struct {
 // call waiting for an answer, oldest first, Call among them. Answer them
 // with Resume by Call.ID, in any order; [Checkout.Wait] waits for the
 // next call (or the result) without answering. A Resume that leaves
-// calls unanswered returns at once with Calls set and Call nil.
+// calls unanswered returns at once, with Call the oldest of them: a
+// driver that answers each event's Call in turn answers them all.
 type TurnEvent struct {
 	Call   *Call
 	Calls  []*Call
@@ -576,7 +577,7 @@ func (t *activeTurn) add(m turnMsg) {
 
 // waiting is the event of a turn whose calls wait for answers.
 func (c *Checkout) waiting(t *activeTurn) TurnEvent {
-	return TurnEvent{Calls: slices.Clone(t.pending)}
+	return TurnEvent{Call: t.pending[0], Calls: slices.Clone(t.pending)}
 }
 
 // await waits for the turn's next event; the caller holds the turn.

@@ -126,7 +126,7 @@ func TestAsyncHostCallsCheckout(t *testing.T) {
 		require.NoError(t, err)
 		if i > 0 {
 			require.Len(t, ev.Calls, i, "the others still wait")
-			require.Nil(t, ev.Call)
+			require.Equal(t, ev.Calls[0], ev.Call, "Call is the oldest waiting")
 		}
 	}
 	require.NotNil(t, ev.Result)
@@ -182,4 +182,63 @@ print(asyncio.run(aio.echo(4)))
 	requireOK(t, res)
 	require.Equal(t, "timed out\n([3], [[1], [2]])\nreleased\n[4]\n", res.Stdout)
 	require.Equal(t, 6, res.Calls)
+}
+
+// TestAsyncHostCallsCheckoutSimpleDriver: a driver that answers each
+// event's Call in turn, as for sync code, answers concurrent calls too.
+func TestAsyncHostCallsCheckoutSimpleDriver(t *testing.T) {
+	t.Parallel()
+	p := newTestPool(t, Config{Workers: 1})
+	ctx := context.Background()
+	co, err := p.Checkout(ctx, Job{Functions: []string{"echo"}})
+	require.NoError(t, err)
+	defer co.Finish(ctx)
+	ev, err := co.Feed(ctx, Step{Code: gatherCode(5)})
+	answered := 0
+	for err == nil && ev.Call != nil {
+		answered++
+		ev, err = co.Resume(ctx, ev.Call.ID, Return(json.RawMessage(ev.Call.Args)))
+	}
+	require.NoError(t, err)
+	requireOK(t, ev.Result)
+	require.Equal(t, "[[0], [1], [2], [3], [4]]\n", ev.Result.Stdout)
+	require.Equal(t, 5, answered)
+}
+
+// TestAsyncHostCallCancelledInSession: a step whose code cancels an
+// await reports only once that call is answered (its answer is dropped),
+// and the session's next step runs in the same process.
+func TestAsyncHostCallCancelledInSession(t *testing.T) {
+	t.Parallel()
+	p := newTestPool(t, Config{Workers: 1})
+	ctx := context.Background()
+	co, err := p.Checkout(ctx, Job{Functions: []string{"slow"}})
+	require.NoError(t, err)
+	defer co.Finish(ctx)
+	ev, err := co.Feed(ctx, Step{Code: `import asyncio
+from pynox_host import aio
+async def main():
+    t = asyncio.ensure_future(aio.slow())
+    await asyncio.sleep(0)
+    t.cancel()
+    try:
+        await t
+    except asyncio.CancelledError:
+        print('cancelled')
+asyncio.run(main())
+`})
+	require.NoError(t, err)
+	require.NotNil(t, ev.Call, "the cancelled call is still made: %+v", ev.Result)
+	ev, err = co.Resume(ctx, ev.Call.ID, Return("late"))
+	require.NoError(t, err)
+	require.NotNil(t, ev.Result)
+	requireOK(t, ev.Result)
+	require.Equal(t, "cancelled\n", ev.Result.Stdout)
+	require.False(t, ev.Result.SessionEnded)
+	pid := co.Pid()
+	ev, err = co.Feed(ctx, Step{Code: "print('alive')"})
+	require.NoError(t, err)
+	requireOK(t, ev.Result)
+	require.Equal(t, "alive\n", ev.Result.Stdout)
+	require.Equal(t, pid, co.Pid())
 }
