@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"os/exec"
+	"strings"
 	"sync/atomic"
 	"testing"
 
@@ -175,4 +177,60 @@ func TestToolSchema(t *testing.T) {
 	b, err := tl.Schema()
 	require.NoError(t, err)
 	require.JSONEq(t, `{"type": "object", "properties": {"query": {"type": "string"}, "limit": {"type": "integer"}, "tags": {"type": "array"}}, "required": ["query"]}`, string(b))
+}
+
+// TestDeclaredToolSignaturesMatchPython: for signatures of every shape,
+// the declared tool's inspect.signature in the sandbox reads as Python's
+// own for a function defined with that signature.
+func TestDeclaredToolSignaturesMatchPython(t *testing.T) {
+	t.Parallel()
+	p := newTestPool(t, Config{Workers: 1})
+	sigs := []string{
+		"()",
+		"(a, b, /, c, d=4, *args, e, f=None, **kw) -> None",
+		"(x: int | None = None, *, y: dict[str, list[int]] = {})",
+		"(q: str = 'a, b', n: float = -1.5e3, t: tuple = (1, (2,)), s: set = {1})",
+		"(a: typing.Optional[int], b: Literal['x', 'y'] = 'x', c: Callable[[int], str] = None) -> Any",
+		"(*, only)",
+		"(a, /)",
+		"(*args: int, **kwargs: str) -> list[dict]",
+		"(flag: bool = True, nothing=None, data: bytes = b'\\x00')",
+	}
+	var tools []Tool
+	var code strings.Builder
+	code.WriteString("import inspect, typing\nfrom typing import *\nimport pynox_host\n")
+	for i, s := range sigs {
+		tools = append(tools, Tool{Name: fmt.Sprintf("f%d", i), Signature: s})
+		fmt.Fprintf(&code, "def g%d%s: pass\n", i, s)
+		fmt.Fprintf(&code, "print(%d, str(inspect.signature(pynox_host.f%d)) == str(inspect.signature(g%d)), inspect.signature(pynox_host.f%d), inspect.signature(g%d))\n", i, i, i, i, i)
+	}
+	res := run(t, p, Job{Tools: tools, Host: func(context.Context, *Call) (any, error) { return nil, nil }, Code: code.String()})
+	requireOK(t, res)
+	for i, line := range strings.Split(strings.TrimSpace(res.Stdout), "\n") {
+		require.Contains(t, line, fmt.Sprintf("%d True ", i), "signature %q", sigs[i])
+	}
+}
+
+// FuzzParseSignature: the grammar never panics, and what it accepts has
+// valid, distinct parameter names and bounded text.
+func FuzzParseSignature(f *testing.F) {
+	for _, s := range []string{"()", "(a, /, b=1, *c, d, **e) -> int", "(x: dict[str, 'a,b'] = {'k': (1, 2)})", "(*, a)", "(a='\\'', b=\")\")", "((", "(a:[)]"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		sig, err := ParseSignature(s)
+		if err != nil {
+			return
+		}
+		seen := map[string]bool{}
+		for _, p := range sig.Params {
+			if !isIdentifier(p.Name) || seen[p.Name] {
+				t.Fatalf("%q: accepted parameter %q", s, p.Name)
+			}
+			seen[p.Name] = true
+		}
+		if len(s) > MaxSignature {
+			t.Fatalf("accepted %d bytes", len(s))
+		}
+	})
 }
