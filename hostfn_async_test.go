@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -241,4 +242,29 @@ asyncio.run(main())
 	requireOK(t, ev.Result)
 	require.Equal(t, "alive\n", ev.Result.Stdout)
 	require.Equal(t, pid, co.Pid())
+}
+
+// TestAsyncHostCallsLargeResults: large results of calls in flight
+// together (more than the control socket holds) reach the job whole and
+// each to its own call.
+func TestAsyncHostCallsLargeResults(t *testing.T) {
+	t.Parallel()
+	p := newTestPool(t, Config{Workers: 1})
+	host := func(ctx context.Context, c *Call) (any, error) {
+		var args []int
+		if err := json.Unmarshal(c.Args, &args); err != nil {
+			return nil, err
+		}
+		return strings.Repeat(fmt.Sprint(args[0]%10), 300000+args[0]), nil
+	}
+	code := `import asyncio
+from pynox_host import aio, echo
+async def main():
+    return await asyncio.gather(*(aio.echo(i) for i in range(12)))
+rs = asyncio.run(main())
+print(all(r == str(i % 10) * (300000 + i) for i, r in enumerate(rs)), len(echo(3)))
+`
+	res := run(t, p, Job{Functions: []string{"echo"}, Host: host, Timeout: 30 * time.Second, Code: code})
+	requireOK(t, res)
+	require.Equal(t, "True 300003\n", res.Stdout)
 }

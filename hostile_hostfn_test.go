@@ -2,8 +2,10 @@ package pynox
 
 import (
 	"context"
+	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -48,4 +50,29 @@ func TestHostileHostCallsInFlight(t *testing.T) {
 	requireErrorType(t, res, "PoolWorkerError")
 	require.NotContains(t, res.Stdout, "unreached")
 	require.Equal(t, int64(1), seen.Load())
+}
+
+// TestHostileUnreadRepliesKeepTheTimeout: a job with many calls in
+// flight that stops reading its channel (here an event loop blocked in
+// time.sleep) fills the socket with replies; the pool's writes of the
+// rest wait on a goroutine of their own, so the job's timeout still ends
+// it.
+func TestHostileUnreadRepliesKeepTheTimeout(t *testing.T) {
+	t.Parallel()
+	p := newTestPool(t, Config{Workers: 1})
+	big := strings.Repeat("x", 30000)
+	host := func(ctx context.Context, c *Call) (any, error) { return big, nil }
+	code := `import asyncio, time
+from pynox_host import aio
+async def main():
+    ts = [asyncio.ensure_future(aio.big(i)) for i in range(64)]
+    await asyncio.sleep(0)
+    time.sleep(120)
+asyncio.run(main())
+`
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	res, err := p.Run(ctx, Job{Functions: []string{"big"}, Host: host, Timeout: 2 * time.Second, Code: code})
+	require.NoError(t, err, "the job's timeout did not end it")
+	requireErrorType(t, res, "TimeoutError")
 }

@@ -52,6 +52,11 @@ type Child struct {
 	exitOnce sync.Once
 	exitCh   chan ExitStatus
 
+	// Replies to host calls that the control socket did not take at once
+	// (replies.go).
+	replyMu sync.Mutex
+	replies replyQueue
+
 	killOnce   sync.Once
 	ctlMu      sync.RWMutex // guards ctlFd: a closed descriptor number may be reused at once
 	refillOnce sync.Once

@@ -484,20 +484,7 @@ func (t *turn) answer(id int64, r Reply) {
 		msg := "the host's reply could not be encoded: " + err.Error()
 		b, _ = json.Marshal(replyFrame{T: "reply", ID: id, Error: &msg})
 	}
-	if len(b) < inlineFrame {
-		// It fits the socket's buffer, so the write does not wait for
-		// the child to read.
-		if err := t.c.sendRaw(b, nil); err != nil {
-			t.kill()
-		}
-		return
-	}
-	// A large one may need the child to read as it goes: its write
-	// must not hold up the timer.
-	c := t.c
-	go func() {
-		if err := c.sendRaw(b, nil); err != nil {
-			c.Kill()
-		}
-	}()
+	// Several replies may be outstanding, and a child need not read
+	// them: their writes must not hold up the timer, nor interleave.
+	t.sendReply(b)
 }
