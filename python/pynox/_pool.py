@@ -90,6 +90,8 @@ def _signature_text(fn: Callable[..., Any]) -> Optional[str]:
         text = a if isinstance(a, str) else inspect.formatannotation(a)
         return _Text(text) if expr(text) else inspect.Parameter.empty
 
+    if len(sig.parameters) > 64:
+        return None  # more than the pool takes
     params = []
     for p in sig.parameters.values():
         if not (p.name.isascii() and p.name.isidentifier()):
@@ -135,7 +137,7 @@ def declare(functions: Mapping[str, HostFunction]) -> List[Any]:
         entry: Dict[str, Any] = {"name": name, "signature": sig}
         doc = inspect.getdoc(fn)
         if doc:
-            entry["doc"] = doc[:16 << 10]
+            entry["doc"] = doc.encode()[:16 << 10].decode(errors="ignore")  # the pool takes 16 KiB
         out.append(entry)
     return out
 
