@@ -47,9 +47,9 @@ func TestAsyncHostCallsRunConcurrently(t *testing.T) {
 	require.Equal(t, 3, res.Calls)
 }
 
-// TestAsyncHostCallsCap: of 100 calls awaited together, exactly
-// MaxInFlight are in flight at once: the others wait in the job (no
-// deadlock), and every result is right.
+// TestAsyncHostCallsCap: of 100 calls awaited together (or made by 100
+// threads), exactly MaxInFlight are in flight at once: the others wait in
+// the job (no deadlock), and every result is right.
 func TestAsyncHostCallsCap(t *testing.T) {
 	t.Parallel()
 	p := newTestPool(t, Config{Workers: 1})
@@ -75,15 +75,29 @@ func TestAsyncHostCallsCap(t *testing.T) {
 		cur.Add(-1)
 		return json.RawMessage(c.Args), nil
 	}
-	res := run(t, p, Job{Functions: []string{"echo"}, Host: host, Timeout: 30 * time.Second, Code: gatherCode(100)})
-	requireOK(t, res)
 	want := make([]string, 100)
 	for i := range want {
 		want[i] = fmt.Sprintf("[%d]", i)
 	}
-	require.Equal(t, fmt.Sprintf("%v\n", want), fmt.Sprintf("%v\n", parsePyList(res.Stdout)))
-	require.Equal(t, int64(MaxInFlight), most.Load())
-	require.Equal(t, 100, res.Calls)
+	threads := "import threading\nthreading.stack_size(256 << 10)\nfrom pynox_host import echo\nout = [None] * 100\n" +
+		"def w(i):\n    out[i] = echo(i)\nts = [threading.Thread(target=w, args=(i,)) for i in range(100)]\n" +
+		"[t.start() for t in ts]\n[t.join() for t in ts]\nprint(out)"
+	// Threads beyond the default 64 tasks of a job, for the sync calls.
+	pt := newTestPool(t, Config{Workers: 1, Limits: Limits{Threads: 200}})
+	for i, code := range []string{gatherCode(100), threads} {
+		if i == 1 {
+			p = pt
+		}
+		cur.Store(0)
+		most.Store(0)
+		full = make(chan struct{})
+		once = sync.Once{}
+		res := run(t, p, Job{Functions: []string{"echo"}, Host: host, Timeout: 30 * time.Second, Code: code})
+		requireOK(t, res)
+		require.Equal(t, fmt.Sprintf("%v\n", want), fmt.Sprintf("%v\n", parsePyList(res.Stdout)))
+		require.Equal(t, int64(MaxInFlight), most.Load())
+		require.Equal(t, 100, res.Calls)
+	}
 }
 
 // parsePyList splits the printed list of one-element lists.

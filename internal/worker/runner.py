@@ -1034,7 +1034,10 @@ class _HostCalls:
     def _wait(self, pred):
         # self.cv is held.
         while not pred():
-            if self.reading:
+            if self.reading or self.out == 0:
+                # Another thread reads, or nothing is to be read (a reply
+                # can only follow a call sent): a read now could take the
+                # next step's frame.
                 self.cv.wait()
                 continue
             self._read()
