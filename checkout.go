@@ -3,6 +3,9 @@ package pynox
 import (
 	"context"
 	"errors"
+	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -99,8 +102,17 @@ type Step struct {
 // TurnEvent is how a turn of a [Checkout] ended: the step called a host
 // function (Call is set: answer it with [Checkout.Resume]), or it
 // completed (Result is set).
+//
+// A step whose code awaits several calls at once (pynox_host.aio with
+// asyncio.gather) has several calls waiting together: Calls lists every
+// call waiting for an answer, oldest first, Call among them. Answer them
+// with Resume by Call.ID, in any order; [Checkout.Wait] waits for the
+// next call (or the result) without answering. A Resume that leaves
+// calls unanswered returns at once, with Call the oldest of them: a
+// driver that answers each event's Call in turn answers them all.
 type TurnEvent struct {
 	Call   *Call
+	Calls  []*Call
 	Result *Result
 }
 
@@ -108,11 +120,12 @@ type TurnEvent struct {
 // answers host calls.
 type activeTurn struct {
 	events  chan turnMsg
-	replies chan worker.Reply
 	cancel  chan struct{} // kills the step
 	kill    sync.Once
-	pending *Call  // the call waiting for Resume
-	done    func() // called once when the turn ends: Shutdown waits for it
+	pending []*Call                     // the calls waiting for Resume, oldest first
+	answers map[int64]chan worker.Reply // where each one's answer goes, by Call.ID
+	ended   *turnMsg                    // the step's end, taken from events while calls waited
+	done    func()                      // called once when the turn ends: Shutdown waits for it
 
 	interrupt chan struct{} // closed to interrupt the step (SIGINT)
 	intOnce   sync.Once
@@ -154,6 +167,7 @@ func (c *Checkout) endTurn() {
 
 type turnMsg struct {
 	call     *Call
+	answer   chan worker.Reply // the call's answer goes here
 	result   *Result
 	alive    bool // the session's process lives on
 	canceled bool
@@ -325,7 +339,7 @@ func (c *Checkout) Feed(ctx context.Context, step Step) (TurnEvent, error) {
 	}
 	defer c.release()
 	if c.turn != nil {
-		return TurnEvent{}, newError(KindProtocol, "host call %d is waiting for Resume", c.turn.pending.ID)
+		return TurnEvent{}, newError(KindProtocol, "host call %d is waiting for Resume", c.turn.pending[0].ID)
 	}
 	ws, rerr := c.stepPlan(&step)
 	if rerr != nil {
@@ -349,7 +363,7 @@ func (c *Checkout) Feed(ctx context.Context, step Step) (TurnEvent, error) {
 	tctx, stopWait := context.WithCancel(ctx)
 	defer stopWait()
 	defer context.AfterFunc(c.life, stopWait)()
-	t := &activeTurn{events: make(chan turnMsg, 1), replies: make(chan worker.Reply, 1)}
+	t := &activeTurn{events: make(chan turnMsg, 1), answers: map[int64]chan worker.Reply{}}
 	h := step.Host
 	if h == nil {
 		h = c.job.Host
@@ -361,7 +375,7 @@ func (c *Checkout) Feed(ctx context.Context, step Step) (TurnEvent, error) {
 		// A HostFunc's ctx carries Feed's values and ends with it.
 		ws.Ctx = ctx
 	}
-	ws.Host = host
+	ws.Host = checkedHost(c.pl.sigs, host)
 	onOut := step.OnOutput
 	if onOut == nil {
 		onOut = c.job.OnOutput
@@ -493,13 +507,14 @@ func (c *Checkout) stepPlan(s *Step) (*worker.Step, *Error) {
 func (t *activeTurn) host(p *Pool, jobID any, session string) worker.HostFunc {
 	return func(ctx context.Context, wc worker.Call) worker.Reply {
 		call := p.newCall(jobID, session, wc)
+		answer := make(chan worker.Reply, 1)
 		select {
-		case t.events <- turnMsg{call: call}:
+		case t.events <- turnMsg{call: call, answer: answer}:
 		case <-ctx.Done():
 			return worker.Reply{}
 		}
 		select {
-		case r := <-t.replies:
+		case r := <-answer:
 			return r
 		case <-ctx.Done():
 			return worker.Reply{}
@@ -524,34 +539,101 @@ func (c *Checkout) Resume(ctx context.Context, callID int64, v ResumeValue) (Tur
 	}
 	defer c.release()
 	t := c.turn
-	if t == nil || t.pending == nil {
+	if t == nil || len(t.pending) == 0 {
 		return TurnEvent{}, newError(KindProtocol, "no host call is waiting for Resume (call %d was answered already, or its step ended)", callID)
 	}
-	if t.pending.ID != callID {
-		return TurnEvent{}, newError(KindProtocol, "call %d is not waiting for an answer; call %d is", callID, t.pending.ID)
+	answer := t.answers[callID]
+	if answer == nil {
+		ids := make([]string, len(t.pending))
+		for i, p := range t.pending {
+			ids[i] = strconv.FormatInt(p.ID, 10)
+		}
+		return TurnEvent{}, newError(KindProtocol, "call %d is not waiting for an answer; calls %s are", callID, strings.Join(ids, ", "))
 	}
-	t.pending = nil
+	delete(t.answers, callID)
+	t.pending = slices.DeleteFunc(t.pending, func(p *Call) bool { return p.ID == callID })
 	c.mu.Lock()
 	c.idle.Stop()
 	c.lastUse = time.Now()
 	c.mu.Unlock()
-	t.replies <- reply
+	answer <- reply
+	if len(t.pending) > 0 {
+		// The step may be waiting for the others: take the calls it has
+		// made meanwhile, without waiting for more.
+		for {
+			select {
+			case m := <-t.events:
+				if m.call == nil {
+					// The step ended (killed) with calls unanswered:
+					// the next Resume or Wait reports it.
+					t.ended = &m
+					break
+				}
+				t.add(m)
+				continue
+			default:
+			}
+			break
+		}
+		c.mu.Lock()
+		c.armIdle()
+		c.mu.Unlock()
+		return c.waiting(t), nil
+	}
 	return c.await(ctx, t)
+}
+
+// Wait waits for the next event of a turn that has calls waiting for
+// answers, without answering any: another call (the event's Calls then
+// hold it too) or, once none waits, the step's result. Code that awaits
+// several calls at once makes them one after another; a driver that wants
+// them all before it answers (to answer them in its own order) calls Wait
+// until it has them. It fails with ErrProtocol when no call waits, and
+// otherwise as Resume does.
+func (c *Checkout) Wait(ctx context.Context) (TurnEvent, error) {
+	if err := c.acquire(ctx); err != nil {
+		return TurnEvent{}, err
+	}
+	defer c.release()
+	t := c.turn
+	if t == nil || len(t.pending) == 0 {
+		return TurnEvent{}, newError(KindProtocol, "no host call is waiting, so there is no turn to wait for")
+	}
+	return c.await(ctx, t)
+}
+
+// add records a call the turn surfaced; the caller holds the turn.
+func (t *activeTurn) add(m turnMsg) {
+	t.pending = append(t.pending, m.call)
+	t.answers[m.call.ID] = m.answer
+}
+
+// waiting is the event of a turn whose calls wait for answers.
+func (c *Checkout) waiting(t *activeTurn) TurnEvent {
+	return TurnEvent{Call: t.pending[0], Calls: slices.Clone(t.pending)}
 }
 
 // await waits for the turn's next event; the caller holds the turn.
 func (c *Checkout) await(ctx context.Context, t *activeTurn) (TurnEvent, error) {
 	var m turnMsg
+	events := t.events
+	if t.ended != nil {
+		// Reported first, before anything else on events.
+		ch := make(chan turnMsg, 1)
+		ch <- *t.ended
+		t.ended = nil
+		events = ch
+	}
 	select {
-	case m = <-t.events:
+	case m = <-events:
 		if m.call != nil {
-			t.pending = m.call
+			t.add(m)
 			// A caller that never resumes nor finishes loses the session
 			// after Config.SessionIdle, like an idle one.
 			c.mu.Lock()
 			c.armIdle()
 			c.mu.Unlock()
-			return TurnEvent{Call: m.call}, nil
+			return TurnEvent{Call: m.call, Calls: slices.Clone(t.pending)}, nil
 		}
 	case <-c.life.Done():
 		// The checkout ends under the turn (Close, Finish, idle): the step
@@ -614,14 +696,25 @@ func (c *Checkout) await(ctx context.Context, t *activeTurn) (TurnEvent, error) 
 // checkout ends first, the step is killed and interruptTurn reports false.
 func (c *Checkout) interruptTurn(t *activeTurn) (turnMsg, bool) {
 	t.interruptStep()
+	msg := "the step was interrupted"
+	// Calls that wait for Resume are answered at once: the interrupt
+	// takes effect when they are.
+	for _, call := range t.pending {
+		t.answers[call.ID] <- worker.Reply{Error: &msg}
+		delete(t.answers, call.ID)
+	}
+	t.pending = nil
+	if m := t.ended; m != nil {
+		t.ended = nil
+		return *m, true
+	}
 	for {
 		select {
 		case m := <-t.events:
 			if m.call == nil {
 				return m, true
 			}
-			msg := "the step was interrupted"
-			t.replies <- worker.Reply{Error: &msg}
+			m.answer <- worker.Reply{Error: &msg}
 		case <-c.life.Done():
 			t.stop()
 			drainTurn(t)
@@ -632,6 +725,10 @@ func (c *Checkout) interruptTurn(t *activeTurn) (turnMsg, bool) {
 
 // drainTurn waits for a killed turn's outcome, dropping its calls.
 func drainTurn(t *activeTurn) turnMsg {
+	if m := t.ended; m != nil {
+		t.ended = nil
+		return *m
+	}
 	for {
 		m := <-t.events
 		if m.call == nil {

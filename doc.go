@@ -427,15 +427,41 @@
 // name that was not declared, too many calls, too large arguments, or
 // arguments not every client can decode (invalid UTF-8, nested deeper than
 // 256 levels, a number longer than 4,300 characters) get an error the job
-// sees as HostError and the host never sees; a second
-// call while one waits, or a malformed one, is a protocol break
-// (PoolWorkerError). Calls from several threads take turns. A HostFunc's
-// ctx carries the values of the ctx given to Run or Feed and ends with it,
-// or at the job's (step's) deadline; an answer that comes at or after the
-// deadline is not passed on: the job ends with TimeoutError. A HostFunc
+// sees as HostError and the host never sees; a call beyond [MaxInFlight]
+// in flight is refused too, and a malformed one, one reusing the id of a
+// call in flight, or a report while calls are in flight is a protocol
+// break (PoolWorkerError). A HostFunc's ctx carries the values of the ctx
+// given to Run or Feed and ends with it, or at the job's (step's)
+// deadline; an answer that comes at or after the deadline is not passed
+// on: the job ends with TimeoutError. A HostFunc
 // that panics fails only its call: the job sees HostError with a generic
 // message, and the panic and its stack go to Config.Logger at level Error
 // (as net/http recovers a handler's panic).
+//
+// A host function raises a builtin exception type in the job by returning
+// [RaiseAs] (Checkout.Resume: [RaiseError]): the job sees a class named
+// like the builtin, deriving from it and from pynox_host.HostError, made
+// inside the sandbox from the fixed list [HostErrorTypes] (monty-pool's
+// ResumeValue::Error). A type name is never evaluated.
+//
+// Each declared function f also has an awaitable form, pynox_host.aio.f:
+// calls awaited together (asyncio.gather) are in flight together, up to
+// [MaxInFlight] per job (a further call waits in the job for a free
+// slot), and so are sync calls from several threads. Each call frame
+// carries an id the reply names, so replies come back in any order. With
+// Job.Host set, a job's calls run concurrently, each on a goroutine of its
+// own; driving a checkout by hand, a [TurnEvent] lists every call waiting
+// (Calls), [Checkout.Resume] answers them by id in any order, and
+// [Checkout.Wait] waits for the next one (monty-pool's ResolveFutures). A
+// step reports only when every call it made is answered: an await that
+// was cancelled still has its reply read, and dropped.
+//
+// Job.Tools declares host functions with a docstring and a signature
+// ([Tool]): the pool parses the signature with a strict grammar
+// ([ParseSignature], nothing evaluated), the sandboxed function carries
+// it as __doc__ and __signature__, and a call that does not fit it is a
+// TypeError in the job, checked by the job's pynox_host and again by the
+// pool, before the host sees it.
 //
 // # Inputs and values
 //

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime/debug"
+	"slices"
 	"strings"
 	"unicode"
 
@@ -22,6 +23,12 @@ const (
 	MaxCalls = 1000
 	// MaxFunctions is how many host functions a job may declare.
 	MaxFunctions = 64
+	// MaxInFlight is how many host calls a job may have in flight at
+	// once (awaited together through pynox_host.aio, or made from several
+	// threads): a further call waits in the job until one is answered.
+	// With Job.Host set, up to this many of a job's calls run at once,
+	// each on its own goroutine.
+	MaxInFlight = worker.MaxInFlight
 )
 
 // Call is a host-function call made by a job: the CodeAct pattern, where
@@ -68,8 +75,9 @@ type HostFunc func(ctx context.Context, call *Call) (any, error)
 // build it with [Return] or [Raise], and pass it to [Checkout.Resume]
 // with the call's ID.
 type ResumeValue struct {
-	result any
-	err    *string
+	result  any
+	err     *string
+	errType string
 }
 
 // Return answers a call with a value, which is encoded as JSON (a
@@ -80,11 +88,82 @@ func Return(v any) ResumeValue { return ResumeValue{result: v} }
 // with this message.
 func Raise(message string) ResumeValue { return ResumeValue{err: &message} }
 
+// HostError is an error a host function raises as a given builtin Python
+// exception type: [RaiseAs] makes one. A [HostFunc] returns it (possibly
+// wrapped: errors.As finds it) to raise that type in the job, and
+// [RaiseError] turns it into the [ResumeValue] of a [Checkout.Resume].
+//
+// The job sees a class named Type that derives from both the builtin type
+// and pynox_host.HostError, so `except KeyError` and `except HostError`
+// both catch it. The class is made inside the sandbox from a fixed list
+// of names ([HostErrorTypes]); a type name is never evaluated.
+type HostError struct {
+	// Type is the builtin exception type's name, one of HostErrorTypes.
+	// Any other name (an empty one included) raises plain
+	// pynox_host.HostError.
+	Type string
+	// Message is the exception's text.
+	Message string
+}
+
+// Error returns the message, prefixed by the type.
+func (e *HostError) Error() string {
+	if e.Type == "" {
+		return e.Message
+	}
+	return e.Type + ": " + e.Message
+}
+
+// RaiseAs returns an error that raises the builtin exception pyType (one
+// of [HostErrorTypes], such as "KeyError" or "PermissionError") with
+// message in the job, as an instance of pynox_host.HostError too:
+//
+//	return nil, pynox.RaiseAs("KeyError", "no such page")
+//
+// A pyType outside the list raises plain pynox_host.HostError with the
+// message, and the pool logs a warning.
+func RaiseAs(pyType, message string) *HostError {
+	return &HostError{Type: pyType, Message: message}
+}
+
+// RaiseError answers a call with an error for [Checkout.Resume]: a
+// [*HostError] anywhere in err's chain raises its type with its message,
+// and any other error raises pynox_host.HostError with err's text.
+func RaiseError(err error) ResumeValue {
+	if he, ok := errors.AsType[*HostError](err); ok {
+		msg := he.Message
+		return ResumeValue{err: &msg, errType: he.Type}
+	}
+	msg := err.Error()
+	return ResumeValue{err: &msg}
+}
+
+// hostErrorTypes lists the builtin exception types a host may raise in a
+// job; runner.py's HOST_ERROR_TYPES is the same list.
+var hostErrorTypes = []string{
+	"ValueError", "TypeError", "KeyError", "IndexError", "LookupError", "AttributeError",
+	"PermissionError", "FileNotFoundError", "FileExistsError", "IsADirectoryError",
+	"NotADirectoryError", "OSError", "TimeoutError", "ConnectionError",
+	"ConnectionRefusedError", "ConnectionResetError", "RuntimeError",
+	"NotImplementedError", "ZeroDivisionError", "OverflowError",
+}
+
+// HostErrorTypes returns the names of the builtin exception types that
+// [RaiseAs] and a reply's "error_type" may name, in a new slice.
+func HostErrorTypes() []string { return slices.Clone(hostErrorTypes) }
+
+// IsHostErrorType reports whether name is one of [HostErrorTypes].
+func IsHostErrorType(name string) bool { return slices.Contains(hostErrorTypes, name) }
+
 // reply encodes v for the job; a value that cannot be encoded, or is too
 // large, becomes an error the job sees.
 func (v ResumeValue) reply() worker.Reply {
 	if v.err != nil {
-		return worker.Reply{Error: v.err}
+		r := worker.Reply{Error: v.err}
+		if IsHostErrorType(v.errType) {
+			r.ErrorType = v.errType
+		}
+		return r
 	}
 	var b []byte
 	var err error
@@ -133,7 +212,12 @@ func (p *Pool) hostAdapter(jobID any, session string, host HostFunc) worker.Host
 		}()
 		v, err := host(ctx, call)
 		if err != nil {
-			return Raise(err.Error()).reply()
+			rv := RaiseError(err)
+			if rv.errType != "" && !IsHostErrorType(rv.errType) {
+				p.log.Warn("a host function raised an exception type that is not allowed; the job sees HostError",
+					"id", jobID, "session", session, "call_id", call.ID, "function", call.Function, "error_type", rv.errType)
+			}
+			return rv.reply()
 		}
 		return Return(v).reply()
 	}
@@ -146,8 +230,8 @@ func checkFunctions(names []string) *Error {
 	}
 	seen := make(map[string]bool, len(names))
 	for _, n := range names {
-		if !isIdentifier(n) || strings.HasPrefix(n, "_") || n == "HostError" || len(n) > 64 {
-			return requestErrorf("functions: %q is not allowed: a name must be a Python identifier of at most 64 characters, not starting with _ and not HostError", n)
+		if !isIdentifier(n) || strings.HasPrefix(n, "_") || n == "HostError" || n == "aio" || len(n) > 64 {
+			return requestErrorf("functions: %q is not allowed: a name must be a Python identifier of at most 64 characters, not starting with _ and not HostError or aio", n)
 		}
 		if seen[n] {
 			return requestErrorf("functions: %q is declared twice", n)

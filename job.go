@@ -63,13 +63,18 @@ type Job struct {
 	// becomes a function of the job's pynox_host module. At most
 	// MaxFunctions names, each a Python identifier not starting with "_".
 	Functions []string `json:"functions,omitempty"`
+	// Tools declares host functions with a docstring and a signature (see
+	// [Tool]), beside Functions; a name may appear in only one of them,
+	// and both together hold at most MaxFunctions. The pool protocol
+	// carries them as objects in "functions".
+	Tools []Tool `json:"-"`
 	// Inputs become globals of the job's __main__ before its code runs:
 	// each name an ASCII Python identifier that is not a keyword nor a
 	// dunder name, each value anything encoding/json encodes (it arrives
 	// as Python's json module decodes it), all together at most
 	// MaxInputsBytes of JSON. Anything else is a RequestError.
 	Inputs map[string]any `json:"inputs,omitempty"`
-	// Host answers the job's calls to its Functions. [Pool.Run] needs it
+	// Host answers the job's calls to its Functions and Tools. [Pool.Run] needs it
 	// when Functions are declared; a [Checkout] without it hands each call
 	// to its caller as a [TurnEvent].
 	Host HostFunc `json:"-"`

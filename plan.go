@@ -47,6 +47,9 @@ type plan struct {
 	write    []string
 	network  bool
 	mounts   []MountSpec // as enforced: real host paths, modes made explicit
+	// sigs are the signatures of the job's Tools, by name: calls are
+	// checked against them (checkedHost).
+	sigs map[string]*Signature
 
 	scratchRoot *scratchRoot // where scratch was made; nil when none was
 	scratch     string       // its name in scratchRoot
@@ -167,6 +170,10 @@ func (p *Pool) plan(req *Job, session bool) (pl *plan, rerr *Error) {
 	if err != nil {
 		return nil, err
 	}
+	sigs, terr := checkTools(j.Tools, j.Functions)
+	if terr != nil {
+		return nil, terr
+	}
 	if n := len(j.AllowRead) + len(j.AllowWrite) + len(j.PackageDirs) + len(j.Mounts); n > MaxGrants {
 		return nil, requestErrorf("%d paths requested; at most %d are allowed", n, MaxGrants)
 	}
@@ -275,6 +282,14 @@ func (p *Pool) plan(req *Job, session bool) (pl *plan, rerr *Error) {
 		MaxCalls:  MaxCalls,
 		Session:   session,
 		Inputs:    inputs,
+	}
+	if len(j.Tools) > 0 {
+		pl.sigs = sigs
+		pl.job.Tools = workerTools(j.Tools, sigs)
+		pl.job.Functions = slices.Clone(j.Functions)
+		for _, t := range j.Tools {
+			pl.job.Functions = append(pl.job.Functions, t.Name)
+		}
 	}
 	for i, fd := range pl.fds {
 		pl.job.Grants = append(pl.job.Grants, worker.Grant{Fd: fd, Access: pl.accessOf[i]})

@@ -464,10 +464,10 @@ func (p *Pool) run(ctx context.Context, job Job) (_ *Result, refill func(), _ er
 			pl.close()
 		}
 	}()
-	if len(job.Functions) > 0 && job.Host == nil {
+	if (len(job.Functions) > 0 || len(job.Tools) > 0) && job.Host == nil {
 		return p.refuse(&job, requestErrorf("functions are declared but the job has no Host to answer them")), refill, nil
 	}
-	pl.job.Host = p.hostAdapter(job.ID, "", job.Host)
+	pl.job.Host = checkedHost(pl.sigs, p.hostAdapter(job.ID, "", job.Host))
 	pl.job.Output = p.outputAdapter(job.ID, "", job.OnOutput)
 	// A HostFunc's ctx carries ctx's values and ends with it.
 	pl.job.Ctx = ctx

@@ -26,7 +26,8 @@ const (
 )
 
 // pythonKeywords are the names Python reserves (soft keywords such as
-// match and case are ordinary names).
+// match and case are ordinary names): no input and no parameter of a
+// declared tool may have one.
 var pythonKeywords = []string{
 	"False", "None", "True", "and", "as", "assert", "async", "await", "break", "class", "continue",
 	"def", "del", "elif", "else", "except", "finally", "for", "from", "global", "if", "import", "in",

@@ -146,6 +146,7 @@ func wireRequest(job pynox.Job) request {
 	req := request{Job: job, Timeout: pynox.Duration(job.Timeout), Memory: pynox.Size(job.Memory),
 		MaxFileSize: pynox.Size(job.MaxFileSize)}
 	req.Job.Host = nil
+	req.Functions = declsOf(job.Functions, job.Tools)
 	return req
 }
 
@@ -549,6 +550,10 @@ func (c *Client) answerCall(p *pending, call *pynox.Call) {
 		return
 	}
 	v, err := callHost(p.ctx, p.host, call)
+	if he, ok := errors.AsType[*pynox.HostError](err); ok && pynox.IsHostErrorType(he.Type) {
+		c.replyTyped(call.ID, he.Type, he.Message)
+		return
+	}
 	if err != nil {
 		c.reply(call.ID, nil, err.Error())
 		return
@@ -647,4 +652,21 @@ func (o *pendingOutput) end() {
 	o.mu.Lock()
 	o.ended = true
 	o.mu.Unlock()
+}
+
+// replyTyped writes the reply to a host call that raises the builtin
+// exception errType (one of pynox.HostErrorTypes) with message.
+func (c *Client) replyTyped(callID int64, errType, message string) {
+	type reply struct {
+		CallID    int64  `json:"call_id"`
+		Error     string `json:"error"`
+		ErrorType string `json:"error_type"`
+	}
+	b, err := marshalLine(struct {
+		Reply reply `json:"reply"`
+	}{reply{CallID: callID, Error: message, ErrorType: errType}})
+	if err != nil {
+		return
+	}
+	_ = c.writeLine(b) // a failed write fails the request's own wait
 }

@@ -22,7 +22,7 @@ func TestDecodeRequestExactKeys(t *testing.T) {
 	require.Equal(t, map[string]string{"ſ": "1", "s": "2", "S": "3"}, req.Env, "map keys differing only in case are distinct")
 	require.Contains(t, requestSchema.fields, "code")
 	require.Contains(t, requestSchema.fields, "session")
-	require.Equal(t, []string{"call_id", "error", "result"}, requestSchema.fields["reply"].names())
+	require.Equal(t, []string{"call_id", "error", "error_type", "result"}, requestSchema.fields["reply"].names())
 	require.NotContains(t, requestSchema.fields, "Host", "Job.Host is not part of the protocol")
 
 	// Many keys (past the short list) are still checked for repeats.

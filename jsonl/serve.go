@@ -42,6 +42,9 @@ type request struct {
 	// Cancel names a one-shot job (by its id) to end. See interrupt.go.
 	Interrupt bool            `json:"interrupt,omitempty"`
 	Cancel    json.RawMessage `json:"cancel,omitempty"`
+	// Functions is the line's "functions", names and function objects:
+	// decodeRequest splits it into Job.Functions and Job.Tools.
+	Functions functionDecls `json:"functions,omitempty"`
 }
 
 // Ready is the first line `pynox pool` writes.
@@ -128,7 +131,7 @@ func Serve(ctx context.Context, p *pynox.Pool, r io.Reader, w io.Writer) error {
 			defer func() { <-slots }()
 			defer srv.cancels.remove(e)
 			var jc *jobCalls
-			if len(job.Functions) > 0 {
+			if len(job.Functions) > 0 || len(job.Tools) > 0 {
 				job.Host, jc = srv.hostFor()
 			}
 			res, refill, err := hooks.Run(p, e.ctx, job)
@@ -302,6 +305,9 @@ func decodeRequest(line []byte) (request, *pynox.Error) {
 		req.Job.Timeout = time.Duration(req.Timeout)
 		req.Job.Memory = int64(req.Memory)
 		req.Job.MaxFileSize = int64(req.MaxFileSize)
+		if req.Functions != nil {
+			req.Job.Functions, req.Job.Tools = req.Functions.split()
+		}
 		return req, nil
 	}
 	// Recover the id for the answer, if the line is an object with one

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -25,6 +26,9 @@ type replyReq struct {
 	CallID *int64          `json:"call_id"`
 	Result json.RawMessage `json:"result"`
 	Error  *string         `json:"error"`
+	// ErrorType names the builtin exception type the job sees with Error
+	// (pynox.HostErrorTypes); absent for pynox_host.HostError.
+	ErrorType *string `json:"error_type"`
 }
 
 // replyError answers a reply request that reached no call.
@@ -120,6 +124,9 @@ func (s *server) hostFor() (pynox.HostFunc, *jobCalls) {
 		select {
 		case r := <-ch:
 			if r.Error != nil {
+				if r.ErrorType != nil {
+					return nil, pynox.RaiseAs(*r.ErrorType, *r.Error)
+				}
 				return nil, errors.New(*r.Error)
 			}
 			return r.Result, nil
@@ -191,6 +198,9 @@ func (s *server) reply(req request) {
 	case len(r.Result) > pynox.MaxCallBytes:
 		fail(requestErrorf("reply: the result is %d bytes of JSON; the limit is %d", len(r.Result), pynox.MaxCallBytes))
 		return
+	case r.ErrorType != nil && r.Error == nil:
+		fail(requestErrorf("reply: error_type goes with error, not with result"))
+		return
 	}
 	s.callMu.Lock()
 	ch, ok := s.calls[*r.CallID]
@@ -200,6 +210,13 @@ func (s *server) reply(req request) {
 	s.callMu.Unlock()
 	if !ok {
 		fail(requestErrorf("reply: no call %d is waiting for a reply (it was answered already, its task ended, or it never existed)", *r.CallID))
+		return
+	}
+	if r.ErrorType != nil && !pynox.IsHostErrorType(*r.ErrorType) {
+		// The call still gets its one answer: plain HostError.
+		fail(requestErrorf("reply: error_type %q is not one of %s; the call failed with HostError", *r.ErrorType, strings.Join(pynox.HostErrorTypes(), ", ")))
+		msg := *r.Error
+		ch <- replyReq{CallID: r.CallID, Error: &msg}
 		return
 	}
 	ch <- *r
@@ -476,6 +493,6 @@ func permissionFields(req request) []string {
 	add(j.Memory != 0, "memory")
 	add(j.MaxFileSize != 0, "max_file_size")
 	add(j.Profile != "", "profile")
-	add(j.Functions != nil, "functions")
+	add(j.Functions != nil || j.Tools != nil, "functions")
 	return f
 }

@@ -51,6 +51,11 @@ type Child struct {
 	exitOnce sync.Once
 	exitCh   chan ExitStatus
 
+	// Replies to host calls that the control socket did not take at once
+	// (replies.go).
+	replyMu sync.Mutex
+	replies replyQueue
+
 	killOnce   sync.Once
 	ctlMu      sync.RWMutex // guards ctlFd: a closed descriptor number may be reused at once
 	refillOnce sync.Once
@@ -285,7 +290,7 @@ func (c *Child) RefillNow() {
 func (c *Child) Run(job *Job, cancel <-chan struct{}) *Outcome {
 	f := jobFrame{T: "job", Code: job.Code, Name: job.Name, Script: job.Script, Argv: job.Argv,
 		Env: job.Env, Path: job.Path, Network: job.Network, Limits: job.Limits,
-		Session: job.Session, Step: 1, Functions: job.Functions, Inputs: job.Inputs}
+		Session: job.Session, Step: 1, Functions: job.Functions, Tools: job.Tools, Inputs: job.Inputs}
 	var cpu int64
 	if job.Session {
 		f.Limits.SessionCPU = cmp.Or(f.Limits.SessionCPU, SessionCPU)

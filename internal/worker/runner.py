@@ -600,6 +600,26 @@ class Spare:
         self.int_pending = False
         self.main_ident = 0
 
+    def hold_interrupt(self):
+        """Keeps an interrupt pending while the runner talks to the host on
+        the main thread; returns what release_interrupt restores."""
+        on_main = _thread.get_ident() == self.main_ident
+        mode = self.int_mode
+        if on_main:
+            self.int_mode = 2
+        return on_main, mode
+
+    def release_interrupt(self, held, deliver):
+        """Restores what hold_interrupt kept; with deliver, raises the
+        interrupt that came meanwhile if the job's code was running."""
+        on_main, mode = held
+        if on_main:
+            self.int_mode = mode
+        if deliver and _thread.get_ident() == self.main_ident and self.int_mode == 1 and self.int_pending:
+            self.int_pending = False
+            self.int_mode = 0
+            raise KeyboardInterrupt
+
     def on_sigint(self, signum, frame):
         """The SIGINT handler: KeyboardInterrupt in the job's code, once;
         elsewhere the interrupt waits for the job's code to resume."""
@@ -607,6 +627,7 @@ class Spare:
             self.int_mode = 0  # the runner's report that follows is never hit
             raise KeyboardInterrupt
         self.int_pending = True
+        self.calls = None  # the job's _HostCalls, once it has host functions
 
     def send(self, obj):
         """Writes a frame to the control channel and rings the bell so that
@@ -659,6 +680,8 @@ class Spare:
         while True:
             self.end_step()
             self.host_lock.acquire()
+            if self.calls is not None:
+                self.calls.drain()
             try:
                 _send_report({"t": "done", "step": self.step, "exit": code, "error": err}, self.value)
             except BaseException:  # noqa: BLE001 - the channel is gone
@@ -890,9 +913,9 @@ class Spare:
         for fd in [ruleset] + list(fds):
             os.close(fd)
         if job.get("functions"):
-            sys.modules["pynox_host"] = self.host_module(job["functions"])
+            sys.modules["pynox_host"] = self.host_module(job["functions"], job.get("tools") or ())
 
-    def host_module(self, names):
+    def host_module(self, names, tools=()):
         """The pynox_host module: one function per declared name. A call
         sends a "call" frame, rings the bell and blocks until Go answers;
         calls from several threads take turns."""
@@ -904,13 +927,24 @@ class Spare:
         HostError.__module__ = "pynox_host"
         HostError.__qualname__ = "HostError"
         mod.HostError = HostError
-        lock = self.host_lock
-        spare = self
+        host_error = _typed_host_errors(HostError)
+        calls = self.calls = _HostCalls(self)
+        aio = types.ModuleType("pynox_host.aio", "Awaitable forms of the host functions: `await aio.f(...)`; "
+                               "concurrent awaits (asyncio.gather) have their calls in flight together.")
+
+        described = {t["name"]: t for t in tools}
 
         def make(name):
             quoted = json.dumps(name)
+            tool = described.get(name)
+            sig = _tool_signature(tool["signature"]) if tool and tool.get("signature") else None
 
-            def call(*args, **kwargs):
+            def encode(args, kwargs):
+                if sig is not None:
+                    try:
+                        sig.bind(*args, **kwargs)
+                    except TypeError as e:
+                        raise TypeError("%s(): %s" % (name, e)) from None
                 try:
                     a = json.dumps(args, separators=(",", ":"), allow_nan=False)
                     k = json.dumps(kwargs, separators=(",", ":"), allow_nan=False)
@@ -918,58 +952,43 @@ class Spare:
                     raise TypeError("arguments to %s must be JSON values: %s" % (name, e)) from None
                 if len(a) + len(k) > MAX_CALL:
                     raise ValueError("arguments to %s are %d bytes of JSON; the limit is %d" % (name, len(a) + len(k), MAX_CALL))
-                # An interrupt while the call waits for its answer is
-                # raised once the answer is in: the channel stays in step.
-                on_main = _thread.get_ident() == spare.main_ident
-                mode = spare.int_mode
-                if on_main:
-                    spare.int_mode = 2
-                try:
-                    lock.acquire()
-                except BaseException:
-                    if on_main:
-                        spare.int_mode = mode
-                    raise
-                try:
-                    # The step is read under the lock: a thread that calls
-                    # between steps waits for the next one, and its call
-                    # is that step's.
-                    data = ('{"t":"call","step":%d,"function":%s,"args":%s,"kwargs":%s}' % (
-                        spare.step, quoted, a, k)).encode()
-                    framed = _frame(data)
-                    if len(data) > INLINE_FRAME:
-                        # More than the socket may hold: the header and a
-                        # ring first, so that Go reads the rest as it
-                        # comes.
-                        _write_all(FD, framed[:4])
-                        _ring()
-                        _write_all(FD, memoryview(framed)[4:])
-                    else:
-                        _write_all(FD, framed)
-                    _ring()
-                    reply = _recv(FD)
-                finally:
-                    lock.release()
-                    if on_main:
-                        spare.int_mode = mode
-                if on_main and mode == 1 and spare.int_pending:
-                    spare.int_pending = False
-                    spare.int_mode = 0
-                    raise KeyboardInterrupt
-                if reply is None or reply.get("t") != "reply":
-                    os._exit(75)  # the host is gone, or spoke out of turn
+                return a, k
+
+            def result(reply):
                 if "error" in reply:
-                    raise HostError(reply["error"])
+                    raise host_error(reply.get("error_type"))(reply["error"])
                 return reply.get("result")
 
-            call.__name__ = call.__qualname__ = name
-            call.__module__ = "pynox_host"
-            call.__doc__ = "Calls the host function %s; raises pynox_host.HostError when it fails." % name
+            def call(*args, **kwargs):
+                a, k = encode(args, kwargs)
+                return result(calls.call(quoted, a, k))
+
+            async def acall(*args, **kwargs):
+                a, k = encode(args, kwargs)
+                return result(await calls.acall(quoted, a, k))
+
+            for f in (call, acall):
+                f.__name__ = f.__qualname__ = name
+                f.__module__ = "pynox_host"
+                if tool and tool.get("doc"):
+                    f.__doc__ = tool["doc"]
+                if sig is not None:
+                    f.__signature__ = sig
+            acall.__module__ = "pynox_host.aio"
+            if not (tool and tool.get("doc")):
+                acall.__doc__ = "Awaits the host function %s; raises pynox_host.HostError when it fails." % name
+            setattr(aio, name, acall)
+
+            if not (tool and tool.get("doc")):
+                call.__doc__ = "Calls the host function %s; raises pynox_host.HostError when it fails." % name
             return call
 
         for name in names:
             setattr(mod, name, make(name))
         mod.__all__ = list(names)
+        aio.__all__ = list(names)
+        mod.aio = aio
+        sys.modules["pynox_host.aio"] = aio
         return mod
 
     def new_main(self):
@@ -1048,7 +1067,9 @@ class Spare:
                 os.close(fd)
             except OSError:
                 pass
-        self.host_lock.acquire()  # a call in flight on another thread ends first
+        self.host_lock.acquire()  # no call starts now
+        if self.calls is not None:
+            self.calls.drain()  # calls in flight are answered first
         try:
             if err is None and self.value is None:
                 # The common report, formatted without the json module
@@ -1171,6 +1192,311 @@ def _send_report(obj, value):
     else:
         _write_all(FD, framed)
     _ring()
+
+
+MAX_IN_FLIGHT = 64  # host calls a job may have in flight at once (host.go: MaxInFlight)
+
+
+class _HostCalls:
+    """The host calls of a job: each call frame carries an id, and Go
+    answers each with a reply frame carrying it back, in any order.
+
+    Whoever waits reads: a sync call waiting for its reply (or for a free
+    slot) reads the next frame itself unless another thread is reading,
+    and an event loop with calls in flight watches the channel with
+    add_reader. Each reply goes to its caller: a sync caller's is kept for
+    it, an awaiting caller's future is resolved in its loop. At most
+    MAX_IN_FLIGHT calls are in flight; a further sync call waits for a
+    slot, a further awaited one awaits one. A step reports only once every
+    call it sent is answered (drain), so no reply is ever left behind on
+    the channel for the next step."""
+
+    def __init__(self, spare):
+        import threading
+
+        self.spare = spare
+        self.send_lock = spare.host_lock
+        self.cv = threading.Condition(threading.Lock())
+        self.seq = 0
+        self.slots = 0  # calls holding a slot: sent, or about to be
+        self.out = 0  # calls sent whose reply has not been read
+        self.reading = False
+        self.sync_ids = set()
+        self.sync_replies = {}
+        self.futures = {}  # id -> (loop, future)
+        self.slot_waiters = []  # (loop, future) of awaiting calls waiting for a slot
+        self.loops = {}  # loop -> its calls in flight; it watches the channel while > 0
+
+    def send(self, cid, quoted, a, k):
+        with self.send_lock:
+            # The step is read under the lock: a thread that calls between
+            # steps waits for the next one, and its call is that step's.
+            data = ('{"t":"call","id":%d,"step":%d,"function":%s,"args":%s,"kwargs":%s}' % (
+                cid, self.spare.step, quoted, a, k)).encode()
+            framed = _frame(data)
+            with self.cv:
+                self.out += 1
+            if len(data) > INLINE_FRAME:
+                # More than the socket may hold: the header and a ring
+                # first, so that Go reads the rest as it comes.
+                _write_all(FD, framed[:4])
+                _ring()
+                _write_all(FD, memoryview(framed)[4:])
+            else:
+                _write_all(FD, framed)
+            _ring()
+
+    def call(self, quoted, a, k):
+        # An interrupt while the call waits (for a slot or its answer) is
+        # raised once the answer is in: the channel stays in step.
+        held = self.spare.hold_interrupt()
+        try:
+            with self.cv:
+                self._wait(lambda: self.slots < MAX_IN_FLIGHT)
+                self.slots += 1
+                self.seq += 1
+                cid = self.seq
+                self.sync_ids.add(cid)
+            self.send(cid, quoted, a, k)
+            with self.cv:
+                self._wait(lambda: cid in self.sync_replies)
+                self.sync_ids.discard(cid)
+                reply = self.sync_replies.pop(cid)
+        except BaseException:
+            self.spare.release_interrupt(held, False)
+            raise
+        self.spare.release_interrupt(held, True)
+        return reply
+
+    async def acall(self, quoted, a, k):
+        import asyncio
+
+        loop = asyncio.get_running_loop()
+        while True:
+            with self.cv:
+                if self.slots < MAX_IN_FLIGHT:
+                    self.slots += 1
+                    self.seq += 1
+                    cid = self.seq
+                    fut = loop.create_future()
+                    self.futures[cid] = (loop, fut)
+                    n = self.loops.get(loop, 0)
+                    if n == 0:
+                        loop.add_reader(FD, self._pump)
+                    self.loops[loop] = n + 1
+                    break
+                w = loop.create_future()
+                self.slot_waiters.append((loop, w))
+            await w
+        try:
+            self.send(cid, quoted, a, k)
+            return await fut
+        finally:
+            with self.cv:
+                n = self.loops.get(loop, 1) - 1
+                if n <= 0:
+                    self.loops.pop(loop, None)
+                    loop.remove_reader(FD)
+                else:
+                    self.loops[loop] = n
+
+    def drain(self):
+        """Waits until every call sent has its reply (the caller holds the
+        send lock, so that no call starts meanwhile)."""
+        with self.cv:
+            self._wait(lambda: self.out == 0)
+
+    def _wait(self, pred):
+        # self.cv is held.
+        while not pred():
+            if self.reading or self.out == 0:
+                # Another thread reads, or nothing is to be read (a reply
+                # can only follow a call sent): a read now could take the
+                # next step's frame.
+                self.cv.wait()
+                continue
+            self._read()
+
+    def _pump(self):
+        """An event loop's reader callback: reads one frame if no one else
+        is reading and one is there."""
+        held = self.spare.hold_interrupt()  # never in the middle of a frame
+        try:
+            with self.cv:
+                if self.reading or not select.select([FD], [], [], 0)[0]:
+                    return
+                self._read()
+        finally:
+            self.spare.release_interrupt(held, False)
+        self.spare.release_interrupt((False, 0), True)
+
+    def _read(self):
+        # self.cv is held and no one else is reading.
+        self.reading = True
+        self.cv.release()
+        try:
+            msg = _recv(FD)
+        finally:
+            self.cv.acquire()
+            self.reading = False
+        if msg is None or msg.get("t") != "reply" or self.out <= 0:
+            os._exit(75)  # the host is gone, or spoke out of turn
+        cid = msg.get("id")
+        if cid in self.sync_ids:
+            self.sync_replies[cid] = msg
+        elif cid in self.futures:
+            loop, fut = self.futures.pop(cid)
+            try:
+                loop.call_soon_threadsafe(_settle, fut, msg)
+            except RuntimeError:
+                pass  # its loop is closed: nobody awaits it
+        else:
+            os._exit(75)
+        self.out -= 1
+        self.slots -= 1
+        waiters, self.slot_waiters = self.slot_waiters, []
+        for loop, w in waiters:
+            try:
+                loop.call_soon_threadsafe(_settle, w, None)
+            except RuntimeError:
+                pass
+        self.cv.notify_all()
+
+
+def _settle(fut, value):
+    if not fut.done():
+        fut.set_result(value)
+
+
+# The builtin exception types a host may raise in a job (pynox.RaiseAs;
+# a reply's "error_type"). Only these names are looked up, as attributes
+# of builtins: a type name from the wire is never evaluated. host.go's
+# hostErrorTypes is the same list.
+HOST_ERROR_TYPES = (
+    "ValueError", "TypeError", "KeyError", "IndexError", "LookupError", "AttributeError",
+    "PermissionError", "FileNotFoundError", "FileExistsError", "IsADirectoryError",
+    "NotADirectoryError", "OSError", "TimeoutError", "ConnectionError",
+    "ConnectionRefusedError", "ConnectionResetError", "RuntimeError",
+    "NotImplementedError", "ZeroDivisionError", "OverflowError",
+)
+
+
+def _typed_host_errors(host_error):
+    """Returns a function from a reply's error_type to the class the job
+    sees: for an allowed name, a class named like the builtin that derives
+    from both it and pynox_host.HostError (so `except KeyError` and
+    `except HostError` both catch it), made once per name on first use;
+    HostError itself for anything else."""
+    made = {}
+    # Read now, before user code runs: a job that rebinds builtins.KeyError
+    # does not change what its host errors derive from.
+    bases = {name: getattr(builtins, name) for name in HOST_ERROR_TYPES}
+
+    def get(name):
+        base = bases.get(name) if name.__class__ is str else None
+        if base is None:
+            return host_error
+        cls = made.get(name)
+        if cls is None:
+            cls = type(name, (base, host_error), {
+                "__module__": "pynox_host",
+                "__doc__": "%s raised by the host function; also a pynox_host.HostError." % name,
+            })
+            made[name] = cls
+        return cls
+
+    return get
+
+
+# Names an annotation of a declared tool may use without typing: builtin
+# types, read before user code runs.
+_ANNOTATION_BUILTINS = {n: getattr(builtins, n) for n in (
+    "str", "int", "float", "bool", "bytes", "bytearray", "complex", "list", "dict", "tuple", "set",
+    "frozenset", "object", "type")}
+
+
+class _DefaultText:
+    """A tool parameter's default that is not a literal: shown as its
+    text, never evaluated."""
+
+    def __init__(self, text):
+        self.text = text
+
+    def __repr__(self):
+        return self.text
+
+
+def _tool_signature(desc):
+    """Builds the inspect.Signature of a declared tool from the pool's
+    parsed form (pynox.Signature). Nothing in it is evaluated:
+    annotations go through _annotation, defaults through
+    ast.literal_eval, and what neither takes shows as its text."""
+    import ast
+    import inspect
+
+    def default(text):
+        try:
+            return ast.literal_eval(text)
+        except Exception:  # noqa: BLE001 - not a literal: shown as text
+            return _DefaultText(text)
+
+    params = []
+    for p in desc.get("params") or ():
+        kw = {}
+        if p.get("annotation"):
+            kw["annotation"] = _annotation(p["annotation"])
+        if p.get("has_default"):
+            kw["default"] = default(p.get("default") or "None")
+        params.append(inspect.Parameter(p["name"], getattr(inspect.Parameter, p["kind"]), **kw))
+    kw = {}
+    if desc.get("returns"):
+        kw["return_annotation"] = _annotation(desc["returns"])
+    return inspect.Signature(params, **kw)
+
+
+def _annotation(text):
+    """Turns an annotation's text into the type it names, looking up only
+    builtin types and typing's public names, and subscripting and joining
+    them with |; anything else (a call, an attribute of another module, a
+    name it does not know) keeps the text. No code from the text runs."""
+    import ast
+
+    typing = []
+
+    def look(name, typing_only=False):
+        if name in _ANNOTATION_BUILTINS and not typing_only:
+            return _ANNOTATION_BUILTINS[name]
+        if not typing:
+            import typing as t
+            typing.append(t)
+        if name in typing[0].__all__:
+            return getattr(typing[0], name)
+        raise ValueError(name)
+
+    def ev(node):
+        if isinstance(node, ast.Constant) and (node.value is None or type(node.value) in (str, int, bool, float, bytes)):
+            return node.value
+        if isinstance(node, ast.Name):
+            return look(node.id)
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "typing":
+            return look(node.attr, typing_only=True)
+        if isinstance(node, ast.Subscript):
+            base = ev(node.value)
+            sl = node.slice
+            if sl.__class__.__name__ == "Index":  # Python 3.8's wrapper
+                sl = sl.value
+            arg = tuple(ev(e) for e in sl.elts) if isinstance(sl, ast.Tuple) else ev(sl)
+            return base[arg]
+        if isinstance(node, ast.List):
+            return [ev(e) for e in node.elts]
+        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.BitOr):
+            return ev(node.left) | ev(node.right)
+        raise ValueError(type(node).__name__)
+
+    try:
+        return ev(ast.parse(text, mode="eval").body)
+    except Exception:  # noqa: BLE001 - an annotation it cannot take shows as text
+        return text
 
 
 def drop_capabilities(cap_last, nr):

@@ -46,6 +46,17 @@ type pendingCall struct {
 	gone   chan struct{} // closed when the turn stops waiting for the answer
 }
 
+// callReply is a handler's answer to the call with the child's id.
+type callReply struct {
+	id int64
+	r  Reply
+}
+
+// MaxInFlight is how many host calls a job may have in flight at once
+// (runner.py's MAX_IN_FLIGHT): its runner holds a further call back until
+// one is answered, and the pool refuses one beyond it.
+const MaxInFlight = 64
+
 // turn is one piece of code handed to a child, and the wait for its
 // outcome. Everything happens on the goroutine that runs it but the bell's
 // reader, the output pipes' readers (only for output that outlives the
@@ -68,10 +79,11 @@ type turn struct {
 	cpuCheck        <-chan time.Time
 	cpuTimer        *time.Timer
 
-	// Host calls: at most one at a time (the child's runner takes turns);
-	// the handler runs on its own goroutine so that timeouts still apply.
-	call    *pendingCall
-	replies chan Reply
+	// Host calls: up to MaxInFlight at a time, by the id the child gave
+	// each; every handler runs on its own goroutine, so that the calls
+	// run concurrently and timeouts still apply.
+	calls   map[int64]*pendingCall
+	replies chan callReply
 
 	// The control channel is read when the bell rings, and polled once the
 	// bell is closed (the child exited, or its code closed the bell) or a
@@ -90,7 +102,8 @@ func (c *Child) turn(ts turnSpec, cancel <-chan struct{}) *Outcome {
 		ts:      ts,
 		o:       &Outcome{Started: ts.continued},
 		out:     newOutput(ts.maxOutput, ts.output),
-		replies: make(chan Reply, 1),
+		calls:   map[int64]*pendingCall{},
+		replies: make(chan callReply, MaxInFlight),
 		ctlOpen: true,
 	}
 	defer t.stop()
@@ -115,7 +128,7 @@ func (t *turn) stop() {
 	if t.ticker != nil {
 		t.ticker.Stop()
 	}
-	t.endCall()
+	t.endCalls()
 }
 
 // run sends the code and waits for the outcome.
@@ -404,7 +417,7 @@ func (t *turn) handle(m *childMsg) {
 		if o.SetupError == "" {
 			o.SetupError = "confinement failed"
 		}
-	case m.T == "done" && o.Started && !o.Done && m.Exit != nil && m.Step == c.step && t.call == nil:
+	case m.T == "done" && o.Started && !o.Done && m.Exit != nil && m.Step == c.step && len(t.calls) == 0:
 		if msg := checkValue(m); msg != "" {
 			t.violation(msg)
 			return
@@ -428,7 +441,7 @@ func (t *turn) handle(m *childMsg) {
 			// Nothing the child does after reporting can matter.
 			t.kill()
 		}
-	case m.T == "call" && o.Started && !o.Done && t.call == nil && m.Step == c.step:
+	case m.T == "call" && o.Started && !o.Done && m.Step == c.step && t.calls[m.ID] == nil:
 		t.hostCall(m)
 	case o.Done && !o.Alive:
 		// Whatever follows its report is ignored; it is being killed.
@@ -442,22 +455,24 @@ func (t *turn) handle(m *childMsg) {
 func (t *turn) hostCall(m *childMsg) {
 	t.o.Calls++
 	switch {
+	case len(t.calls) >= MaxInFlight:
+		t.refuse(m.ID, fmt.Sprintf("more than %d host calls in flight", MaxInFlight))
 	case !t.c.functions[m.Function]:
 		// A call to an undeclared name never reaches the host.
-		t.refuse(fmt.Sprintf("no host function named %q", m.Function))
+		t.refuse(m.ID, fmt.Sprintf("no host function named %q", m.Function))
 	case t.ts.host == nil:
-		t.refuse("no host answers calls for this job")
+		t.refuse(m.ID, "no host answers calls for this job")
 	case t.o.Calls > t.ts.maxCalls:
-		t.refuse(fmt.Sprintf("this job made more than %d host calls", t.ts.maxCalls))
+		t.refuse(m.ID, fmt.Sprintf("this job made more than %d host calls", t.ts.maxCalls))
 	case !jsonIs(m.Args, '[') || (len(m.Kwargs) > 0 && !jsonIs(m.Kwargs, '{') && string(m.Kwargs) != "null"):
 		t.violation("malformed host call")
 	case len(m.Args)+len(m.Kwargs) > MaxCall:
-		t.refuse(fmt.Sprintf("the arguments are %d bytes of JSON; the limit is %d", len(m.Args)+len(m.Kwargs), MaxCall))
+		t.refuse(m.ID, fmt.Sprintf("the arguments are %d bytes of JSON; the limit is %d", len(m.Args)+len(m.Kwargs), MaxCall))
 	default:
 		// What the job wrote goes to the host, and in `pynox pool`
 		// onto the client's stream, only if every client can read it.
 		if err := cmp.Or(checkCallJSON(m.Args), checkCallJSON(m.Kwargs)); err != nil {
-			t.refuse(fmt.Sprintf("the arguments to %s cannot be passed on: %v", m.Function, err))
+			t.refuse(m.ID, fmt.Sprintf("the arguments to %s cannot be passed on: %v", m.Function, err))
 			return
 		}
 		// The host's ctx carries the caller's values and ends with the
@@ -475,7 +490,8 @@ func (t *turn) hostCall(m *childMsg) {
 			ctx, cancel = context.WithCancel(parent)
 		}
 		pc := &pendingCall{ctx: ctx, cancel: cancel, gone: make(chan struct{})}
-		t.call = pc
+		id := m.ID
+		t.calls[id] = pc
 		cl := Call{Function: m.Function, Args: m.Args, Kwargs: m.Kwargs}
 		if len(cl.Kwargs) == 0 || string(cl.Kwargs) == "null" {
 			cl.Kwargs = json.RawMessage("{}")
@@ -484,20 +500,21 @@ func (t *turn) hostCall(m *childMsg) {
 		go func() {
 			r := host(pc.ctx, cl)
 			select {
-			case replies <- r:
+			case replies <- callReply{id, r}:
 			case <-pc.gone:
 			}
 		}()
 	}
 }
 
-// reply passes the host's answer to the pending call on to the child.
-func (t *turn) reply(r Reply) {
-	if t.call == nil {
+// reply passes the host's answer to a pending call on to the child.
+func (t *turn) reply(cr callReply) {
+	pc := t.calls[cr.id]
+	if pc == nil {
 		return
 	}
-	t.call.cancel() // the handler is done
-	t.call = nil
+	pc.cancel() // the handler is done
+	delete(t.calls, cr.id)
 	if t.ts.timeout > 0 && !t.o.Done && !time.Now().Before(t.o.Start.Add(t.ts.timeout)) {
 		// The turn's time is up, which is likely why the host answered
 		// (its ctx ended at the deadline): a timeout, not the answer.
@@ -506,46 +523,35 @@ func (t *turn) reply(r Reply) {
 		t.kill()
 		return
 	}
+	r := cr.r
 	if r.Error == nil && len(r.Result) > MaxCall {
 		msg := fmt.Sprintf("the host's result is %d bytes of JSON; the limit is %d", len(r.Result), MaxCall)
 		r = Reply{Error: &msg}
 	}
-	t.answer(r)
+	t.answer(cr.id, r)
 }
 
-// endCall cancels the pending host call, if any.
-func (t *turn) endCall() {
-	if t.call != nil {
-		t.call.cancel()
-		close(t.call.gone)
-		t.call = nil
+// endCalls cancels the pending host calls: the turn no longer waits for
+// their answers.
+func (t *turn) endCalls() {
+	for id, pc := range t.calls {
+		pc.cancel()
+		close(pc.gone)
+		delete(t.calls, id)
 	}
 }
 
 // refuse answers a host call with an error the job sees.
-func (t *turn) refuse(msg string) { t.answer(Reply{Error: &msg}) }
+func (t *turn) refuse(id int64, msg string) { t.answer(id, Reply{Error: &msg}) }
 
-// answer sends a reply to the child.
-func (t *turn) answer(r Reply) {
-	b, err := json.Marshal(replyFrame{T: "reply", Result: r.Result, Error: r.Error})
+// answer sends the reply to call id to the child.
+func (t *turn) answer(id int64, r Reply) {
+	b, err := json.Marshal(replyFrame{T: "reply", ID: id, Result: r.Result, Error: r.Error, ErrorType: r.ErrorType})
 	if err != nil {
 		msg := "the host's reply could not be encoded: " + err.Error()
-		b, _ = json.Marshal(replyFrame{T: "reply", Error: &msg})
+		b, _ = json.Marshal(replyFrame{T: "reply", ID: id, Error: &msg})
 	}
-	if len(b) < inlineFrame {
-		// It fits the socket's buffer, so the write does not wait for
-		// the child to read.
-		if err := t.c.sendRaw(b, nil); err != nil {
-			t.kill()
-		}
-		return
-	}
-	// A large one may need the child to read as it goes: its write
-	// must not hold up the timer.
-	c := t.c
-	go func() {
-		if err := c.sendRaw(b, nil); err != nil {
-			c.Kill()
-		}
-	}()
+	// Several replies may be outstanding, and a child need not read
+	// them: their writes must not hold up the timer, nor interleave.
+	t.sendReply(b)
 }

@@ -54,8 +54,10 @@ type Job struct {
 	Session bool
 	// Functions are the host functions the job may call (pynox_host).
 	Functions []string
-	Host      HostFunc // answers the calls of the first turn
-	MaxCalls  int      // calls allowed per turn
+	// Tools describe some of the Functions: docstring and signature.
+	Tools    []Tool
+	Host     HostFunc // answers the calls of the first turn
+	MaxCalls int      // calls allowed per turn
 	// Inputs is a JSON object whose members become globals of __main__
 	// before the code runs; the caller checked it (names, size).
 	Inputs json.RawMessage
@@ -66,6 +68,14 @@ type Job struct {
 	// Interrupt, when closed, sends the running code SIGINT (see
 	// Step.Interrupt); nil for none.
 	Interrupt <-chan struct{}
+}
+
+// Tool describes a host function for the runner: its docstring and its
+// parsed signature (pynox.Signature as JSON; nil for none).
+type Tool struct {
+	Name      string          `json:"name"`
+	Doc       string          `json:"doc,omitempty"`
+	Signature json.RawMessage `json:"signature,omitempty"`
 }
 
 // MaxCall bounds a host call's JSON arguments and its JSON result.
@@ -83,6 +93,10 @@ type Call struct {
 type Reply struct {
 	Result json.RawMessage
 	Error  *string
+	// ErrorType names the builtin exception type the job sees with Error
+	// (one of the runner's HOST_ERROR_TYPES; the class it raises derives
+	// from that type and from HostError). Empty for HostError itself.
+	ErrorType string
 }
 
 // HostFunc answers a job's host call. It runs on its own goroutine and
@@ -165,6 +179,7 @@ type jobFrame struct {
 	Session   bool     `json:"session,omitempty"`
 	Step      int      `json:"step"`
 	Functions []string `json:"functions,omitempty"`
+	Tools     []Tool   `json:"tools,omitempty"`
 
 	Inputs json.RawMessage `json:"inputs,omitempty"`
 }
@@ -181,9 +196,11 @@ type stepFrame struct {
 }
 
 type replyFrame struct {
-	T      string          `json:"t"`
-	Result json.RawMessage `json:"result,omitempty"`
-	Error  *string         `json:"error,omitempty"`
+	T         string          `json:"t"`
+	ID        int64           `json:"id"`
+	Result    json.RawMessage `json:"result,omitempty"`
+	Error     *string         `json:"error,omitempty"`
+	ErrorType string          `json:"error_type,omitempty"`
 }
 
 type childMsg struct {
@@ -194,6 +211,7 @@ type childMsg struct {
 	Step  int        `json:"step"`
 	Final bool       `json:"final"`
 
+	ID       int64           `json:"id"` // a call's id, unique in the child's life
 	Function string          `json:"function"`
 	Args     json.RawMessage `json:"args"`
 	Kwargs   json.RawMessage `json:"kwargs"`

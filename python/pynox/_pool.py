@@ -48,6 +48,107 @@ _CALL_PREFIX = re.compile(
 _RESULT_PREFIX = re.compile(rb'\{"id":("(?:[^"\\]|\\.)*"|-?\d+),')
 
 
+#: The builtin exception types a host function's exception keeps in the
+#: job (the pool's HostErrorTypes): one of these, or a subclass of one,
+#: raises that builtin type there (also a pynox_host.HostError); any other
+#: exception raises HostError with "Type: message".
+HOST_ERROR_TYPES = frozenset((
+    "ValueError", "TypeError", "KeyError", "IndexError", "LookupError", "AttributeError",
+    "PermissionError", "FileNotFoundError", "FileExistsError", "IsADirectoryError",
+    "NotADirectoryError", "OSError", "TimeoutError", "ConnectionError",
+    "ConnectionRefusedError", "ConnectionResetError", "RuntimeError",
+    "NotImplementedError", "ZeroDivisionError", "OverflowError",
+))
+
+
+def _error_reply(call_id: Any, e: BaseException) -> Dict[str, Any]:
+    """The reply that raises e's nearest builtin type from HOST_ERROR_TYPES
+    in the job, or HostError."""
+    for cls in type(e).__mro__:
+        if cls.__module__ == "builtins" and cls.__name__ in HOST_ERROR_TYPES:
+            msg = str(e.args[0]) if len(e.args) == 1 else str(e)
+            return {"call_id": call_id, "error": msg, "error_type": cls.__name__}
+    return {"call_id": call_id, "error": "%s: %s" % (type(e).__name__, e)}
+
+
+def _signature_text(fn: Callable[..., Any]) -> Optional[str]:
+    """fn's signature as the pool takes it ("(query: str, limit: int = 3)"),
+    or None when it has none the pool could read: a default that is not a
+    literal shows as ..., an annotation that is not an expression is left
+    out."""
+    import ast
+    import inspect
+
+    try:
+        sig = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return None
+
+    def expr(text: str) -> bool:
+        try:
+            ast.parse(text, mode="eval")
+        except (SyntaxError, ValueError, RecursionError, MemoryError):
+            return False
+        return "\n" not in text and "\r" not in text
+
+    def annotation(a: Any) -> Any:
+        if a is inspect.Parameter.empty:
+            return a
+        text = a if isinstance(a, str) else inspect.formatannotation(a)
+        return _Text(text) if expr(text) else inspect.Parameter.empty
+
+    if len(sig.parameters) > 64:
+        return None  # more than the pool takes
+    params = []
+    for p in sig.parameters.values():
+        if not (p.name.isascii() and p.name.isidentifier()):
+            return None
+        default = p.default
+        if default is not inspect.Parameter.empty:
+            text = repr(default)
+            try:
+                ok = ast.literal_eval(text) == default and expr(text)
+            except Exception:  # noqa: BLE001 - not a literal
+                ok = False
+            default = _Text(text) if ok else _Text("...")
+        params.append(p.replace(annotation=annotation(p.annotation), default=default))
+    out = sig.replace(parameters=params, return_annotation=annotation(sig.return_annotation))
+    text = str(out)
+    return text if len(text) <= 4096 else None
+
+
+class _Text:
+    """Shows as the text it holds (in a signature string)."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+    def __repr__(self) -> str:
+        return self.text
+
+
+def declare(functions: Mapping[str, HostFunction]) -> List[Any]:
+    """The "functions" of a request: for each callable, by name, an object
+    with its docstring and signature, which the job's pynox_host function
+    then has (help(), inspect.signature) and checks calls against; a bare
+    name for a callable without a signature the pool can read."""
+    import inspect
+
+    out: List[Any] = []
+    for name in sorted(functions):
+        fn = functions[name]
+        sig = _signature_text(fn)
+        if sig is None:
+            out.append(name)
+            continue
+        entry: Dict[str, Any] = {"name": name, "signature": sig}
+        doc = inspect.getdoc(fn)
+        if doc:
+            entry["doc"] = doc.encode()[:16 << 10].decode(errors="ignore")  # the pool takes 16 KiB
+        out.append(entry)
+    return out
+
+
 def find_binary(binary: Optional[str] = None) -> str:
     """Returns the path of the pynox binary: binary if given, else the
     PYNOX_BIN environment variable, else `pynox` on PATH. A name without a
@@ -398,11 +499,15 @@ class Pool:
         fn = functions.get(call.get("function"))  # type: ignore[arg-type]
         try:
             if fn is None:
-                raise LookupError("no function %r for request %r" % (call.get("function"), call.get("id")))
+                raise RuntimeError("no function %r for request %r" % (call.get("function"), call.get("id")))
             value = fn(*(call.get("args") or ()), **(call.get("kwargs") or {}))
-            data = json.dumps({"reply": {"call_id": call_id, "result": value}})  # a value that is not JSON is an error too
-        except Exception as e:  # noqa: BLE001 - the error goes to the sandbox as HostError
-            data = json.dumps({"reply": {"call_id": call_id, "error": "%s: %s" % (type(e).__name__, e)}})
+        except Exception as e:  # noqa: BLE001 - the error goes to the sandbox, typed (HOST_ERROR_TYPES) or as HostError
+            data = json.dumps({"reply": _error_reply(call_id, e)})
+        else:
+            try:
+                data = json.dumps({"reply": {"call_id": call_id, "result": value}})
+            except Exception as e:  # noqa: BLE001 - a value that is not JSON is the host's fault: HostError
+                data = json.dumps({"reply": {"call_id": call_id, "error": "%s: %s" % (type(e).__name__, e)}})
         try:
             self._write_line(data)
         except PoolError:
@@ -516,7 +621,7 @@ class Pool:
         if script is not None:
             req["script"] = os.fspath(script)
         if functions:
-            req["functions"] = sorted(functions)
+            req["functions"] = declare(functions)
         if inputs is not None:
             req["inputs"] = dict(inputs)
         return self._result(req, functions, on_output, job_id)
@@ -627,7 +732,7 @@ class Session:
                 fields["inputs"] = dict(inputs)
             grants = _fields(dict(self.grants))
             if self.functions:
-                grants["functions"] = sorted(self.functions)
+                grants["functions"] = declare(self.functions)
             if self._fresh:
                 # The first request (and the first after the process
                 # ended) fixes the permissions and the host functions. A
@@ -719,6 +824,19 @@ class Tool:
                 "required": ["code"],
             },
         }
+
+    @property
+    def openai_schema(self) -> Dict[str, Any]:
+        """The tool as an entry of an OpenAI-style "tools" list:
+        {"type": "function", "function": schema}."""
+        return {"type": "function", "function": self.schema}
+
+    @property
+    def anthropic_schema(self) -> Dict[str, Any]:
+        """The tool as an entry of an Anthropic-style "tools" list: name,
+        description and input_schema."""
+        s = self.schema
+        return {"name": s["name"], "description": s["description"], "input_schema": s["parameters"]}
 
     def __call__(self, code: str) -> str:
         pool = self.pool if self.pool is not None else default_pool()

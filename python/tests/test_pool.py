@@ -25,6 +25,23 @@ def failing(*args, **kwargs):
     raise ValueError("backend unavailable")
 
 
+class NoPage(KeyError):
+    pass
+
+
+def missing(name):
+    """Raises a subclass of KeyError."""
+    raise NoPage("no page %r" % name)
+
+
+class Odd(Exception):
+    pass
+
+
+def odd():
+    raise Odd("strange")
+
+
 def not_json():
     return object()
 
@@ -103,11 +120,36 @@ class PoolTest(unittest.TestCase):
         self.assertEqual(r.stdout, "['hit 0 for x', 'hit 1 for x']\n", r)
         r = self.pool.run("from pynox_host import failing, HostError\n"
                           "try:\n    failing(1)\nexcept HostError as e:\n    print(e)", functions={"failing": failing})
-        self.assertEqual(r.stdout, "ValueError: backend unavailable\n", r)
+        self.assertEqual(r.stdout, "backend unavailable\n", r)
+        # An exception of a builtin type (or a subclass) keeps its type in the job.
+        r = self.pool.run("from pynox_host import failing, missing, odd, HostError\n"
+                          "try:\n    failing()\nexcept ValueError as e:\n    print(type(e).__name__, isinstance(e, HostError), e)\n"
+                          "try:\n    missing('p')\nexcept KeyError as e:\n    print(type(e).__name__, isinstance(e, HostError), e.args[0])\n"
+                          "try:\n    odd()\nexcept HostError as e:\n    print(type(e).__name__, e)",
+                          functions={"failing": failing, "missing": missing, "odd": odd})
+        self.assertEqual(r.stdout, "ValueError True backend unavailable\nKeyError True no page 'p'\n"
+                                   "HostError Odd: strange\n", r)
         r = self.pool.run("from pynox_host import not_json, HostError\n"
                           "try:\n    not_json()\nexcept HostError as e:\n    print('HostError', e)",
                           functions={"not_json": not_json})
         self.assertTrue(r.stdout.startswith("HostError TypeError"), r)
+
+    def test_host_function_signatures(self):
+        calls = []
+
+        def recorded(query: str, limit: int = 3) -> list:
+            """Searches, and records the call."""
+            calls.append((query, limit))
+            return [query] * limit
+
+        r = self.pool.run("import inspect\nfrom pynox_host import search\nprint(inspect.signature(search))\n"
+                          "print(search.__doc__)\n"
+                          "try:\n    search('x', limits=2)\nexcept TypeError as e:\n    print('TypeError', e)\n"
+                          "print(search('y', limit=1))",
+                          functions={"search": recorded})
+        self.assertEqual(r.stdout, "(query: str, limit: int = 3) -> list\nSearches, and records the call.\n"
+                                   "TypeError search(): got an unexpected keyword argument 'limits'\n['y']\n", r)
+        self.assertEqual(calls, [("y", 1)], "the wrong call never reached the host")
 
     def test_concurrent_runs_get_their_own_results(self):
         results = {}
@@ -169,6 +211,9 @@ class PoolTest(unittest.TestCase):
         self.assertIn("search(query: str, limit: int = 3) -> list: Searches the documentation.", python.__doc__)
         self.assertEqual(python.schema["name"], "python")
         self.assertEqual(python.schema["parameters"]["required"], ["code"])
+        self.assertEqual(python.openai_schema, {"type": "function", "function": python.schema})
+        self.assertEqual(python.anthropic_schema["input_schema"], python.schema["parameters"])
+        self.assertIn("search(query: str", python.anthropic_schema["description"])
         self.assertEqual(python("print(6 * 7)"), "42\n")
         out = python("open('/etc/passwd')")
         self.assertIn("PermissionError: [Errno 13] Permission denied: '/etc/passwd'\nhint: ", out)
