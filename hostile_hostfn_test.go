@@ -41,6 +41,10 @@ func TestHostileHostCallsInFlight(t *testing.T) {
 	}
 	res := run(t, p, Job{Functions: []string{"hold"}, Host: host, Code: forgeCalls("range(1, 66)")})
 	require.Equal(t, "65 more than 64 host calls in flight\n", res.Stdout)
+	// Each call's handler starts on a goroutine of its own, which may run
+	// after the job has ended: wait for them, then check no 65th came.
+	require.Eventually(t, func() bool { return seen.Load() >= int64(MaxInFlight) }, 10*time.Second, time.Millisecond)
+	time.Sleep(50 * time.Millisecond)
 	require.Equal(t, int64(MaxInFlight), seen.Load())
 	// It then reports with calls in flight: a protocol break.
 	requireErrorType(t, res, "PoolWorkerError")

@@ -599,6 +599,7 @@ class Spare:
         self.int_mode = 0
         self.int_pending = False
         self.main_ident = 0
+        self.calls = None  # the job's _HostCalls, once it has host functions
 
     def hold_interrupt(self):
         """Keeps an interrupt pending while the runner talks to the host on
@@ -627,7 +628,6 @@ class Spare:
             self.int_mode = 0  # the runner's report that follows is never hit
             raise KeyboardInterrupt
         self.int_pending = True
-        self.calls = None  # the job's _HostCalls, once it has host functions
 
     def send(self, obj):
         """Writes a frame to the control channel and rings the bell so that
