@@ -57,7 +57,7 @@ func TestTinyRunPrintsEveryRow(t *testing.T) {
 	text := out.String()
 	t.Log("\n" + text)
 
-	for _, header := range []string{"pynox-bench ", "nproc=", "python: ", "CPython ", "LATENCY", "THROUGHPUT", "MEMORY", "SESSIONS", "HOST FUNCTIONS"} {
+	for _, header := range []string{"pynox-bench ", "nproc=", "python: ", "CPython ", "LATENCY", "THROUGHPUT", "MEMORY", "SESSIONS", "HOST FUNCTIONS", "LIMIT", "cpu/job"} {
 		require.Contains(t, text, header)
 	}
 	lines := strings.Split(text, "\n")
@@ -87,6 +87,27 @@ func TestTinyRunPrintsEveryRow(t *testing.T) {
 		}
 		if r.Section == "throughput" {
 			require.Regexp(t, `\s5\s+\d+\s+\d+(\.\d+)?ms`, l, "row #%s should show n=5, jobs/s and the median", r.ID)
+		}
+		if r.Section == "throughput" || r.Section == "latency" && !strings.HasPrefix(r.Name, "cold") {
+			// median, p99, srv-dur and cpu/job (srv-queue only for pynox)
+			require.GreaterOrEqual(t, len(number.FindAllString(l, -1)), 4, "row #%s should show the CPU per job: %s", r.ID, l)
+		}
+	}
+	// The limit loop's rows, and pynox as a ratio of them.
+	for _, id := range []string{"L1", "L2", "L5"} {
+		require.Contains(t, text, "\n"+id+"   limit loop ", "row #%s", id)
+	}
+	for _, l := range rep.Limit {
+		line := lineOf(l.ID, l.Name)
+		switch {
+		case slices.Contains(pandasRows, l.ID):
+			require.Contains(t, line, "skipped: --pandas=off", "row %s", l.ID)
+		case l.Measure == "jobs/s":
+			require.Regexp(t, `\s\d+\s+\d+\s+\d+%\s+#13 vs #L5, jobs/s$`, line, "row %s", l.ID)
+		case l.Measure == "rtt":
+			require.Regexp(t, `ms\s+\d+\.\d\dx\s+#\d+ vs #L\d, median$`, line, "row %s", l.ID)
+		default: // CPU per job; what the tree reaped is counted in ticks of 10 ms, so over 5 jobs a part may come out negative
+			require.Regexp(t, `ms\s+\d+\.\d\dx\s+#\d+ vs #L\d, [-\d./]+ \| [-\d./]+ ms$`, line, "row %s", l.ID)
 		}
 	}
 	for _, m := range rep.Memory {
@@ -126,6 +147,29 @@ func TestTinyRunJSON(t *testing.T) {
 	}
 	for _, m := range rep.Memory {
 		require.Equal(t, "--skip-memory", m.Skipped)
+	}
+	// CPU per job of every pynox and limit-loop series, and pynox as a
+	// ratio of the loop in every measure measured.
+	for _, id := range []string{"1", "2", "13", "L1", "L2", "L5"} {
+		var r *Row
+		for _, x := range rep.Rows {
+			if x.ID == id {
+				r = x
+			}
+		}
+		require.NotNil(t, r, "row #%s", id)
+		require.Positive(t, r.CPUPerJobUS, "row #%s", id)
+		require.Positive(t, r.CPUHostUS, "row #%s: the server process's own CPU", id)
+	}
+	require.Len(t, rep.Limit, len(newReport().Limit))
+	for _, l := range rep.Limit {
+		if slices.Contains(pandasRows, l.ID) {
+			require.Equal(t, "--pandas=off", l.Skipped, "row %s", l.ID)
+			continue
+		}
+		require.Positive(t, l.Pynox, "row %s", l.ID)
+		require.Positive(t, l.Limit, "row %s", l.ID)
+		require.InDelta(t, l.Pynox/l.Limit, l.Ratio, 1e-9, "row %s", l.ID)
 	}
 }
 
