@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"os"
 	"os/exec"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -188,4 +190,56 @@ func TestBadFlags(t *testing.T) {
 		require.Equal(t, 2, run(context.Background(), args, &out, &errb), "%v", args)
 		require.NotEmpty(t, errb.String(), "%v", args)
 	}
+}
+
+// TestLimitLoopIsConfined checks that the limit loop's jobs run under the
+// confinement it claims (so that it is an honest yardstick): seccomp,
+// no_new_privs, Landlock (no reading outside the
+// runtime's paths, no writing), no network, a job's rlimits; and that
+// jobs' output and exit statuses come back.
+func TestLimitLoopIsConfined(t *testing.T) {
+	requireBenchable(t)
+	py, err := pynox.FindPython(defaultPython())
+	require.NoError(t, err)
+	tmp := t.TempDir()
+	secret := tmp + "/secret"
+	require.NoError(t, os.WriteFile(secret, []byte("x"), 0o644))
+	s, err := startLimit(t.Context(), newReport(), "limit", py, "", 2, tmp, tmp)
+	require.NoError(t, err)
+	defer s.close()
+	run := func(code string) *pynox.Result {
+		r, err := s.c.Run(t.Context(), pynox.Job{Code: code})
+		require.NoError(t, err, "%s: %s", code, s.stderr.String())
+		return r
+	}
+	r := run(`import ctypes
+libc = ctypes.CDLL(None, use_errno=True)
+print(libc.prctl(21, 0, 0, 0, 0), libc.prctl(39, 0, 0, 0, 0), libc.prctl(1, 0, 0, 0, 0), ctypes.get_errno())`)
+	// PR_GET_SECCOMP, PR_GET_NO_NEW_PRIVS, and PR_SET_PDEATHSIG: the
+	// template layer allows it (a spare sets it), the job layer does not.
+	require.Equal(t, 0, r.Exit, r.Stderr)
+	require.Equal(t, "2 1 -1 1\n", r.Stdout)
+	r = run("open('/proc/self/status').read()") // Landlock: not a runtime path
+	require.Equal(t, 1, r.Exit, r.Stdout)
+	require.Contains(t, r.Stderr, "PermissionError")
+
+	r = run(`import resource as r
+print(r.getrlimit(r.RLIMIT_NOFILE), r.getrlimit(r.RLIMIT_CORE), r.getrlimit(r.RLIMIT_FSIZE), r.getrlimit(r.RLIMIT_CPU), r.getrlimit(r.RLIMIT_MEMLOCK), r.getrlimit(r.RLIMIT_AS)[0] > 1 << 30)`)
+	require.Equal(t, 0, r.Exit, r.Stderr)
+	require.Equal(t, "(4096, 4096) (0, 0) (268435456, 268435456) (31, 32) (0, 0) True\n", r.Stdout)
+
+	for _, code := range []string{
+		"open(" + strconv.Quote(secret) + ").read()",                // outside the runtime rules
+		"open('/etc/passwd').read()",                                // not a runtime path
+		"open('/usr/lib/pynox-limit-test', 'w')",                    // runtime paths are read-only
+		"import socket; socket.create_connection(('127.0.0.1', 9))", // no network
+	} {
+		r := run(code)
+		require.Equal(t, 1, r.Exit, "%s ran: %s", code, r.Stdout)
+		require.Regexp(t, `PermissionError|Operation not permitted`, r.Stderr, code)
+	}
+	r = run("import sys; print('out'); print('err', file=sys.stderr); sys.exit(3)")
+	require.Equal(t, 3, r.Exit)
+	require.Equal(t, "out\n", r.Stdout)
+	require.Equal(t, "err\n", r.Stderr)
 }
