@@ -3,6 +3,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -280,6 +281,7 @@ func pool(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		}
 		return 2
 	}
+	setHostProcs(cmp.Or(cfg.Workers, pynox.DefaultWorkers))
 	p, err := pynox.New(cfg)
 	if err != nil {
 		fmt.Fprintf(stderr, "pynox pool: %s\n", describeStartError(err, file, set))
