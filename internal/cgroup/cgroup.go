@@ -554,6 +554,7 @@ type Group struct {
 	memory  int64 // the memory limit written last
 	oomBase int   // the OOM-kill count when the current process joined
 	once    sync.Once
+	files   *files // open control files, kept when the group is reused
 }
 
 // ErrClosed is returned by NewGroup after Close.
@@ -590,7 +591,7 @@ func (m *Manager) NewGroup(memory int64) (*Group, error) {
 		// A fresh Group for the same directories: the old one's Release
 		// may still be inside its sync.Once, which must not be reset
 		// under it.
-		g = &Group{m: g.m, dirs: g.dirs, memDir: g.memDir, memory: g.memory}
+		g = &Group{m: g.m, dirs: g.dirs, memDir: g.memDir, memory: g.memory, files: g.files}
 		g.oomBase = g.OOMKills()
 		if err := g.SetMemory(memory); err != nil {
 			// What the last process left does not fit the new limit:
@@ -605,7 +606,7 @@ func (m *Manager) NewGroup(memory int64) (*Group, error) {
 // create makes a new group; m.pending counts it already.
 func (m *Manager) create(memory int64) (*Group, error) {
 	name := "j" + strconv.FormatInt(m.seq.Add(1), 10)
-	g := &Group{m: m}
+	g := &Group{m: m, files: &files{}}
 	fail := func(err error) (*Group, error) {
 		g.retire()
 		return nil, fmt.Errorf("cgroup: %w", err)
@@ -711,7 +712,7 @@ func (g *Group) OOMKills() int {
 	if g.m.backend == V2 {
 		file = "memory.events"
 	}
-	b, err := os.ReadFile(filepath.Join(g.memDir, file))
+	b, err := g.files.read(filepath.Join(g.memDir, file))
 	if err != nil {
 		return 0
 	}
@@ -782,7 +783,7 @@ func (g *Group) tryRelease() bool {
 // a task counts in pids.current until it is reaped, and every task of
 // the group is in its pids cgroup.
 func (g *Group) empty() bool {
-	b, err := os.ReadFile(filepath.Join(g.dirs[0], "pids.current"))
+	b, err := g.files.read(filepath.Join(g.dirs[0], "pids.current"))
 	return err == nil && strings.TrimSpace(string(b)) == "0"
 }
 
@@ -807,7 +808,7 @@ func (g *Group) reclaimed() bool {
 		usage, reclaim, arg = "memory.current", "memory.reclaim", strconv.FormatInt(1<<40, 10)
 	}
 	charged := func() int64 {
-		b, err := os.ReadFile(filepath.Join(g.memDir, usage))
+		b, err := g.files.read(filepath.Join(g.memDir, usage))
 		if err != nil {
 			return -1
 		}
@@ -828,7 +829,7 @@ func (g *Group) reclaimed() bool {
 // shmem returns the tmpfs and memfd bytes charged to the group (its
 // memory.stat "shmem"), or -1 when unknown.
 func (g *Group) shmem() int64 {
-	b, err := os.ReadFile(filepath.Join(g.memDir, "memory.stat"))
+	b, err := g.files.read(filepath.Join(g.memDir, "memory.stat"))
 	if err != nil {
 		return -1
 	}
@@ -862,6 +863,7 @@ func (g *Group) retire() {
 // tryRemove removes what it can of the group's directories and reports
 // whether none is left.
 func (g *Group) tryRemove() bool {
+	g.files.close()
 	ok := true
 	for i := len(g.dirs) - 1; i >= 0; i-- {
 		if err := unix.Rmdir(g.dirs[i]); err != nil && err != unix.ENOENT {
@@ -921,15 +923,19 @@ func (m *Manager) Close() error {
 	return errors.Join(errs...)
 }
 
-// write writes s to a cgroup file in one write.
+// write writes s to a cgroup file in one write (with no os.File: a
+// control file need not be registered with Go's poller).
 func write(path, s string) error {
-	f, err := os.OpenFile(path, os.O_WRONLY, 0)
+	fd, err := unix.Open(path, unix.O_WRONLY|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return err
+		return &os.PathError{Op: "open", Path: path, Err: err}
 	}
-	_, err = f.Write([]byte(s))
-	if cerr := f.Close(); err == nil {
+	_, err = unix.Write(fd, []byte(s))
+	if cerr := unix.Close(fd); err == nil {
 		err = cerr
 	}
-	return err
+	if err != nil {
+		return &os.PathError{Op: "write", Path: path, Err: err}
+	}
+	return nil
 }
