@@ -21,10 +21,12 @@ import (
 )
 
 func main() {
+	stdin := os.Stdin
 	if len(os.Args) > 1 && os.Args[1] == "pool" {
 		reapOrphans()
+		stdin = pollableStdin()
 	}
-	os.Exit(run(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
+	os.Exit(run(os.Args[1:], stdin, os.Stdout, os.Stderr))
 }
 
 const usage = `pynox runs untrusted Python code in confined CPython processes.
