@@ -2,12 +2,13 @@
 # measures pynox against.
 #
 # A minimal confined fork-per-job loop with pynox's process layout and
-# nothing else: a front process reads job lines and passes each to a free
-# worker; each worker is a warm template (forked from the front once the
-# preloads are imported) that keeps one pre-forked, pre-confined child (a
-# "spare"), hands it the job's code, writes the job's result line itself
-# and then forks the next spare. A spare reports its exit
-# status on a pipe before it exits, as a pynox job reports "done". It
+# nothing else: a front process reads job lines and passes each to a
+# worker with room (one job running, one waiting at most); each worker is
+# a warm template (forked from the front once the preloads are imported)
+# that keeps one pre-forked, pre-confined child (a "spare"), hands it the
+# job's code, writes the job's result line itself and then forks the next
+# spare (at once when another job waits). A spare reports its exit status
+# on a pipe before it exits, as a pynox job reports "done". It
 # applies the same confinement as a pynox job, from the same sources:
 #
 #   - the front and the templates: empty capability sets (bounding set included),
@@ -342,9 +343,14 @@ def emit(data):
 def worker_main(loop, index, job_r, free_w):
     """One worker's template: takes job lines from the front, hands each to
     its spare, forks the next spare, writes the result line and tells the
-    front it is free."""
+    front it is done with a job. The next spare is forked once the result
+    is out, unless another job waits already (the front queues up to two
+    per worker): then at once, so that the fork overlaps the job, as pynox
+    does under a backlog."""
     now = time.monotonic
     spare = loop.fork_spare()
+    waiting = select.poll()
+    waiting.register(job_r, select.POLLIN)
     buf = b""
     while True:
         while b"\n" not in buf:
@@ -363,6 +369,9 @@ def worker_main(loop, index, job_r, free_w):
         except BrokenPipeError:
             pass  # the spare died setting up: its exit status says so
         os.close(job_w)
+        spare = None
+        if b"\n" in buf or waiting.poll(0):
+            spare = loop.fork_spare()
         out, err, status = [], [], None
         poller = select.poll()
         sinks = {out_r: out, err_r: err, st_r: None}
@@ -399,7 +408,8 @@ def worker_main(loop, index, job_r, free_w):
         # collects results too, and a fork while its job runs would delay
         # them (pynox forks at once, in the template, while its Go host
         # collects the result).
-        spare = loop.fork_spare()
+        if spare is None:
+            spare = loop.fork_spare()
         os.write(free_w, bytes([index]))
 
 
@@ -461,7 +471,9 @@ def main():
     poller = select.poll()
     poller.register(0, select.POLLIN)
     poller.register(free_r, select.POLLIN)
-    free = collections.deque(range(workers))
+    # Each worker takes up to two jobs: one running, one waiting (which
+    # tells it to fork its next spare at once). Idle workers come first.
+    free = collections.deque(list(range(workers)) * 2)
     pending = collections.deque()
     inbuf = b""
     eof = False
@@ -472,7 +484,7 @@ def main():
             w = pipes[free.popleft()]
             while view:
                 view = view[os.write(w, view):]
-        if eof and not pending and len(free) == workers:
+        if eof and not pending and len(free) == 2 * workers:
             break
         for fd, _ev in poller.poll():
             chunk = os.read(fd, 65536)
