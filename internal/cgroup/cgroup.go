@@ -554,7 +554,6 @@ type Group struct {
 	memory  int64 // the memory limit written last
 	oomBase int   // the OOM-kill count when the current process joined
 	once    sync.Once
-	files   *files // open control files, kept when the group is reused
 }
 
 // ErrClosed is returned by NewGroup after Close.
@@ -591,7 +590,7 @@ func (m *Manager) NewGroup(memory int64) (*Group, error) {
 		// A fresh Group for the same directories: the old one's Release
 		// may still be inside its sync.Once, which must not be reset
 		// under it.
-		g = &Group{m: g.m, dirs: g.dirs, memDir: g.memDir, memory: g.memory, files: g.files}
+		g = &Group{m: g.m, dirs: g.dirs, memDir: g.memDir, memory: g.memory}
 		g.oomBase = g.OOMKills()
 		if err := g.SetMemory(memory); err != nil {
 			// What the last process left does not fit the new limit:
@@ -606,7 +605,7 @@ func (m *Manager) NewGroup(memory int64) (*Group, error) {
 // create makes a new group; m.pending counts it already.
 func (m *Manager) create(memory int64) (*Group, error) {
 	name := "j" + strconv.FormatInt(m.seq.Add(1), 10)
-	g := &Group{m: m, files: &files{}}
+	g := &Group{m: m}
 	fail := func(err error) (*Group, error) {
 		g.retire()
 		return nil, fmt.Errorf("cgroup: %w", err)
@@ -712,7 +711,7 @@ func (g *Group) OOMKills() int {
 	if g.m.backend == V2 {
 		file = "memory.events"
 	}
-	b, err := g.files.read(filepath.Join(g.memDir, file))
+	b, err := readFile(filepath.Join(g.memDir, file))
 	if err != nil {
 		return 0
 	}
@@ -783,7 +782,7 @@ func (g *Group) tryRelease() bool {
 // a task counts in pids.current until it is reaped, and every task of
 // the group is in its pids cgroup.
 func (g *Group) empty() bool {
-	b, err := g.files.read(filepath.Join(g.dirs[0], "pids.current"))
+	b, err := readFile(filepath.Join(g.dirs[0], "pids.current"))
 	return err == nil && strings.TrimSpace(string(b)) == "0"
 }
 
@@ -808,7 +807,7 @@ func (g *Group) reclaimed() bool {
 		usage, reclaim, arg = "memory.current", "memory.reclaim", strconv.FormatInt(1<<40, 10)
 	}
 	charged := func() int64 {
-		b, err := g.files.read(filepath.Join(g.memDir, usage))
+		b, err := readFile(filepath.Join(g.memDir, usage))
 		if err != nil {
 			return -1
 		}
@@ -829,7 +828,7 @@ func (g *Group) reclaimed() bool {
 // shmem returns the tmpfs and memfd bytes charged to the group (its
 // memory.stat "shmem"), or -1 when unknown.
 func (g *Group) shmem() int64 {
-	b, err := g.files.read(filepath.Join(g.memDir, "memory.stat"))
+	b, err := readFile(filepath.Join(g.memDir, "memory.stat"))
 	if err != nil {
 		return -1
 	}
@@ -863,7 +862,6 @@ func (g *Group) retire() {
 // tryRemove removes what it can of the group's directories and reports
 // whether none is left.
 func (g *Group) tryRemove() bool {
-	g.files.close()
 	ok := true
 	for i := len(g.dirs) - 1; i >= 0; i-- {
 		if err := unix.Rmdir(g.dirs[i]); err != nil && err != unix.ENOENT {

@@ -9,20 +9,20 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// TestGroupFilesFreshAndClosed checks the control files a group keeps
-// open: a read through the kept descriptor sees the group's current
-// state (a process joining and leaving), a reused group keeps them, and
-// removing the groups closes every one.
-func TestGroupFilesFreshAndClosed(t *testing.T) {
+// TestGroupReadsFreshAndLeakNothing checks the control-file reads of a
+// group's life: they see its current state (a process joining and
+// leaving), and leave no descriptor behind.
+func TestGroupReadsFreshAndLeakNothing(t *testing.T) {
 	countFDs := func() int {
 		ents, err := os.ReadDir("/proc/self/fd")
 		require.NoError(t, err)
 		return len(ents)
 	}
-	before := countFDs()
 	m := requireManager(t)
+	defer m.Close()
 	g, err := m.NewGroup(64 << 20)
 	require.NoError(t, err)
+	before := countFDs()
 	require.True(t, g.empty())
 	require.Equal(t, 0, g.OOMKills())
 	require.GreaterOrEqual(t, g.shmem(), int64(0))
@@ -32,19 +32,23 @@ func TestGroupFilesFreshAndClosed(t *testing.T) {
 	pfd, err := unix.PidfdOpen(cmd.Process.Pid, 0)
 	require.NoError(t, err)
 	require.NoError(t, g.Add(pfd))
-	require.False(t, g.empty(), "pids.current read through the kept descriptor must show the new task")
+	require.False(t, g.empty(), "pids.current must show the new task")
 	require.NoError(t, cmd.Process.Kill())
 	_ = cmd.Wait()
 	unix.Close(pfd)
 	require.True(t, g.empty(), "and its exit")
-
+	require.True(t, g.reclaimed())
+	require.Equal(t, before, countFDs(), "no control file is left open")
 	g.Release()
-	g2, err := m.NewGroup(64 << 20)
+}
+
+// TestReadFileErrors checks that a control file that cannot be read is
+// an error that names it.
+func TestReadFileErrors(t *testing.T) {
+	_, err := readFile("/nonexistent/pids.current")
+	require.ErrorContains(t, err, "/nonexistent/pids.current")
+	require.ErrorIs(t, err, os.ErrNotExist)
+	b, err := readFile("/proc/self/stat")
 	require.NoError(t, err)
-	require.Equal(t, g.dirs, g2.dirs, "the released group is reused")
-	require.Same(t, g.files, g2.files)
-	require.True(t, g2.empty())
-	g2.Release()
-	require.NoError(t, m.Close())
-	require.Equal(t, before, countFDs(), "closing the manager closes the groups' control files")
+	require.NotEmpty(t, b)
 }
