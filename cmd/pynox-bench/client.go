@@ -12,8 +12,8 @@ import (
 	"github.com/pynox/pynox/jsonl"
 )
 
-// server is a running JSON Lines job server — pynox pool or the naive one
-// — and the jsonl.Client that drives it. Both take {"id", "code"} lines and
+// server is a running JSON Lines job server — pynox pool, the limit loop or
+// the naive server — and the jsonl.Client that drives it. All take {"id", "code"} lines and
 // answer {"id", "exit", "stdout", ...}; only pynox pool takes sessions and
 // host functions.
 type server struct {
@@ -23,11 +23,16 @@ type server struct {
 	stderr   *tail
 	sessions int // sessions opened, for unique names
 	ready    time.Duration
+	pid      int  // the server process, root of the tree whose CPU is measured
+	tpl      bool // the server's children are templates (pynox pool, the limit loop)
 }
 
-func startServer(ctx context.Context, rep *Report, name, bin string, args []string, dir string) (*server, error) {
+// startServer starts bin with args in dir, with env as its whole
+// environment (nil: this process's), and waits for its ready line.
+func startServer(ctx context.Context, rep *Report, name, bin string, args []string, dir string, env []string) (*server, error) {
 	cmd := exec.CommandContext(ctx, bin, args...)
 	cmd.Dir = dir
+	cmd.Env = env
 	s := &server{name: name, cmd: cmd, stderr: &tail{}}
 	cmd.Stderr = s.stderr
 	t0 := time.Now()
@@ -37,6 +42,8 @@ func startServer(ctx context.Context, rep *Report, name, bin string, args []stri
 	}
 	s.c = c
 	s.ready = time.Since(t0)
+	s.pid = cmd.Process.Pid
+	s.tpl = strings.HasPrefix(name, "pynox") || strings.HasPrefix(name, "limit")
 	if rep != nil {
 		rep.StartupMS[name] = float64(s.ready.Microseconds()) / 1000
 	}
@@ -72,6 +79,9 @@ func (s *server) failed(err error) error {
 }
 
 func (s *server) close() { _ = s.c.Close() }
+
+// cpu reads the CPU the server's process tree has used so far.
+func (s *server) cpu() cpuTimes { return treeCPU(s.pid, s.tpl) }
 
 // tail keeps the last 8 KiB written to it.
 type tail struct {

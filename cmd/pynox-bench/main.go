@@ -18,12 +18,29 @@
 //   - A naive fork-per-request Python server shipped with this command
 //     (naive_server.py, embedded), measured the same way, with and without
 //     pandas imported at its start.
+//   - The limit of pynox's design: a minimal confined fork-per-job loop
+//     shipped with this command (limit_loop.py, embedded), with pynox's
+//     process layout (a warm template per worker, one pre-forked spare
+//     each) and the same confinement as a pynox job: the seccomp programs,
+//     Landlock rules and handled rights, capability drop and rlimits come
+//     from pynox's own packages (internal/worker.Policy), so nothing is
+//     left out of the yardstick but pynox's protocol, cgroups, PID
+//     namespaces and features. Measured like pynox, with and without
+//     pandas, right after the pynox series; the LIMIT section gives pynox
+//     as a ratio of it: CPU per job (at throughput and with think time),
+//     throughput, round trip with think time and back to back.
 //   - Cold interpreters: `python3 -c 'print(sum(range(100)))'` and
 //     `python3 -c 'import pandas'`, fork/exec'd from Go per run.
 //   - Memory: PSS, private (USS) and RSS from /proc/<pid>/smaps_rollup of
 //     the pool's processes, found as descendants of the pool process: idle
 //     templates, their pre-forked spares, and a job child caught while it
 //     runs (a job that sleeps), with and without pandas preloaded.
+//
+// CPU per job (cpu/job) is the user+system CPU of the server's whole
+// process tree over a series (from /proc: each live process's own time,
+// with nanosecond resolution, and the time of what it reaped, in ticks)
+// divided by the requests measured, split into the server process (pynox's
+// Go host), the templates and the job processes.
 //
 // Every ratio is a time ratio against the pynox row it names: above 1 means
 // slower (or, for throughput, fewer jobs per second) than pynox. Nothing is
@@ -49,7 +66,8 @@ import (
 )
 
 // pandasRows are the rows, and memory rows, that need pandas.
-var pandasRows = []string{"3", "4", "5", "8", "9", "10", "12", "14", "16", "19", "21", "23", "24", "M5", "M6", "M7", "M8", "M9", "M10"}
+var pandasRows = []string{"3", "4", "5", "8", "9", "10", "12", "14", "16", "19", "21", "23", "24", "L3", "L4", "L6",
+	"R6", "R7", "R8", "R9", "R10", "M5", "M6", "M7", "M8", "M9", "M10"}
 
 //go:embed naive_server.py
 var naiveServer []byte

@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"os"
 	"os/exec"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -57,7 +59,7 @@ func TestTinyRunPrintsEveryRow(t *testing.T) {
 	text := out.String()
 	t.Log("\n" + text)
 
-	for _, header := range []string{"pynox-bench ", "nproc=", "python: ", "CPython ", "LATENCY", "THROUGHPUT", "MEMORY", "SESSIONS", "HOST FUNCTIONS"} {
+	for _, header := range []string{"pynox-bench ", "nproc=", "python: ", "CPython ", "LATENCY", "THROUGHPUT", "MEMORY", "SESSIONS", "HOST FUNCTIONS", "LIMIT", "cpu/job"} {
 		require.Contains(t, text, header)
 	}
 	lines := strings.Split(text, "\n")
@@ -87,6 +89,27 @@ func TestTinyRunPrintsEveryRow(t *testing.T) {
 		}
 		if r.Section == "throughput" {
 			require.Regexp(t, `\s5\s+\d+\s+\d+(\.\d+)?ms`, l, "row #%s should show n=5, jobs/s and the median", r.ID)
+		}
+		if r.Section == "throughput" || r.Section == "latency" && !strings.HasPrefix(r.Name, "cold") {
+			// median, p99, srv-dur and cpu/job (srv-queue only for pynox)
+			require.GreaterOrEqual(t, len(number.FindAllString(l, -1)), 4, "row #%s should show the CPU per job: %s", r.ID, l)
+		}
+	}
+	// The limit loop's rows, and pynox as a ratio of them.
+	for _, id := range []string{"L1", "L2", "L5"} {
+		require.Contains(t, text, "\n"+id+"   limit loop ", "row #%s", id)
+	}
+	for _, l := range rep.Limit {
+		line := lineOf(l.ID, l.Name)
+		switch {
+		case slices.Contains(pandasRows, l.ID):
+			require.Contains(t, line, "skipped: --pandas=off", "row %s", l.ID)
+		case l.Measure == "jobs/s":
+			require.Regexp(t, `\s\d+\s+\d+\s+\d+%\s+#13 vs #L5, jobs/s$`, line, "row %s", l.ID)
+		case l.Measure == "rtt":
+			require.Regexp(t, `ms\s+\d+\.\d\dx\s+#\d+ vs #L\d, median$`, line, "row %s", l.ID)
+		default: // CPU per job; what the tree reaped is counted in ticks of 10 ms, so over 5 jobs a part may come out negative
+			require.Regexp(t, `ms\s+\d+\.\d\dx\s+#\d+ vs #L\d, [-\d./]+ \| [-\d./]+ ms$`, line, "row %s", l.ID)
 		}
 	}
 	for _, m := range rep.Memory {
@@ -127,6 +150,29 @@ func TestTinyRunJSON(t *testing.T) {
 	for _, m := range rep.Memory {
 		require.Equal(t, "--skip-memory", m.Skipped)
 	}
+	// CPU per job of every pynox and limit-loop series, and pynox as a
+	// ratio of the loop in every measure measured.
+	for _, id := range []string{"1", "2", "13", "L1", "L2", "L5"} {
+		var r *Row
+		for _, x := range rep.Rows {
+			if x.ID == id {
+				r = x
+			}
+		}
+		require.NotNil(t, r, "row #%s", id)
+		require.Positive(t, r.CPUPerJobUS, "row #%s", id)
+		require.Positive(t, r.CPUHostUS, "row #%s: the server process's own CPU", id)
+	}
+	require.Len(t, rep.Limit, len(newReport().Limit))
+	for _, l := range rep.Limit {
+		if slices.Contains(pandasRows, l.ID) {
+			require.Equal(t, "--pandas=off", l.Skipped, "row %s", l.ID)
+			continue
+		}
+		require.Positive(t, l.Pynox, "row %s", l.ID)
+		require.Positive(t, l.Limit, "row %s", l.ID)
+		require.InDelta(t, l.Pynox/l.Limit, l.Ratio, 1e-9, "row %s", l.ID)
+	}
 }
 
 func TestPercentile(t *testing.T) {
@@ -144,4 +190,56 @@ func TestBadFlags(t *testing.T) {
 		require.Equal(t, 2, run(context.Background(), args, &out, &errb), "%v", args)
 		require.NotEmpty(t, errb.String(), "%v", args)
 	}
+}
+
+// TestLimitLoopIsConfined checks that the limit loop's jobs run under the
+// confinement it claims (so that it is an honest yardstick): seccomp,
+// no_new_privs, Landlock (no reading outside the
+// runtime's paths, no writing), no network, a job's rlimits; and that
+// jobs' output and exit statuses come back.
+func TestLimitLoopIsConfined(t *testing.T) {
+	requireBenchable(t)
+	py, err := pynox.FindPython(defaultPython())
+	require.NoError(t, err)
+	tmp := t.TempDir()
+	secret := tmp + "/secret"
+	require.NoError(t, os.WriteFile(secret, []byte("x"), 0o644))
+	s, err := startLimit(t.Context(), newReport(), "limit", py, "", 2, tmp, tmp)
+	require.NoError(t, err)
+	defer s.close()
+	run := func(code string) *pynox.Result {
+		r, err := s.c.Run(t.Context(), pynox.Job{Code: code})
+		require.NoError(t, err, "%s: %s", code, s.stderr.String())
+		return r
+	}
+	r := run(`import ctypes
+libc = ctypes.CDLL(None, use_errno=True)
+print(libc.prctl(21, 0, 0, 0, 0), libc.prctl(39, 0, 0, 0, 0), libc.prctl(1, 0, 0, 0, 0), ctypes.get_errno())`)
+	// PR_GET_SECCOMP, PR_GET_NO_NEW_PRIVS, and PR_SET_PDEATHSIG: the
+	// template layer allows it (a spare sets it), the job layer does not.
+	require.Equal(t, 0, r.Exit, r.Stderr)
+	require.Equal(t, "2 1 -1 1\n", r.Stdout)
+	r = run("open('/proc/self/status').read()") // Landlock: not a runtime path
+	require.Equal(t, 1, r.Exit, r.Stdout)
+	require.Contains(t, r.Stderr, "PermissionError")
+
+	r = run(`import resource as r
+print(r.getrlimit(r.RLIMIT_NOFILE), r.getrlimit(r.RLIMIT_CORE), r.getrlimit(r.RLIMIT_FSIZE), r.getrlimit(r.RLIMIT_CPU), r.getrlimit(r.RLIMIT_MEMLOCK), r.getrlimit(r.RLIMIT_AS)[0] > 1 << 30)`)
+	require.Equal(t, 0, r.Exit, r.Stderr)
+	require.Equal(t, "(4096, 4096) (0, 0) (268435456, 268435456) (31, 32) (0, 0) True\n", r.Stdout)
+
+	for _, code := range []string{
+		"open(" + strconv.Quote(secret) + ").read()",                // outside the runtime rules
+		"open('/etc/passwd').read()",                                // not a runtime path
+		"open('/usr/lib/pynox-limit-test', 'w')",                    // runtime paths are read-only
+		"import socket; socket.create_connection(('127.0.0.1', 9))", // no network
+	} {
+		r := run(code)
+		require.Equal(t, 1, r.Exit, "%s ran: %s", code, r.Stdout)
+		require.Regexp(t, `PermissionError|Operation not permitted`, r.Stderr, code)
+	}
+	r = run("import sys; print('out'); print('err', file=sys.stderr); sys.exit(3)")
+	require.Equal(t, 3, r.Exit)
+	require.Equal(t, "out\n", r.Stdout)
+	require.Equal(t, "err\n", r.Stderr)
 }

@@ -21,7 +21,9 @@ type Report struct {
 	Pynox    string     `json:"pynox"`
 	Settings string     `json:"settings"`
 	Rows     []*Row     `json:"rows"`
-	Memory   []*MemRow  `json:"memory"`
+	// Limit is pynox as a ratio of the limit loop, measure by measure.
+	Limit  []*LimitRow `json:"limit"`
+	Memory []*MemRow   `json:"memory"`
 	// StartupMS is each server's time from start to its ready line.
 	StartupMS map[string]float64 `json:"startup_ms"`
 	Elapsed   string             `json:"elapsed"`
@@ -52,6 +54,16 @@ type Row struct {
 	// and (pynox) the queue time before hand-over, medians.
 	ServerDurUS   float64 `json:"server_duration_us,omitempty"`
 	ServerQueueUS float64 `json:"server_queue_us,omitempty"`
+	// CPU the server's whole process tree used per measured request
+	// (user+system, from /proc/<pid>/stat of the tree), and its split:
+	// the server process itself (pynox's Go host; the Python loop of the
+	// naive server and the limit loop), pynox's templates, and the
+	// processes that ran the jobs. Measured from after the warm-up
+	// requests to the last answer.
+	CPUPerJobUS    float64 `json:"cpu_per_job_us,omitempty"`
+	CPUHostUS      float64 `json:"cpu_host_us,omitempty"`
+	CPUTemplatesUS float64 `json:"cpu_templates_us,omitempty"`
+	CPUChildrenUS  float64 `json:"cpu_children_us,omitempty"`
 	// Vs names the pynox row this one is compared to, Ratio the time
 	// ratio (above 1: slower than it).
 	Vs      string  `json:"vs,omitempty"`
@@ -59,6 +71,26 @@ type Row struct {
 	Skipped string  `json:"skipped,omitempty"`
 
 	rtts []time.Duration
+}
+
+// LimitRow is one measure of pynox as a ratio of the same measure of the
+// limit loop (limit_loop.py), taken in the same run.
+type LimitRow struct {
+	ID   string `json:"id"`
+	Name string `json:"name"`
+	// What is compared: CPU per job ("cpu", microseconds), throughput
+	// ("jobs/s") or the median client round trip ("rtt", microseconds).
+	Measure string `json:"measure"`
+	// The rows compared.
+	PynoxRow string  `json:"pynox_row"`
+	LimitRow string  `json:"limit_row"`
+	Pynox    float64 `json:"pynox"`
+	Limit    float64 `json:"limit"`
+	// Ratio is pynox over the limit: for CPU and round trips the times
+	// pynox takes, for throughput the share of the limit's jobs/s pynox
+	// reaches.
+	Ratio   float64 `json:"ratio,omitempty"`
+	Skipped string  `json:"skipped,omitempty"`
 }
 
 // MemRow is one process's memory.
@@ -83,6 +115,15 @@ func (r *Report) row(id string) *Row {
 	panic("no row " + id)
 }
 
+func (r *Report) limit(id string) *LimitRow {
+	for _, x := range r.Limit {
+		if x.ID == id {
+			return x
+		}
+	}
+	panic("no limit row " + id)
+}
+
 func (r *Report) mem(id string) *MemRow {
 	for _, x := range r.Memory {
 		if x.ID == id {
@@ -105,6 +146,10 @@ func newReport() *Report {
 	add("3", lat, "pynox+pandas     trivial     gap=G", "1")
 	add("4", lat, "pynox+pandas     trivial     gap=0", "3")
 	add("5", lat, "pynox+pandas     pandas-job  gap=G", "")
+	add("L1", lat, "limit loop       trivial     gap=G", "1")
+	add("L2", lat, "limit loop       trivial     gap=0", "2")
+	add("L3", lat, "limit+pandas     trivial     gap=G", "3")
+	add("L4", lat, "limit+pandas     trivial     gap=0", "4")
 	add("6", lat, "naive            trivial     gap=G", "1")
 	add("7", lat, "naive            trivial     gap=0", "2")
 	add("8", lat, "naive+pandas     trivial     gap=G", "3")
@@ -114,6 +159,8 @@ func newReport() *Report {
 	add("12", lat, "cold python -c   import pandas", "5")
 	add("13", thr, "pynox            trivial", "")
 	add("14", thr, "pynox+pandas     trivial", "13")
+	add("L5", thr, "limit loop       trivial", "13")
+	add("L6", thr, "limit+pandas     trivial", "14")
 	add("15", thr, "naive            trivial", "13")
 	add("16", thr, "naive+pandas     trivial", "14")
 	add("17", "sessions", "pynox session     step        gap=G", "1")
@@ -125,6 +172,19 @@ func newReport() *Report {
 	add("20", "host", "pynox            host call", "")
 	add("21", "host", "pynox+pandas     host call", "20")
 	add("25", lat, "pynox ro-mount   trivial     gap=G", "1")
+	addLimit := func(id, name, measure, pynoxRow, limitRow string) {
+		r.Limit = append(r.Limit, &LimitRow{ID: id, Name: name, Measure: measure, PynoxRow: pynoxRow, LimitRow: limitRow})
+	}
+	addLimit("R1", "CPU per job, at throughput", "cpu", "13", "L5")
+	addLimit("R2", "throughput, trivial jobs", "jobs/s", "13", "L5")
+	addLimit("R3", "round trip, think time gap=G", "rtt", "1", "L1")
+	addLimit("R4", "round trip, back to back", "rtt", "2", "L2")
+	addLimit("R5", "CPU per job, think time gap=G", "cpu", "1", "L1")
+	addLimit("R6", "+pandas CPU per job, at throughput", "cpu", "14", "L6")
+	addLimit("R7", "+pandas throughput, trivial jobs", "jobs/s", "14", "L6")
+	addLimit("R8", "+pandas round trip, think time gap=G", "rtt", "3", "L3")
+	addLimit("R9", "+pandas round trip, back to back", "rtt", "4", "L4")
+	addLimit("R10", "+pandas CPU per job, think time gap=G", "cpu", "3", "L3")
 	addMem := func(id, name, vs string) {
 		r.Memory = append(r.Memory, &MemRow{ID: id, Name: name, Vs: vs})
 	}
@@ -161,6 +221,24 @@ func (r *Report) finish(gap time.Duration) {
 			}
 		} else if base.MedianUS > 0 {
 			x.Ratio = x.MedianUS / base.MedianUS
+		}
+	}
+	for _, l := range r.Limit {
+		l.Name = strings.ReplaceAll(l.Name, "gap=G", "gap="+g)
+		p, q := r.row(l.PynoxRow), r.row(l.LimitRow)
+		if l.Skipped != "" || p.Skipped != "" || q.Skipped != "" {
+			continue
+		}
+		switch l.Measure {
+		case "cpu":
+			l.Pynox, l.Limit = p.CPUPerJobUS, q.CPUPerJobUS
+		case "jobs/s":
+			l.Pynox, l.Limit = p.JobsPerS, q.JobsPerS
+		default:
+			l.Pynox, l.Limit = p.MedianUS, q.MedianUS
+		}
+		if l.Limit > 0 {
+			l.Ratio = l.Pynox / l.Limit
 		}
 	}
 	for _, m := range r.Memory {
@@ -215,16 +293,16 @@ func (r *Report) print(w io.Writer) {
 			switch section {
 			case "latency":
 				fmt.Fprintln(w, "LATENCY: sequential, one request outstanding, client-side round trip; gap = think time before each request")
-				fmt.Fprintf(w, "%-4s %-38s %5s %9s %9s %9s %9s   %s\n", "#", "benchmark", "n", "median", "p99", "srv-dur", "srv-queue", "vs pynox")
+				fmt.Fprintf(w, "%-4s %-38s %5s %9s %9s %9s %9s %9s   %s\n", "#", "benchmark", "n", "median", "p99", "srv-dur", "srv-queue", "cpu/job", "vs pynox")
 			case "throughput":
 				fmt.Fprintln(w)
 				fmt.Fprintln(w, "THROUGHPUT: trivial jobs, requests kept in flight as stated in the run line; median/p99 = round trip under load")
-				fmt.Fprintf(w, "%-4s %-38s %5s %9s %9s %9s %9s   %s\n", "#", "benchmark", "n", "jobs/s", "median", "p99", "srv-dur", "vs pynox")
+				fmt.Fprintf(w, "%-4s %-38s %5s %9s %9s %9s %9s %9s   %s\n", "#", "benchmark", "n", "jobs/s", "median", "p99", "srv-dur", "cpu/job", "vs pynox")
 			case "sessions":
 				fmt.Fprintln(w)
 				fmt.Fprintln(w, "SESSIONS: trivial steps in one live session (__main__ kept), sequential, client-side round trip;")
 				fmt.Fprintln(w, "          first step = a new session's first request (checkout + first step), one new session per sample")
-				fmt.Fprintf(w, "%-4s %-38s %5s %9s %9s %9s %9s   %s\n", "#", "benchmark", "n", "median", "p99", "srv-dur", "srv-queue", "vs pynox")
+				fmt.Fprintf(w, "%-4s %-38s %5s %9s %9s %9s %9s %9s   %s\n", "#", "benchmark", "n", "median", "p99", "srv-dur", "srv-queue", "cpu/job", "vs pynox")
 			case "host":
 				fmt.Fprintln(w)
 				fmt.Fprintln(w, "HOST FUNCTIONS: one job calls a host function n times; round trip = client writes a reply until the next call event arrives")
@@ -243,15 +321,17 @@ func (r *Report) print(w io.Writer) {
 			}
 		}
 		if x.Section == "throughput" {
-			fmt.Fprintf(w, "%-4s %-38s %5d %9.0f %9s %9s %9s   %s\n", x.ID, x.Name, x.N, x.JobsPerS,
-				fmtMS(x.MedianUS), fmtMS(x.P99US), fmtMS(x.ServerDurUS), vs)
+			fmt.Fprintf(w, "%-4s %-38s %5d %9.0f %9s %9s %9s %9s   %s\n", x.ID, x.Name, x.N, x.JobsPerS,
+				fmtMS(x.MedianUS), fmtMS(x.P99US), fmtMS(x.ServerDurUS), fmtMS(x.CPUPerJobUS), vs)
 		} else if x.Section == "host" {
 			fmt.Fprintf(w, "%-4s %-38s %5d %9s %9s   %s\n", x.ID, x.Name, x.N, fmtMS(x.MedianUS), fmtMS(x.P99US), vs)
 		} else {
-			fmt.Fprintf(w, "%-4s %-38s %5d %9s %9s %9s %9s   %s\n", x.ID, x.Name, x.N,
-				fmtMS(x.MedianUS), fmtMS(x.P99US), fmtMS(x.ServerDurUS), fmtMS(x.ServerQueueUS), vs)
+			fmt.Fprintf(w, "%-4s %-38s %5d %9s %9s %9s %9s %9s   %s\n", x.ID, x.Name, x.N,
+				fmtMS(x.MedianUS), fmtMS(x.P99US), fmtMS(x.ServerDurUS), fmtMS(x.ServerQueueUS), fmtMS(x.CPUPerJobUS), vs)
 		}
 	}
+	fmt.Fprintln(w)
+	r.printLimit(w)
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "MEMORY: /proc/<pid>/smaps_rollup; PSS splits each shared page among its sharers (a template shares")
 	fmt.Fprintln(w, "        nearly all its pages copy-on-write with its spare), USS = private pages, RSS = all resident pages")
@@ -269,14 +349,57 @@ func (r *Report) print(w io.Writer) {
 	}
 	fmt.Fprintln(w)
 	fmt.Fprint(w, "start to ready line (one sample each):")
-	for _, k := range []string{"pynox", "pynox+pandas", "naive", "naive+pandas"} {
+	for _, k := range []string{"pynox", "pynox+pandas", "limit", "limit+pandas", "naive", "naive+pandas"} {
 		if v, ok := r.StartupMS[k]; ok {
 			fmt.Fprintf(w, "  %s %s", k, fmtMS(v*1000))
 		}
 	}
 	fmt.Fprintln(w)
 	fmt.Fprintf(w, "\nratios: time ratio against the pynox row named (above 1 = slower; throughput: pynox jobs/s over this row's);\n")
-	fmt.Fprintf(w, "srv-dur/srv-queue: medians of the server's own duration_us/queue_us (naive: fork to reap). total run %s\n", r.Elapsed)
+	fmt.Fprintf(w, "srv-dur/srv-queue: medians of the server's own duration_us/queue_us (naive, limit: hand-over to reap);\n")
+	fmt.Fprintf(w, "cpu/job: user+system CPU of the server's whole process tree per measured request. total run %s\n", r.Elapsed)
+}
+
+// printLimit prints pynox as a ratio of the limit loop.
+func (r *Report) printLimit(w io.Writer) {
+	fmt.Fprintln(w, "LIMIT: pynox against the minimal confined fork-per-job loop of the same run (limit_loop.py: a spare per")
+	fmt.Fprintln(w, "       worker with pynox's seccomp layers, Landlock rules and rlimits; no protocol, cgroups or PID namespace)")
+	fmt.Fprintf(w, "%-4s %-38s %9s %9s %12s   %s\n", "#", "measure", "limit", "pynox", "pynox/limit", "CPU split host/templates/children, pynox | limit")
+	split := func(x *Row) string {
+		f := func(us float64) string { return strconv.FormatFloat(us/1000, 'f', 2, 64) }
+		return f(x.CPUHostUS) + "/" + f(x.CPUTemplatesUS) + "/" + f(x.CPUChildrenUS)
+	}
+	for _, l := range r.Limit {
+		if l.Skipped != "" || l.Ratio == 0 {
+			reason := l.Skipped
+			if reason == "" {
+				reason = "not measured"
+			}
+			fmt.Fprintf(w, "%-4s %-38s %s\n", l.ID, l.Name, "skipped: "+reason)
+			continue
+		}
+		switch l.Measure {
+		case "jobs/s":
+			fmt.Fprintf(w, "%-4s %-38s %9.0f %9.0f %12s   #%s vs #%s, jobs/s\n", l.ID, l.Name, l.Limit, l.Pynox,
+				fmt.Sprintf("%.0f%%", 100*l.Ratio), l.PynoxRow, l.LimitRow)
+		case "cpu":
+			fmt.Fprintf(w, "%-4s %-38s %9s %9s %12s   #%s vs #%s, %s | %s ms\n", l.ID, l.Name, fmtMS(l.Limit), fmtMS(l.Pynox),
+				fmt.Sprintf("%.2fx", l.Ratio), l.PynoxRow, l.LimitRow, split(r.row(l.PynoxRow)), split(r.row(l.LimitRow)))
+		default:
+			fmt.Fprintf(w, "%-4s %-38s %9s %9s %12s   #%s vs #%s, median\n", l.ID, l.Name, fmtMS(l.Limit), fmtMS(l.Pynox),
+				fmt.Sprintf("%.2fx", l.Ratio), l.PynoxRow, l.LimitRow)
+		}
+	}
+}
+
+// setCPU records the CPU c the server's tree used over n requests.
+func (row *Row) setCPU(c cpuTimes, n int) {
+	if n <= 0 {
+		return
+	}
+	per := func(sec float64) float64 { return sec * 1e6 / float64(n) }
+	row.CPUPerJobUS = per(c.total())
+	row.CPUHostUS, row.CPUTemplatesUS, row.CPUChildrenUS = per(c.host), per(c.templates), per(c.children)
 }
 
 func (row *Row) summarize(durs, queues []float64) {

@@ -81,6 +81,8 @@ func bench(ctx context.Context, o options) (*Report, error) {
 		for _, id := range ids {
 			if strings.HasPrefix(id, "M") {
 				rep.mem(id).Skipped = reason
+			} else if strings.HasPrefix(id, "R") {
+				rep.limit(id).Skipped = reason
 			} else {
 				rep.row(id).Skipped = reason
 			}
@@ -128,7 +130,7 @@ func bench(ctx context.Context, o options) (*Report, error) {
 
 	// pynox without preloads.
 	logf("pynox pool")
-	s, err := startServer(ctx, rep, "pynox", bin, pynoxArgs(""), work)
+	s, err := startServer(ctx, rep, "pynox", bin, pynoxArgs(""), work, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -164,9 +166,14 @@ func bench(ctx context.Context, o options) (*Report, error) {
 		return nil, err
 	}
 
+	// The limit of the design, right after pynox.
+	if err := limitRows(ctx, rep, o, py.Path, "", tmp, work, "L1", "L2", "L5", logf, gapRows); err != nil {
+		return nil, err
+	}
+
 	if withPandas {
 		logf("pynox pool --preload=pandas")
-		s, err := startServer(ctx, rep, "pynox+pandas", bin, pynoxArgs("pandas"), work)
+		s, err := startServer(ctx, rep, "pynox+pandas", bin, pynoxArgs("pandas"), work, nil)
 		if err != nil {
 			return nil, err
 		}
@@ -203,9 +210,15 @@ func bench(ctx context.Context, o options) (*Report, error) {
 		}
 	}
 
+	if withPandas {
+		if err := limitRows(ctx, rep, o, py.Path, "pandas", tmp, work, "L3", "L4", "L6", logf, gapRows); err != nil {
+			return nil, err
+		}
+	}
+
 	// The naive server.
 	logf("naive server")
-	s, err = startServer(ctx, rep, "naive", py.Path, naiveArgs(""), work)
+	s, err = startServer(ctx, rep, "naive", py.Path, naiveArgs(""), work, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -221,7 +234,7 @@ func bench(ctx context.Context, o options) (*Report, error) {
 	}
 	if withPandas {
 		logf("naive server --preload=pandas")
-		s, err := startServer(ctx, rep, "naive+pandas", py.Path, naiveArgs("pandas"), work)
+		s, err := startServer(ctx, rep, "naive+pandas", py.Path, naiveArgs("pandas"), work, nil)
 		if err != nil {
 			return nil, err
 		}
@@ -249,6 +262,26 @@ func bench(ctx context.Context, o options) (*Report, error) {
 	rep.finish(o.gap)
 	rep.Elapsed = time.Since(began).Round(100 * time.Millisecond).String()
 	return rep, nil
+}
+
+// limitRows measures the limit loop with preload: latency with think time
+// (gapID) and back to back (zeroID), and throughput (thrID).
+func limitRows(ctx context.Context, rep *Report, o options, python, preload, tmp, work, gapID, zeroID, thrID string,
+	logf func(string, ...any), gapRows func(*server, string, string) error) error {
+	name := "limit"
+	if preload != "" {
+		name += "+" + preload
+	}
+	logf("limit loop (%s)", name)
+	s, err := startLimit(ctx, rep, name, python, preload, o.workers, tmp, work)
+	if err != nil {
+		return err
+	}
+	defer s.close()
+	if err := gapRows(s, gapID, zeroID); err != nil {
+		return err
+	}
+	return s.throughput(rep.row(thrID), trivialCode, trivialOut, o.n, o.warm, o.inflight)
 }
 
 func cold(ctx context.Context, row *Row, python, code, want string, n int) error {
@@ -301,7 +334,11 @@ func (s *server) mountLatency(row *Row, work string, n, warm int, gap time.Durat
 // before each, and summarizes the last n.
 func (s *server) series(row *Row, n, warm int, gap time.Duration, once func(i int) (*pynox.Result, time.Duration, error)) error {
 	var durs, queues []float64
+	var cpu0 cpuTimes
 	for i := range warm + n {
+		if i == warm {
+			cpu0 = s.cpu()
+		}
 		if gap > 0 {
 			time.Sleep(gap)
 		}
@@ -317,6 +354,7 @@ func (s *server) series(row *Row, n, warm int, gap time.Duration, once func(i in
 		queues = append(queues, float64(r.QueueUS))
 	}
 	row.summarize(durs, queues)
+	row.setCPU(s.cpu().sub(cpu0), n)
 	return nil
 }
 
@@ -332,6 +370,7 @@ func (s *server) throughput(row *Row, code, want string, n, warm, inflight int) 
 	var durs []float64
 	sem := make(chan struct{}, inflight)
 	var wg sync.WaitGroup
+	cpu0 := s.cpu()
 	t0 := time.Now()
 	for range n {
 		sem <- struct{}{}
@@ -354,10 +393,12 @@ func (s *server) throughput(row *Row, code, want string, n, warm, inflight int) 
 	}
 	wg.Wait()
 	elapsed := time.Since(t0)
+	cpu := s.cpu().sub(cpu0)
 	if firstErr != nil {
 		return firstErr
 	}
 	row.summarize(durs, nil)
+	row.setCPU(cpu, n)
 	row.JobsPerS = float64(n) / elapsed.Seconds()
 	return nil
 }

@@ -3,6 +3,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -20,10 +21,12 @@ import (
 )
 
 func main() {
+	stdin := os.Stdin
 	if len(os.Args) > 1 && os.Args[1] == "pool" {
 		reapOrphans()
+		stdin = pollableStdin()
 	}
-	os.Exit(run(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
+	os.Exit(run(os.Args[1:], stdin, os.Stdout, os.Stderr))
 }
 
 const usage = `pynox runs untrusted Python code in confined CPython processes.
@@ -280,6 +283,7 @@ func pool(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		}
 		return 2
 	}
+	setHostProcs(cmp.Or(cfg.Workers, pynox.DefaultWorkers))
 	p, err := pynox.New(cfg)
 	if err != nil {
 		fmt.Fprintf(stderr, "pynox pool: %s\n", describeStartError(err, file, set))

@@ -711,7 +711,7 @@ func (g *Group) OOMKills() int {
 	if g.m.backend == V2 {
 		file = "memory.events"
 	}
-	b, err := os.ReadFile(filepath.Join(g.memDir, file))
+	b, err := readFile(filepath.Join(g.memDir, file))
 	if err != nil {
 		return 0
 	}
@@ -782,7 +782,7 @@ func (g *Group) tryRelease() bool {
 // a task counts in pids.current until it is reaped, and every task of
 // the group is in its pids cgroup.
 func (g *Group) empty() bool {
-	b, err := os.ReadFile(filepath.Join(g.dirs[0], "pids.current"))
+	b, err := readFile(filepath.Join(g.dirs[0], "pids.current"))
 	return err == nil && strings.TrimSpace(string(b)) == "0"
 }
 
@@ -807,7 +807,7 @@ func (g *Group) reclaimed() bool {
 		usage, reclaim, arg = "memory.current", "memory.reclaim", strconv.FormatInt(1<<40, 10)
 	}
 	charged := func() int64 {
-		b, err := os.ReadFile(filepath.Join(g.memDir, usage))
+		b, err := readFile(filepath.Join(g.memDir, usage))
 		if err != nil {
 			return -1
 		}
@@ -828,7 +828,7 @@ func (g *Group) reclaimed() bool {
 // shmem returns the tmpfs and memfd bytes charged to the group (its
 // memory.stat "shmem"), or -1 when unknown.
 func (g *Group) shmem() int64 {
-	b, err := os.ReadFile(filepath.Join(g.memDir, "memory.stat"))
+	b, err := readFile(filepath.Join(g.memDir, "memory.stat"))
 	if err != nil {
 		return -1
 	}
@@ -921,15 +921,19 @@ func (m *Manager) Close() error {
 	return errors.Join(errs...)
 }
 
-// write writes s to a cgroup file in one write.
+// write writes s to a cgroup file in one write (with no os.File: a
+// control file need not be registered with Go's poller).
 func write(path, s string) error {
-	f, err := os.OpenFile(path, os.O_WRONLY, 0)
+	fd, err := unix.Open(path, unix.O_WRONLY|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return err
+		return &os.PathError{Op: "open", Path: path, Err: err}
 	}
-	_, err = f.Write([]byte(s))
-	if cerr := f.Close(); err == nil {
+	_, err = unix.Write(fd, []byte(s))
+	if cerr := unix.Close(fd); err == nil {
 		err = cerr
 	}
-	return err
+	if err != nil {
+		return &os.PathError{Op: "write", Path: path, Err: err}
+	}
+	return nil
 }

@@ -50,6 +50,7 @@ type Child struct {
 
 	exitOnce sync.Once
 	exitCh   chan ExitStatus
+	reaped   chan struct{} // closed when the template reports the exit (or dies)
 
 	// Replies to host calls that the control socket did not take at once
 	// (replies.go).
@@ -115,6 +116,7 @@ func newChild(t *Template, nsPid, kind int, fds []int) (*Child, error) {
 		stderrFd:   fds[2],
 		pidfd:      fds[3],
 		exitCh:     make(chan ExitStatus, 1),
+		reaped:     make(chan struct{}),
 		closed:     make(chan struct{}),
 		kind:       kind,
 		rings:      make(chan struct{}, 1),
@@ -126,6 +128,7 @@ func (c *Child) exited(st ExitStatus) {
 	c.exitOnce.Do(func() {
 		c.exitCh <- st
 		close(c.exitCh)
+		close(c.reaped)
 	})
 }
 
@@ -257,8 +260,16 @@ func (c *Child) Close() {
 		c.pidfd = -1
 		c.pidMu.Unlock()
 		if c.cg != nil {
-			// Released once the process has gone (retried until then).
-			c.cg.Release()
+			// Released once the template has reaped the process, which it
+			// reports: from then on the group holds no task (unless the
+			// job left processes behind, which Release waits out). Polling
+			// the group from here, before the kill has taken effect, cost
+			// a timer and several reads per job.
+			g := c.cg
+			go func() {
+				<-c.reaped
+				g.Release()
+			}()
 		}
 		if !c.holdRefill.Load() {
 			c.refillOnce.Do(func() { c.tpl.refill(c.kind) })
