@@ -44,6 +44,12 @@ type Checkout struct {
 	job   Job   // the creating request; Code, Script and Args are unused
 	pl    *plan // grants stay open for the checkout's life
 	steps int   // steps run by the current process
+	// A restored checkout's dump (dump.go), pending until its next
+	// process takes it, and the step count it carries; base is the step
+	// count the current process started from.
+	restore      []byte
+	restoreSteps int
+	base         int
 	turn  *activeTurn
 
 	mu      sync.Mutex // guards the fields below; never held across a wait
@@ -378,6 +384,7 @@ func (c *Checkout) Feed(ctx context.Context, step Step) (TurnEvent, error) {
 		c.mu.Unlock()
 	}
 	child := c.child
+	var restore []byte
 	if child == nil {
 		var err error
 		child, err = c.tpl.Take(c.pl.network, tctx.Done())
@@ -397,6 +404,7 @@ func (c *Checkout) Feed(ctx context.Context, step Step) (TurnEvent, error) {
 		c.child = child
 		c.mu.Unlock()
 		c.steps = 0
+		restore = c.takeRestore()
 	}
 	first := c.steps == 0
 	c.steps++
@@ -413,6 +421,7 @@ func (c *Checkout) Feed(ctx context.Context, step Step) (TurnEvent, error) {
 			j.Code, j.Name, j.Argv = ws.Code, ws.Name, ws.Argv
 			j.Timeout, j.MaxOutput, j.Host = ws.Timeout, ws.MaxOutput, ws.Host
 			j.Output = ws.Output
+			j.Restore = restore
 			j.Limits.CPUSecs = ws.CPUSecs
 			out = child.Run(&j, cancel)
 		} else {
@@ -600,7 +609,7 @@ func (p *Pool) startSessionTemplate() (*worker.Template, error) {
 // stamp marks a result as a session step's; the caller holds the turn.
 func (c *Checkout) stamp(res *Result, ended bool) {
 	res.Session = c.name
-	res.Step = c.steps
+	res.Step = c.steps + c.base
 	res.SessionEnded = ended
 }
 

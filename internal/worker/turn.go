@@ -375,6 +375,7 @@ func (t *turn) handle(m *childMsg) {
 		o.Done = true
 		o.Exit = *m.Exit
 		o.Error = m.Error
+		o.Skipped = m.Skipped
 		t.timeout = nil
 		if c.session && !m.Final {
 			o.Alive = true

@@ -56,6 +56,11 @@ type Job struct {
 	Functions []string
 	Host      HostFunc // answers the calls of the first turn
 	MaxCalls  int      // calls allowed per turn
+
+	// Restore is a session dump's pickle (Child.Dump's output) that the
+	// process loads into its __main__, inside its sandbox, before the
+	// first code runs; nil for none. It travels in a sealed memfd.
+	Restore []byte
 }
 
 // MaxCall bounds a host call's JSON arguments and its JSON result.
@@ -128,6 +133,8 @@ type Outcome struct {
 	// MemoryLimit is the memory limit of the child's cgroup in bytes; zero
 	// without cgroups.
 	MemoryLimit int64
+	// Skipped: for a dump (Child.Dump), the globals that did not pickle.
+	Skipped []string
 }
 
 type jobFrame struct {
@@ -145,6 +152,7 @@ type jobFrame struct {
 	Session   bool     `json:"session,omitempty"`
 	Step      int      `json:"step"`
 	Functions []string `json:"functions,omitempty"`
+	Restore   bool     `json:"restore,omitempty"` // the last descriptor is a dump to load
 }
 
 type stepFrame struct {
@@ -169,6 +177,8 @@ type childMsg struct {
 	Error *ErrorInfo `json:"error"`
 	Step  int        `json:"step"`
 	Final bool       `json:"final"`
+	// Skipped: a dump's report names the globals that did not pickle.
+	Skipped []string `json:"skipped"`
 
 	Function string          `json:"function"`
 	Args     json.RawMessage `json:"args"`
