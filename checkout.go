@@ -50,7 +50,7 @@ type Checkout struct {
 	restore      []byte
 	restoreSteps int
 	base         int
-	turn  *activeTurn
+	turn         *activeTurn
 
 	mu      sync.Mutex // guards the fields below; never held across a wait
 	tpl     *worker.Template
