@@ -44,13 +44,14 @@ type Checkout struct {
 	job   Job   // the creating request; Code, Script and Args are unused
 	pl    *plan // grants stay open for the checkout's life
 	steps int   // steps run by the current process
+	turn  *activeTurn
+
 	// A restored checkout's dump (dump.go), pending until its next
 	// process takes it, and the step count it carries; base is the step
-	// count the current process started from.
+	// count the current process started from. Owned by the turn's holder.
 	restore      []byte
 	restoreSteps int
 	base         int
-	turn         *activeTurn
 
 	mu      sync.Mutex // guards the fields below; never held across a wait
 	tpl     *worker.Template
