@@ -53,6 +53,7 @@ func protocolDocParts() []docPart {
 		{heading: "## Results", names: jsonNames(reflect.TypeFor[pynox.Result]()), exact: true},
 		{heading: "## Error types", names: resultErrorTypes()},
 		{heading: "### Closing a session", names: jsonNames(reflect.TypeFor[closedEvent]())},
+		{heading: "### Dumping and restoring a session", names: jsonNames(reflect.TypeFor[dumpEvent]()), exact: true},
 		{heading: "### Call events", names: jsonNames(reflect.TypeFor[callEvent]()), exact: true},
 		{heading: "### Replies", names: jsonNames(reflect.TypeFor[replyError]())},
 		{heading: "## Stats", names: jsonNames(reflect.TypeFor[statsEvent]()), exact: true},

@@ -215,17 +215,22 @@ func (s *server) session(req request) {
 			s.refuseSession(req, requestErrorf("a close request takes no other fields than id and session (got %v)", extra))
 			return
 		}
+	case req.Dump:
+		if extra := setFields(req); len(extra) > 1 {
+			s.refuseSession(req, requestErrorf("a dump request takes no other fields than id, session and dump (got %v)", extra))
+			return
+		}
 	case req.Script != "":
 		s.refuseSession(req, requestErrorf("sessions take inline code, not script"))
 		return
 	case req.Code == "":
-		s.refuseSession(req, requestErrorf("a session request needs code, or close"))
+		s.refuseSession(req, requestErrorf("a session request needs code, close or dump"))
 		return
 	}
 	s.mu.Lock()
 	ns := s.sessions[req.Session]
 	if ns == nil {
-		if req.Close {
+		if req.Close || req.Dump {
 			s.mu.Unlock()
 			s.refuseSession(req, requestErrorf("no session named %q is open", req.Session))
 			return
@@ -282,6 +287,10 @@ func (s *server) serveSessionReq(ns *namedSession, req request) {
 		co = nil
 		ns.ended = false
 	}
+	if req.Dump {
+		s.dumpSession(ns, co, req)
+		return
+	}
 	if req.Close {
 		if co == nil {
 			// Closed by an earlier close queued before this one, never
@@ -324,6 +333,13 @@ func (s *server) serveSessionReq(ns *namedSession, req request) {
 			}
 			return
 		}
+		if req.Restore != nil {
+			if err := hooks.SetRestore(co, req.Restore); err != nil {
+				co.Finish(context.Background())
+				s.refuseSession(req, asRequestError(err))
+				return
+			}
+		}
 		s.mu.Lock()
 		ns.co = co
 		s.mu.Unlock()
@@ -339,6 +355,12 @@ func (s *server) serveSessionReq(ns *namedSession, req request) {
 				s.refuseSession(req, requestErrorf("%v", err))
 			}
 			return
+		}
+		if req.Restore != nil {
+			if err := hooks.SetRestore(co, req.Restore); err != nil {
+				s.refuseSession(req, asRequestError(err))
+				return
+			}
 		}
 		ns.ended = false
 	default:
@@ -436,6 +458,7 @@ func setFields(req request) []string {
 	add(j.Timeout != 0, "timeout")
 	add(j.MaxOutput != 0, "max_output")
 	add(req.Stream, "stream")
+	add(req.Dump, "dump")
 	f = append(f, permissionFields(req)...)
 	if req.Reply != nil && (req.Session != "" || req.Close) {
 		f = append(f, "session")
@@ -463,5 +486,6 @@ func permissionFields(req request) []string {
 	add(j.MaxFileSize != 0, "max_file_size")
 	add(j.Profile != "", "profile")
 	add(j.Functions != nil, "functions")
+	add(req.Restore != nil, "restore")
 	return f
 }

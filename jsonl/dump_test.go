@@ -1,0 +1,59 @@
+package jsonl
+
+import (
+	"encoding/base64"
+	"fmt"
+	"testing"
+
+	"github.com/pynox/pynox"
+	"github.com/stretchr/testify/require"
+)
+
+func TestJSONLDumpRestore(t *testing.T) {
+	t.Parallel()
+	p := newTestPool(t, pynox.Config{Workers: 1})
+	ls := startLive(t, p)
+	ls.send(`{"id": 1, "session": "a", "code": "def f(x):\n    return x * k\nk = 3\ng = (i for i in [])"}`)
+	require.Nil(t, ls.await(1)["error"])
+	ls.send(`{"id": 2, "session": "a", "dump": true}`)
+	d := ls.await(2)
+	require.Equal(t, "a", d["session"])
+	require.Equal(t, []any{"g"}, d["skipped"])
+	require.Equal(t, "1", fmt.Sprint(d["steps"]))
+	dump, ok := d["dump"].(string)
+	require.True(t, ok, "%v", d)
+	raw, err := base64.StdEncoding.DecodeString(dump)
+	require.NoError(t, err)
+	require.NotEmpty(t, raw)
+
+	// The dumped session keeps running.
+	ls.send(`{"id": 3, "session": "a", "code": "print(f(2))"}`)
+	r := ls.await(3)
+	require.Equal(t, "6\n", r["stdout"])
+	require.Equal(t, "2", fmt.Sprint(r["step"]))
+
+	// A new session created from the dump.
+	ls.send(`{"id": 4, "session": "b", "restore": "` + dump + `", "code": "print(f(5), 'g' in globals())"}`)
+	r = ls.await(4)
+	require.Nil(t, r["error"], "%v", r)
+	require.Equal(t, "15 False\n", r["stdout"])
+	require.Equal(t, "2", fmt.Sprint(r["step"]))
+	require.Equal(t, "b", r["session"])
+
+	// Refusals name what is wrong.
+	ls.send(`{"id": 5, "session": "a", "restore": "` + dump + `", "code": "1"}`)
+	require.Contains(t, ls.await(5)["error"].(map[string]any)["message"], "restore")
+	ls.send(`{"id": 6, "session": "c", "restore": "bm90IGEgZHVtcA==", "code": "1"}`)
+	require.Contains(t, ls.await(6)["error"].(map[string]any)["message"], "not a pynox session dump")
+	ls.send(`{"id": 7, "session": "nope", "dump": true}`)
+	require.Contains(t, ls.await(7)["error"].(map[string]any)["message"], `no session named "nope" is open`)
+	ls.send(`{"id": 8, "session": "a", "dump": true, "code": "1"}`)
+	require.Contains(t, ls.await(8)["error"].(map[string]any)["message"], "a dump request takes no other fields")
+	ls.send(`{"id": 9, "session": "c", "restore": "%%%", "code": "1"}`)
+	require.Contains(t, ls.await(9)["error"].(map[string]any)["message"], "restore")
+	ls.send(`{"id": 10, "session": "a", "close": true}`)
+	ls.await(10)
+	ls.send(`{"id": 11, "session": "b", "close": true}`)
+	ls.await(11)
+	ls.finish()
+}
