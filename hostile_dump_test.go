@@ -5,6 +5,7 @@ import (
 	"os/exec"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -131,4 +132,25 @@ func TestDumpReduceExits(t *testing.T) {
 	require.False(t, processAlive(pid))
 	res := feedOK(t, co, "print('keep' in globals())")
 	require.Equal(t, "False\n", res.Stdout)
+}
+
+// A __reduce__ that never returns is held to the session's timeout: the
+// dump fails with KindTimeout, the process is killed, and the next step
+// starts a new one.
+func TestDumpReduceLoops(t *testing.T) {
+	t.Parallel()
+	p := newTestPool(t, Config{Workers: 1})
+	ctx := context.Background()
+	co, err := p.Checkout(ctx, Job{Timeout: time.Second})
+	require.NoError(t, err)
+	defer co.Finish(ctx)
+	feedOK(t, co, "class X:\n    def __reduce__(self):\n        while True: pass\nx = X()")
+	pid := co.Pid()
+	_, err = co.Dump(ctx)
+	require.ErrorIs(t, err, ErrTimeout)
+	require.Zero(t, co.Pid())
+	require.Eventually(t, func() bool { return !processAlive(pid) }, 5*time.Second, 10*time.Millisecond)
+	res := feedOK(t, co, "print('x' in globals())")
+	require.Equal(t, "False\n", res.Stdout)
+	require.Equal(t, 1, res.Step)
 }
