@@ -52,6 +52,8 @@ type Checkout struct {
 	restore      []byte
 	restoreSteps int
 	base         int
+	idleFile     string // the dump an idle session was kept in (idle.go)
+	restoredIdle bool   // the next result says Restored
 
 	mu      sync.Mutex // guards the fields below; never held across a wait
 	tpl     *worker.Template
@@ -278,7 +280,7 @@ func (c *Checkout) armIdle() {
 			// A turn that began as the timer fired keeps the session.
 			stale := time.Since(c.lastUse) >= c.pool.cfg.SessionIdle
 			c.mu.Unlock()
-			if stale {
+			if stale && !c.hibernate() {
 				c.end(newError(KindFinished, "the session was idle for %s and was closed", c.pool.cfg.SessionIdle))
 			}
 		})
@@ -612,6 +614,9 @@ func (c *Checkout) stamp(res *Result, ended bool) {
 	res.Session = c.name
 	res.Step = c.steps + c.base
 	res.SessionEnded = ended
+	if c.restoredIdle {
+		res.Restored, c.restoredIdle = true, false
+	}
 }
 
 // endProcess forgets the session's process, killing it if need be; the
@@ -686,6 +691,7 @@ func (c *Checkout) cleanup() {
 	if tpl != nil {
 		tpl.Close()
 	}
+	c.dropIdleDump()
 	c.pl.close()
 	p := c.pool
 	p.coMu.Lock()

@@ -296,7 +296,10 @@
 // first step does, from a sealed memfd — so the pool only moves bytes and
 // never unpickles one: a tampered dump is code run with the restoring
 // session's grants and limits, nothing more. A dump is at most
-// [MaxDumpSize] (64 MiB), and a dumped session goes on as before.
+// [MaxDumpSize] (64 MiB), and a dumped session goes on as before. With
+// Config.SessionIdleDump the pool keeps an idle session this way (a file
+// in that directory, outside every grant) instead of closing it, and
+// restores it at its next Feed (Result.Restored).
 //
 // # Streamed output
 //

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"sync"
 	"time"
+
+	"github.com/pynox/pynox/internal/worker"
 )
 
 // MaxDumpSize bounds a session dump ([Dump.Data]) in bytes: 64 MiB.
@@ -73,16 +75,12 @@ func (c *Checkout) Dump(ctx context.Context) (*Dump, error) {
 	}
 	child := c.child
 	if child == nil {
+		c.loadIdleDump()
 		if c.restore != nil {
 			return &Dump{Data: encodeDump(c.restoreSteps, c.restore), Steps: c.restoreSteps}, nil
 		}
 		return &Dump{Data: encodeDump(0, nil)}, nil
 	}
-	stepDone, err := c.pool.beginStep()
-	if err != nil {
-		return nil, err
-	}
-	defer stepDone()
 	c.mu.Lock()
 	c.idle.Stop()
 	c.lastUse = time.Now()
@@ -92,6 +90,17 @@ func (c *Checkout) Dump(ctx context.Context) (*Dump, error) {
 		c.armIdle()
 		c.mu.Unlock()
 	}()
+	return c.dump(ctx, child)
+}
+
+// dump makes the dump of the live process child; the caller holds the
+// turn.
+func (c *Checkout) dump(ctx context.Context, child *worker.Child) (*Dump, error) {
+	stepDone, err := c.pool.beginStep()
+	if err != nil {
+		return nil, err
+	}
+	defer stepDone()
 	cancel := make(chan struct{})
 	var once sync.Once
 	stop := func() { once.Do(func() { close(cancel) }) }
@@ -206,6 +215,7 @@ func (c *Checkout) setRestore(d []byte) error {
 // takeRestore hands the pending dump, if any, to the process just taken;
 // the caller holds the turn.
 func (c *Checkout) takeRestore() []byte {
+	c.loadIdleDump()
 	r := c.restore
 	c.base = c.restoreSteps
 	c.restore, c.restoreSteps = nil, 0

@@ -148,6 +148,10 @@ type Result struct {
 	// SessionEnded is set when the step ended the session's process (an
 	// exit, a timeout, a crash): the session's next step starts a new one.
 	SessionEnded bool `json:"session_ended,omitempty"`
+	// Restored is set on the first step after the pool restored the
+	// session from the dump it made when the session was idle (see
+	// Config.SessionIdleDump).
+	Restored bool `json:"restored,omitempty"`
 	// Calls counts the host-function calls the job (or step) made.
 	Calls int `json:"calls,omitempty"`
 

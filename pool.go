@@ -145,6 +145,9 @@ func New(cfg Config) (*Pool, error) {
 		// besides the write ceiling: those it makes its jobs' cgroups in
 		// (they exist by now; a rule holds a directory, not a name).
 		selfWritable := cg.WritableDirs()
+		if cfg.SessionIdleDump != "" {
+			selfWritable = append(selfWritable, cfg.SessionIdleDump)
+		}
 		if p.self, err = p.confineSelf(selfWritable); err != nil {
 			cg.Close()
 			return nil, &Error{Kind: KindSpawn, Type: KindSpawn.String(), Err: &ConfigError{Key: "pool.confine_self", Value: "true",
@@ -173,6 +176,13 @@ func New(cfg Config) (*Pool, error) {
 		return nil, &Error{Kind: KindSpawn, Type: KindSpawn.String(), Err: startError(cfg, err)}
 	}
 	p.info = tpls[0].Info()
+	if err := checkIdleDumpRuntime(cfg, p.info.RuntimePaths); err != nil {
+		for _, t := range tpls {
+			t.Close()
+		}
+		cg.Close()
+		return nil, &Error{Kind: KindSpawn, Type: KindSpawn.String(), Message: "invalid config", Err: err}
+	}
 	for _, t := range tpls {
 		w := &poolWorker{pool: p, tpl: t}
 		p.workers = append(p.workers, w)

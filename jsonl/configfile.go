@@ -57,6 +57,7 @@ type fileSchema struct {
 		PackageDirs []string        `toml:"package_dirs"`
 		MaxSessions *int            `toml:"max_sessions"`
 		SessionIdle *pynox.Duration `toml:"session_idle"`
+		IdleDump    *string         `toml:"session_idle_dump"`
 		PIDNS       *string         `toml:"pid_namespace"`
 		Log         *string         `toml:"log"`
 		Python      *string         `toml:"python"`
@@ -186,6 +187,9 @@ func LoadConfig(path string) (*File, error) {
 	}
 	if s.Pool.SessionIdle != nil {
 		c.SessionIdle = time.Duration(*s.Pool.SessionIdle)
+	}
+	if s.Pool.IdleDump != nil {
+		c.SessionIdleDump = resolve([]string{*s.Pool.IdleDump})[0]
 	}
 	if s.Pool.PIDNS != nil {
 		switch *s.Pool.PIDNS {

@@ -3,7 +3,10 @@ package jsonl
 import (
 	"encoding/base64"
 	"fmt"
+	"os"
+	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/pynox/pynox"
 	"github.com/stretchr/testify/require"
@@ -56,4 +59,35 @@ func TestJSONLDumpRestore(t *testing.T) {
 	ls.send(`{"id": 11, "session": "b", "close": true}`)
 	ls.await(11)
 	ls.finish()
+}
+
+func TestJSONLIdleSessionRestored(t *testing.T) {
+	t.Parallel()
+	dumps := t.TempDir()
+	p := newTestPool(t, pynox.Config{Workers: 1, SessionIdle: 200 * time.Millisecond, SessionIdleDump: dumps})
+	ls := startLive(t, p)
+	ls.send(`{"id": 1, "session": "a", "code": "k = 7"}`)
+	require.Nil(t, ls.await(1)["error"])
+	require.Eventually(t, func() bool {
+		m, _ := filepath.Glob(filepath.Join(dumps, "*.dump"))
+		return len(m) == 1
+	}, 20*time.Second, 20*time.Millisecond)
+	ls.send(`{"id": 2, "session": "a", "code": "print(k)"}`)
+	r := ls.await(2)
+	require.Equal(t, "7\n", r["stdout"], "%v", r)
+	require.Equal(t, true, r["restored"])
+	require.Equal(t, "2", fmt.Sprint(r["step"]))
+	ls.send(`{"id": 3, "session": "a", "close": true}`)
+	ls.await(3)
+	ls.finish()
+}
+
+func TestConfigFileIdleDump(t *testing.T) {
+	dir := t.TempDir()
+	require.NoError(t, os.Mkdir(filepath.Join(dir, "dumps"), 0o700))
+	path := filepath.Join(dir, "pool.toml")
+	require.NoError(t, os.WriteFile(path, []byte("[pool]\nsession_idle_dump = \"dumps\"\n"), 0o600))
+	f, err := LoadConfig(path)
+	require.NoError(t, err)
+	require.Equal(t, filepath.Join(dir, "dumps"), f.Config.SessionIdleDump)
 }
