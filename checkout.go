@@ -154,6 +154,9 @@ func (p *Pool) checkout(ctx context.Context, job Job, name string, onEnd func(*C
 	if rerr != nil {
 		return nil, rerr
 	}
+	if p.cfg.EvictIdle {
+		p.evictIdle(ctx)
+	}
 	c := &Checkout{pool: p, job: job, pl: pl, name: name, token: make(chan struct{}, 1), ended: make(chan struct{})}
 	c.life, c.kill = context.WithCancel(context.Background())
 	if onEnd != nil {

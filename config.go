@@ -78,6 +78,13 @@ type Config struct {
 	// ceilings, package dirs, the interpreter's and the system's paths):
 	// New refuses it otherwise.
 	SessionIdleDump string
+	// EvictIdle lets a new session in beyond MaxSessions by finishing the
+	// least recently used idle session (one with no turn in progress and
+	// no host call waiting) instead of refusing the new one with
+	// ErrExhausted; the evicted checkout's calls then return ErrFinished,
+	// and its state is lost. With every session busy, the new one is
+	// refused as without it.
+	EvictIdle bool
 	// Logger receives one record per finished job and the pool's own
 	// warnings. Nil means no logging. A job's record has the message "job"
 	// and the attributes id, session, step (empty for one-shot jobs),

@@ -299,7 +299,9 @@
 // [MaxDumpSize] (64 MiB), and a dumped session goes on as before. With
 // Config.SessionIdleDump the pool keeps an idle session this way (a file
 // in that directory, outside every grant) instead of closing it, and
-// restores it at its next Feed (Result.Restored).
+// restores it at its next Feed (Result.Restored). Config.EvictIdle lets
+// a new checkout in at Config.MaxSessions by finishing the least recently
+// used idle one.
 //
 // # Streamed output
 //

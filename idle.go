@@ -1,6 +1,7 @@
 package pynox
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
@@ -168,5 +169,52 @@ func (c *Checkout) dropIdleDump() {
 	if c.idleFile != "" {
 		os.Remove(c.idleFile)
 		c.idleFile = ""
+	}
+}
+
+// evictIdle makes room for one more session when Config.MaxSessions are
+// open, by finishing the least recently used one that is idle: no turn in
+// progress and no host call waiting for Resume. It waits (as long as ctx
+// allows) for the evicted session's processes to be gone, so that its
+// slot is free. With no idle session it does nothing, and the new
+// session is refused as without eviction.
+func (p *Pool) evictIdle(ctx context.Context) {
+	p.coMu.Lock()
+	if len(p.checkouts) < p.cfg.MaxSessions {
+		p.coMu.Unlock()
+		return
+	}
+	var victim *Checkout
+	var oldest time.Time
+	for c := range p.checkouts {
+		select {
+		case c.token <- struct{}{}: // not in a turn
+		default:
+			continue
+		}
+		c.mu.Lock()
+		// A zero lastUse is a session still being created.
+		idle, used := c.turn == nil && c.why == nil && !c.lastUse.IsZero(), c.lastUse
+		c.mu.Unlock()
+		if idle && (victim == nil || used.Before(oldest)) {
+			if victim != nil {
+				victim.release()
+			}
+			victim, oldest = c, used
+		} else {
+			c.release()
+		}
+	}
+	p.coMu.Unlock()
+	if victim == nil {
+		return
+	}
+	ended := victim.end(newError(KindFinished, "the session was evicted: max_sessions sessions were open and it was the least recently used idle one"))
+	victim.release() // to its cleanup
+	if ended {
+		select {
+		case <-victim.ended:
+		case <-ctx.Done():
+		}
 	}
 }

@@ -74,3 +74,47 @@ func TestIdleDumpDirOutsideGrants(t *testing.T) {
 		require.Equal(t, "pool.session_idle_dump", ce.Key, "%v", err)
 	}
 }
+
+func TestEvictIdleLRU(t *testing.T) {
+	t.Parallel()
+	p := newTestPool(t, Config{Workers: 1, MaxSessions: 2, EvictIdle: true})
+	ctx := context.Background()
+	fn := Job{Functions: []string{"f"}}
+	a, err := p.Checkout(ctx, fn)
+	require.NoError(t, err)
+	b, err := p.Checkout(ctx, fn)
+	require.NoError(t, err)
+	feedOK(t, a, "x = 1")
+	feedOK(t, b, "y = 2")
+	feedOK(t, a, "x += 1") // b is now the least recently used
+	c, err := p.Checkout(ctx, fn)
+	require.NoError(t, err)
+	_, err = b.Feed(ctx, Step{Code: "1"})
+	require.ErrorIs(t, err, ErrFinished)
+	require.Contains(t, err.Error(), "evicted")
+	require.Equal(t, "2\n", feedOK(t, a, "print(x)").Stdout)
+
+	// A session whose host call waits for Resume is not idle: a, the
+	// least recently used, waits, so c goes.
+	feedOK(t, c, "z = 3")
+	ev, err := a.Feed(ctx, Step{Code: "import pynox_host\npynox_host.f()"})
+	require.NoError(t, err)
+	require.NotNil(t, ev.Call)
+	d, err := p.Checkout(ctx, fn)
+	require.NoError(t, err)
+	_, err = c.Feed(ctx, Step{Code: "1"})
+	require.ErrorIs(t, err, ErrFinished)
+
+	// With every session busy, a new one is refused as without eviction.
+	ev2, err := d.Feed(ctx, Step{Code: "import pynox_host\npynox_host.f()"})
+	require.NoError(t, err)
+	require.NotNil(t, ev2.Call)
+	_, err = p.Checkout(ctx, fn)
+	require.ErrorIs(t, err, ErrExhausted)
+	ev, err = a.Resume(ctx, ev.Call.ID, Return(1))
+	require.NoError(t, err)
+	requireOK(t, ev.Result)
+	ev2, err = d.Resume(ctx, ev2.Call.ID, Return(1))
+	require.NoError(t, err)
+	requireOK(t, ev2.Result)
+}

@@ -91,3 +91,20 @@ func TestConfigFileIdleDump(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, filepath.Join(dir, "dumps"), f.Config.SessionIdleDump)
 }
+
+func TestJSONLEvictIdle(t *testing.T) {
+	t.Parallel()
+	p := newTestPool(t, pynox.Config{Workers: 1, MaxSessions: 1, EvictIdle: true})
+	ls := startLive(t, p)
+	ls.send(`{"id": 1, "session": "a", "code": "k = 7"}`)
+	require.Nil(t, ls.await(1)["error"])
+	ls.send(`{"id": 2, "session": "b", "code": "print(2)"}`)
+	r := ls.await(2)
+	require.Nil(t, r["error"], "%v", r)
+	// a was evicted: its name starts afresh (and evicts b in turn).
+	ls.send(`{"id": 3, "session": "a", "code": "print('k' in globals())"}`)
+	r = ls.await(3)
+	require.Equal(t, "False\n", r["stdout"], "%v", r)
+	require.Equal(t, "1", fmt.Sprint(r["step"]))
+	ls.finish()
+}

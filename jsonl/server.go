@@ -235,7 +235,7 @@ func (s *server) session(req request) {
 			s.refuseSession(req, requestErrorf("no session named %q is open", req.Session))
 			return
 		}
-		if len(s.sessions) >= s.cfg.MaxSessions {
+		if len(s.sessions) >= s.cfg.MaxSessions && !s.cfg.EvictIdle {
 			// Refused here, by the reader, like a job line over the
 			// limit: a client that sends new names without reading its
 			// answers is held up instead of each name costing a
