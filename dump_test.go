@@ -50,7 +50,9 @@ class Local: pass
 obj = Local()
 `
 	if withPandas {
-		setup += "import pandas as pd\ndf = pd.DataFrame({'x': [1, 2, 3], 'y': ['a', 'b', 'c']})\n"
+		// Large enough that pickle writes its columns as out-of-band
+		// buffers (PickleBuffer).
+		setup += "import pandas as pd\ndf = pd.DataFrame({'x': range(200_000), 'y': [str(i % 7) for i in range(200_000)]})\n"
 	}
 	feedOK(t, co, setup)
 	feedOK(t, co, "counter = 1")
@@ -82,12 +84,12 @@ for name in ("gen", "fh", "Local", "obj"):
 print("ok")
 `
 	if withPandas {
-		check += "assert df.equals(pd.DataFrame({'x': [1, 2, 3], 'y': ['a', 'b', 'c']}))\nprint(df.x.sum())\n"
+		check += "assert df.equals(pd.DataFrame({'x': range(200_000), 'y': [str(i % 7) for i in range(200_000)]}))\nprint(df.x.sum())\n"
 	}
 	res = feedOK(t, co2, check)
 	require.Equal(t, 3, res.Step)
 	if withPandas {
-		require.Equal(t, "ok\n6\n", res.Stdout)
+		require.Equal(t, "ok\n19999900000\n", res.Stdout)
 	} else {
 		require.Equal(t, "ok\n", res.Stdout)
 		t.Log("pandas is not installed for " + testPython() + ": the DataFrame case was skipped")

@@ -996,10 +996,11 @@ class _CountingSink:
         self.limit = limit
 
     def write(self, b):
-        self.n += len(b)
+        n = memoryview(b).nbytes  # a large buffer comes as a PickleBuffer, which has no len()
+        self.n += n
         if self.limit and self.n > self.limit:
             raise _DumpTooLarge()
-        return len(b)
+        return n
 
 
 class _LimitedBytes(io.BytesIO):
@@ -1010,7 +1011,7 @@ class _LimitedBytes(io.BytesIO):
         self.limit = limit
 
     def write(self, b):
-        if self.limit and self.tell() + len(b) > self.limit:
+        if self.limit and self.tell() + memoryview(b).nbytes > self.limit:
             raise _DumpTooLarge()
         return super().write(b)
 
