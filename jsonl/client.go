@@ -303,6 +303,8 @@ type Session struct {
 
 	mu    sync.Mutex
 	fresh bool // the next step creates the session's process: it carries the permissions
+	// restore is a dump the next fresh step carries (client_dump.go).
+	restore []byte
 	open  bool // the server holds the session (a step was answered without a RequestError)
 }
 
@@ -320,6 +322,7 @@ func (s *Session) Run(ctx context.Context, step pynox.Step) (*pynox.Result, erro
 	if s.fresh {
 		req = wireRequest(s.job)
 		req.Script = ""
+		req.Restore = s.restore
 	}
 	req.Session = s.name
 	req.Code, req.Name, req.Args = step.Code, step.Name, step.Args
@@ -345,6 +348,7 @@ func (s *Session) Run(ctx context.Context, step pynox.Step) (*pynox.Result, erro
 	if res.Error == nil || res.Error.Type != pynox.KindRequest.String() {
 		s.open = true
 		s.fresh = res.SessionEnded
+		s.restore = nil
 	}
 	return res, nil
 }

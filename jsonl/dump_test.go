@@ -1,6 +1,7 @@
 package jsonl
 
 import (
+	"context"
 	"encoding/base64"
 	"fmt"
 	"os"
@@ -107,4 +108,33 @@ func TestJSONLEvictIdle(t *testing.T) {
 	require.Equal(t, "False\n", r["stdout"], "%v", r)
 	require.Equal(t, "1", fmt.Sprint(r["step"]))
 	ls.finish()
+}
+
+func TestClientSessionDumpRestore(t *testing.T) {
+	t.Parallel()
+	p := newTestPool(t, pynox.Config{Workers: 1})
+	c := startClient(t, p)
+	ctx := context.Background()
+	s := c.Session("a", pynox.Job{})
+	_, err := s.Dump(ctx)
+	require.ErrorIs(t, err, pynox.ErrRequest) // nothing to dump yet
+	res, err := s.Run(ctx, pynox.Step{Code: "def twice(v):\n    return 2 * v\nn = 21"})
+	require.NoError(t, err)
+	require.Nil(t, res.Error)
+	d, err := s.Dump(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 1, d.Steps)
+	require.Empty(t, d.Skipped)
+	r := c.RestoreSession("b", pynox.Job{}, d.Data)
+	res, err = r.Run(ctx, pynox.Step{Code: "print(twice(n))"})
+	require.NoError(t, err)
+	require.Nil(t, res.Error, "%s", res.Stderr)
+	require.Equal(t, "42\n", res.Stdout)
+	require.Equal(t, 2, res.Step)
+	// Only the first step carries the dump.
+	res, err = r.Run(ctx, pynox.Step{Code: "print(n)"})
+	require.NoError(t, err)
+	require.Equal(t, "21\n", res.Stdout)
+	require.NoError(t, s.Close(ctx))
+	require.NoError(t, r.Close(ctx))
 }
