@@ -303,9 +303,9 @@ type Session struct {
 
 	mu    sync.Mutex
 	fresh bool // the next step creates the session's process: it carries the permissions
-	// restore is a dump the next fresh step carries (client_dump.go).
-	restore []byte
 	open  bool // the server holds the session (a step was answered without a RequestError)
+
+	restore []byte // a dump the next fresh step carries (client_dump.go)
 }
 
 // Name returns the session's name.
