@@ -58,6 +58,15 @@ type Checkout struct {
 	procs       int
 	replacement bool
 
+	// A restored checkout's dump (dump.go), pending until its next
+	// process takes it, and the step count it carries; base is the step
+	// count the current process started from. Owned by the turn's holder.
+	restore      []byte
+	restoreSteps int
+	base         int
+	idleFile     string // the dump an idle session was kept in (idle.go)
+	restoredIdle bool   // the next result says Restored
+
 	mu      sync.Mutex // guards the fields below; never held across a wait
 	tpl     *worker.Template
 	child   *worker.Child // the live session process, or nil
@@ -209,6 +218,9 @@ func (p *Pool) checkout(ctx context.Context, job Job, name string, onEnd func(*C
 	if rerr != nil {
 		return nil, rerr
 	}
+	if p.cfg.EvictIdle {
+		p.evictIdle(ctx)
+	}
 	c := &Checkout{pool: p, job: job, pl: pl, name: name, token: make(chan struct{}, 1), ended: make(chan struct{})}
 	c.life, c.kill = context.WithCancel(context.Background())
 	if onEnd != nil {
@@ -292,7 +304,7 @@ func (c *Checkout) armIdle() {
 			// A turn that began as the timer fired keeps the session.
 			stale := time.Since(c.lastUse) >= c.pool.cfg.SessionIdle
 			c.mu.Unlock()
-			if stale {
+			if stale && !c.hibernate() {
 				c.end(newError(KindFinished, "the session was idle for %s and was closed", c.pool.cfg.SessionIdle))
 			}
 		})
@@ -389,6 +401,7 @@ func (c *Checkout) Feed(ctx context.Context, step Step) (TurnEvent, error) {
 		c.endProcess()
 		child = nil
 	}
+	var restore []byte
 	if child == nil {
 		var err error
 		child, err = c.pool.sessionChild(c.pl.network, tctx.Done())
@@ -409,7 +422,10 @@ func (c *Checkout) Feed(ctx context.Context, step Step) (TurnEvent, error) {
 		c.tpl = child.Template()
 		c.mu.Unlock()
 		c.steps = 0
-		c.replacement = c.procs > 0
+		restore = c.takeRestore()
+		// A replacement starts empty, and its first result says so
+		// (Restarted), unless it restores a dump.
+		c.replacement = c.procs > 0 && restore == nil
 		c.procs++
 	}
 	first := c.steps == 0
@@ -432,6 +448,7 @@ func (c *Checkout) Feed(ctx context.Context, step Step) (TurnEvent, error) {
 			j.Code, j.Name, j.Argv = ws.Code, ws.Name, ws.Argv
 			j.Timeout, j.MaxOutput, j.Host = ws.Timeout, ws.MaxOutput, ws.Host
 			j.Output = ws.Output
+			j.Restore = restore
 			j.Limits.CPUSecs = ws.CPUSecs
 			j.Inputs = ws.Inputs
 			j.Ctx, j.Interrupt = ws.Ctx, ws.Interrupt
@@ -752,9 +769,12 @@ func (c *Checkout) failStep(id any, msg string, accepted time.Time) TurnEvent {
 // stamp marks a result as a session step's; the caller holds the turn.
 func (c *Checkout) stamp(res *Result, ended bool) {
 	res.Session = c.name
-	res.Step = c.steps
+	res.Step = c.steps + c.base
 	res.SessionEnded = ended
 	res.Restarted = c.replacement && c.steps == 1
+	if c.restoredIdle {
+		res.Restored, c.restoredIdle = true, false
+	}
 }
 
 // endProcess forgets the session's process, killing it if need be; the
@@ -830,6 +850,7 @@ func (c *Checkout) cleanup() {
 		// Gone means reaped: Finish and Close return with no zombie left.
 		child.WaitReaped(reapWait)
 	}
+	c.dropIdleDump()
 	c.pl.close()
 	p := c.pool
 	p.coMu.Lock()

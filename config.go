@@ -75,6 +75,24 @@ type Config struct {
 	// at once (the pool protocol's rule), so no configuration key or flag
 	// sets it. A negative value is a ConfigError (key "CheckoutTimeout").
 	CheckoutTimeout time.Duration
+	// SessionIdleDump, when set, is a directory where the pool keeps the
+	// state of a session idle for SessionIdle instead of closing it: it
+	// dumps the session ([Checkout.Dump]) to a file there, ends its
+	// process, and the session's next Feed restores it into a
+	// new process (its Result has Restored set). A session whose dump
+	// fails is closed as without it. A kept session still counts toward
+	// MaxSessions until it is finished. The directory must exist and lie
+	// outside every path a job may be granted (the read and write
+	// ceilings, package dirs, the interpreter's and the system's paths):
+	// New refuses it otherwise.
+	SessionIdleDump string
+	// EvictIdle lets a new session in beyond MaxSessions by finishing the
+	// least recently used idle session (one with no turn in progress and
+	// no host call waiting) instead of refusing the new one with
+	// ErrExhausted; the evicted checkout's calls then return ErrFinished,
+	// and its state is lost. With every session busy, the new one is
+	// refused as without it.
+	EvictIdle bool
 	// Logger receives one record per finished job and the pool's own
 	// warnings. Nil means no logging. A job's record has the message "job"
 	// and the attributes id, session, step (empty for one-shot jobs),
@@ -289,6 +307,11 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.SessionIdle == 0 {
 		c.SessionIdle = DefaultSessionIdle
+	}
+	if c.SessionIdleDump != "" {
+		if err := checkIdleDumpDir(&c); err != nil {
+			return c, err
+		}
 	}
 	if c.Source != "" {
 		src, err := filepath.EvalSymlinks(c.Source)

@@ -371,6 +371,26 @@
 // (a duplicate, or a late one) is refused with [ErrProtocol] and never
 // reaches the call that waits.
 //
+// # Dumping and restoring a session
+//
+// [Checkout.Dump] returns a session's state as bytes ([Dump]): the
+// globals of its __main__ that pickle (modules by name, functions defined
+// in the session by value; what does not pickle is named in
+// Dump.Skipped, never a failure) and its step count. [Pool.Restore]
+// starts a session whose first process loads such a dump before its first
+// step. Both sides run in the session's own confined process — the dump
+// between steps, as a frame the process answers like a step, its pickle
+// coming back on a pipe of its own; the restore as the first thing its
+// first step does, from a sealed memfd — so the pool only moves bytes and
+// never unpickles one: a tampered dump is code run with the restoring
+// session's grants and limits, nothing more. A dump is at most
+// [MaxDumpSize] (64 MiB), and a dumped session goes on as before. With
+// Config.SessionIdleDump the pool keeps an idle session this way (a file
+// in that directory, outside every grant) instead of closing it, and
+// restores it at its next Feed (Result.Restored). Config.EvictIdle lets
+// a new checkout in at Config.MaxSessions by finishing the least recently
+// used idle one.
+//
 // # Streamed output
 //
 // [Job.OnOutput] and [Step.OnOutput] receive a job's stdout and stderr

@@ -34,6 +34,11 @@ func (protocolHooks) Checkout(p *Pool, ctx context.Context, job Job, name string
 // new creating request, keeping its template.
 func (protocolHooks) Reconfigure(c *Checkout, job Job) error { return c.reconfigure(job) }
 
+// SetRestore makes the next process of a checkout with no live process
+// load the dump d (see Pool.Restore); it fails with a KindRequest error
+// for a dump Pool.Restore would refuse.
+func (protocolHooks) SetRestore(c *Checkout, d []byte) error { return c.setRestore(d) }
+
 // Finished returns why the checkout ended, or nil while it is open.
 func (protocolHooks) Finished(c *Checkout) error { return c.isFinished() }
 

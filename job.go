@@ -170,6 +170,10 @@ type Result struct {
 	// step, or its template's death between steps), so __main__ starts
 	// empty again. It is never set on the first process of a session.
 	Restarted bool `json:"restarted,omitempty"`
+	// Restored is set on the first step after the pool restored the
+	// session from the dump it made when the session was idle (see
+	// Config.SessionIdleDump).
+	Restored bool `json:"restored,omitempty"`
 	// Calls counts the host-function calls the job (or step) made.
 	Calls int `json:"calls,omitempty"`
 	// Value is the JSON encoding of the value of the code's last

@@ -155,6 +155,9 @@ func New(cfg Config) (*Pool, error) {
 		// besides the write ceiling: those it makes its jobs' cgroups in
 		// (they exist by now; a rule holds a directory, not a name).
 		selfWritable := append(cg.WritableDirs(), p.scratch.path)
+		if cfg.SessionIdleDump != "" {
+			selfWritable = append(selfWritable, cfg.SessionIdleDump)
+		}
 		if p.self, err = p.confineSelf(selfWritable); err != nil {
 			cg.Close()
 			p.scratch.close()
@@ -185,6 +188,13 @@ func New(cfg Config) (*Pool, error) {
 		return nil, &Error{Kind: KindSpawn, Type: KindSpawn.String(), Err: startError(cfg, err)}
 	}
 	p.info = tpls[0].Info()
+	if err := checkIdleDumpRuntime(cfg, p.info.RuntimePaths); err != nil {
+		for _, t := range tpls {
+			t.Close()
+		}
+		cg.Close()
+		return nil, &Error{Kind: KindSpawn, Type: KindSpawn.String(), Message: "invalid config", Err: err}
+	}
 	for _, t := range tpls {
 		w := &poolWorker{pool: p, tpl: t}
 		p.workers = append(p.workers, w)

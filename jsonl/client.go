@@ -305,6 +305,8 @@ type Session struct {
 	mu    sync.Mutex
 	fresh bool // the next step creates the session's process: it carries the permissions
 	open  bool // the server holds the session (a step was answered without a RequestError)
+
+	restore []byte // a dump the next fresh step carries (client_dump.go)
 }
 
 // Name returns the session's name.
@@ -321,6 +323,7 @@ func (s *Session) Run(ctx context.Context, step pynox.Step) (*pynox.Result, erro
 	if s.fresh {
 		req = wireRequest(s.job)
 		req.Script = ""
+		req.Restore = s.restore
 	}
 	req.Session = s.name
 	req.Code, req.Name, req.Args = step.Code, step.Name, step.Args
@@ -347,6 +350,7 @@ func (s *Session) Run(ctx context.Context, step pynox.Step) (*pynox.Result, erro
 	if res.Error == nil || res.Error.Type != pynox.KindRequest.String() {
 		s.open = true
 		s.fresh = res.SessionEnded
+		s.restore = nil
 	}
 	return res, nil
 }

@@ -57,6 +57,8 @@ type fileSchema struct {
 		PackageDirs []string        `toml:"package_dirs"`
 		MaxSessions *int            `toml:"max_sessions"`
 		SessionIdle *pynox.Duration `toml:"session_idle"`
+		IdleDump    *string         `toml:"session_idle_dump"`
+		EvictIdle   *bool           `toml:"evict_idle"`
 		PIDNS       *string         `toml:"pid_namespace"`
 		Log         *string         `toml:"log"`
 		Python      *string         `toml:"python"`
@@ -187,6 +189,12 @@ func LoadConfig(path string) (*File, error) {
 	}
 	if s.Pool.SessionIdle != nil {
 		c.SessionIdle = time.Duration(*s.Pool.SessionIdle)
+	}
+	if s.Pool.IdleDump != nil {
+		c.SessionIdleDump = resolve([]string{*s.Pool.IdleDump})[0]
+	}
+	if s.Pool.EvictIdle != nil {
+		c.EvictIdle = *s.Pool.EvictIdle
 	}
 	if s.Pool.PIDNS != nil {
 		switch *s.Pool.PIDNS {

@@ -18,6 +18,7 @@ var hooks = poolhook.Impl.(interface {
 	Run(p *pynox.Pool, ctx context.Context, job pynox.Job) (*pynox.Result, func(), error)
 	Checkout(p *pynox.Pool, ctx context.Context, job pynox.Job, name string, onEnd func(*pynox.Checkout)) (*pynox.Checkout, error)
 	Reconfigure(c *pynox.Checkout, job pynox.Job) error
+	SetRestore(c *pynox.Checkout, d []byte) error
 	Finished(c *pynox.Checkout) error
 	Refuse(p *pynox.Pool, job *pynox.Job, session string, e *pynox.Error) *pynox.Result
 	Fail(p *pynox.Pool, job *pynox.Job, session, msg string, accepted time.Time) *pynox.Result

@@ -55,6 +55,7 @@ func protocolDocParts() []docPart {
 		{heading: "### Closing a session", names: jsonNames(reflect.TypeFor[closedEvent]())},
 		{heading: "### Interrupting a step", names: jsonNames(reflect.TypeFor[interruptedEvent]()), exact: true},
 		{heading: "### Cancelling a job", names: jsonNames(reflect.TypeFor[cancelEvent]()), exact: true},
+		{heading: "### Dumping and restoring a session", names: jsonNames(reflect.TypeFor[dumpEvent]()), exact: true},
 		{heading: "### Call events", names: jsonNames(reflect.TypeFor[callEvent]()), exact: true},
 		{heading: "### Replies", names: jsonNames(reflect.TypeFor[replyError]())},
 		{heading: "## Stats", names: jsonNames(reflect.TypeFor[statsEvent]()), exact: true},

@@ -45,6 +45,10 @@ type request struct {
 	// Functions is the line's "functions", names and function objects:
 	// decodeRequest splits it into Job.Functions and Job.Tools.
 	Functions functionDecls `json:"functions,omitempty"`
+	// Dump asks a session for its dump (dump.go); Restore, on a request
+	// that creates a session's process, is a dump for it to load.
+	Dump    bool   `json:"dump,omitempty"`
+	Restore []byte `json:"restore,omitempty"`
 }
 
 // Ready is the first line `pynox pool` writes.
@@ -349,6 +353,9 @@ func describeJSONError(err error, line []byte) string {
 	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
 		return fmt.Sprintf("not valid JSON: the line ends at column %d inside the JSON value; each request is one JSON object on one line, such as %s",
 			jsonColumn(line, int64(len(bytes.TrimRight(line, " \t\r\n")))+1), requestExample)
+	}
+	if msg, ok := describeBase64Error(err); ok {
+		return msg
 	}
 	msg := err.Error()
 	if strings.HasPrefix(msg, "invalid duration ") || strings.HasPrefix(msg, "invalid size ") {

@@ -234,22 +234,27 @@ func (s *server) session(req request) {
 			s.refuseSession(req, requestErrorf("a close request takes no other fields than id and session (got %v)", extra))
 			return
 		}
+	case req.Dump:
+		if extra := setFields(req); len(extra) > 1 {
+			s.refuseSession(req, requestErrorf("a dump request takes no other fields than id, session and dump (got %v)", extra))
+			return
+		}
 	case req.Script != "":
 		s.refuseSession(req, requestErrorf("sessions take inline code, not script"))
 		return
 	case req.Code == "":
-		s.refuseSession(req, requestErrorf("a session request needs code, or close"))
+		s.refuseSession(req, requestErrorf("a session request needs code, close or dump"))
 		return
 	}
 	s.mu.Lock()
 	ns := s.sessions[req.Session]
 	if ns == nil {
-		if req.Close {
+		if req.Close || req.Dump {
 			s.mu.Unlock()
 			s.refuseSession(req, requestErrorf("no session named %q is open", req.Session))
 			return
 		}
-		if len(s.sessions) >= s.cfg.MaxSessions {
+		if len(s.sessions) >= s.cfg.MaxSessions && !s.cfg.EvictIdle {
 			// Refused here, by the reader, like a job line over the
 			// limit: a client that sends new names without reading its
 			// answers is held up instead of each name costing a
@@ -301,6 +306,10 @@ func (s *server) serveSessionReq(ns *namedSession, req request) {
 		co = nil
 		ns.ended = false
 	}
+	if req.Dump {
+		s.dumpSession(ns, co, req)
+		return
+	}
 	if req.Close {
 		if co == nil {
 			// Closed by an earlier close queued before this one, never
@@ -344,6 +353,13 @@ func (s *server) serveSessionReq(ns *namedSession, req request) {
 			}
 			return
 		}
+		if req.Restore != nil {
+			if err := hooks.SetRestore(co, req.Restore); err != nil {
+				co.Finish(context.Background())
+				s.refuseSession(req, asRequestError(err))
+				return
+			}
+		}
 		s.mu.Lock()
 		ns.co = co
 		s.mu.Unlock()
@@ -359,6 +375,12 @@ func (s *server) serveSessionReq(ns *namedSession, req request) {
 				s.refuseSession(req, requestErrorf("%v", err))
 			}
 			return
+		}
+		if req.Restore != nil {
+			if err := hooks.SetRestore(co, req.Restore); err != nil {
+				s.refuseSession(req, asRequestError(err))
+				return
+			}
 		}
 		ns.ended = false
 	default:
@@ -466,6 +488,7 @@ func setFields(req request) []string {
 	add(req.Stream, "stream")
 	add(req.Interrupt, "interrupt")
 	add(req.Cancel != nil, "cancel")
+	add(req.Dump, "dump")
 	f = append(f, permissionFields(req)...)
 	if req.Reply != nil && (req.Session != "" || req.Close) {
 		f = append(f, "session")
@@ -494,5 +517,6 @@ func permissionFields(req request) []string {
 	add(j.MaxFileSize != 0, "max_file_size")
 	add(j.Profile != "", "profile")
 	add(j.Functions != nil || j.Tools != nil, "functions")
+	add(req.Restore != nil, "restore")
 	return f
 }

@@ -313,6 +313,17 @@ func (c *Child) Run(job *Job, cancel <-chan struct{}) *Outcome {
 		fds[i] = g.Fd
 		f.Rules[i] = g.Access
 	}
+	if job.Restore != nil {
+		mfd, err := dumpMemfd(job.Restore)
+		if err != nil {
+			c.Close()
+			now := time.Now()
+			return &Outcome{SetupError: "the session's dump could not be handed over: " + err.Error(), Start: now, End: now}
+		}
+		defer unix.Close(mfd)
+		fds = append(fds, mfd)
+		f.Restore = true
+	}
 	c.session = job.Session
 	c.functions = make(map[string]bool, len(job.Functions))
 	for _, n := range job.Functions {

@@ -587,6 +587,7 @@ class Spare:
         self.null_w = -1
         self.reserve = None
         self.started_frame = b""
+        self.done_extra = {}  # fields a dump adds to its report
         # Held by a host call until its reply arrives, and by the runner
         # from a step's report until the next step begins: frames on the
         # channel never interleave, and no thread reads another's answer.
@@ -656,6 +657,9 @@ class Spare:
         job, fds = _recv_with_fds(sock, FD)
         if job is None:
             os._exit(0)
+        restore_fd = -1
+        if job.get("restore") and fds:
+            restore_fd = fds.pop()  # the dump to restore, after the grants (child.go: Run)
         if self.error is None:
             try:
                 self.confine(job, fds)
@@ -670,7 +674,9 @@ class Spare:
             self.globals["__file__"] = job["name"]
         for p in reversed(job.get("path") or []):
             sys.path.insert(0, p)
-        code, err = self.run(job)
+        code, err = self.restore(restore_fd, job["name"]) if restore_fd >= 0 else (0, None)
+        if err is None:
+            code, err = self.run(job)
         if not job.get("session") or self.exited:
             self.finish(code, err)
         self.session_loop(code, err)
@@ -683,11 +689,11 @@ class Spare:
             if self.calls is not None:
                 self.calls.drain()
             try:
-                _send_report({"t": "done", "step": self.step, "exit": code, "error": err}, self.value)
+                _send_report(dict({"t": "done", "step": self.step, "exit": code, "error": err}, **self.pop_done_extra()), self.value)
             except BaseException:  # noqa: BLE001 - the channel is gone
                 os._exit(code & 0xFF)
             msg, fds = _recv_with_fds(self.sock, FD)
-            if msg is None or msg.get("t") != "step" or len(fds) != 2:
+            if msg is None or msg.get("t") not in ("step", "dump") or len(fds) != 2:
                 for fd in fds:
                     os.close(fd)
                 os._exit(0)
@@ -709,9 +715,64 @@ class Spare:
                     resource.setrlimit(resource.RLIMIT_CPU, (soft, hard))
                 except (OSError, ValueError):
                     pass
-            code, err = self.run(msg)
+            code, err = self.dump(msg) if msg["t"] == "dump" else self.run(msg)
             if self.exited:
                 self.finish(code, err)
+
+    def pop_done_extra(self):
+        """Fields a dump adds to its "done" report (see dump)."""
+        extra = getattr(self, "done_extra", None) or {}
+        self.done_extra = {}
+        return extra
+
+    def dump(self, msg):
+        """Answers a "dump" frame between steps: writes the session's
+        picklable __main__ globals to descriptor 1 (the dump's own pipe),
+        and names those that do not pickle in the report's "skipped". The
+        session's own code may run (a __reduce__, a __getstate__), here, in
+        its own process and sandbox, under the step's limits; what it
+        prints is dropped."""
+        self.value = None  # a dump reports no value, whatever the last step had
+        self.exited = False
+        limit = int(msg.get("max") or 0)
+        saved = sys.stdout, sys.stderr
+        sys.stdout = sys.stderr = io.StringIO()
+        try:
+            data, skipped = _dump_globals(self.globals, limit)
+        except BaseException as e:  # noqa: BLE001 - the dump failed; the session lives on
+            return 1, _describe(e, "<dump>")
+        finally:
+            sys.stdout, sys.stderr = saved
+        self.done_extra = {"skipped": skipped[:MAX_SKIPPED]}
+        try:
+            _write_all(1, data)
+        except OSError as e:
+            return 1, _describe(e, "<dump>")
+        return 0, None
+
+    def restore(self, fd, name):
+        """Loads a dump into the fresh __main__ before the first step of a
+        restored session runs: inside the sandbox, with the session's own
+        grants and limits, as the session's own code would. A dump that
+        fails to load leaves __main__ empty, and its exception is the
+        step's (the step's code does not run)."""
+        try:
+            try:
+                chunks = []
+                while True:
+                    b = os.read(fd, 1 << 20)
+                    if not b:
+                        break
+                    chunks.append(b)
+            finally:
+                os.close(fd)
+            _restore_globals(b"".join(chunks), self.globals)
+        except BaseException as e:  # noqa: BLE001 - a tampered dump is the session's own failure
+            self.new_main()
+            print("pynox: the session's dump could not be restored", file=sys.stderr)
+            _print_traceback(e)
+            return 1, _describe(e, name)
+        return 0, None
 
     def end_step(self):
         """Flushes the step's output and lets go of its pipes: descriptors 1
@@ -1497,6 +1558,161 @@ def _annotation(text):
         return ev(ast.parse(text, mode="eval").body)
     except Exception:  # noqa: BLE001 - an annotation it cannot take shows as text
         return text
+
+
+# ---------------------------------------------------------------- dump and restore
+#
+# A dump is two pickles: a header ("pynox-dump", 1, "MAJOR.MINOR" of the
+# Python that made it) and a dict of the session's __main__ globals. A
+# function defined in the session (its globals are __main__'s) is pickled
+# by value: its code object (marshal, so a dump restores only under the
+# same Python version), defaults, closure values, names, doc and
+# attributes. A module is pickled by name and imported again. Everything
+# else pickles as pickle does; a name whose value does not pickle, or that
+# refers to a class defined in the session (pickled by reference, it could
+# not be found when loading), is skipped. Dumps are made and loaded only
+# by confined session processes: the pool never unpickles one.
+
+MAX_SKIPPED = 1000  # names listed in a dump's report at most
+DUMP_FORMAT = 1
+
+
+class _DumpTooLarge(Exception):
+    pass
+
+
+class _CountingSink:
+    """A file that keeps nothing and counts what is written, up to limit."""
+
+    def __init__(self, limit):
+        self.n = 0
+        self.limit = limit
+
+    def write(self, b):
+        n = memoryview(b).nbytes  # a large buffer comes as a PickleBuffer, which has no len()
+        self.n += n
+        if self.limit and self.n > self.limit:
+            raise _DumpTooLarge()
+        return n
+
+
+class _LimitedBytes(io.BytesIO):
+    """A BytesIO that refuses to grow beyond limit bytes."""
+
+    def __init__(self, limit):
+        super().__init__()
+        self.limit = limit
+
+    def write(self, b):
+        if self.limit and self.tell() + memoryview(b).nbytes > self.limit:
+            raise _DumpTooLarge()
+        return super().write(b)
+
+
+def _dump_function(code, name, qualname, defaults, kwdefaults, closure, doc, attrs):
+    """Rebuilds a function a session defined, in the restoring session's
+    __main__ (pickled by reference as pynox_dump.function)."""
+    import marshal
+    g = sys.modules["__main__"].__dict__
+    cells = None if closure is None else tuple(types.CellType(v) for v in closure)
+    f = types.FunctionType(marshal.loads(code), g, name, defaults, cells)
+    f.__qualname__ = qualname
+    f.__kwdefaults__ = kwdefaults
+    f.__doc__ = doc
+    f.__dict__.update(attrs)
+    return f
+
+
+def _dump_module(name):
+    """Imports a module a session had bound to a name."""
+    import importlib
+    return importlib.import_module(name)
+
+
+def _dump_helpers():
+    """The pynox_dump module that a dump's pickle names."""
+    mod = types.ModuleType("pynox_dump", "Helpers of pynox session dumps.")
+    for attr, fn in (("function", _dump_function), ("module", _dump_module)):
+        fn.__module__, fn.__qualname__ = "pynox_dump", attr
+        setattr(mod, attr, fn)
+    sys.modules["pynox_dump"] = mod
+    return mod
+
+
+def _dump_pickler(main, file):
+    import marshal
+    import pickle
+    helpers = _dump_helpers()
+
+    class Pickler(pickle.Pickler):
+        def reducer_override(self, obj):
+            t = type(obj)
+            if t is types.FunctionType and obj.__globals__ is main:
+                closure = None
+                if obj.__closure__ is not None:
+                    closure = tuple(c.cell_contents for c in obj.__closure__)  # ValueError for an empty cell
+                return helpers.function, (marshal.dumps(obj.__code__), obj.__name__, obj.__qualname__,
+                                          obj.__defaults__, obj.__kwdefaults__, closure, obj.__doc__,
+                                          dict(obj.__dict__))
+            if t is types.ModuleType:
+                name = obj.__name__
+                if not isinstance(name, str) or sys.modules.get(name) is not obj:
+                    raise pickle.PicklingError("module %r cannot be imported by its name" % (name,))
+                return helpers.module, (str.__str__(name),)
+            if isinstance(obj, type) and _TYPE_MODULE(obj) == "__main__":
+                raise pickle.PicklingError("class %s is defined in the session" % str(_TYPE_QUALNAME(obj)))
+            return NotImplemented
+
+    return Pickler(file, protocol=pickle.HIGHEST_PROTOCOL)
+
+
+def _dump_globals(main, limit):
+    """Returns the dump of main (a session's __main__ globals) and the
+    names left out because they did not pickle. Fails with ValueError when
+    the dump would exceed limit bytes."""
+    keep, skipped = {}, []
+    for k in list(main):
+        if not isinstance(k, str):
+            skipped.append(repr(k)[:200])
+            continue
+        if k.startswith("__") and k.endswith("__"):
+            continue  # the module's own attributes (__name__, __builtins__, ...)
+        v = main[k]
+        try:
+            _dump_pickler(main, _CountingSink(limit)).dump(v)
+        except _DumpTooLarge:
+            raise ValueError("the session's dump exceeds %d bytes (the value of %s alone does)" % (limit, k)) from None
+        except BaseException:  # noqa: BLE001 - it does not pickle: skipped, never a failure
+            skipped.append(k[:200])
+            continue
+        keep[k] = v
+    out = _LimitedBytes(limit)
+    import pickle
+    pickle.dump(("pynox-dump", DUMP_FORMAT, "%d.%d" % sys.version_info[:2]), out, protocol=pickle.HIGHEST_PROTOCOL)
+    try:
+        _dump_pickler(main, out).dump(keep)
+    except _DumpTooLarge:
+        raise ValueError("the session's dump exceeds %d bytes" % limit) from None
+    return out.getvalue(), skipped
+
+
+def _restore_globals(data, main):
+    """Loads a dump made by _dump_globals into main."""
+    if not data:
+        return  # the dump of a session that had run nothing
+    import pickle
+    _dump_helpers()
+    f = io.BytesIO(data)
+    head = pickle.load(f)  # two pickles, each with its own memo
+    if type(head) is not tuple or len(head) != 3 or head[0] != "pynox-dump" or head[1] != DUMP_FORMAT:
+        raise ValueError("this is not a pynox session dump")
+    here = "%d.%d" % sys.version_info[:2]
+    if head[2] != here:
+        raise ValueError("the dump was made by Python %s; this session runs Python %s" % (head[2], here))
+    names = pickle.load(f)
+    if type(names) is not dict or any(type(k) is not str for k in names):
+        raise ValueError("the dump's globals are not a dict of names")
+    main.update(names)
 
 
 def drop_capabilities(cap_last, nr):

@@ -429,6 +429,7 @@ func (t *turn) handle(m *childMsg) {
 		if m.ValueRepr != nil {
 			o.ValueRepr = *m.ValueRepr
 		}
+		o.Skipped = m.Skipped
 		t.timeout = nil
 		if c.session && !m.Final {
 			o.Alive = true

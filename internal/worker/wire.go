@@ -68,6 +68,11 @@ type Job struct {
 	// Interrupt, when closed, sends the running code SIGINT (see
 	// Step.Interrupt); nil for none.
 	Interrupt <-chan struct{}
+
+	// Restore is a session dump's pickle (Child.Dump's output) that the
+	// process loads into its __main__, inside its sandbox, before the
+	// first code runs; nil for none. It travels in a sealed memfd.
+	Restore []byte
 }
 
 // Tool describes a host function for the runner: its docstring and its
@@ -162,6 +167,8 @@ type Outcome struct {
 	// end in an expression, or its value was None.
 	Value     json.RawMessage
 	ValueRepr string
+	// Skipped: for a dump (Child.Dump), the globals that did not pickle.
+	Skipped []string
 }
 
 type jobFrame struct {
@@ -181,7 +188,8 @@ type jobFrame struct {
 	Functions []string `json:"functions,omitempty"`
 	Tools     []Tool   `json:"tools,omitempty"`
 
-	Inputs json.RawMessage `json:"inputs,omitempty"`
+	Inputs  json.RawMessage `json:"inputs,omitempty"`
+	Restore bool            `json:"restore,omitempty"` // the last descriptor is a dump to load
 }
 
 type stepFrame struct {
@@ -210,6 +218,8 @@ type childMsg struct {
 	Error *ErrorInfo `json:"error"`
 	Step  int        `json:"step"`
 	Final bool       `json:"final"`
+	// Skipped: a dump's report names the globals that did not pickle.
+	Skipped []string `json:"skipped"`
 
 	ID       int64           `json:"id"` // a call's id, unique in the child's life
 	Function string          `json:"function"`

@@ -1,0 +1,111 @@
+package worker
+
+// Session dumps: the picklable state of a session's __main__, made by the
+// session's own process between steps and loaded by a new session's
+// process before its first step. The host only moves the bytes.
+
+import (
+	"encoding/json"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// MaxSkipped bounds how many names a dump's report lists as skipped.
+const MaxSkipped = 1000
+
+// dumpFrame asks a session's process, between steps, for its dump.
+type dumpFrame struct {
+	T    string `json:"t"` // "dump"
+	Step int    `json:"step"`
+	Max  int    `json:"max"`
+	CPU  int64  `json:"cpu"`
+}
+
+// Dump asks a session whose process is alive (the last Outcome had Alive
+// set) for the pickle of its __main__ globals, of at most max bytes. The
+// process answers between steps, in its sandbox, under timeout and
+// cpuSecs like a step, and lives on. The pickle is Outcome.Stdout (cut at
+// max: StdoutTrunc), and Outcome.Skipped names the globals that did not
+// pickle; Outcome.Error is set when the dump failed (the process lives
+// on). When the dump ends the process (a crash, a timeout), the child is
+// closed and Outcome.Alive is false.
+func (c *Child) Dump(max int, timeout time.Duration, cpuSecs int64, cancel <-chan struct{}) *Outcome {
+	// As in RunStep: nothing may be waiting on the channel between steps.
+	msgs, partial, end, err := c.readFrames()
+	switch {
+	case len(msgs) > 0 || partial || err != nil:
+		now := time.Now()
+		c.Close()
+		return &Outcome{Started: true, Violation: "the session's process wrote on its control channel between steps", Start: now, End: now}
+	case end:
+		now := time.Now()
+		c.Kill()
+		o := &Outcome{Started: true, Start: now, Status: c.status}
+		if o.Status == nil {
+			o.Status = c.waitStatus(time.Second)
+		}
+		c.Close()
+		o.End = time.Now()
+		return o
+	}
+	out, errp, err := outputPipes()
+	if err != nil {
+		c.Close()
+		now := time.Now()
+		return &Outcome{Started: true, SetupError: "pipe: " + err.Error(), Start: now, End: now}
+	}
+	c.stdoutFd, c.stderrFd = out[0], errp[0]
+	// The step number stays: a dump is not a step.
+	payload, _ := json.Marshal(&dumpFrame{T: "dump", Step: c.step, Max: max, CPU: cpuSecs})
+	o := c.turn(turnSpec{
+		send: func() error {
+			err := c.sendRaw(payload, []int{out[1], errp[1]})
+			unix.Close(out[1])
+			unix.Close(errp[1])
+			if err == nil {
+				err = c.signal(unix.SIGCONT)
+			}
+			return err
+		},
+		timeout:   timeout,
+		maxOutput: max,
+		maxCalls:  0,
+		cpu:       cpuSecs,
+		continued: true,
+	}, cancel)
+	if len(o.Skipped) > MaxSkipped {
+		o.Skipped = o.Skipped[:MaxSkipped]
+	}
+	c.noteOOM(o)
+	if !o.Alive {
+		c.Close()
+	}
+	return o
+}
+
+// dumpMemfd returns a sealed memfd holding data, for a restoring
+// session's process to read.
+func dumpMemfd(data []byte) (int, error) {
+	fd, err := unix.MemfdCreate("pynox-dump", unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
+	if err != nil {
+		return -1, err
+	}
+	for n := 0; n < len(data); {
+		m, err := unix.Write(fd, data[n:])
+		if err != nil {
+			unix.Close(fd)
+			return -1, err
+		}
+		n += m
+	}
+	_, err = unix.Seek(fd, 0, 0)
+	if err == nil {
+		_, err = unix.FcntlInt(uintptr(fd), unix.F_ADD_SEALS, unix.F_SEAL_SHRINK|unix.F_SEAL_GROW|unix.F_SEAL_WRITE|unix.F_SEAL_SEAL)
+	}
+	if err != nil {
+		unix.Close(fd)
+		return -1, err
+	}
+	return fd, nil
+}
