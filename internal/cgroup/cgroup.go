@@ -694,7 +694,7 @@ func (g *Group) Add(fd int) error {
 	// The pid was read before the move: had the process been reaped and
 	// its pid reused in between, the pidfd would say so now.
 	if again, err := pidfd.Pid(fd); err != nil || again != pid {
-		return fmt.Errorf("cgroup: process %d exited while being moved", pid)
+		return fmt.Errorf("cgroup: process %d exited while being moved: %w", pid, unix.ESRCH)
 	}
 	return nil
 }

@@ -334,6 +334,12 @@ func (c *Child) Run(job *Job, cancel <-chan struct{}) *Outcome {
 		// No user code may run outside the limits.
 		c.Close()
 		now := time.Now()
+		if errors.Is(err, unix.ESRCH) {
+			// The spare died before it could join its cgroup: nothing
+			// ran, and the job may go to another spare (not Started,
+			// no SetupError).
+			return &Outcome{Start: now, End: now}
+		}
 		return &Outcome{SetupError: err.Error(), Start: now, End: now}
 	}
 	o := c.turn(turnSpec{
