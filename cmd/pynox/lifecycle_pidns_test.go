@@ -130,7 +130,18 @@ func TestPoolAsPID1NoZombies(t *testing.T) {
 				for len(zombies(pool)) > 0 && time.Now().Before(deadline) {
 					time.Sleep(20 * time.Millisecond)
 				}
-				require.Empty(t, zombies(pool), "zombies in the pool's namespace after %s", what)
+				var stats []string
+				for _, z := range zombies(pool) {
+					b, _ := os.ReadFile("/proc/" + strconv.Itoa(z) + "/stat")
+					stats = append(stats, string(b))
+					if f := strings.Fields(string(b)[strings.LastIndexByte(string(b), ')')+2:]); len(f) > 1 {
+						pb, _ := os.ReadFile("/proc/" + f[1] + "/stat")
+						wc, _ := os.ReadFile("/proc/" + f[1] + "/wchan")
+						st, _ := os.ReadFile("/proc/" + f[1] + "/stack")
+						stats = append(stats, "parent: "+string(pb)+" wchan "+string(wc)+"\n"+string(st))
+					}
+				}
+				require.Empty(t, stats, "zombies in the pool's namespace after %s (pool %d)", what, pool)
 			}
 			for i := range 20 {
 				s := c.Session(fmt.Sprintf("s%d", i), pynox.Job{})

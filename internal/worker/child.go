@@ -375,32 +375,10 @@ func (c *Child) RunStep(st *Step, cancel <-chan struct{}) *Outcome {
 	// Between steps the process is stopped, and the runner holds its host
 	// lock from its report until the next step: nothing may be waiting on
 	// the channel. Anything there was forged, and ends the session.
-	msgs, partial, end, err := c.readFrames()
-	switch {
-	case len(msgs) > 0 || partial || err != nil:
-		now := time.Now()
-		c.Close()
-		return &Outcome{Started: true, Violation: "the session's process wrote on its control channel between steps", Start: now, End: now}
-	case end:
-		now := time.Now()
-		c.Kill()
-		o := &Outcome{Started: true, Start: now}
-		o.Status = c.status
-		if o.Status == nil {
-			o.Status = c.waitStatus(time.Second)
-		}
-		c.Close()
-		o.End = time.Now()
-		return o
+	out, errp, ended := c.betweenSteps()
+	if ended != nil {
+		return ended
 	}
-
-	out, errp, err := outputPipes()
-	if err != nil {
-		c.Close()
-		now := time.Now()
-		return &Outcome{Started: true, SetupError: "pipe: " + err.Error(), Start: now, End: now}
-	}
-	c.stdoutFd, c.stderrFd = out[0], errp[0]
 	// Strings, numbers and the inputs, which the caller checked: encoding
 	// cannot fail.
 	payload, _ := marshalFrame(&stepFrame{T: "step", Step: c.step, Code: st.Code, Name: st.Name, Argv: st.Argv, CPU: st.CPUSecs, Inputs: st.Inputs})
@@ -479,4 +457,38 @@ func (c *Child) waitStatus(d time.Duration) *ExitStatus {
 	case <-time.After(d):
 		return nil
 	}
+}
+
+// betweenSteps readies a live session process for its next turn (a step
+// or a dump): nothing may be waiting on its channel between steps (the
+// process is stopped, and its runner holds its host lock from its report
+// until the next step; anything there was forged and ends the session),
+// and the turn gets a fresh pair of output pipes, whose read ends become
+// the child's. It returns the pipes, or the Outcome that ends the process.
+func (c *Child) betweenSteps() (out, errp [2]int, o *Outcome) {
+	msgs, partial, end, err := c.readFrames()
+	switch {
+	case len(msgs) > 0 || partial || err != nil:
+		now := time.Now()
+		c.Close()
+		return out, errp, &Outcome{Started: true, Violation: "the session's process wrote on its control channel between steps", Start: now, End: now}
+	case end:
+		now := time.Now()
+		c.Kill()
+		o := &Outcome{Started: true, Start: now, Status: c.status}
+		if o.Status == nil {
+			o.Status = c.waitStatus(time.Second)
+		}
+		c.Close()
+		o.End = time.Now()
+		return out, errp, o
+	}
+	out, errp, err = outputPipes()
+	if err != nil {
+		c.Close()
+		now := time.Now()
+		return out, errp, &Outcome{Started: true, SetupError: "pipe: " + err.Error(), Start: now, End: now}
+	}
+	c.stdoutFd, c.stderrFd = out[0], errp[0]
+	return out, errp, nil
 }

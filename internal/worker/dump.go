@@ -31,31 +31,10 @@ type dumpFrame struct {
 // on). When the dump ends the process (a crash, a timeout), the child is
 // closed and Outcome.Alive is false.
 func (c *Child) Dump(max int, timeout time.Duration, cpuSecs int64, cancel <-chan struct{}) *Outcome {
-	// As in RunStep: nothing may be waiting on the channel between steps.
-	msgs, partial, end, err := c.readFrames()
-	switch {
-	case len(msgs) > 0 || partial || err != nil:
-		now := time.Now()
-		c.Close()
-		return &Outcome{Started: true, Violation: "the session's process wrote on its control channel between steps", Start: now, End: now}
-	case end:
-		now := time.Now()
-		c.Kill()
-		o := &Outcome{Started: true, Start: now, Status: c.status}
-		if o.Status == nil {
-			o.Status = c.waitStatus(time.Second)
-		}
-		c.Close()
-		o.End = time.Now()
-		return o
+	out, errp, ended := c.betweenSteps()
+	if ended != nil {
+		return ended
 	}
-	out, errp, err := outputPipes()
-	if err != nil {
-		c.Close()
-		now := time.Now()
-		return &Outcome{Started: true, SetupError: "pipe: " + err.Error(), Start: now, End: now}
-	}
-	c.stdoutFd, c.stderrFd = out[0], errp[0]
 	// The step number stays: a dump is not a step.
 	payload, _ := json.Marshal(&dumpFrame{T: "dump", Step: c.step, Max: max, CPU: cpuSecs})
 	o := c.turn(turnSpec{

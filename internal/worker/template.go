@@ -556,12 +556,9 @@ func (t *Template) requestForkFor(kind int, w *sessionWait) error {
 // or without the network), waiting for it if the template is still
 // forking. Closing the child asks for its replacement.
 func (t *Template) Take(network bool, cancel <-chan struct{}) (*Child, error) {
-	kind := kindDeny
-	if network {
-		if !t.network {
-			return nil, errors.New("this template keeps no spares for jobs with the network")
-		}
-		kind = kindAllow
+	kind, err := t.kindFor(network)
+	if err != nil {
+		return nil, err
 	}
 	select {
 	case c := <-t.spares[kind]:
@@ -622,12 +619,9 @@ type sessionWait struct {
 // fails when the template dies, when cancel closes, and when no spare
 // comes within the spare timeout (the template is then declared wedged).
 func (t *Template) TakeSession(network bool, cancel <-chan struct{}) (*Child, error) {
-	kind := kindDeny
-	if network {
-		if !t.network {
-			return nil, errors.New("this template keeps no spares for jobs with the network")
-		}
-		kind = kindAllow
+	kind, err := t.kindFor(network)
+	if err != nil {
+		return nil, err
 	}
 	select {
 	case c := <-t.spares[kind]:
@@ -655,7 +649,6 @@ func (t *Template) TakeSession(network bool, cancel <-chan struct{}) (*Child, er
 	}
 	timer := time.NewTimer(t.spareTimeout)
 	defer timer.Stop()
-	var err error
 	select {
 	case c := <-w.ch:
 		return c, nil
@@ -992,4 +985,16 @@ func (b *tailBuffer) String() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return string(b.buf)
+}
+
+// kindFor returns the kind of spare a job with or without the network
+// needs, or why this template keeps none.
+func (t *Template) kindFor(network bool) (int, error) {
+	if !network {
+		return kindDeny, nil
+	}
+	if !t.network {
+		return 0, errors.New("this template keeps no spares for jobs with the network")
+	}
+	return kindAllow, nil
 }
