@@ -63,6 +63,7 @@ func TestHostileReview2EvilExceptions(t *testing.T) {
 // with that charge against its own limit: once released, no job group of
 // the pool holds more than a few MiB.
 func TestHostileReview2CgroupLeftoverKernelMemory(t *testing.T) {
+	requireLong(t, "50,000 directories: 25-45 s")
 	dir := t.TempDir()
 	if fs, err := os.ReadFile("/proc/self/mounts"); err != nil || !strings.Contains(string(fs), " tmpfs ") {
 		t.Skip("no tmpfs mounted")
