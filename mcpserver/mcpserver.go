@@ -1,0 +1,391 @@
+// Package mcpserver exposes a [pynox.Pool] as a Model Context Protocol
+// server, built on the official Go SDK
+// (github.com/modelcontextprotocol/go-sdk). `pynox mcp` serves it over
+// stdio; any MCP client (Claude Desktop, an IDE, an agent framework) can
+// then run Python in the pool's confined processes.
+//
+// The server offers two tools:
+//
+//   - run_python runs code, either as a one-shot job or as a step of a
+//     named session whose __main__ globals survive between calls, with
+//     optional inputs (JSON values that become globals, as [pynox.Job]
+//     Inputs) and an optional profile. It answers with text content:
+//     stdout, stderr, the value of the last expression and the error, if
+//     any. A job that failed (a Python exception, a non-zero exit, a
+//     timeout, a refused request) is a tool error result (isError), with
+//     the same text, so the model sees what went wrong. The same fields
+//     are also in the result's structured content (see [RunOutput]).
+//   - reset_session ends a named session: its process is killed and its
+//     globals are gone; the next run_python naming it starts afresh.
+//
+// # Grants
+//
+// The pool's ceiling and profiles are the server's configuration, given
+// by its operator (the flags and configuration file of `pynox mcp`, the
+// same as `pynox pool`'s). A client cannot widen them: run_python takes
+// no paths, network switch, limits or environment. The only grant a
+// client chooses is "profile", the name of one of the profiles the
+// operator configured (each checked against the ceiling when the pool
+// starts); an unknown name is refused, and so is any argument the input
+// schema does not list (the schema forbids additional properties). The
+// reason is that a tool call's arguments are written by a model, and a
+// model follows text it has read: a prompt injected into a web page
+// could otherwise ask for any path beneath the ceiling, which defaults to
+// the server's working directory.
+//
+// # Sessions
+//
+// Session names are scoped to the MCP session (one connected client):
+// two clients that both use the name "main" get two different pynox
+// sessions, and neither can reach, run code in or reset the other's.
+// Over stdio there is a single client, but the server keys its sessions
+// by the SDK's [mcp.ServerSession], so a transport serving several
+// clients keeps the property. When an MCP session ends, its pynox
+// sessions are finished. A session the pool ended (idle longer than the
+// pool's session_idle) is replaced by a new one on the next call, whose
+// text says so.
+package mcpserver
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/pynox/pynox"
+)
+
+// MaxSessionName is the longest session name run_python and
+// reset_session accept, in bytes.
+const MaxSessionName = 128
+
+// RunInput is the arguments of the run_python tool.
+type RunInput struct {
+	// Code is the Python source to run.
+	Code string `json:"code" jsonschema:"the Python source to run; the value of a final expression is returned"`
+	// Session names a session whose globals persist between calls; empty
+	// runs the code as a one-shot job in a fresh process.
+	Session string `json:"session,omitempty" jsonschema:"name of a session whose variables persist between calls (created on first use); omit for a one-shot run in a fresh interpreter"`
+	// Inputs become globals of __main__ before the code runs (see
+	// [pynox.Job] Inputs).
+	Inputs map[string]any `json:"inputs,omitempty" jsonschema:"JSON values that become global variables before the code runs; each key a Python identifier"`
+	// Profile names one of the server's configured profiles; for a
+	// session, it is fixed by the call that creates the session.
+	Profile string `json:"profile,omitempty" jsonschema:"name of one of the server's configured profiles (permission presets); omit for the default"`
+}
+
+// RunOutput is the structured content of a run_python result: the fields
+// of [pynox.Result] a client needs, with the value decoded.
+type RunOutput struct {
+	// Stdout and Stderr are what the code wrote, cut to the pool's output
+	// cap; the Truncated fields say when something was dropped.
+	Stdout          string `json:"stdout"`
+	Stderr          string `json:"stderr"`
+	StdoutTruncated bool   `json:"stdout_truncated,omitempty"`
+	StderrTruncated bool   `json:"stderr_truncated,omitempty"`
+	// Value is the value of the code's final expression, as JSON (nil
+	// when there was none, or it was None); ValueRepr is its repr when it
+	// has no JSON form.
+	Value     any    `json:"value,omitempty"`
+	ValueRepr string `json:"value_repr,omitempty"`
+	// Exit is the process's exit status (-1 when the pool ended or
+	// refused the job).
+	Exit int `json:"exit"`
+	// Error is the failure, or nil.
+	Error *pynox.ErrorInfo `json:"error,omitempty"`
+	// Session and Step identify a session's step; SessionEnded says the
+	// step ended the session's process (its next step starts with empty
+	// globals), Restarted that this step ran in such a new process.
+	Session      string `json:"session,omitempty"`
+	Step         int    `json:"step,omitempty"`
+	SessionEnded bool   `json:"session_ended,omitempty"`
+	Restarted    bool   `json:"restarted,omitempty"`
+}
+
+// ResetInput is the arguments of the reset_session tool.
+type ResetInput struct {
+	// Session is the name of the session to end.
+	Session string `json:"session" jsonschema:"name of the session to end; its variables are discarded"`
+}
+
+// Server serves a pool's tools to MCP clients. Create it with [New].
+type Server struct {
+	pool *pynox.Pool
+	mcp  *mcp.Server
+
+	mu       sync.Mutex
+	sessions map[sessionKey]*session
+	watched  map[*mcp.ServerSession]bool
+}
+
+// sessionKey scopes a session name to the MCP session that uses it.
+type sessionKey struct {
+	client *mcp.ServerSession
+	name   string
+}
+
+// session is one named pynox session; ready is closed once co (or err)
+// is set.
+type session struct {
+	ready   chan struct{}
+	co      *pynox.Checkout
+	err     error
+	profile string
+}
+
+// New returns a Server whose tools run code in p. version is reported to
+// clients as the server's version. The caller keeps ownership of p:
+// closing it ends every session.
+func New(p *pynox.Pool, version string) *Server {
+	s := &Server{
+		pool:     p,
+		sessions: map[sessionKey]*session{},
+		watched:  map[*mcp.ServerSession]bool{},
+	}
+	s.mcp = mcp.NewServer(&mcp.Implementation{Name: "pynox", Version: version}, &mcp.ServerOptions{
+		Instructions: "Runs Python 3 code in a confined CPython process (no network unless the server allows it, " +
+			"no subprocesses, files only where the server's configuration grants them). " +
+			"Use a session name to keep variables between calls.",
+	})
+	runTool := &mcp.Tool{
+		Name: "run_python",
+		Description: "Run Python code in a sandboxed CPython " + p.Python() + " and return its stdout, stderr, " +
+			"the value of its last expression and its error. With \"session\", variables persist between calls " +
+			"with the same session name.",
+	}
+	if names := p.Config().ProfileNames(); len(names) > 0 {
+		runTool.Description += " Profiles: " + strings.Join(names, ", ") + "."
+	}
+	mcp.AddTool(s.mcp, runTool, s.runPython)
+	mcp.AddTool(s.mcp, &mcp.Tool{
+		Name:        "reset_session",
+		Description: "End a Python session started by run_python: its process and variables are discarded.",
+	}, s.resetSession)
+	return s
+}
+
+// MCP returns the SDK server, for [mcp.Server.Run] or Connect on a
+// transport.
+func (s *Server) MCP() *mcp.Server { return s.mcp }
+
+// Run serves one client over t until the client disconnects or ctx ends,
+// then finishes the sessions it opened.
+func (s *Server) Run(ctx context.Context, t mcp.Transport) error {
+	return s.mcp.Run(ctx, t)
+}
+
+func (s *Server) runPython(ctx context.Context, req *mcp.CallToolRequest, in RunInput) (*mcp.CallToolResult, *RunOutput, error) {
+	if in.Code == "" {
+		return nil, nil, errors.New("code: expected Python source, got an empty string")
+	}
+	if err := checkName(in.Session); err != nil {
+		return nil, nil, err
+	}
+	if in.Session == "" {
+		res, err := s.pool.Run(ctx, pynox.Job{Code: in.Code, Inputs: in.Inputs, Profile: in.Profile})
+		if err != nil {
+			return nil, nil, err
+		}
+		return report(res, "")
+	}
+	var note string
+	for attempt := 0; ; attempt++ {
+		sess, err := s.session(ctx, req.Session, in.Session, in.Profile)
+		if err != nil {
+			return nil, nil, err
+		}
+		ev, err := sess.co.Feed(ctx, pynox.Step{Code: in.Code, Inputs: in.Inputs})
+		if attempt == 0 && (errors.Is(err, pynox.ErrFinished)) {
+			// The pool ended the session (it was idle too long): start a
+			// new one, and say so.
+			s.forget(req.Session, in.Session, sess)
+			note = fmt.Sprintf("note: session %q had ended (idle too long), so this code ran in a new session whose variables start empty\n", in.Session)
+			continue
+		}
+		if err != nil {
+			if ev.Result != nil {
+				return report(ev.Result, note)
+			}
+			return nil, nil, err
+		}
+		if ev.Result == nil {
+			// Unreachable: the sessions declare no host functions.
+			_ = sess.co.Finish(context.Background())
+			s.forget(req.Session, in.Session, sess)
+			return nil, nil, errors.New("the session's code called a host function, which this server does not offer; the session was ended")
+		}
+		return report(ev.Result, note)
+	}
+}
+
+func (s *Server) resetSession(ctx context.Context, req *mcp.CallToolRequest, in ResetInput) (*mcp.CallToolResult, any, error) {
+	if in.Session == "" {
+		return nil, nil, errors.New("session: expected the name of a session, got an empty string")
+	}
+	if err := checkName(in.Session); err != nil {
+		return nil, nil, err
+	}
+	k := sessionKey{req.Session, in.Session}
+	s.mu.Lock()
+	sess := s.sessions[k]
+	delete(s.sessions, k)
+	s.mu.Unlock()
+	text := fmt.Sprintf("session %q was not open; nothing to reset", in.Session)
+	if sess != nil {
+		<-sess.ready
+		if sess.co != nil {
+			_ = sess.co.Finish(ctx)
+			text = fmt.Sprintf("session %q ended; its variables are gone", in.Session)
+		}
+	}
+	return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: text}}}, nil, nil
+}
+
+func checkName(name string) error {
+	if len(name) > MaxSessionName {
+		return fmt.Errorf("session: a name of at most %d bytes expected, got %d", MaxSessionName, len(name))
+	}
+	return nil
+}
+
+// session returns the open session name of client, creating it under
+// profile if needed.
+func (s *Server) session(ctx context.Context, client *mcp.ServerSession, name, profile string) (*session, error) {
+	k := sessionKey{client, name}
+	s.mu.Lock()
+	if !s.watched[client] && client != nil {
+		s.watched[client] = true
+		go s.watch(client)
+	}
+	sess := s.sessions[k]
+	if sess != nil {
+		s.mu.Unlock()
+		select {
+		case <-sess.ready:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+		if sess.err != nil {
+			return nil, sess.err
+		}
+		if profile != "" && profile != sess.profile {
+			return nil, fmt.Errorf("profile: session %q runs under profile %q; a session keeps the profile it was created with (reset it to change)", name, sess.profile)
+		}
+		return sess, nil
+	}
+	sess = &session{ready: make(chan struct{}), profile: profile}
+	s.sessions[k] = sess
+	s.mu.Unlock()
+	sess.co, sess.err = s.pool.Checkout(ctx, pynox.Job{Profile: profile})
+	if sess.err != nil {
+		s.forget(client, name, sess)
+	}
+	close(sess.ready)
+	return sess, sess.err
+}
+
+// forget drops sess from the table, if it is still there.
+func (s *Server) forget(client *mcp.ServerSession, name string, sess *session) {
+	k := sessionKey{client, name}
+	s.mu.Lock()
+	if s.sessions[k] == sess {
+		delete(s.sessions, k)
+	}
+	s.mu.Unlock()
+}
+
+// watch finishes client's sessions when it disconnects.
+func (s *Server) watch(client *mcp.ServerSession) {
+	_ = client.Wait()
+	s.mu.Lock()
+	var ended []*session
+	for k, sess := range s.sessions {
+		if k.client == client {
+			ended = append(ended, sess)
+			delete(s.sessions, k)
+		}
+	}
+	delete(s.watched, client)
+	s.mu.Unlock()
+	for _, sess := range ended {
+		<-sess.ready
+		if sess.co != nil {
+			_ = sess.co.Finish(context.Background())
+		}
+	}
+}
+
+// report turns a job's or step's result into the tool's answer: text
+// content for the model, the same fields as structured content, and
+// isError when the job failed.
+func report(res *pynox.Result, note string) (*mcp.CallToolResult, *RunOutput, error) {
+	out := &RunOutput{
+		Stdout: res.Stdout, Stderr: res.Stderr,
+		StdoutTruncated: res.StdoutTruncated, StderrTruncated: res.StderrTruncated,
+		ValueRepr: res.ValueRepr, Exit: res.Exit, Error: res.Error,
+		Session: res.Session, Step: res.Step, SessionEnded: res.SessionEnded, Restarted: res.Restarted,
+	}
+	if len(res.Value) > 0 {
+		_ = json.Unmarshal(res.Value, &out.Value)
+	}
+	var b strings.Builder
+	b.WriteString(note)
+	if res.Restarted {
+		b.WriteString("note: the session's previous process had ended, so this code ran in a new one whose variables start empty\n")
+	}
+	section := func(name, text string, cut bool) {
+		if text == "" && !cut {
+			return
+		}
+		fmt.Fprintf(&b, "[%s]\n%s", name, text)
+		if !strings.HasSuffix(text, "\n") {
+			b.WriteString("\n")
+		}
+		if cut {
+			fmt.Fprintf(&b, "[%s truncated: the rest was dropped]\n", name)
+		}
+	}
+	section("stdout", res.Stdout, res.StdoutTruncated)
+	section("stderr", res.Stderr, res.StderrTruncated)
+	switch {
+	case len(res.Value) > 0:
+		section("value", string(res.Value), false)
+	case res.ValueRepr != "":
+		section("value (repr)", res.ValueRepr, false)
+	}
+	if e := res.Error; e != nil {
+		where := ""
+		if e.Line != nil {
+			file := "<code>"
+			if e.File != nil {
+				file = *e.File
+			}
+			where = fmt.Sprintf(" (%s, line %d)", file, *e.Line)
+		}
+		msg := fmt.Sprintf("%s: %s%s", e.Type, e.Message, where)
+		if e.Hint != "" {
+			msg += "\nhint: " + e.Hint
+		}
+		section("error", msg, false)
+	} else if res.Exit != 0 {
+		section("error", fmt.Sprintf("SystemExit: exit status %d", res.Exit), false)
+	}
+	if res.SessionEnded {
+		b.WriteString("note: this ended the session's process; its next step starts with empty variables\n")
+	}
+	if b.Len() == 0 {
+		b.WriteString("(no output)\n")
+	}
+	content := []mcp.Content{&mcp.TextContent{Text: b.String()}}
+	// HOOK(issue 16, rich outputs): when pynox.Result gains Outputs (the
+	// images and HTML another change adds), append them here: an
+	// image/png output as &mcp.ImageContent{MIMEType: "image/png", Data:
+	// the decoded bytes}, text/html and others as &mcp.EmbeddedResource
+	// content with their MIME type. Result.Outputs does not exist in this
+	// tree yet, so nothing is added.
+	return &mcp.CallToolResult{Content: content, IsError: res.Err() != nil}, out, nil
+}

@@ -1,0 +1,116 @@
+package mcpserver_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/stretchr/testify/require"
+
+	"github.com/pynox/pynox"
+	"github.com/pynox/pynox/internal/testenv"
+	"github.com/pynox/pynox/mcpserver"
+)
+
+// connect attaches a new client to srv over in-memory transports: one
+// more MCP session of the same server.
+func connect(t *testing.T, ctx context.Context, srv *mcpserver.Server, name string) *mcp.ClientSession {
+	t.Helper()
+	st, ct := mcp.NewInMemoryTransports()
+	ss, err := srv.MCP().Connect(ctx, st, nil)
+	require.NoError(t, err)
+	t.Cleanup(func() { ss.Close() })
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: name, Version: "v0"}, nil).Connect(ctx, ct, nil)
+	require.NoError(t, err)
+	t.Cleanup(func() { cs.Close() })
+	return cs
+}
+
+func call(t *testing.T, ctx context.Context, cs *mcp.ClientSession, tool string, args map[string]any) (string, bool) {
+	t.Helper()
+	res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: tool, Arguments: args})
+	require.NoError(t, err)
+	var b strings.Builder
+	for _, c := range res.Content {
+		b.WriteString(c.(*mcp.TextContent).Text)
+	}
+	return b.String(), res.IsError
+}
+
+// TestSessionsScopedToClient connects two clients to one server: both
+// use the session name "main", and neither sees, changes or resets the
+// other's variables; when a client disconnects, its sessions are
+// finished (the pool's open sessions drop back).
+func TestSessionsScopedToClient(t *testing.T) {
+	testenv.RequireSandbox(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	dir := t.TempDir()
+	p, err := pynox.New(pynox.Config{Python: testenv.Python(), Dir: dir, Workers: 1, Limits: pynox.Limits{AllowRead: []string{dir}}})
+	require.NoError(t, err)
+	defer p.Close()
+	srv := mcpserver.New(p, "test")
+	a := connect(t, ctx, srv, "a")
+	b := connect(t, ctx, srv, "b")
+
+	text, isErr := call(t, ctx, a, "run_python", map[string]any{"code": "x = 'A'", "session": "main"})
+	require.False(t, isErr, text)
+	text, isErr = call(t, ctx, b, "run_python", map[string]any{"code": "x", "session": "main"})
+	require.True(t, isErr, text)
+	require.Contains(t, text, "NameError", "client b must not see client a's session")
+	text, isErr = call(t, ctx, b, "run_python", map[string]any{"code": "x = 'B'", "session": "main"})
+	require.False(t, isErr, text)
+	text, _ = call(t, ctx, a, "run_python", map[string]any{"code": "x", "session": "main"})
+	require.Contains(t, text, `"A"`)
+	require.Equal(t, 2, p.Stats().SessionsActive)
+
+	text, isErr = call(t, ctx, b, "reset_session", map[string]any{"session": "main"})
+	require.False(t, isErr, text)
+	text, _ = call(t, ctx, a, "run_python", map[string]any{"code": "x", "session": "main"})
+	require.Contains(t, text, `"A"`, "client b's reset must not end client a's session")
+	text, _ = call(t, ctx, b, "reset_session", map[string]any{"session": "main"})
+	require.Contains(t, text, "was not open")
+	require.Equal(t, 1, p.Stats().SessionsActive)
+
+	require.NoError(t, a.Close())
+	require.Eventually(t, func() bool { return p.Stats().SessionsActive == 0 }, 30*time.Second, 10*time.Millisecond,
+		"a disconnected client's sessions are finished")
+}
+
+// TestBadArguments checks that each bad argument is refused by name as a
+// tool error, and that a session keeps the profile it was created with.
+func TestBadArguments(t *testing.T) {
+	testenv.RequireSandbox(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	dir := t.TempDir()
+	p, err := pynox.New(pynox.Config{Python: testenv.Python(), Dir: dir, Workers: 1,
+		Limits:   pynox.Limits{AllowRead: []string{dir}},
+		Profiles: map[string]pynox.Profile{"p1": {AllowRead: []string{dir}}}})
+	require.NoError(t, err)
+	defer p.Close()
+	cs := connect(t, ctx, mcpserver.New(p, "test"), "c")
+	for _, tc := range []struct {
+		tool string
+		args map[string]any
+		want string
+	}{
+		{"run_python", map[string]any{"code": ""}, "code: expected Python source"},
+		{"run_python", map[string]any{}, "code"},
+		{"run_python", map[string]any{"code": "1", "session": strings.Repeat("s", 129)}, "session: a name of at most 128 bytes"},
+		{"run_python", map[string]any{"code": "1", "allow_network": true}, "allow_network"},
+		{"run_python", map[string]any{"code": "1", "inputs": map[string]any{"not an identifier": 1}}, "inputs"},
+		{"reset_session", map[string]any{"session": ""}, "session: expected the name of a session"},
+	} {
+		text, isErr := call(t, ctx, cs, tc.tool, tc.args)
+		require.True(t, isErr, "%v: %s", tc.args, text)
+		require.Contains(t, text, tc.want, "%v", tc.args)
+	}
+	text, isErr := call(t, ctx, cs, "run_python", map[string]any{"code": "1", "session": "s", "profile": "p1"})
+	require.False(t, isErr, text)
+	text, isErr = call(t, ctx, cs, "run_python", map[string]any{"code": "1", "session": "s", "profile": "other"})
+	require.True(t, isErr, text)
+	require.Contains(t, text, `profile: session "s" runs under profile "p1"`)
+}
