@@ -23,11 +23,13 @@
 // The pool's ceiling and profiles are the server's configuration, given
 // by its operator (the flags and configuration file of `pynox mcp`, the
 // same as `pynox pool`'s). A client cannot widen them: run_python takes
-// no paths, network switch, limits or environment. The only grant a
-// client chooses is "profile", the name of one of the profiles the
+// no paths, network switch, memory or output limits, or environment. A
+// client chooses only "profile", the name of one of the profiles the
 // operator configured (each checked against the ceiling when the pool
-// starts); an unknown name is refused, and so is any argument the input
-// schema does not list (the schema forbids additional properties). The
+// starts), and "timeout_seconds", at most the ceiling's timeout (which is
+// also the default); an unknown profile and a longer timeout are refused
+// before anything runs, and so is any argument the input schema does not
+// list (the schema forbids additional properties). The
 // reason is that a tool call's arguments are written by a model, and a
 // model follows text it has read: a prompt injected into a web page
 // could otherwise ask for any path beneath the ceiling, which defaults to
@@ -53,6 +55,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
@@ -76,6 +79,9 @@ type RunInput struct {
 	// Profile names one of the server's configured profiles; for a
 	// session, it is fixed by the call that creates the session.
 	Profile string `json:"profile,omitempty" jsonschema:"name of one of the server's configured profiles (permission presets); omit for the default"`
+	// TimeoutSeconds is the run's wall-clock limit; zero means the
+	// server's (its ceiling's timeout), and more than that is refused.
+	TimeoutSeconds float64 `json:"timeout_seconds,omitempty" jsonschema:"wall-clock limit of this run in seconds, at most the server's limit (the default)"`
 }
 
 // RunOutput is the structured content of a run_python result: the fields
@@ -185,8 +191,12 @@ func (s *Server) runPython(ctx context.Context, req *mcp.CallToolRequest, in Run
 	if err := checkName(in.Session); err != nil {
 		return nil, nil, err
 	}
+	timeout, err := s.timeout(in.TimeoutSeconds)
+	if err != nil {
+		return nil, nil, err
+	}
 	if in.Session == "" {
-		res, err := s.pool.Run(ctx, pynox.Job{Code: in.Code, Inputs: in.Inputs, Profile: in.Profile})
+		res, err := s.pool.Run(ctx, pynox.Job{Code: in.Code, Inputs: in.Inputs, Profile: in.Profile, Timeout: timeout})
 		if err != nil {
 			return nil, nil, err
 		}
@@ -198,12 +208,12 @@ func (s *Server) runPython(ctx context.Context, req *mcp.CallToolRequest, in Run
 		if err != nil {
 			return nil, nil, err
 		}
-		ev, err := sess.co.Feed(ctx, pynox.Step{Code: in.Code, Inputs: in.Inputs})
+		ev, err := sess.co.Feed(ctx, pynox.Step{Code: in.Code, Inputs: in.Inputs, Timeout: timeout})
 		if attempt == 0 && (errors.Is(err, pynox.ErrFinished)) {
 			// The pool ended the session (it was idle too long): start a
 			// new one, and say so.
 			s.forget(req.Session, in.Session, sess)
-			note = fmt.Sprintf("note: session %q had ended (idle too long), so this code ran in a new session whose variables start empty\n", in.Session)
+			note = fmt.Sprintf("note: session %q had ended (idle too long, or reset meanwhile), so this code ran in a new session whose variables start empty\n", in.Session)
 			continue
 		}
 		if err != nil {
@@ -243,6 +253,20 @@ func (s *Server) resetSession(ctx context.Context, req *mcp.CallToolRequest, in 
 		}
 	}
 	return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: text}}}, nil, nil
+}
+
+// timeout turns timeout_seconds into a duration within the ceiling.
+func (s *Server) timeout(sec float64) (time.Duration, error) {
+	ceiling := s.pool.Config().Limits.Timeout
+	switch {
+	case sec < 0:
+		return 0, fmt.Errorf("timeout_seconds: expected a positive number of seconds, got %g", sec)
+	case sec == 0:
+		return 0, nil
+	case sec > ceiling.Seconds():
+		return 0, fmt.Errorf("timeout_seconds: %g exceeds the server's limit of %s", sec, ceiling)
+	}
+	return max(time.Duration(sec*float64(time.Second)), time.Millisecond), nil
 }
 
 func checkName(name string) error {

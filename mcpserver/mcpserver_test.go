@@ -2,6 +2,7 @@ package mcpserver_test
 
 import (
 	"context"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -113,4 +114,89 @@ func TestBadArguments(t *testing.T) {
 	text, isErr = call(t, ctx, cs, "run_python", map[string]any{"code": "1", "session": "s", "profile": "other"})
 	require.True(t, isErr, text)
 	require.Contains(t, text, `profile: session "s" runs under profile "p1"`)
+}
+
+// TestTimeoutWithinCeiling checks timeout_seconds: a run beyond the
+// server's limit is refused before anything runs, one within it bounds
+// the code.
+func TestTimeoutWithinCeiling(t *testing.T) {
+	testenv.RequireSandbox(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	dir := t.TempDir()
+	p, err := pynox.New(pynox.Config{Python: testenv.Python(), Dir: dir, Workers: 1,
+		Limits: pynox.Limits{AllowRead: []string{dir}, Timeout: 20 * time.Second}})
+	require.NoError(t, err)
+	defer p.Close()
+	cs := connect(t, ctx, mcpserver.New(p, "test"), "c")
+	text, isErr := call(t, ctx, cs, "run_python", map[string]any{"code": "1", "timeout_seconds": 3600})
+	require.True(t, isErr, text)
+	require.Contains(t, text, "timeout_seconds: 3600 exceeds the server's limit of 20s")
+	text, isErr = call(t, ctx, cs, "run_python", map[string]any{"code": "1", "timeout_seconds": -1})
+	require.True(t, isErr, text)
+	require.Contains(t, text, "timeout_seconds: expected a positive number")
+	require.Zero(t, p.Stats().Jobs, "a refused timeout runs nothing")
+	for _, session := range []string{"", "s"} {
+		text, isErr = call(t, ctx, cs, "run_python", map[string]any{"code": "while True: pass", "timeout_seconds": 0.5, "session": session})
+		require.True(t, isErr, text)
+		require.Contains(t, text, "TimeoutError: the job exceeded its timeout of 500ms")
+	}
+}
+
+// TestCancelInterruptsStep cancels a client's call while its session
+// step runs: the step is interrupted (KeyboardInterrupt), not left to run
+// to its timeout, and the session keeps its variables.
+func TestCancelInterruptsStep(t *testing.T) {
+	testenv.RequireSandbox(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	dir := t.TempDir()
+	p, err := pynox.New(pynox.Config{Python: testenv.Python(), Dir: dir, Workers: 1,
+		Limits:   pynox.Limits{AllowRead: []string{dir}, AllowWrite: []string{dir}},
+		Profiles: map[string]pynox.Profile{"w": {AllowWrite: []string{dir}}}})
+	require.NoError(t, err)
+	defer p.Close()
+	cs := connect(t, ctx, mcpserver.New(p, "test"), "c")
+	text, isErr := call(t, ctx, cs, "run_python", map[string]any{"code": "x = 7", "session": "s", "profile": "w"})
+	require.False(t, isErr, text)
+	callCtx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() {
+		_, err := cs.CallTool(callCtx, &mcp.CallToolParams{Name: "run_python", Arguments: map[string]any{
+			"code": "open('started', 'w').close()\nwhile True: pass", "session": "s"}})
+		done <- err
+	}()
+	require.Eventually(t, func() bool { return fileExists(dir + "/started") }, 30*time.Second, 5*time.Millisecond)
+	stop()
+	require.Error(t, <-done)
+	text, isErr = call(t, ctx, cs, "run_python", map[string]any{"code": "x", "session": "s"})
+	require.False(t, isErr, text)
+	require.Contains(t, text, "[value]\n7\n", "the interrupted step leaves the session's variables")
+}
+
+// TestIdleSessionReplaced checks that a session the pool ended for being
+// idle is replaced on the next call, whose text says its variables are
+// gone.
+func TestIdleSessionReplaced(t *testing.T) {
+	testenv.RequireSandbox(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	dir := t.TempDir()
+	p, err := pynox.New(pynox.Config{Python: testenv.Python(), Dir: dir, Workers: 1,
+		Limits: pynox.Limits{AllowRead: []string{dir}}, SessionIdle: 200 * time.Millisecond})
+	require.NoError(t, err)
+	defer p.Close()
+	cs := connect(t, ctx, mcpserver.New(p, "test"), "c")
+	text, isErr := call(t, ctx, cs, "run_python", map[string]any{"code": "x = 1", "session": "s"})
+	require.False(t, isErr, text)
+	require.Eventually(t, func() bool { return p.Stats().SessionsActive == 0 }, 30*time.Second, 10*time.Millisecond)
+	text, isErr = call(t, ctx, cs, "run_python", map[string]any{"code": "'x' in globals()", "session": "s"})
+	require.False(t, isErr, text)
+	require.Contains(t, text, `session "s" had ended (idle too long`)
+	require.Contains(t, text, "[value]\nfalse\n")
+}
+
+func fileExists(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil
 }

@@ -20,14 +20,15 @@ var mcpUsage = `Usage: pynox mcp [flags]
 Serves the Model Context Protocol (MCP) on stdin and stdout, for one MCP
 client that starts it (Claude Desktop, an IDE, an agent framework). Its
 tools:
-  run_python     {"code", "session"?, "inputs"?, "profile"?}: run Python and
-                 return stdout, stderr, the last expression's value and the
-                 error; with "session", variables persist between calls
+  run_python     {"code", "session"?, "inputs"?, "profile"?, "timeout_seconds"?}:
+                 run Python and return stdout, stderr, the last expression's
+                 value and the error; with "session", variables persist
+                 between calls
   reset_session  {"session"}: end a session, discarding its variables
-A client cannot widen the ceiling: it passes no paths, limits or network
-switch, only the name of one of the configured profiles. Sessions belong to
-the MCP session that opened them. Nothing but MCP messages is written to
-stdout; --log=json lines go to stderr.
+A client cannot widen the ceiling: it passes no paths, memory or network
+switch, only the name of one of the configured profiles and a timeout up to
+the ceiling's. Sessions belong to the MCP session that opened them. Nothing
+but MCP messages is written to stdout; --log=json lines go to stderr.
 
 Register it with a client (Claude Desktop's claude_desktop_config.json):
   {"mcpServers": {"pynox": {"command": "/usr/local/bin/pynox",

@@ -149,6 +149,10 @@ allow_read = ["`+data+`"]
 	text, isErr = callText(t, ctx, cs, "run_python", map[string]any{"code": "sum(range(10))"})
 	require.False(t, isErr, text)
 	require.Contains(t, text, "[value]\n45\n")
+
+	// End of input (the client closing its end) ends the server cleanly,
+	// with a session still open.
+	require.NoError(t, cs.Close(), "pynox mcp exits 0 when its client disconnects")
 }
 
 func cmpOr(a, b string) string {
