@@ -153,6 +153,9 @@ func New(p *pynox.Pool, version string) *Server {
 		watched:  map[*mcp.ServerSession]bool{},
 	}
 	s.mcp = mcp.NewServer(&mcp.Implementation{Name: "pynox", Version: version}, &mcp.ServerOptions{
+		// Tools only: the SDK would otherwise advertise logging, which
+		// this server does not send.
+		Capabilities: &mcp.ServerCapabilities{},
 		Instructions: "Runs Python 3 code in a confined CPython process (no network unless the server allows it, " +
 			"no subprocesses, files only where the server's configuration grants them). " +
 			"Use a session name to keep variables between calls.",
