@@ -49,6 +49,7 @@
 package mcpserver
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -187,7 +188,11 @@ func (s *Server) Run(ctx context.Context, t mcp.Transport) error {
 	return s.mcp.Run(ctx, t)
 }
 
-func (s *Server) runPython(ctx context.Context, req *mcp.CallToolRequest, in RunInput) (*mcp.CallToolResult, *RunOutput, error) {
+// runPython is the run_python tool. Its structured content is set here
+// as encoded JSON rather than returned as a typed output: the SDK
+// validates a typed output against its schema by decoding it into
+// float64s, which would round an integer value beyond 2^53.
+func (s *Server) runPython(ctx context.Context, req *mcp.CallToolRequest, in RunInput) (*mcp.CallToolResult, any, error) {
 	if in.Code == "" {
 		return nil, nil, errors.New("code: expected Python source, got an empty string")
 	}
@@ -349,7 +354,7 @@ func (s *Server) watch(client *mcp.ServerSession) {
 // report turns a job's or step's result into the tool's answer: text
 // content for the model, the same fields as structured content, and
 // isError when the job failed.
-func report(res *pynox.Result, note string) (*mcp.CallToolResult, *RunOutput, error) {
+func report(res *pynox.Result, note string) (*mcp.CallToolResult, any, error) {
 	out := &RunOutput{
 		Stdout: res.Stdout, Stderr: res.Stderr,
 		StdoutTruncated: res.StdoutTruncated, StderrTruncated: res.StderrTruncated,
@@ -357,7 +362,11 @@ func report(res *pynox.Result, note string) (*mcp.CallToolResult, *RunOutput, er
 		Session: res.Session, Step: res.Step, SessionEnded: res.SessionEnded, Restarted: res.Restarted,
 	}
 	if len(res.Value) > 0 {
-		_ = json.Unmarshal(res.Value, &out.Value)
+		// Numbers stay as the job wrote them (no float64 rounding of
+		// large integers).
+		dec := json.NewDecoder(bytes.NewReader(res.Value))
+		dec.UseNumber()
+		_ = dec.Decode(&out.Value)
 	}
 	var b strings.Builder
 	b.WriteString(note)
@@ -414,5 +423,9 @@ func report(res *pynox.Result, note string) (*mcp.CallToolResult, *RunOutput, er
 	// the decoded bytes}, text/html and others as &mcp.EmbeddedResource
 	// content with their MIME type. Result.Outputs does not exist in this
 	// tree yet, so nothing is added.
-	return &mcp.CallToolResult{Content: content, IsError: res.Err() != nil}, out, nil
+	structured, err := json.Marshal(out)
+	if err != nil {
+		return nil, nil, err
+	}
+	return &mcp.CallToolResult{Content: content, StructuredContent: json.RawMessage(structured), IsError: res.Err() != nil}, nil, nil
 }

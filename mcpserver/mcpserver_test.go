@@ -1,7 +1,9 @@
 package mcpserver_test
 
 import (
+	"bufio"
 	"context"
+	"io"
 	"os"
 	"strings"
 	"testing"
@@ -199,4 +201,39 @@ func TestIdleSessionReplaced(t *testing.T) {
 func fileExists(path string) bool {
 	_, err := os.Stat(path)
 	return err == nil
+}
+
+// TestValueExact checks on the wire that the structured content keeps
+// a large integer value exactly (no float64 rounding), as the text does.
+func TestValueExact(t *testing.T) {
+	testenv.RequireSandbox(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	dir := t.TempDir()
+	p, err := pynox.New(pynox.Config{Python: testenv.Python(), Dir: dir, Workers: 1, Limits: pynox.Limits{AllowRead: []string{dir}}})
+	require.NoError(t, err)
+	defer p.Close()
+	inR, inW := io.Pipe()
+	outR, outW := io.Pipe()
+	go func() { _ = mcpserver.New(p, "test").Run(ctx, &mcp.IOTransport{Reader: inR, Writer: outW}) }()
+	defer inW.Close()
+	lines := bufio.NewScanner(outR)
+	lines.Buffer(nil, 1<<20)
+	for _, msg := range []string{
+		`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"raw","version":"0"}}}`,
+		`{"jsonrpc":"2.0","method":"notifications/initialized"}`,
+		`{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"run_python","arguments":{"code":"2**63 + 1"}}}`,
+	} {
+		_, err := io.WriteString(inW, msg+"\n")
+		require.NoError(t, err)
+	}
+	var answer string
+	for lines.Scan() {
+		if strings.Contains(lines.Text(), `"id":2`) {
+			answer = lines.Text()
+			break
+		}
+	}
+	require.Contains(t, answer, `"value":9223372036854775809`)
+	require.Contains(t, answer, `[value]\n9223372036854775809`)
 }
