@@ -54,10 +54,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"reflect"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/google/jsonschema-go/jsonschema"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/pynox/pynox"
@@ -170,7 +172,26 @@ func New(p *pynox.Pool, version string) *Server {
 	if names := p.Config().ProfileNames(); len(names) > 0 {
 		runTool.Description += " Profiles: " + strings.Join(names, ", ") + "."
 	}
-	mcp.AddTool(s.mcp, runTool, s.runPython)
+	// run_python's arguments are decoded here, not by the SDK, whose
+	// validation reads every number as a float64: an integer input beyond
+	// 2^53 would reach the job rounded.
+	schema, err := jsonschema.For[RunInput](nil)
+	if err != nil {
+		panic("mcpserver: the schema of RunInput: " + err.Error()) // a static type: cannot fail
+	}
+	runTool.InputSchema = schema
+	s.mcp.AddTool(runTool, func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		in, err := decodeRunInput(req.Params.Arguments)
+		if err == nil {
+			var res *mcp.CallToolResult
+			if res, _, err = s.runPython(ctx, req, in); err == nil {
+				return res, nil
+			}
+		}
+		var res mcp.CallToolResult
+		res.SetError(err)
+		return &res, nil
+	})
 	mcp.AddTool(s.mcp, &mcp.Tool{
 		Name:        "reset_session",
 		Description: "End a Python session started by run_python: its process and variables are discarded.",
@@ -238,6 +259,47 @@ func (s *Server) runPython(ctx context.Context, req *mcp.CallToolRequest, in Run
 		}
 		return report(ev.Result, note)
 	}
+}
+
+// decodeRunInput reads run_python's arguments: numbers in inputs are kept
+// as written (json.Number), and an argument RunInput lacks is refused by
+// name.
+func decodeRunInput(args json.RawMessage) (RunInput, error) {
+	var in RunInput
+	if len(args) == 0 || string(args) == "null" {
+		return in, nil
+	}
+	dec := json.NewDecoder(bytes.NewReader(args))
+	dec.UseNumber()
+	dec.DisallowUnknownFields()
+	err := dec.Decode(&in)
+	var te *json.UnmarshalTypeError
+	switch {
+	case err == nil:
+		return in, nil
+	case errors.As(err, &te) && te.Field != "":
+		return in, fmt.Errorf("%s: expected %s, got a JSON %s", te.Field, jsonKind(te.Type), te.Value)
+	case errors.As(err, &te):
+		return in, fmt.Errorf("arguments: expected a JSON object, got a JSON %s", te.Value)
+	}
+	if name, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
+		return in, fmt.Errorf("%s: not an argument of run_python, whose arguments are code, session, inputs, profile "+
+			"and timeout_seconds (paths, limits and the network are the server's configuration)", strings.Trim(name, `"`))
+	}
+	return in, fmt.Errorf("arguments: %v", err)
+}
+
+// jsonKind names what a Go type holds in JSON terms.
+func jsonKind(t reflect.Type) string {
+	switch t.Kind() {
+	case reflect.String:
+		return "a string"
+	case reflect.Float64, reflect.Int:
+		return "a number"
+	case reflect.Map:
+		return "an object"
+	}
+	return t.String()
 }
 
 func (s *Server) resetSession(ctx context.Context, req *mcp.CallToolRequest, in ResetInput) (*mcp.CallToolResult, any, error) {

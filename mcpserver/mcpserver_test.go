@@ -103,7 +103,10 @@ func TestBadArguments(t *testing.T) {
 		{"run_python", map[string]any{"code": ""}, "code: expected Python source"},
 		{"run_python", map[string]any{}, "code"},
 		{"run_python", map[string]any{"code": "1", "session": strings.Repeat("s", 129)}, "session: a name of at most 128 bytes"},
-		{"run_python", map[string]any{"code": "1", "allow_network": true}, "allow_network"},
+		{"run_python", map[string]any{"code": "1", "allow_network": true}, "allow_network: not an argument of run_python"},
+		{"run_python", map[string]any{"code": 1}, "code: expected a string, got a JSON number"},
+		{"run_python", map[string]any{"code": "1", "timeout_seconds": "5s"}, "timeout_seconds: expected a number, got a JSON string"},
+		{"run_python", map[string]any{"code": "1", "inputs": []int{1}}, "inputs: expected an object, got a JSON array"},
 		{"run_python", map[string]any{"code": "1", "inputs": map[string]any{"not an identifier": 1}}, "inputs"},
 		{"reset_session", map[string]any{"session": ""}, "session: expected the name of a session"},
 	} {
@@ -203,8 +206,9 @@ func fileExists(path string) bool {
 	return err == nil
 }
 
-// TestValueExact checks on the wire that the structured content keeps
-// a large integer value exactly (no float64 rounding), as the text does.
+// TestValueExact checks on the wire that a large integer input reaches
+// the job exactly, and that the structured content keeps the large
+// integer value exactly, as the text does (no float64 rounding).
 func TestValueExact(t *testing.T) {
 	testenv.RequireSandbox(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -222,7 +226,7 @@ func TestValueExact(t *testing.T) {
 	for _, msg := range []string{
 		`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"raw","version":"0"}}}`,
 		`{"jsonrpc":"2.0","method":"notifications/initialized"}`,
-		`{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"run_python","arguments":{"code":"2**63 + 1"}}}`,
+		`{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"run_python","arguments":{"code":"n + 1","inputs":{"n":9223372036854775808}}}}`,
 	} {
 		_, err := io.WriteString(inW, msg+"\n")
 		require.NoError(t, err)
