@@ -9,7 +9,8 @@
 //   - run_python runs code, either as a one-shot job or as a step of a
 //     named session whose __main__ globals survive between calls, with
 //     optional inputs (JSON values that become globals, as [pynox.Job]
-//     Inputs) and an optional profile. It answers with text content:
+//     Inputs; numbers are passed on exactly as written), an optional
+//     profile and an optional timeout. It answers with text content:
 //     stdout, stderr, the value of the last expression and the error, if
 //     any. A job that failed (a Python exception, a non-zero exit, a
 //     timeout, a refused request) is a tool error result (isError), with
@@ -43,7 +44,8 @@
 // Over stdio there is a single client, but the server keys its sessions
 // by the SDK's [mcp.ServerSession], so a transport serving several
 // clients keeps the property. When an MCP session ends, its pynox
-// sessions are finished. A session the pool ended (idle longer than the
+// sessions are finished. Several calls naming one session run one
+// after another, in the session's turns. A session the pool ended (idle longer than the
 // pool's session_idle) is replaced by a new one on the next call, whose
 // text says so.
 package mcpserver
@@ -203,8 +205,9 @@ func New(p *pynox.Pool, version string) *Server {
 // transport.
 func (s *Server) MCP() *mcp.Server { return s.mcp }
 
-// Run serves one client over t until the client disconnects or ctx ends,
-// then finishes the sessions it opened.
+// Run serves one client over t until the client disconnects or ctx ends.
+// The sessions the client opened are finished when it disconnects, in the
+// background; closing the pool finishes any still open.
 func (s *Server) Run(ctx context.Context, t mcp.Transport) error {
 	return s.mcp.Run(ctx, t)
 }
