@@ -8,7 +8,9 @@
 // every other language drives `pynox pool` (the cmd/pynox command, a thin
 // layer over the protocol package github.com/pynox/pynox/jsonl, which
 // serves a Pool over JSON Lines as net/rpc/jsonrpc serves net/rpc) over
-// JSON Lines. This package is the library only: Pool, Job, Result,
+// JSON Lines. MCP clients use `pynox mcp`, a Model Context Protocol server
+// over stdio (package github.com/pynox/pynox/mcpserver, on the same Pool
+// and Checkout). This package is the library only: Pool, Job, Result,
 // Checkout, Step, errors, Config and its limits.
 //
 // # Process model

@@ -22,7 +22,7 @@ import (
 
 func main() {
 	stdin := os.Stdin
-	if len(os.Args) > 1 && os.Args[1] == "pool" {
+	if len(os.Args) > 1 && (os.Args[1] == "pool" || os.Args[1] == "mcp") {
 		reapOrphans()
 		stdin = pollableStdin()
 	}
@@ -33,13 +33,14 @@ const usage = `pynox runs untrusted Python code in confined CPython processes.
 
 Usage:
   pynox pool [flags]     serve the pool protocol: JSON requests on stdin, JSON results on stdout
+  pynox mcp [flags]      serve the Model Context Protocol on stdin and stdout (tools run_python, reset_session)
   pynox version          print the version and VCS revision (also --version)
   pynox help [command]   show help (also --help, -h)
 
 Example:
   echo '{"id": 1, "code": "print(6 * 7)"}' | pynox pool
 
-Run "pynox help pool" for the pool's flags.
+Run "pynox help pool" for the pool's flags, "pynox help mcp" for the MCP server.
 `
 
 // poolUsage is `pynox pool --help`. Every flag the pool defines is listed
@@ -94,6 +95,8 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	switch args[0] {
 	case "pool":
 		return pool(args[1:], stdin, stdout, stderr)
+	case "mcp":
+		return mcpCommand(args[1:], stdin, stdout, stderr)
 	case "version", "--version", "-version", "-v":
 		if len(args) > 1 {
 			fmt.Fprintf(stderr, "pynox version: unexpected argument %q\n", args[1])
@@ -106,6 +109,9 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 			switch args[1] {
 			case "pool":
 				fmt.Fprint(stdout, poolUsage)
+				return 0
+			case "mcp":
+				fmt.Fprint(stdout, mcpUsage)
 				return 0
 			case "version", "help":
 				fmt.Fprint(stdout, usage)
@@ -185,11 +191,20 @@ func (l *listFlag) Set(v string) error {
 }
 
 func pool(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	return servePool("pool", poolUsage, args, stdout, stderr, func(ctx context.Context, p *pynox.Pool) error {
+		return jsonl.Serve(ctx, p, stdin, stdout)
+	})
+}
+
+// servePool parses the pool's flags and configuration file for the
+// command `pynox <command>` (whose --help is help), starts the pool and
+// hands it to serve until serve returns.
+func servePool(command, help string, args []string, stdout, stderr io.Writer, serve func(context.Context, *pynox.Pool) error) int {
 	if len(args) > 0 && args[0] == "help" {
-		fmt.Fprint(stdout, poolUsage)
+		fmt.Fprint(stdout, help)
 		return 0
 	}
-	fs := flag.NewFlagSet("pynox pool", flag.ContinueOnError)
+	fs := flag.NewFlagSet("pynox "+command, flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	configPath := fs.String("config", "", "TOML configuration file ([pool], [pool.limits], [profiles.NAME])")
 	workers := fs.Int("workers", 0, "templates, hence jobs running at once (default 2)")
@@ -203,14 +218,14 @@ func pool(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	fs.Var(&allowWrite, "allow-write", "the write ceiling: requests may write beneath it (repeatable; default none; overrides [pool.limits] allow_write)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
-			fmt.Fprint(stdout, poolUsage)
+			fmt.Fprint(stdout, help)
 			return 0
 		}
-		fmt.Fprintf(stderr, "pynox pool: %s\nRun \"pynox pool --help\" for the flags.\n", describeFlagError(err))
+		fmt.Fprintf(stderr, "pynox %s: %s\nRun \"pynox %s --help\" for the flags.\n", command, describeFlagError(err), command)
 		return 2
 	}
 	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "pynox pool: unexpected argument %q: pynox pool takes flags only\nRun \"pynox pool --help\" for the flags.\n", fs.Arg(0))
+		fmt.Fprintf(stderr, "pynox %s: unexpected argument %q: pynox %s takes flags only\nRun \"pynox %s --help\" for the flags.\n", command, fs.Arg(0), command, command)
 		return 2
 	}
 	set := map[string]bool{}
@@ -223,7 +238,7 @@ func pool(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	if *configPath != "" {
 		f, err := jsonl.LoadConfig(*configPath)
 		if err != nil {
-			fmt.Fprintf(stderr, "pynox pool: %s\n", describeStartError(err, nil, set))
+			fmt.Fprintf(stderr, "pynox %s: %s\n", command, describeStartError(err, nil, set))
 			return 1
 		}
 		file = f
@@ -233,7 +248,7 @@ func pool(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	// The command line overrides [pool].
 	if set["workers"] {
 		if *workers <= 0 {
-			fmt.Fprintf(stderr, "pynox pool: --workers=%d: expected a positive integer\n", *workers)
+			fmt.Fprintf(stderr, "pynox %s: --workers=%d: expected a positive integer\n", command, *workers)
 			return 2
 		}
 		cfg.Workers = *workers
@@ -267,7 +282,7 @@ func pool(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		case "auto", "require", "off":
 			cfg.Cgroups = *cgroups
 		default:
-			fmt.Fprintf(stderr, "pynox pool: --cgroups=%s: expected \"auto\", \"require\" or \"off\"\n", *cgroups)
+			fmt.Fprintf(stderr, "pynox %s: --cgroups=%s: expected \"auto\", \"require\" or \"off\"\n", command, *cgroups)
 			return 2
 		}
 	}
@@ -277,16 +292,16 @@ func pool(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		cfg.Logger = slog.New(jsonl.NewLogHandler(stderr))
 	default:
 		if set["log"] {
-			fmt.Fprintf(stderr, "pynox pool: --log=%s: expected \"json\"\n", logMode)
+			fmt.Fprintf(stderr, "pynox %s: --log=%s: expected \"json\"\n", command, logMode)
 		} else {
-			fmt.Fprintf(stderr, "pynox pool: %s:%d: pool.log: expected \"json\" or \"\", got %q\n", file.Path, file.Line("pool.log"), logMode)
+			fmt.Fprintf(stderr, "pynox %s: %s:%d: pool.log: expected \"json\" or \"\", got %q\n", command, file.Path, file.Line("pool.log"), logMode)
 		}
 		return 2
 	}
 	setHostProcs(cmp.Or(cfg.Workers, pynox.DefaultWorkers))
 	p, err := pynox.New(cfg)
 	if err != nil {
-		fmt.Fprintf(stderr, "pynox pool: %s\n", describeStartError(err, file, set))
+		fmt.Fprintf(stderr, "pynox %s: %s\n", command, describeStartError(err, file, set))
 		return 1
 	}
 	defer p.Close()
@@ -294,8 +309,8 @@ func pool(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	defer stop()
 	shutdown := shutdownOnSignal(p, stop)
 	defer shutdown()
-	if err := jsonl.Serve(ctx, p, stdin, stdout); err != nil {
-		fmt.Fprintf(stderr, "pynox pool: %v\n", err)
+	if err := serve(ctx, p); err != nil {
+		fmt.Fprintf(stderr, "pynox %s: %v\n", command, err)
 		return 1
 	}
 	return 0
