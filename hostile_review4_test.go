@@ -352,3 +352,72 @@ func TestHostileReview4DumpRacesFinish(t *testing.T) {
 	}
 	advServes(t, p)
 }
+
+// A job that calls a declared tool with a signature through a forged call
+// frame carrying 100,000 keyword arguments (under 1 MiB of JSON, MaxCall) gets
+// its TypeError at once. Before the fix the pool read the keywords'
+// names by a quadratic scan (orderedObject looked each name up in a slice
+// of those before it): most of a minute of the pool's CPU per call (34 s
+// for 80,000 names on the review machine), on a goroutine the job's
+// timeout does not stop, and a job may have 64 such calls in flight. The
+// job here, with a 15 s timeout, timed out waiting for its answer.
+func TestHostileReview4ToolKwargsFlood(t *testing.T) {
+	t.Parallel()
+	p := newTestPool(t, Config{Workers: 1})
+	var calls int
+	host := func(context.Context, *Call) (any, error) { calls++; return "reached", nil }
+	code := `import json, os, struct
+def frame(o):
+    b = json.dumps(o, separators=(",", ":")).encode()
+    return struct.pack('<I', len(b)) + b
+kw = {}
+i = 0
+while len(kw) < 100000:
+    n, s = i, ""
+    while True:
+        s = "abcdefghijklmnopqrstuvwxyz"[n % 26] + s
+        n //= 26
+        if not n:
+            break
+    kw["k" + s] = 0
+    i += 1
+f = frame({'t': 'call', 'id': 1, 'step': 1, 'function': 'tool', 'args': [], 'kwargs': kw})
+# As the runner sends a large frame: its header and a ring first, so
+# that Go reads the rest as it comes.
+os.write(3, f[:4])
+os.write(4, b'!')
+v = memoryview(f)[4:]
+while v:
+    v = v[os.write(3, v):]
+os.write(4, b'!')
+n = struct.unpack('<I', os.read(3, 4))[0]
+r = b""
+while len(r) < n:
+    r += os.read(3, n - len(r))
+r = json.loads(r)
+print(r.get('error_type'), r.get('error', '')[:60])
+`
+	res, err := p.Run(context.Background(), Job{Tools: []Tool{{Name: "tool", Signature: "(a: int = 1)"}}, Host: host,
+		Timeout: 15 * time.Second, Code: code})
+	require.NoError(t, err)
+	requireOK(t, res)
+	require.Equal(t, "TypeError tool(): got an unexpected keyword argument 'ka'\n", res.Stdout)
+	require.Zero(t, calls)
+
+	// A JSON Schema of as many properties is refused as soon as it has
+	// more than the limit, without reading on.
+	var b strings.Builder
+	b.WriteString(`{"type":"object","properties":{`)
+	for i := 0; i < 150000; i++ {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(`"p` + strconv.Itoa(i) + `":{}`)
+	}
+	b.WriteString(`}}`)
+	res, err = p.Run(context.Background(), Job{Tools: []Tool{{Name: "tool", Parameters: json.RawMessage(b.String())}}, Host: host, Code: "1"})
+	require.NoError(t, err)
+	requireErrorType(t, res, "RequestError")
+	require.Contains(t, res.Err().Error(), `"properties": more than 64 keys`)
+	advServes(t, p)
+}
