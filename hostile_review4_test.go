@@ -421,3 +421,40 @@ print(r.get('error_type'), r.get('error', '')[:60])
 	require.Contains(t, res.Err().Error(), `"properties": more than 64 keys`)
 	advServes(t, p)
 }
+
+// An idle session's file that someone else replaced while the session was
+// kept (a user who may write in a shared idle-dump directory: not a job,
+// which can never reach it) is not loaded: the session comes back empty
+// and not Restored. Before the fix the pool loaded whatever file stood
+// under the name it had written, and the planted dump's code ran as the
+// session's (here it set a global the session then saw).
+func TestHostileReview4IdleDumpReplaced(t *testing.T) {
+	t.Parallel()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to make a file of another user")
+	}
+	dumps := t.TempDir()
+	p := newTestPool(t, Config{Workers: 1, SessionIdle: 300 * time.Millisecond, SessionIdleDump: dumps})
+	ctx := context.Background()
+	a, err := p.Checkout(ctx, Job{})
+	require.NoError(t, err)
+	defer a.Finish(ctx)
+	feedOK(t, a, "secret = 1")
+	var kept []string
+	require.Eventually(t, func() bool {
+		kept, _ = filepath.Glob(filepath.Join(dumps, "*.dump"))
+		return len(kept) == 1
+	}, 30*time.Second, 20*time.Millisecond, "session a was not kept in the idle-dump directory")
+	planted := reduceDump(t, "exec", "import __main__\n__main__.planted = 1")
+	require.NoError(t, os.Remove(kept[0]))
+	require.NoError(t, os.WriteFile(kept[0], planted, 0o600))
+	require.NoError(t, os.Chown(kept[0], 65534, 65534))
+	ev, err := a.Feed(ctx, Step{Code: "print('planted' in globals(), 'secret' in globals())"})
+	require.NoError(t, err)
+	requireOK(t, ev.Result)
+	require.Equal(t, "False False\n", ev.Result.Stdout, "a replaced idle dump was loaded into the session")
+	require.False(t, ev.Result.Restored)
+	_, err = os.Stat(kept[0])
+	require.True(t, os.IsNotExist(err), "the replaced file was left behind")
+	advServes(t, p)
+}
