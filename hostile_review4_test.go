@@ -191,10 +191,10 @@ print("hits", hits)
 	require.NotContains(t, string(d.Data), "secret_of_a")
 	// a was not stopped: it runs its next step.
 	require.Equal(t, "zqxv-41\n", feedOK(t, a, "print(secret_of_a)").Stdout)
-	// After Finish, a's process is gone.
+	// After Finish, a runs nothing more.
 	require.NoError(t, a.Finish(ctx))
-	n, _ := strconv.Atoi(pidA)
-	require.NotZero(t, n)
+	_, err = a.Feed(ctx, Step{Code: "print(1)"})
+	require.ErrorIs(t, err, ErrFinished)
 	advServes(t, p)
 }
 
@@ -457,4 +457,38 @@ func TestHostileReview4IdleDumpReplaced(t *testing.T) {
 	_, err = os.Stat(kept[0])
 	require.True(t, os.IsNotExist(err), "the replaced file was left behind")
 	advServes(t, p)
+}
+
+// A job that fills its scratch directory (a tmpfs by default) is held to
+// its memory allowance where the pool has memory cgroups: the pages are
+// charged to the job, it ends with an error well before it has written
+// four times its allowance, and the next job finds its scratch empty.
+func TestHostileReview4ScratchFill(t *testing.T) {
+	t.Parallel()
+	p := newTestPool(t, Config{Workers: 1})
+	if p.Cgroups() == "none" {
+		t.Skip("no memory cgroups: tmpfs pages are not bounded per job (a known limit)")
+	}
+	res := run(t, p, Job{Memory: 64 << 20, Timeout: 30 * time.Second, Code: `
+import os, sys
+d = os.environ["TMPDIR"]
+chunk = b"x" * (4 << 20)
+n = 0
+try:
+    while n < (256 << 20):
+        with open(os.path.join(d, "f%d" % n), "wb") as f:
+            f.write(chunk)
+        n += len(chunk)
+        print(n, flush=True)
+except BaseException as e:
+    print("stopped", type(e).__name__, n, flush=True)
+    raise
+`})
+	require.NotNil(t, res.Error, "the job wrote 256 MiB into its scratch under a 64 MiB allowance: %s", res.Stdout)
+	lines := strings.Fields(res.Stdout)
+	require.NotContains(t, lines, strconv.Itoa(256<<20))
+	requireScratchEmpty(t, p, "the filled scratch was left behind")
+	res = run(t, p, Job{Code: "import os\nprint(os.listdir(os.environ['TMPDIR']))"})
+	requireOK(t, res)
+	require.Equal(t, "[]\n", res.Stdout)
 }
