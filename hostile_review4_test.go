@@ -492,3 +492,60 @@ except BaseException as e:
 	requireOK(t, res)
 	require.Equal(t, "[]\n", res.Stdout)
 }
+
+// A session that replaces the runner's SIGINT handler with its own, which
+// raises at once, and is interrupted while a host call waits for its
+// reply: whatever that does to its own channel ends at most that session
+// (the reply of the interrupted call never reaches a later step), and
+// another session and the pool go on.
+func TestHostileReview4OwnSigintHandlerDuringCall(t *testing.T) {
+	t.Parallel()
+	p := newTestPool(t, Config{Workers: 1})
+	ctx := context.Background()
+	inCall := make(chan struct{}, 16)
+	release := make(chan struct{})
+	host := func(ctx context.Context, c *Call) (any, error) {
+		inCall <- struct{}{}
+		select {
+		case <-release:
+		case <-ctx.Done():
+		}
+		return "reply-of-the-interrupted-call", nil
+	}
+	co, err := p.Checkout(ctx, Job{Functions: []string{"wait"}, Host: host})
+	require.NoError(t, err)
+	defer co.Finish(ctx)
+	other, err := p.Checkout(ctx, Job{})
+	require.NoError(t, err)
+	defer other.Finish(ctx)
+	feedOK(t, other, "y = 2")
+	feedOK(t, co, `
+import signal
+def h(*a):
+    raise RuntimeError("own handler")
+signal.signal(signal.SIGINT, h)
+`)
+	done := make(chan *Result, 1)
+	go func() {
+		ev, err := co.Feed(ctx, Step{Code: "import pynox_host\nr = pynox_host.wait()\nprint('got', r)"})
+		if err != nil || ev.Result == nil {
+			done <- nil
+			return
+		}
+		done <- ev.Result
+	}()
+	<-inCall
+	require.True(t, co.Interrupt())
+	close(release)
+	res := <-done
+	require.NotNil(t, res)
+	t.Logf("interrupted step: stdout %q, error %+v, session ended %v", res.Stdout, res.Error, res.SessionEnded)
+	if !res.SessionEnded {
+		// The session lives on: its next step sees no stale reply.
+		ev, err := co.Feed(ctx, Step{Code: "print('next')"})
+		require.NoError(t, err)
+		require.NotContains(t, ev.Result.Stdout, "reply-of-the-interrupted-call")
+	}
+	require.Equal(t, "2\n", feedOK(t, other, "print(y)").Stdout)
+	advServes(t, p)
+}
