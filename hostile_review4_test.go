@@ -119,6 +119,19 @@ print(" ".join(out))
 	planted, _ := filepath.Glob(filepath.Join(dumps, "*"))
 	require.Len(t, planted, 1, "a file was planted in the idle-dump directory: %v", planted)
 
+	// No request reaches the directory either: it lies outside the
+	// ceiling, whatever field names it.
+	for _, j := range []Job{
+		{AllowRead: []string{dumps}},
+		{AllowWrite: []string{dumps}},
+		{PackageDirs: []string{dumps}},
+		{Mounts: []MountSpec{{HostPath: dumps}}},
+		{Mounts: []MountSpec{{HostPath: kept[0]}}},
+	} {
+		j.Code = "print(1)"
+		requireErrorType(t, run(t, p, j), "RequestError")
+	}
+
 	// a comes back as it was.
 	ev, err = a.Feed(ctx, Step{Code: "print(secret)"})
 	require.NoError(t, err)
@@ -547,5 +560,51 @@ signal.signal(signal.SIGINT, h)
 		require.NotContains(t, ev.Result.Stdout, "reply-of-the-interrupted-call")
 	}
 	require.Equal(t, "2\n", feedOK(t, other, "print(y)").Stdout)
+	advServes(t, p)
+}
+
+// A session thread that writes a forged report for the step that follows
+// (it is stopped between steps, so it writes it while that step runs)
+// lies only about that step of its own session, as its code could: the
+// runner's real report of that step then arrives in the next step, which
+// ends as a protocol break (PoolWorkerError, session ended), never
+// answered by the stale report; the step after runs in a new process.
+// Another session and the pool go on.
+func TestHostileReview4ForgedReportBetweenSteps(t *testing.T) {
+	t.Parallel()
+	p := newTestPool(t, Config{Workers: 1})
+	ctx := context.Background()
+	a, err := p.Checkout(ctx, Job{})
+	require.NoError(t, err)
+	defer a.Finish(ctx)
+	b, err := p.Checkout(ctx, Job{})
+	require.NoError(t, err)
+	defer b.Finish(ctx)
+	feedOK(t, b, "y = 3")
+	feedOK(t, a, `
+import json, os, struct, threading, time
+def forge():
+    time.sleep(0.2)
+    b = json.dumps({"t": "done", "step": 2, "exit": 0, "error": None, "value": {"forged": True}}).encode()
+    os.write(3, struct.pack("<I", len(b)) + b)
+    os.write(4, b"!")
+threading.Thread(target=forge, daemon=True).start()
+`)
+	ev, err := a.Feed(ctx, Step{Code: "import time\ntime.sleep(0.5)\n41 + 1"})
+	require.NoError(t, err)
+	t.Logf("step 2 (its own code lied about it): value %s, error %+v, ended %v", ev.Result.Value, ev.Result.Error, ev.Result.SessionEnded)
+	ev, err = a.Feed(ctx, Step{Code: "print('three')"})
+	require.NoError(t, err)
+	res := ev.Result
+	t.Logf("step 3: stdout %q, error %+v, ended %v, restarted %v", res.Stdout, res.Error, res.SessionEnded, res.Restarted)
+	require.Empty(t, res.Value)
+	if res.Error != nil {
+		require.True(t, res.SessionEnded, "%+v", res)
+	}
+	ev, err = a.Feed(ctx, Step{Code: "print('four')"})
+	require.NoError(t, err)
+	requireOK(t, ev.Result)
+	require.Equal(t, "four\n", ev.Result.Stdout)
+	require.Equal(t, "3\n", feedOK(t, b, "print(y)").Stdout)
 	advServes(t, p)
 }
