@@ -298,6 +298,11 @@ func (c *Checkout) armIdle() {
 	if c.why != nil {
 		return
 	}
+	// lastUse is set before the timer starts: set after, a goroutine
+	// descheduled between the two (a loaded machine) left lastUse later
+	// than the timer's start, the timer found the session not stale yet,
+	// and nothing armed it again: the session was never closed.
+	c.lastUse = time.Now()
 	if c.idle == nil {
 		c.idle = time.AfterFunc(c.pool.cfg.SessionIdle, func() {
 			c.mu.Lock()
@@ -311,7 +316,6 @@ func (c *Checkout) armIdle() {
 	} else {
 		c.idle.Reset(c.pool.cfg.SessionIdle)
 	}
-	c.lastUse = time.Now()
 }
 
 // Pid returns the process id of the session's live process, or 0 when it

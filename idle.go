@@ -144,7 +144,11 @@ func (c *Checkout) loadIdleDump() {
 		return
 	}
 	defer f.Close()
-	data, err := io.ReadAll(io.LimitReader(f, MaxDumpSize+1))
+	err = checkIdleDumpFile(f)
+	var data []byte
+	if err == nil {
+		data, err = io.ReadAll(io.LimitReader(f, MaxDumpSize+1))
+	}
 	var steps int
 	var pickle []byte
 	if err == nil {
@@ -158,6 +162,22 @@ func (c *Checkout) loadIdleDump() {
 		return
 	}
 	c.restore, c.restoreSteps, c.restoredIdle = pickle, steps, true
+}
+
+// checkIdleDumpFile refuses an idle session's file that is no longer the
+// one writeIdleDump made: not a regular file of the pool's own user with
+// one link and no access for others. A user who may write in the
+// directory (a shared or world-writable one) could otherwise replace it
+// with a dump of their own, whose code the session would run.
+func checkIdleDumpFile(f *os.File) error {
+	var st unix.Stat_t
+	if err := unix.Fstat(int(f.Fd()), &st); err != nil {
+		return err
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFREG || int(st.Uid) != os.Geteuid() || st.Nlink != 1 || st.Mode&0o077 != 0 {
+		return fmt.Errorf("%s is not the file the pool wrote (owner %d, mode %o, %d links): it is not loaded", f.Name(), st.Uid, st.Mode, st.Nlink)
+	}
+	return nil
 }
 
 // dropIdleDump removes the file of a kept session that ends without

@@ -453,7 +453,7 @@ func schemaSignature(raw json.RawMessage) (*Signature, error) {
 			return nil, errors.New(`"required" must be an array of strings`)
 		}
 	}
-	names, props, err := orderedObject(top["properties"])
+	names, props, err := orderedObject(top["properties"], maxParameters)
 	if err != nil {
 		return nil, fmt.Errorf(`"properties": %v`, err)
 	}
@@ -494,8 +494,11 @@ func schemaSignature(raw json.RawMessage) (*Signature, error) {
 }
 
 // orderedObject returns the keys of a JSON object in order, and their
-// values; nothing for an absent one.
-func orderedObject(raw json.RawMessage) ([]string, []json.RawMessage, error) {
+// values; nothing for an absent one. With max > 0 it stops, with an
+// error, at the key after the first max. Its cost is linear in the
+// object's size: the object may be a job's call arguments (MaxCall bytes,
+// some 150,000 keys).
+func orderedObject(raw json.RawMessage, max int) ([]string, []json.RawMessage, error) {
 	if len(raw) == 0 {
 		return nil, nil, nil
 	}
@@ -505,6 +508,7 @@ func orderedObject(raw json.RawMessage) ([]string, []json.RawMessage, error) {
 	}
 	var names []string
 	var vals []json.RawMessage
+	seen := map[string]struct{}{}
 	for dec.More() {
 		tok, err := dec.Token()
 		if err != nil {
@@ -515,9 +519,13 @@ func orderedObject(raw json.RawMessage) ([]string, []json.RawMessage, error) {
 			return nil, nil, err
 		}
 		k := tok.(string)
-		if slices.Contains(names, k) {
+		if _, dup := seen[k]; dup {
 			return nil, nil, fmt.Errorf("%q appears twice", k)
 		}
+		if max > 0 && len(names) == max {
+			return nil, nil, fmt.Errorf("more than %d keys; at most %d are allowed", max, max)
+		}
+		seen[k] = struct{}{}
 		names = append(names, k)
 		vals = append(vals, v)
 	}
@@ -685,7 +693,7 @@ func checkedHost(sigs map[string]*Signature, next worker.HostFunc) worker.HostFu
 	return func(ctx context.Context, c worker.Call) worker.Reply {
 		if sig := sigs[c.Function]; sig != nil {
 			var args []json.RawMessage
-			keys, _, kerr := orderedObject(c.Kwargs)
+			keys, _, kerr := orderedObject(c.Kwargs, 0)
 			if json.Unmarshal(c.Args, &args) != nil || kerr != nil {
 				msg := c.Function + "(): the arguments are not a JSON array and object"
 				return worker.Reply{Error: &msg, ErrorType: "TypeError"}

@@ -192,6 +192,10 @@ func Serve(ctx context.Context, p *pynox.Pool, r io.Reader, w io.Writer) error {
 			srv.session(req)
 		case req.Close:
 			out.send(refuse(p, &pynox.Job{ID: req.ID}, requestErrorf("close needs the session to close")))
+		case req.Dump:
+			out.send(refuse(p, &pynox.Job{ID: req.ID}, requestErrorf("dump needs the session to dump; a job without session has no state to keep")))
+		case req.Restore != nil:
+			out.send(refuse(p, &pynox.Job{ID: req.ID}, requestErrorf("restore needs a session: a dump is restored into a new session, not a job without session")))
 		default:
 			if req.Stream {
 				req.Job.OnOutput = srv.outputFor(req.ID, "")

@@ -52,6 +52,9 @@ func (c *Child) Dump(max int, timeout time.Duration, cpuSecs int64, cancel <-cha
 		maxCalls:  0,
 		cpu:       cpuSecs,
 		continued: true,
+		// What the session's code writes to its stderr during the dump
+		// is dropped: the pool holds the dump's bytes only.
+		dropStderr: true,
 	}, cancel)
 	if len(o.Skipped) > MaxSkipped {
 		o.Skipped = o.Skipped[:MaxSkipped]

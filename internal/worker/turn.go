@@ -32,6 +32,9 @@ type turnSpec struct {
 	// interrupt, when closed, sends the code SIGINT.
 	ctx       context.Context
 	interrupt <-chan struct{}
+	// dropStderr keeps none of the child's stderr (a dump's, which
+	// nobody reads): it is drained, not held up to maxOutput.
+	dropStderr bool
 }
 
 // InterruptGrace is how long a step may run on after its interrupt
@@ -105,6 +108,9 @@ func (c *Child) turn(ts turnSpec, cancel <-chan struct{}) *Outcome {
 		calls:   map[int64]*pendingCall{},
 		replies: make(chan callReply, MaxInFlight),
 		ctlOpen: true,
+	}
+	if ts.dropStderr {
+		t.out.stderr.max = 0
 	}
 	defer t.stop()
 	return t.run(cancel)
