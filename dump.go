@@ -56,7 +56,9 @@ type Dump struct {
 // then goes on as before. A checkout with no live process (before its
 // first step, or after its process ended) has an empty dump, or — for a
 // restored checkout before its first step — the dump it was restored
-// from.
+// from. A pool makes at most two dumps at once (each may hold a few times
+// MaxDumpSize of its memory while it is read); a further Dump waits for
+// one to end, as long as ctx allows.
 //
 // Dump fails with ErrProtocol while a host call waits for Resume, with a
 // KindRuntime error whose Type is the Python exception's when the pickle
@@ -95,12 +97,26 @@ func (c *Checkout) Dump(ctx context.Context) (*Dump, error) {
 
 // dump makes the dump of the live process child; the caller holds the
 // turn.
+// maxDumpsInFlight bounds the dumps a pool makes at once.
+const maxDumpsInFlight = 2
+
 func (c *Checkout) dump(ctx context.Context, child *worker.Child) (*Dump, error) {
 	stepDone, err := c.pool.beginStep()
 	if err != nil {
 		return nil, err
 	}
 	defer stepDone()
+	// At most maxDumpsInFlight dumps run at once in a pool: each may hold
+	// a few times MaxDumpSize of the pool's memory while it is read (idle
+	// sessions are dumped on their own, up to MaxSessions at once).
+	select {
+	case c.pool.dumps <- struct{}{}:
+		defer func() { <-c.pool.dumps }()
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	case <-c.life.Done():
+		return nil, c.endErr()
+	}
 	cancel := make(chan struct{})
 	var once sync.Once
 	stop := func() { once.Do(func() { close(cancel) }) }

@@ -70,6 +70,8 @@ type Pool struct {
 	spareTimeout time.Duration // for templates started from now on; zero means the default
 
 	sessionSeq atomic.Uint64 // spreads sessions' processes over the templates
+
+	dumps chan struct{} // a token per session dump in progress (dump.go)
 }
 
 // poolWorker is one template and the job slot it serves.
@@ -135,6 +137,7 @@ func New(cfg Config) (*Pool, error) {
 		log:     log,
 		idle:    make(chan *poolWorker, cfg.Workers),
 		closing: make(chan struct{}),
+		dumps:   make(chan struct{}, maxDumpsInFlight),
 
 		checkouts: make(map[*Checkout]struct{}),
 
