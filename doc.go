@@ -317,6 +317,17 @@
 // but its own "done" (validated, size-bounded), and a malformed frame gets
 // it killed with PoolWorkerError.
 //
+// Result.Usage ([Usage]) is the job's CPU time, peak RSS, minor faults
+// and wall time as the kernel counted them, never as the job reports
+// them: a one-shot job's are its process's rusage, which the template
+// reads with wait4 when it reaps it (so the pool waits for that report,
+// which follows the job's end at once, before answering); a session
+// step's are what the process's counters in /proc (CPU clock, minflt,
+// VmHWM), read by the pool through the pidfd's pid while the process is
+// stopped, grew by during the step, its peak RSS reset (clear_refs)
+// before each step. Stats.CPUMSTotal and the JSON log's cpu_ms add them
+// up.
+//
 // # Sessions
 //
 // [Pool.Checkout] starts a session; its first [Checkout.Feed] forks the

@@ -186,6 +186,10 @@ type Result struct {
 	// and is not printed.
 	Value     json.RawMessage `json:"value,omitempty"`
 	ValueRepr string          `json:"value_repr,omitempty"`
+	// Usage is the job's (or step's) resource usage as the kernel counted
+	// it (see Usage); nil when nothing ran or the figures could not be
+	// read.
+	Usage *Usage `json:"usage,omitempty"`
 
 	kind Kind // set by the pool: tells a Python TimeoutError from the pool's
 }
