@@ -328,6 +328,19 @@
 // before each step. Stats.CPUMSTotal and the JSON log's cpu_ms add them
 // up.
 //
+// Result.Files ([File]) are the files a job left that [Job.Collect] (or
+// [Step.Collect]) names with glob patterns beneath its write grants or
+// its scratch directory ("$TMPDIR/…"), and every regular file directly in
+// its $PYNOX_OUTPUTS directory ([OutputsDir] in its scratch directory).
+// The pool reads them itself, so it reads only what the job could read:
+// it walks from descriptors it opened, with openat2 and
+// RESOLVE_BENEATH|RESOLVE_NO_SYMLINKS (no link the job planted is
+// followed), reads only regular files with a single link (a hard link may
+// name a file the job could not read) through a descriptor of the inode
+// it checked, never opens a FIFO for reading, and reads at most
+// [MaxFiles] files and [MaxFilesBytes] bytes per result; beyond that the
+// files are listed with Skipped set and FilesTruncated, never killed.
+//
 // # Sessions
 //
 // [Pool.Checkout] starts a session; its first [Checkout.Feed] forks the

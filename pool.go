@@ -555,6 +555,9 @@ func (p *Pool) run(ctx context.Context, job Job) (_ *Result, refill func(), _ er
 		return nil, refill, stopped()
 	}
 	res := p.result(&job, pl, out, accepted)
+	if out.Started {
+		res.Files, res.FilesTruncated = p.collectFiles(pl, pl.collect, false)
+	}
 	p.finish(&job, res)
 	return res, refill, nil
 }
