@@ -76,8 +76,8 @@ os._exit(0)
 `
 	tiny := map[string]any{"cpu_ms": 1, "max_rss_bytes": 1, "minor_faults": 1, "wall_ms": 1}
 	for name, frame := range map[string]map[string]any{
-		"done":  {"t": "done", "step": 1, "exit": 0, "error": nil, "final": true, "usage": tiny, "cpu_us": 1, "maxrss_kb": 1, "minflt": 1},
-		"exit":  {"t": "exit", "pid": 1, "code": 0, "cpu_us": 1, "maxrss_kb": 1, "minflt": 1, "usage": tiny},
+		"done": {"t": "done", "step": 1, "exit": 0, "error": nil, "final": true, "usage": tiny, "cpu_us": 1, "maxrss_kb": 1, "minflt": 1},
+		"exit": {"t": "exit", "pid": 1, "code": 0, "cpu_us": 1, "maxrss_kb": 1, "minflt": 1, "usage": tiny},
 	} {
 		res := run(t, p, Job{Code: forge, Inputs: map[string]any{"FRAME": frame}})
 		u := res.Usage
