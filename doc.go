@@ -321,7 +321,8 @@
 // and wall time as the kernel counted them, never as the job reports
 // them: a one-shot job's are its process's rusage, which the template
 // reads with wait4 when it reaps it (so the pool waits for that report,
-// which follows the job's end at once, before answering); a session
+// which follows the job's end at once, before answering), less its
+// counters at the hand-over; a session
 // step's are what the process's counters in /proc (CPU clock, minflt,
 // VmHWM), read by the pool through the pidfd's pid while the process is
 // stopped, grew by during the step, its peak RSS reset (clear_refs)

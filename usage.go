@@ -9,9 +9,12 @@ import (
 // Usage is a job's (or a session step's) resource usage as the kernel
 // counted it; the job has no say in it. For a one-shot job it is the
 // rusage of its process, which its template reads with wait4 when it
-// reaps it: the whole life of the process, including the spare's own
-// preparation after its fork (about a millisecond of CPU time and a
-// hundred page faults). For a session's step it is what the process's
+// reaps it, less the CPU time and faults the pool read from /proc/<pid>
+// at the hand-over (the spare's own preparation after its fork, about a
+// millisecond and a hundred or two faults): from the hand-over to the
+// process's end, its exit included (unmapping its memory costs CPU time
+// after the result is known, so CPUMS may exceed WallMS for a short
+// job); its MaxRSSBytes is the process's whole life's. For a session's step it is what the process's
 // counters in /proc/<pid> (read by the pool, with the process stopped,
 // before and after the step) grew by during the step; its peak RSS is
 // reset (clear_refs) before the step, so MaxRSSBytes is the step's own

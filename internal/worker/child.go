@@ -348,6 +348,8 @@ func (c *Child) Run(job *Job, cancel <-chan struct{}) *Outcome {
 	var base *Usage
 	if job.Session {
 		base = c.stepBase()
+	} else {
+		base = c.jobBase()
 	}
 	o := c.turn(turnSpec{
 		send: func() error {

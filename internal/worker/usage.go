@@ -2,7 +2,8 @@ package worker
 
 // Resource usage of a turn, as the kernel counted it. Nothing here comes
 // from the job's own reports: a one-shot job's figures are its process's
-// rusage, which its template reads with wait4 when it reaps it; a session
+// rusage, which its template reads with wait4 when it reaps it, less the
+// counters the host read from /proc/<pid> at the hand-over; a session
 // step's are read by the host from /proc/<pid> before and after the step
 // (the process is stopped or blocked then), the pid taken from the pidfd.
 
@@ -31,7 +32,10 @@ const usageWait = 2 * time.Second
 // procUsage reads the counters of the live process pid from /proc: its
 // CPU clock, its minor faults (/proc/<pid>/stat) and its peak RSS
 // (VmHWM of /proc/<pid>/status).
-func procUsage(pid int) (Usage, error) {
+func procUsage(pid int) (Usage, error) { return readUsage(pid, true) }
+
+// readUsage is procUsage, the peak RSS only when peak is set.
+func readUsage(pid int, peak bool) (Usage, error) {
 	var u Usage
 	if pid <= 0 {
 		return u, unix.ESRCH
@@ -58,6 +62,9 @@ func procUsage(pid int) (Usage, error) {
 	}
 	if u.MinorFaults, err = strconv.ParseInt(string(f[7]), 10, 64); err != nil {
 		return u, err
+	}
+	if !peak {
+		return u, nil
 	}
 	status, err := os.ReadFile(p + "/status")
 	if err != nil {
@@ -90,6 +97,19 @@ func (c *Child) stepBase() *Usage {
 		f.Close()
 	}
 	u, err := procUsage(pid)
+	if err != nil || c.Gone() {
+		return nil
+	}
+	return &u
+}
+
+// jobBase reads a one-shot job's CPU time and minor faults before its
+// code is handed over (the spare waits for it, blocked), so that its
+// figures leave out the spare's own preparation after its fork. Its peak
+// RSS is the process's whole life's. Nil when they cannot be read: the
+// job's figures are then its process's totals.
+func (c *Child) jobBase() *Usage {
+	u, err := readUsage(c.Pid(), false)
 	if err != nil || c.Gone() {
 		return nil
 	}
