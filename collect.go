@@ -93,6 +93,9 @@ func (p *Pool) collectPatterns(pl *plan, field string, pats []string) ([]collect
 		if pat == "" || len(pat) > MaxCollectPattern || strings.ContainsRune(pat, 0) {
 			return nil, requestErrorf("%s: expected a non-empty glob pattern of at most %d bytes", f, MaxCollectPattern)
 		}
+		if slices.ContainsFunc(strings.Split(pat, "/"), func(s string) bool { return s == "." || s == ".." }) {
+			return nil, requestErrorf("%s: %q has a \".\" or \"..\" component", f, pat)
+		}
 		abs := pat
 		switch {
 		case strings.HasPrefix(pat, "$TMPDIR/"):
@@ -101,13 +104,11 @@ func (p *Pool) collectPatterns(pl *plan, field string, pats []string) ([]collect
 			}
 			abs = scratch + pat[len("$TMPDIR"):]
 		case !filepath.IsAbs(pat):
-			abs = filepath.Join(p.cfg.Dir, pat)
-			if strings.Contains(pat, "..") {
-				abs = "" // refused below
+			dir := p.cfg.Dir
+			if real, err := filepath.EvalSymlinks(dir); err == nil {
+				dir = real // the grants are symlink-free
 			}
-		}
-		if abs == "" || slices.ContainsFunc(strings.Split(strings.TrimPrefix(pat, "$TMPDIR/"), "/"), func(s string) bool { return s == "." || s == ".." }) {
-			return nil, requestErrorf("%s: %q has a \".\" or \"..\" component", f, pat)
+			abs = filepath.Join(dir, pat)
 		}
 		abs = filepath.Clean(abs)
 		if _, err := filepath.Match(abs, ""); err != nil {

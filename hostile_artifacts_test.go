@@ -28,8 +28,9 @@ func TestCollectGlob(t *testing.T) {
 	p := newTestPool(t, Config{Workers: 1})
 	out := filepath.Join(p.cfg.Dir, "out")
 	require.NoError(t, os.Mkdir(out, 0o755))
-	res := run(t, p, Job{AllowWrite: []string{"out"}, Collect: []string{"out/*.csv", "$TMPDIR/sub/*.txt"}, Code: `
+	res := run(t, p, Job{AllowWrite: []string{"out"}, Collect: []string{"out/*.csv", "$TMPDIR/sub/*.txt", "out/x..y.dat"}, Code: `
 import os
+open("out/x..y.dat", "w").write("dots")
 for n in ("a.csv", "b.csv", "c.txt"):
     open("out/" + n, "w").write("x,y\n" + n)
 os.mkdir(os.environ["TMPDIR"] + "/sub")
@@ -39,7 +40,8 @@ open(os.environ["TMPDIR"] + "/other.txt", "w").write("not asked for")
 	requireOK(t, res)
 	require.False(t, res.FilesTruncated)
 	m := filesByName(res)
-	require.Len(t, m, 3, "%+v", res.Files)
+	require.Len(t, m, 4, "%+v", res.Files)
+	require.Equal(t, "dots", string(m["x..y.dat"].Data))
 	require.Equal(t, filepath.Join(out, "a.csv"), m["a.csv"].Path)
 	require.Equal(t, "x,y\na.csv", string(m["a.csv"].Data))
 	require.Equal(t, int64(len("x,y\nb.csv")), m["b.csv"].Size)
