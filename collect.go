@@ -48,6 +48,10 @@ const (
 // that a job that made a million files costs the pool a bounded effort.
 const collectScan = 1 << 16
 
+// maxCollectDepth bounds how many components beneath its root a pattern
+// may have: the walk holds a descriptor per level.
+const maxCollectDepth = 32
+
 // OutputsDir is the name of the directory in a job's scratch directory
 // that $PYNOX_OUTPUTS names: every regular file directly in it is
 // attached to the result without being asked for.
@@ -124,7 +128,11 @@ func (p *Pool) collectPatterns(pl *plan, field string, pats []string) ([]collect
 			return nil, requestErrorf("%s: %s is not beneath the job's write grants (%s) or its scratch directory ($TMPDIR/…)",
 				f, abs, strings.Join(pl.write, ", "))
 		}
-		out = append(out, collectPattern{root: best, parts: strings.Split(abs[len(best)+1:], "/")})
+		parts := strings.Split(abs[len(best)+1:], "/")
+		if len(parts) > maxCollectDepth {
+			return nil, requestErrorf("%s: %q goes %d levels beneath %s; the limit is %d", f, pat, len(parts), best, maxCollectDepth)
+		}
+		out = append(out, collectPattern{root: best, parts: parts})
 	}
 	return out, nil
 }
@@ -177,6 +185,10 @@ func (c *collector) walk(dirfd int, dir string, parts []string) {
 		if len(parts) == 1 {
 			c.add(dirfd, name, path)
 			continue
+		}
+		if c.scanned++; c.scanned > collectScan {
+			c.truncated = true
+			return
 		}
 		sub, err := openBeneath(dirfd, name, unix.O_PATH|unix.O_DIRECTORY)
 		if err != nil {

@@ -217,6 +217,7 @@ func TestCollectRefused(t *testing.T) {
 		{"$TMPDIR/[x"}:    "collect[0]: \"$TMPDIR/[x\" is not a valid glob pattern",
 		{"$TMPDIR/a", ""}: "collect[1]: expected a non-empty glob pattern",
 		{"../*"}:          `collect[0]: "../*" has a "." or ".." component`,
+		{"$TMPDIR/" + strings.Repeat("d/", 32) + "x"}: "goes 33 levels beneath",
 	} {
 		res := run(t, p, Job{Code: "print(1)", Collect: *pats})
 		requireErrorType(t, res, "RequestError")
