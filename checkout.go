@@ -106,6 +106,10 @@ type Step struct {
 	// code runs, and stay for later steps like any assignment; the rules
 	// of Job.Inputs apply.
 	Inputs map[string]any
+	// Collect names files to attach to the step's result, as
+	// Job.Collect does; the files the step wrote to $PYNOX_OUTPUTS are
+	// attached too, and removed from there once attached.
+	Collect []string
 }
 
 // TurnEvent is how a turn of a [Checkout] ended: the step called a host
@@ -210,6 +214,9 @@ func (p *Pool) checkout(ctx context.Context, job Job, name string, onEnd func(*C
 	}
 	if job.Code != "" || len(job.Args) > 0 || job.Name != "" || job.Inputs != nil {
 		return nil, requestErrorf("a checkout's job takes no code, name, args or inputs: each Step brings its own")
+	}
+	if len(job.Collect) > 0 {
+		return nil, requestErrorf("collect: a checkout's job takes none; each Step names the files it collects")
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, err
@@ -466,6 +473,9 @@ func (c *Checkout) Feed(ctx context.Context, step Step) (TurnEvent, error) {
 		}
 		c.mu.Unlock()
 		res := c.pool.result(&Job{ID: step.ID}, &stepPl, out, accepted)
+		if pats, err := c.pool.collectPatterns(c.pl, "collect", step.Collect); err == nil && out.Started {
+			res.Files, res.FilesTruncated = c.pool.collectFiles(c.pl, pats, true)
+		}
 		t.events <- turnMsg{result: res, alive: out.Alive, canceled: out.Canceled}
 		if first {
 			// A template spare the session took is replaced now that
@@ -510,6 +520,9 @@ func (c *Checkout) stepPlan(s *Step) (*worker.Step, *Error) {
 	}
 	inputs, err := encodeInputs(s.Inputs)
 	if err != nil {
+		return nil, err
+	}
+	if _, err := c.pool.collectPatterns(c.pl, "collect", s.Collect); err != nil {
 		return nil, err
 	}
 	return &worker.Step{

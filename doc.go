@@ -319,6 +319,31 @@
 // but its own "done" (validated, size-bounded), and a malformed frame gets
 // it killed with PoolWorkerError.
 //
+// Result.Usage ([Usage]) is the job's CPU time, peak RSS, minor faults
+// and wall time as the kernel counted them, never as the job reports
+// them: a one-shot job's are its process's rusage, which the template
+// reads with wait4 when it reaps it (so the pool waits for that report,
+// which follows the job's end at once, before answering), less its
+// counters at the hand-over; a session
+// step's are what the process's counters in /proc (CPU clock, minflt,
+// VmHWM), read by the pool through the pidfd's pid while the process is
+// stopped, grew by during the step, its peak RSS reset (clear_refs)
+// before each step. Stats.CPUMSTotal and the JSON log's cpu_ms add them
+// up.
+//
+// Result.Files ([File]) are the files a job left that [Job.Collect] (or
+// [Step.Collect]) names with glob patterns beneath its write grants or
+// its scratch directory ("$TMPDIR/…"), and every regular file directly in
+// its $PYNOX_OUTPUTS directory ([OutputsDir] in its scratch directory).
+// The pool reads them itself, so it reads only what the job could read:
+// it walks from descriptors it opened, with openat2 and
+// RESOLVE_BENEATH|RESOLVE_NO_SYMLINKS (no link the job planted is
+// followed), reads only regular files with a single link (a hard link may
+// name a file the job could not read) through a descriptor of the inode
+// it checked, never opens a FIFO for reading, and reads at most
+// [MaxFiles] files and [MaxFilesBytes] bytes per result; beyond that the
+// files are listed with Skipped set and FilesTruncated, never killed.
+//
 // # Sessions
 //
 // [Pool.Checkout] starts a session; its first [Checkout.Feed] forks the

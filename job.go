@@ -74,6 +74,14 @@ type Job struct {
 	// as Python's json module decodes it), all together at most
 	// MaxInputsBytes of JSON. Anything else is a RequestError.
 	Inputs map[string]any `json:"inputs,omitempty"`
+	// Collect names files to attach to the result (Result.Files): glob
+	// patterns (filepath.Match, per path component), absolute, relative
+	// to the pool's directory, or beginning with "$TMPDIR/" (the job's
+	// scratch directory), each beneath one of the job's write grants or
+	// its scratch directory; at most MaxCollectPatterns. Files the job
+	// writes to $PYNOX_OUTPUTS are attached without being named. A
+	// Checkout's job takes none: each Step names its own.
+	Collect []string `json:"collect,omitempty"`
 	// Host answers the job's calls to its Functions and Tools. [Pool.Run] needs it
 	// when Functions are declared; a [Checkout] without it hands each call
 	// to its caller as a [TurnEvent].
@@ -186,6 +194,16 @@ type Result struct {
 	// and is not printed.
 	Value     json.RawMessage `json:"value,omitempty"`
 	ValueRepr string          `json:"value_repr,omitempty"`
+	// Files are the files the job (or step) left that Collect named or
+	// that it wrote to $PYNOX_OUTPUTS, read by the pool without following
+	// any link (see File); FilesTruncated is set when some were left out
+	// or listed without their contents (MaxFiles, MaxFilesBytes).
+	Files          []File `json:"files,omitempty"`
+	FilesTruncated bool   `json:"files_truncated,omitempty"`
+	// Usage is the job's (or step's) resource usage as the kernel counted
+	// it (see Usage); nil when nothing ran or the figures could not be
+	// read.
+	Usage *Usage `json:"usage,omitempty"`
 
 	kind Kind // set by the pool: tells a Python TimeoutError from the pool's
 }

@@ -53,6 +53,8 @@ type plan struct {
 
 	scratchRoot *scratchRoot // where scratch was made; nil when none was
 	scratch     string       // its name in scratchRoot
+
+	collect []collectPattern // Job.Collect, checked
 }
 
 // scratchDir is the path of the plan's scratch directory, or "".
@@ -246,6 +248,14 @@ func (p *Pool) plan(req *Job, session bool) (pl *plan, rerr *Error) {
 		pl.fds = append(pl.fds, fd)
 		pl.accessOf = append(pl.accessOf, sandbox.WriteAccess(abi))
 		env = scratchEnv(j.Env, p.scratch.dir(name))
+		outputs, err := makeOutputs(fd, p.scratch.dir(name))
+		if err != nil {
+			return nil, newError(KindSandboxSetup, "the job's outputs directory could not be made in %s: %v", p.scratch.dir(name), err)
+		}
+		env["PYNOX_OUTPUTS"] = outputs // the pool's, whatever the request's env says
+	}
+	if pl.collect, rerr = p.collectPatterns(pl, "collect", j.Collect); rerr != nil {
+		return nil, rerr
 	}
 
 	code, name, isScript := j.Code, j.Name, false

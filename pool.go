@@ -558,6 +558,9 @@ func (p *Pool) run(ctx context.Context, job Job) (_ *Result, refill func(), _ er
 		return nil, refill, stopped()
 	}
 	res := p.result(&job, pl, out, accepted)
+	if out.Started {
+		res.Files, res.FilesTruncated = p.collectFiles(pl, pl.collect, false)
+	}
 	p.finish(&job, res)
 	return res, refill, nil
 }
@@ -693,6 +696,15 @@ func (p *Pool) Stats() Stats {
 const jobLogMessage = "job"
 
 // finish counts a result and logs it as a finished job.
+// cpuAttr is the cpu_ms of a job's log line: the kernel's count of its CPU
+// time in milliseconds, absent when it has none.
+func cpuAttr(res *Result) slog.Attr {
+	if res.Usage == nil {
+		return slog.Attr{}
+	}
+	return slog.Float64("cpu_ms", res.Usage.CPUMS)
+}
+
 func (p *Pool) finish(job *Job, res *Result) {
 	p.stats.record(res)
 	errType, msg := "", ""
@@ -715,6 +727,7 @@ func (p *Pool) finish(job *Job, res *Result) {
 		slog.String("message", msg),
 		slog.Int64("duration_ms", res.DurationMS),
 		slog.Int64("queue_us", res.QueueUS),
+		cpuAttr(res),
 		slog.String("network", network),
 		slog.Bool("truncated", res.StdoutTruncated || res.StderrTruncated),
 	)

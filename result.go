@@ -89,6 +89,7 @@ func (p *Pool) result(j *Job, pl *plan, out *worker.Outcome, accepted time.Time)
 		Runtime:         p.runtime(),
 		Policy:          p.policy(pl),
 		Calls:           out.Calls,
+		Usage:           usageOf(out),
 		kind:            KindRuntime,
 	}
 	fail := func(k Kind, msg string) {

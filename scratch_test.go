@@ -163,7 +163,7 @@ open(os.path.join(SHARED, "b.done"), "w").close()
 	wg.Wait()
 	requireOK(t, ra)
 	requireOK(t, rb)
-	require.Equal(t, "s3cr3t-a\n['secret']\n", ra.Stdout)
+	require.Equal(t, "s3cr3t-a\n['outputs', 'secret']\n", ra.Stdout) // outputs: its $PYNOX_OUTPUTS
 	require.Equal(t, "True\nlist denied\nread denied\nwrite denied\nchmod denied\n", rb.Stdout)
 	require.NotEqual(t, ra.Policy.Scratch, rb.Policy.Scratch)
 	requireScratchEmpty(t, p, "scratch left behind")

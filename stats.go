@@ -32,6 +32,9 @@ type Stats struct {
 	// queue_us.
 	DurationMSTotal int64 `json:"duration_ms_total"`
 	QueueUSTotal    int64 `json:"queue_us_total"`
+	// CPUMSTotal sums the results' usage.cpu_ms: the CPU time the kernel
+	// counted for the jobs and steps, in milliseconds.
+	CPUMSTotal float64 `json:"cpu_ms_total"`
 	// Errors counts failed jobs by error type.
 	Errors map[string]int64 `json:"errors"`
 }
@@ -47,6 +50,9 @@ func (c *statsCounters) record(r *Result) {
 	c.s.Jobs++
 	c.s.DurationMSTotal += r.DurationMS
 	c.s.QueueUSTotal += r.QueueUS
+	if r.Usage != nil {
+		c.s.CPUMSTotal += r.Usage.CPUMS
+	}
 	if r.Error != nil {
 		if c.s.Errors == nil {
 			c.s.Errors = map[string]int64{}

@@ -42,6 +42,9 @@ type jobLine struct {
 	QueueUS    int64   `json:"queue_us"`
 	Network    string  `json:"network"`
 	Truncated  bool    `json:"truncated"`
+
+	// CPUMS is the result's usage.cpu_ms (null without one).
+	CPUMS *float64 `json:"cpu_ms"`
 }
 
 // Enabled reports that every record is written.
@@ -79,6 +82,9 @@ func (h *logHandler) Handle(_ context.Context, r slog.Record) error {
 				l.Network = val.String()
 			case "truncated":
 				l.Truncated = val.Bool()
+			case "cpu_ms":
+				f := val.Float64()
+				l.CPUMS = &f
 			}
 			return true
 		})

@@ -334,6 +334,7 @@ func (s *server) serveSessionReq(ns *namedSession, req request) {
 	job := req.Job
 	job.Code, job.Name, job.Args, job.ID = "", "", nil, nil
 	job.Inputs = nil // the step's, below
+	job.Collect = nil
 	switch {
 	case co == nil:
 		var err error
@@ -385,7 +386,7 @@ func (s *server) serveSessionReq(ns *namedSession, req request) {
 		ns.ended = false
 	default:
 		if extra := permissionFields(req); len(extra) > 0 {
-			s.refuseSession(req, requestErrorf("session %q is running: a later request carries only code, name, args, inputs, timeout and max_output (got %v)", ns.name, extra))
+			s.refuseSession(req, requestErrorf("session %q is running: a later request carries only code, name, args, inputs, collect, timeout and max_output (got %v)", ns.name, extra))
 			return
 		}
 	}
@@ -395,7 +396,8 @@ func (s *server) serveSessionReq(ns *namedSession, req request) {
 		onOut = s.outputFor(req.ID, ns.name)
 	}
 	ev, err := co.Feed(s.ctx, pynox.Step{ID: req.ID, Code: req.Code, Name: req.Name, Args: req.Args,
-		Timeout: req.Job.Timeout, MaxOutput: req.MaxOutput, Host: stepHost, OnOutput: onOut, Inputs: req.Inputs})
+		Timeout: req.Job.Timeout, MaxOutput: req.MaxOutput, Host: stepHost, OnOutput: onOut, Inputs: req.Inputs,
+		Collect: req.Collect})
 	s.endCalls(jc)
 	if err != nil {
 		var pe *pynox.Error
@@ -482,6 +484,7 @@ func setFields(req request) []string {
 	add(j.Name != "", "name")
 	add(j.Args != nil, "args")
 	add(j.Inputs != nil, "inputs")
+	add(j.Collect != nil, "collect")
 	add(req.Stats, "stats")
 	add(j.Timeout != 0, "timeout")
 	add(j.MaxOutput != 0, "max_output")

@@ -386,7 +386,7 @@ allow_write = ["../work"]
 			keys = append(keys, k)
 		}
 		sort.Strings(keys)
-		require.Equal(t, []string{"duration_ms", "error", "event", "exit", "id", "message", "network", "queue_us", "session", "step", "truncated", "ts_ms"}, keys)
+		require.Equal(t, []string{"cpu_ms", "duration_ms", "error", "event", "exit", "id", "message", "network", "queue_us", "session", "step", "truncated", "ts_ms"}, keys)
 		byID[fmt.Sprint(l["id"])] = l
 	}
 	require.Nil(t, byID["w"]["error"])

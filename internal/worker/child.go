@@ -51,6 +51,9 @@ type Child struct {
 	exitOnce sync.Once
 	exitCh   chan ExitStatus
 	reaped   chan struct{} // closed when the template reports the exit (or dies)
+	// exitUsage is the rusage the template reported with the exit (set
+	// before reaped closes), or nil.
+	exitUsage *Usage
 
 	// Replies to host calls that the control socket did not take at once
 	// (replies.go).
@@ -342,6 +345,12 @@ func (c *Child) Run(job *Job, cancel <-chan struct{}) *Outcome {
 		}
 		return &Outcome{SetupError: err.Error(), Start: now, End: now}
 	}
+	var base *Usage
+	if job.Session {
+		base = c.stepBase()
+	} else {
+		base = c.jobBase()
+	}
 	o := c.turn(turnSpec{
 		send: func() error {
 			b, err := marshalFrame(&f)
@@ -363,6 +372,7 @@ func (c *Child) Run(job *Job, cancel <-chan struct{}) *Outcome {
 	if !o.Alive {
 		c.Close()
 	}
+	c.noteUsage(o, base, job.Session)
 	return o
 }
 
@@ -381,6 +391,7 @@ func (c *Child) RunStep(st *Step, cancel <-chan struct{}) *Outcome {
 	}
 	// Strings, numbers and the inputs, which the caller checked: encoding
 	// cannot fail.
+	base := c.stepBase()
 	payload, _ := marshalFrame(&stepFrame{T: "step", Step: c.step, Code: st.Code, Name: st.Name, Argv: st.Argv, CPU: st.CPUSecs, Inputs: st.Inputs})
 	o := c.turn(turnSpec{
 		send: func() error {
@@ -418,6 +429,7 @@ func (c *Child) RunStep(st *Step, cancel <-chan struct{}) *Outcome {
 	if !o.Alive {
 		c.Close()
 	}
+	c.noteUsage(o, base, true)
 	return o
 }
 

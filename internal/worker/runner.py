@@ -426,15 +426,21 @@ class Template:
                 else:
                     pid = self.children.pop(fd)
                     poller.unregister(fd)
+                    # wait4: the process's rusage, as the kernel counted
+                    # it, goes to the host with its exit (a job's result
+                    # "usage"; never the job's own word).
+                    usage = b""
                     try:
-                        _, status = os.waitpid(pid, 0)
+                        _, status, ru = os.wait4(pid, 0)
+                        usage = b',"cpu_us":%d,"maxrss_kb":%d,"minflt":%d' % (
+                            round((ru.ru_utime + ru.ru_stime) * 1e6), ru.ru_maxrss, ru.ru_minflt)
                     except ChildProcessError:
                         status = 0
                     os.close(fd)
                     if os.WIFSIGNALED(status):
-                        rep = b'{"t":"exit","pid":%d,"signal":%d}' % (pid, os.WTERMSIG(status))
+                        rep = b'{"t":"exit","pid":%d,"signal":%d%s}' % (pid, os.WTERMSIG(status), usage)
                     else:
-                        rep = b'{"t":"exit","pid":%d,"code":%d}' % (pid, os.WEXITSTATUS(status))
+                        rep = b'{"t":"exit","pid":%d,"code":%d%s}' % (pid, os.WEXITSTATUS(status), usage)
                     self.sock.sendall(_frame(rep))
             self.reap_orphans()
 

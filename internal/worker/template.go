@@ -685,6 +685,10 @@ type tplMsg struct {
 	Code   *int   `json:"code"`
 	Signal int    `json:"signal"`
 	Msg    string `json:"msg"`
+	// An exit's rusage, from the template's wait4.
+	CPUUS    *int64 `json:"cpu_us"`
+	MaxRSSKB int64  `json:"maxrss_kb"`
+	MinFlt   int64  `json:"minflt"`
 }
 
 func (t *Template) readLoop() {
@@ -782,6 +786,10 @@ func (t *Template) readLoop() {
 					st := ExitStatus{Signal: m.Signal}
 					if m.Code != nil {
 						st.Code = *m.Code
+					}
+					if m.CPUUS != nil {
+						c.exitUsage = &Usage{CPU: time.Duration(*m.CPUUS) * time.Microsecond,
+							MaxRSS: m.MaxRSSKB << 10, MinorFaults: m.MinFlt}
 					}
 					c.exited(st)
 				}

@@ -169,6 +169,9 @@ type Outcome struct {
 	ValueRepr string
 	// Skipped: for a dump (Child.Dump), the globals that did not pickle.
 	Skipped []string
+	// Usage is the turn's resource usage as the kernel counted it (see
+	// usage.go), or nil when it could not be read.
+	Usage *Usage
 }
 
 type jobFrame struct {

@@ -1,0 +1,151 @@
+package worker
+
+// Resource usage of a turn, as the kernel counted it. Nothing here comes
+// from the job's own reports: a one-shot job's figures are its process's
+// rusage, which its template reads with wait4 when it reaps it, less the
+// counters the host read from /proc/<pid> at the hand-over; a session
+// step's are read by the host from /proc/<pid> before and after the step
+// (the process is stopped or blocked then), the pid taken from the pidfd.
+
+import (
+	"bytes"
+	"errors"
+	"os"
+	"strconv"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// Usage is the resource usage of a turn as the kernel counted it.
+type Usage struct {
+	CPU         time.Duration // user and system time, all threads
+	MaxRSS      int64         // peak resident set size in bytes
+	MinorFaults int64         // page faults served without I/O
+}
+
+// usageWait bounds the wait for the template's report of a process's exit,
+// which carries its rusage: the process has reported or been killed then,
+// so the report follows at once unless the template is gone.
+const usageWait = 2 * time.Second
+
+// procUsage reads the counters of the live process pid from /proc: its
+// CPU clock, its minor faults (/proc/<pid>/stat) and its peak RSS
+// (VmHWM of /proc/<pid>/status).
+func procUsage(pid int) (Usage, error) { return readUsage(pid, true) }
+
+// readUsage is procUsage, the peak RSS only when peak is set.
+func readUsage(pid int, peak bool) (Usage, error) {
+	var u Usage
+	if pid <= 0 {
+		return u, unix.ESRCH
+	}
+	var ts unix.Timespec
+	if err := unix.ClockGettime(processCPUClock(pid), &ts); err != nil {
+		return u, err
+	}
+	u.CPU = time.Duration(ts.Nano())
+	p := "/proc/" + strconv.Itoa(pid)
+	stat, err := os.ReadFile(p + "/stat")
+	if err != nil {
+		return u, err
+	}
+	// The command name (field 2) is the job's to choose and may hold
+	// spaces and parentheses: the fields are counted from its last ')'.
+	i := bytes.LastIndexByte(stat, ')')
+	if i < 0 {
+		return u, errors.New("malformed " + p + "/stat")
+	}
+	f := bytes.Fields(stat[i+1:])
+	if len(f) < 8 { // state is field 3, minflt field 10
+		return u, errors.New("malformed " + p + "/stat")
+	}
+	if u.MinorFaults, err = strconv.ParseInt(string(f[7]), 10, 64); err != nil {
+		return u, err
+	}
+	if !peak {
+		return u, nil
+	}
+	status, err := os.ReadFile(p + "/status")
+	if err != nil {
+		return u, err
+	}
+	for line := range bytes.Lines(status) {
+		if v, ok := bytes.CutPrefix(line, []byte("VmHWM:")); ok {
+			kb, err := strconv.ParseInt(string(bytes.TrimSuffix(bytes.TrimSpace(v), []byte(" kB"))), 10, 64)
+			if err != nil {
+				return u, err
+			}
+			u.MaxRSS = kb << 10
+		}
+	}
+	return u, nil
+}
+
+// stepBase readies a session turn's usage: it resets the process's peak
+// RSS to its present RSS (clear_refs "5"), so that the peak read after
+// the step is the step's own, and reads the counters the step's figures
+// are taken from. The process is stopped or waiting for its code. A nil
+// result (the process is gone) leaves the turn without figures.
+func (c *Child) stepBase() *Usage {
+	pid := c.Pid()
+	if pid <= 0 {
+		return nil
+	}
+	if f, err := os.OpenFile("/proc/"+strconv.Itoa(pid)+"/clear_refs", os.O_WRONLY, 0); err == nil {
+		f.Write([]byte("5"))
+		f.Close()
+	}
+	u, err := procUsage(pid)
+	if err != nil || c.Gone() {
+		return nil
+	}
+	return &u
+}
+
+// jobBase reads a one-shot job's CPU time and minor faults before its
+// code is handed over (the spare waits for it, blocked), so that its
+// figures leave out the spare's own preparation after its fork. Its peak
+// RSS is the process's whole life's. Nil when they cannot be read: the
+// job's figures are then its process's totals.
+func (c *Child) jobBase() *Usage {
+	u, err := readUsage(c.Pid(), false)
+	if err != nil || c.Gone() {
+		return nil
+	}
+	return &u
+}
+
+// noteUsage sets o.Usage once the turn has ended: for a process that
+// lives on (stopped until its next step) from /proc, less base; for one
+// that ended, from the rusage its template reported when it reaped it
+// (less base, for a session's step). A pid read after the process's end
+// could name another process, so figures read from /proc count only when
+// the pidfd says the process was still there after the read.
+func (c *Child) noteUsage(o *Outcome, base *Usage, session bool) {
+	if session && base == nil {
+		return
+	}
+	var u Usage
+	if o.Alive {
+		var err error
+		if u, err = procUsage(c.Pid()); err != nil || c.Gone() {
+			return
+		}
+	} else {
+		select {
+		case <-c.reaped:
+		case <-time.After(usageWait):
+			return
+		}
+		if c.exitUsage == nil {
+			return
+		}
+		u = *c.exitUsage
+	}
+	if base != nil {
+		u.CPU = max(u.CPU-base.CPU, 0)
+		u.MinorFaults = max(u.MinorFaults-base.MinorFaults, 0)
+	}
+	o.Usage = &u
+}
