@@ -341,10 +341,11 @@ print(oct(os.stat("suid").st_mode), oct(os.stat("ids").st_mode))
 	res = run(t, p, Job{Code: `
 import os
 d = os.environ["TMPDIR"]
-print(oct(os.stat(d).st_mode & 0o7777), os.listdir(d))
+print(oct(os.stat(d).st_mode & 0o7777), os.listdir(d), os.listdir(os.environ["PYNOX_OUTPUTS"]))
 `})
 	requireOK(t, res)
-	require.Equal(t, "0o700 []\n", res.Stdout)
+	// Only the empty outputs directory the pool makes in each scratch.
+	require.Equal(t, "0o700 ['outputs'] []\n", res.Stdout)
 	requireUnchanged(t, before, filepath.Join(victim, "keep"))
 }
 
@@ -507,9 +508,9 @@ except BaseException as e:
 	lines := strings.Fields(res.Stdout)
 	require.NotContains(t, lines, strconv.Itoa(256<<20))
 	requireScratchEmpty(t, p, "the filled scratch was left behind")
-	res = run(t, p, Job{Code: "import os\nprint(os.listdir(os.environ['TMPDIR']))"})
+	res = run(t, p, Job{Code: "import os\nprint(os.listdir(os.environ['TMPDIR']), os.listdir(os.environ['PYNOX_OUTPUTS']))"})
 	requireOK(t, res)
-	require.Equal(t, "[]\n", res.Stdout)
+	require.Equal(t, "['outputs'] []\n", res.Stdout)
 }
 
 // A session that replaces the runner's SIGINT handler with its own, which
