@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Dict, Optional
+from typing import Any, Dict, List, Optional
 
 from ._errors import JobError
 
@@ -53,6 +53,13 @@ class Result:
     encoding; otherwise such a value's repr (cut to 64 KiB) is in
     value_repr. Both are None when the code ended in a statement, its
     value was None, or it failed.
+    restarted marks the first step of a session's replacement process
+    (its globals start empty); restored, the first step after the pool
+    restored an idle session from its dump. usage holds the kernel's
+    figures for the job or step (cpu_ms, max_rss_bytes, minor_faults,
+    wall_ms), files the files it left (collect, $PYNOX_OUTPUTS: dicts
+    with path, size and base64 data), outputs its rich outputs (dicts
+    with mime and data), each as the pool wrote them.
     raw is the whole result line as the pool wrote it (runtime, policy,
     timings)."""
 
@@ -70,6 +77,11 @@ class Result:
     session_ended: bool = False
     value: Any = None
     value_repr: Optional[str] = None
+    restarted: bool = False
+    restored: bool = False
+    usage: Optional[Dict[str, Any]] = None
+    files: List[Dict[str, Any]] = field(default_factory=list)
+    outputs: List[Dict[str, Any]] = field(default_factory=list)
     raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
@@ -91,6 +103,11 @@ class Result:
             session_ended=bool(obj.get("session_ended")),
             value=obj.get("value"),
             value_repr=obj.get("value_repr"),
+            restarted=bool(obj.get("restarted")),
+            restored=bool(obj.get("restored")),
+            usage=obj.get("usage") if isinstance(obj.get("usage"), dict) else None,
+            files=[f for f in obj.get("files") or [] if isinstance(f, dict)],
+            outputs=[o for o in obj.get("outputs") or [] if isinstance(o, dict)],
             raw=obj,
         )
 

@@ -70,6 +70,17 @@ class ValuesTest(unittest.TestCase):
             r = s.run("{k}")
             self.assertEqual((r.value, r.value_repr), (None, "{10}"))
 
+    def test_usage_files_restarted(self):
+        # The result fields newer than the client's first version.
+        res = self.pool.run("import os\nopen(os.path.join(os.environ['PYNOX_OUTPUTS'], 'a.txt'), 'w').write('hi')").check()
+        self.assertIsNotNone(res.usage)
+        self.assertGreaterEqual(res.usage["cpu_ms"], 0)
+        self.assertEqual([f["path"].rsplit("/", 1)[-1] for f in res.files], ["a.txt"])
+        s = self.pool.session()
+        self.assertFalse(s.run("import os\nos._exit(3)").restarted)
+        self.assertTrue(s.run("x = 1").restarted)
+        s.close()
+
 
 if __name__ == "__main__":
     unittest.main()
