@@ -479,6 +479,7 @@ func (p *Pool) run(ctx context.Context, job Job) (_ *Result, refill func(), _ er
 	}
 	pl.job.Host = checkedHost(pl.sigs, p.hostAdapter(job.ID, "", job.Host))
 	pl.job.Output = p.outputAdapter(job.ID, "", job.OnOutput)
+	pl.job.Display = p.displayAdapter(job.ID, "", job.OnDisplay)
 	// A HostFunc's ctx carries ctx's values and ends with it.
 	pl.job.Ctx = ctx
 
