@@ -9,7 +9,6 @@ import (
 	"os/exec"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -54,7 +53,10 @@ print("drawn")
 // backend is pynox's without the job choosing it.
 func TestDisplayMatplotlibChart(t *testing.T) {
 	requirePythonModule(t, "matplotlib")
+	// The template's preload hygiene checks (threads, descriptors) pass
+	// with matplotlib.pyplot, font cache and all.
 	p := newTestPool(t, Config{Workers: 1, Preload: []string{"matplotlib.pyplot"}})
+	require.Equal(t, []string{"matplotlib.pyplot"}, p.Preloaded())
 	var streamed []Output
 	r := run(t, p, Job{Code: chartCode + "import matplotlib\nprint(matplotlib.get_backend())\n", OnDisplay: func(o Output) { streamed = append(streamed, o) }})
 	requireOK(t, r)
@@ -181,5 +183,4 @@ func TestDisplaySessionSteps(t *testing.T) {
 	require.Equal(t, ev.Result.Outputs, got)
 	w, h := pngSize(t, got[0].Data)
 	require.Equal(t, [2]int{40, 40}, [2]int{w, h})
-	_ = time.Second
 }
