@@ -6,6 +6,7 @@ import (
 	"encoding/base64"
 	"encoding/binary"
 	"encoding/json"
+	"os"
 	"os/exec"
 	"strings"
 	"testing"
@@ -183,4 +184,20 @@ func TestDisplaySessionSteps(t *testing.T) {
 	require.Equal(t, ev.Result.Outputs, got)
 	w, h := pngSize(t, got[0].Data)
 	require.Equal(t, [2]int{40, 40}, [2]int{w, h})
+}
+
+// Preloading matplotlib.pyplot writes nothing to the templates' HOME
+// (/nonexistent, which root could create): its configuration and font
+// cache go to a private directory for the preloads' time, removed after.
+func TestDisplayPreloadWritesNoHome(t *testing.T) {
+	requirePythonModule(t, "matplotlib")
+	if _, err := os.Stat("/nonexistent"); err == nil {
+		t.Skip("/nonexistent exists already (made by something else): the test cannot tell")
+	}
+	p := newTestPool(t, Config{Workers: 1, Preload: []string{"matplotlib.pyplot"}})
+	r := run(t, p, Job{Code: "import os\nprint(os.environ.get('MPLCONFIGDIR'))"})
+	requireOK(t, r)
+	require.Equal(t, "None\n", r.Stdout, "jobs get no variable naming the template's directory")
+	_, err := os.Stat("/nonexistent")
+	require.True(t, os.IsNotExist(err), "a template created /nonexistent: %v", err)
 }

@@ -263,6 +263,7 @@ func (p *Pool) templateOptions() worker.Options {
 		Env:          p.env,
 		Preload:      p.cfg.Preload,
 		PackageDirs:  p.cfg.PackageDirs,
+		PreloadTmp:   p.scratch.path,
 		Network:      p.cfg.Limits.AllowNetwork,
 		SpareTimeout: p.spareTimeout,
 		PIDNamespace: p.cfg.PIDNamespace,

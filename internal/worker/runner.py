@@ -283,6 +283,7 @@ class Template:
         for d in reversed(msg.get("package_dirs") or []):
             sys.path.insert(0, d)
         preloaded = []
+        mpl_dir = _mpl_config_dir(msg.get("tmp")) if msg.get("preload") else None
         for mod in msg.get("preload") or []:
             try:
                 __import__(mod)
@@ -294,6 +295,8 @@ class Template:
             if extra:
                 self.fatal("preload %s left descriptors open: %s" % (mod, ", ".join(extra)))
             preloaded.append(mod)
+        if mpl_dir is not None:
+            _end_mpl_config_dir(mpl_dir)
         threads, extra = self.hygiene() if not preloaded else (1, [])  # each preload was checked
         if threads != 1 or extra:
             self.fatal("runner started with %d threads and stray descriptors %s" % (threads, extra))
@@ -2248,6 +2251,35 @@ class _MplBackendFinder:
         module.FigureCanvas = FigureCanvasAgg
         module.FigureManager = FigureManagerBase
         module.show = _show_figures
+
+
+def _mpl_config_dir(parent):
+    """A fresh private directory for matplotlib's configuration and font
+    cache while the template imports its preloads (MPLCONFIGDIR), beneath
+    parent (the pool's scratch directory, which a self-confined pool's
+    template may write), or None when the environment names one or it
+    cannot be made. Without it matplotlib, run as root
+    with HOME=/nonexistent, would create /nonexistent/.config and .cache."""
+    if os.environ.get("MPLCONFIGDIR"):
+        return None
+    d = os.path.join(parent or os.environ.get("TMPDIR") or "/tmp", "pynox-mpl-" + os.urandom(8).hex())
+    try:
+        os.mkdir(d, 0o700)
+    except OSError:
+        return None  # a self-confined pool's template cannot write there (nor to HOME)
+    os.environ["MPLCONFIGDIR"] = d
+    return d
+
+
+def _end_mpl_config_dir(d):
+    """Removes the directory of _mpl_config_dir once the preloads are in:
+    matplotlib holds its font cache in memory, and jobs get no variable
+    naming a directory they cannot write."""
+    import shutil
+
+    shutil.rmtree(d, ignore_errors=True)
+    if os.environ.get("MPLCONFIGDIR") == d:
+        del os.environ["MPLCONFIGDIR"]
 
 
 def _install_display():
