@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Dict, Optional
+from typing import Any, Dict, List, Optional
 
 from ._errors import JobError
 
@@ -53,6 +53,9 @@ class Result:
     encoding; otherwise such a value's repr (cut to 64 KiB) is in
     value_repr. Both are None when the code ended in a statement, its
     value was None, or it failed.
+    outputs are the job's rich outputs in order, each {"mime", "data"}
+    (data base64 for image/png and image/jpeg): matplotlib figures,
+    pynox_display.display(obj), a DataFrame value's HTML table.
     raw is the whole result line as the pool wrote it (runtime, policy,
     timings)."""
 
@@ -70,6 +73,7 @@ class Result:
     session_ended: bool = False
     value: Any = None
     value_repr: Optional[str] = None
+    outputs: List[Dict[str, str]] = field(default_factory=list)
     raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
@@ -91,6 +95,7 @@ class Result:
             session_ended=bool(obj.get("session_ended")),
             value=obj.get("value"),
             value_repr=obj.get("value_repr"),
+            outputs=[o for o in obj.get("outputs") or [] if isinstance(o, dict)],
             raw=obj,
         )
 
