@@ -201,3 +201,54 @@ func TestDisplayPreloadWritesNoHome(t *testing.T) {
 	_, err := os.Stat("/nonexistent")
 	require.True(t, os.IsNotExist(err), "a template created /nonexistent: %v", err)
 }
+
+// Thousands of display calls from several threads keep MaxOutputs and
+// count the rest, without a kill; an interrupt that lands while a step
+// is sending outputs raises KeyboardInterrupt in its code, the channel
+// stays in step, and the next step's outputs are its own.
+func TestDisplayFloodAndInterrupt(t *testing.T) {
+	p := newTestPool(t, Config{Workers: 1})
+	r := run(t, p, Job{Code: `
+from pynox_display import display
+import threading
+def f():
+    for i in range(5000):
+        display(i)
+ts = [threading.Thread(target=f) for _ in range(4)]
+[t.start() for t in ts]
+[t.join() for t in ts]
+print("ok")`})
+	requireOK(t, r)
+	require.Equal(t, "ok\n", r.Stdout)
+	require.Len(t, r.Outputs, MaxOutputs+1)
+	require.Equal(t, 20000-MaxOutputs, r.OutputsDropped)
+
+	ctx := context.Background()
+	co, err := p.Checkout(ctx, Job{})
+	require.NoError(t, err)
+	defer co.Finish(ctx)
+	started := make(chan struct{}, 1)
+	go func() {
+		<-started
+		co.Interrupt()
+	}()
+	ev, err := co.Feed(ctx, Step{Code: `
+from pynox_display import display, HTML
+import time
+t = time.time()
+while time.time() - t < 20:
+    display(HTML("x" * 100000))`, OnDisplay: func(Output) {
+		select {
+		case started <- struct{}{}:
+		default:
+		}
+	}})
+	require.NoError(t, err)
+	requireErrorType(t, ev.Result, "KeyboardInterrupt")
+	require.False(t, ev.Result.SessionEnded)
+	require.NotEmpty(t, ev.Result.Outputs)
+	ev, err = co.Feed(ctx, Step{Code: "from pynox_display import display\ndisplay(5)"})
+	require.NoError(t, err)
+	requireOK(t, ev.Result)
+	require.Equal(t, []Output{{MIME: "text/plain", Data: "5"}}, ev.Result.Outputs)
+}
