@@ -102,6 +102,9 @@ type Step struct {
 	// all return before the step's Result (or Feed's or Resume's error)
 	// is returned.
 	OnOutput OutputFunc
+	// OnDisplay, when set, receives the step's rich outputs while it
+	// runs, instead of the session job's OnDisplay; see [DisplayFunc].
+	OnDisplay DisplayFunc
 	// Inputs become globals of the session's __main__ before the step's
 	// code runs, and stay for later steps like any assignment; the rules
 	// of Job.Inputs apply.
@@ -404,6 +407,11 @@ func (c *Checkout) Feed(ctx context.Context, step Step) (TurnEvent, error) {
 		onOut = c.job.OnOutput
 	}
 	ws.Output = c.pool.outputAdapter(step.ID, c.name, onOut)
+	onDisp := step.OnDisplay
+	if onDisp == nil {
+		onDisp = c.job.OnDisplay
+	}
+	ws.Display = c.pool.displayAdapter(step.ID, c.name, onDisp)
 	child := c.child
 	if child != nil && child.Gone() {
 		// The process died between steps (its template died or was
@@ -459,6 +467,7 @@ func (c *Checkout) Feed(ctx context.Context, step Step) (TurnEvent, error) {
 			j.Code, j.Name, j.Argv = ws.Code, ws.Name, ws.Argv
 			j.Timeout, j.MaxOutput, j.Host = ws.Timeout, ws.MaxOutput, ws.Host
 			j.Output = ws.Output
+			j.Display = ws.Display
 			j.Restore = restore
 			j.Limits.CPUSecs = ws.CPUSecs
 			j.Inputs = ws.Inputs

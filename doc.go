@@ -530,6 +530,32 @@
 // within its bound, never both), and ends a job that reports anything
 // else with PoolWorkerError (a session's process with it).
 //
+// # Rich outputs
+//
+// A job's rich outputs (Result.Outputs: matplotlib figures as PNG, objects
+// shown with pynox_display.display by their IPython-style _repr_*_
+// methods, the HTML table of a DataFrame that is the last expression's
+// value) are made inside its sandboxed process by the runner, which sends
+// each as a "display" frame on the control channel, like a host call:
+// under the runner's channel lock, never cut by an interrupt, a frame
+// larger than the socket's buffer as its header and the rest. matplotlib
+// gets the backend module://pynox_mpl (MPLBACKEND, set in the template's
+// environment; the module is found by a finder last on sys.meta_path, so
+// no other import pays for it): Agg, whose show() turns the open figures
+// into outputs and closes them; the figures still open at the end of the
+// code are shown the same way. The pool treats each frame as untrusted:
+// it passes an output on (to Job.OnDisplay or Step.OnDisplay, from a
+// goroutine of the turn with a queue of MaxOutputs, and into the Result)
+// only when its MIME type is on the allow list ([OutputMIMETypes]), its
+// data valid UTF-8, binary data valid base64 of bytes that start with
+// the type's signature, JSON valid JSON, and it fits [MaxOutputBytes],
+// [MaxOutputs] and [MaxOutputsBytes]. Anything else is dropped, counted in
+// Result.OutputsDropped with a text/plain marker ending Outputs; honest
+// code past the bounds is never killed (the runner sends a short
+// "dropped" notice instead of data beyond them). A frame larger than the
+// control channel's frame bound, or for another step than the running
+// one, is a protocol violation like any other (PoolWorkerError).
+//
 // # Relation to monty-pool
 //
 // The Go API is modelled on the Rust monty-pool crate, mapped onto CPython:

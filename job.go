@@ -91,6 +91,11 @@ type Job struct {
 	// the order, the bound on memory and what a slow callback does. For a
 	// [Checkout], it is the default of each Step's OnOutput.
 	OnOutput OutputFunc `json:"-"`
+	// OnDisplay, when set, receives the job's rich outputs (figures,
+	// tables: see Result.Outputs) while it runs, besides the Result's
+	// Outputs; see [DisplayFunc]. For a [Checkout], it is the default of
+	// each Step's OnDisplay.
+	OnDisplay DisplayFunc `json:"-"`
 }
 
 // withProfile merges the named profile under j's own fields: lists are
@@ -204,6 +209,16 @@ type Result struct {
 	// it (see Usage); nil when nothing ran or the figures could not be
 	// read.
 	Usage *Usage `json:"usage,omitempty"`
+	// Outputs are the job's rich outputs, in the order it showed them:
+	// each matplotlib figure shown with plt.show() or still open when the
+	// code ends (image/png), each object passed to pynox_display.display,
+	// and the HTML table of a pandas DataFrame (any value with a rich
+	// representation) that is the last expression's value. They are
+	// bounded by MaxOutputs and MaxOutputsBytes; when some were dropped
+	// (beyond the bounds, or refused by the pool's checks) OutputsDropped
+	// counts them and a text/plain marker ends Outputs.
+	Outputs        []Output `json:"outputs,omitempty"`
+	OutputsDropped int      `json:"outputs_dropped,omitempty"`
 
 	kind Kind // set by the pool: tells a Python TimeoutError from the pool's
 }

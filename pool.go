@@ -266,6 +266,7 @@ func (p *Pool) templateOptions() worker.Options {
 		Env:          p.env,
 		Preload:      p.cfg.Preload,
 		PackageDirs:  p.cfg.PackageDirs,
+		PreloadTmp:   p.scratch.path,
 		Network:      p.cfg.Limits.AllowNetwork,
 		SpareTimeout: p.spareTimeout,
 		PIDNamespace: p.cfg.PIDNamespace,
@@ -482,6 +483,7 @@ func (p *Pool) run(ctx context.Context, job Job) (_ *Result, refill func(), _ er
 	}
 	pl.job.Host = checkedHost(pl.sigs, p.hostAdapter(job.ID, "", job.Host))
 	pl.job.Output = p.outputAdapter(job.ID, "", job.OnOutput)
+	pl.job.Display = p.displayAdapter(job.ID, "", job.OnDisplay)
 	// A HostFunc's ctx carries ctx's values and ends with it.
 	pl.job.Ctx = ctx
 

@@ -92,6 +92,7 @@ func (p *Pool) result(j *Job, pl *plan, out *worker.Outcome, accepted time.Time)
 		Usage:           usageOf(out),
 		kind:            KindRuntime,
 	}
+	r.setOutputs(out)
 	fail := func(k Kind, msg string) {
 		r.kind = k
 		r.Error = &ErrorInfo{Type: k.String(), Message: msg}

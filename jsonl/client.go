@@ -178,8 +178,8 @@ func (c *Client) roundTrip(ctx context.Context, req *request, host pynox.HostFun
 	id := "go-" + strconv.FormatInt(c.seq, 10)
 	p := &pending{answer: make(chan []byte, 1), host: host}
 	p.ctx, p.cancel = context.WithCancel(context.Background())
-	if req.Job.OnOutput != nil {
-		p.output = &pendingOutput{fn: req.Job.OnOutput}
+	if req.Job.OnOutput != nil || req.Job.OnDisplay != nil {
+		p.output = &pendingOutput{fn: req.Job.OnOutput, display: req.Job.OnDisplay}
 		req.Stream = true
 	}
 	c.waiting[id] = p
@@ -331,6 +331,10 @@ func (s *Session) Run(ctx context.Context, step pynox.Step) (*pynox.Result, erro
 	if req.Job.OnOutput == nil {
 		req.Job.OnOutput = s.job.OnOutput
 	}
+	req.Job.OnDisplay = step.OnDisplay
+	if req.Job.OnDisplay == nil {
+		req.Job.OnDisplay = s.job.OnDisplay
+	}
 	req.Inputs = step.Inputs
 	if step.Timeout != 0 {
 		req.Timeout = pynox.Duration(step.Timeout)
@@ -472,6 +476,10 @@ func (c *Client) dispatch(line []byte) {
 		if p := c.lookup(h.ID); p != nil {
 			p.output.pass(line)
 		}
+	case h.Event == "display":
+		if p := c.lookup(h.ID); p != nil {
+			p.output.passDisplay(line)
+		}
 	case h.Event == "ready":
 		// Only the first line is a ready event; a later one is skipped.
 	case h.CallID != nil && (len(h.ID) == 0 || string(h.ID) == "null"):
@@ -611,12 +619,37 @@ type pendingOutput struct {
 	mu    sync.Mutex // held during a call, and by end
 	fn    pynox.OutputFunc
 	ended bool
+	// display is the request's OnDisplay, or nil.
+	display pynox.DisplayFunc
+}
+
+// passDisplay calls the OnDisplay with one display event; a panic in it
+// stops the request's later calls, as in pass.
+func (o *pendingOutput) passDisplay(line []byte) {
+	if o == nil || o.display == nil {
+		return
+	}
+	var ev pynox.Output
+	if json.Unmarshal(line, &ev) != nil {
+		return
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.ended {
+		return
+	}
+	defer func() {
+		if recover() != nil {
+			o.ended = true
+		}
+	}()
+	o.display(ev)
 }
 
 // pass calls the OnOutput with one output event; a panic in it stops
 // the request's later calls, as the pool's OnOutput does.
 func (o *pendingOutput) pass(line []byte) {
-	if o == nil {
+	if o == nil || o.fn == nil {
 		return
 	}
 	var ev struct {

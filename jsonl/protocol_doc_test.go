@@ -60,6 +60,7 @@ func protocolDocParts() []docPart {
 		{heading: "### Replies", names: jsonNames(reflect.TypeFor[replyError]())},
 		{heading: "## Stats", names: jsonNames(reflect.TypeFor[statsEvent]()), exact: true},
 		{heading: "## Streamed output", names: jsonNames(reflect.TypeFor[outputEvent]()), exact: true},
+		{heading: "### Rich outputs", names: jsonNames(reflect.TypeFor[displayEvent]())},
 		{heading: "## Log lines", names: jsonNames(reflect.TypeFor[jobLine]()), exact: true},
 		{heading: "## Limits and units", names: limitValues()},
 	}

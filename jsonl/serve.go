@@ -199,6 +199,7 @@ func Serve(ctx context.Context, p *pynox.Pool, r io.Reader, w io.Writer) error {
 		default:
 			if req.Stream {
 				req.Job.OnOutput = srv.outputFor(req.ID, "")
+				req.Job.OnDisplay = srv.displayFor(req.ID, "")
 			}
 			return &req.Job, false
 		}

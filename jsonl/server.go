@@ -392,11 +392,13 @@ func (s *server) serveSessionReq(ns *namedSession, req request) {
 	}
 	stepHost, jc := s.hostFor()
 	var onOut pynox.OutputFunc
+	var onDisp pynox.DisplayFunc
 	if req.Stream {
 		onOut = s.outputFor(req.ID, ns.name)
+		onDisp = s.displayFor(req.ID, ns.name)
 	}
 	ev, err := co.Feed(s.ctx, pynox.Step{ID: req.ID, Code: req.Code, Name: req.Name, Args: req.Args,
-		Timeout: req.Job.Timeout, MaxOutput: req.MaxOutput, Host: stepHost, OnOutput: onOut, Inputs: req.Inputs,
+		Timeout: req.Job.Timeout, MaxOutput: req.MaxOutput, Host: stepHost, OnOutput: onOut, OnDisplay: onDisp, Inputs: req.Inputs,
 		Collect: req.Collect})
 	s.endCalls(jc)
 	if err != nil {

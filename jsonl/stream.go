@@ -23,3 +23,23 @@ func (s *server) outputFor(id any, session string) pynox.OutputFunc {
 		s.out.send(outputEvent{Event: "output", ID: id, Session: session, Stream: stream, Text: text})
 	}
 }
+
+// displayEvent is the "display" line of the pool protocol: a rich output
+// (a figure, a table) of a streamed job or session step, checked by the
+// pool, written before the request's result.
+type displayEvent struct {
+	Event   string `json:"event"` // "display"
+	ID      any    `json:"id"`
+	Session string `json:"session,omitempty"`
+	MIME    string `json:"mime"`
+	Data    string `json:"data"`
+}
+
+// displayFor returns the DisplayFunc of a streamed request: each rich
+// output becomes a display event, written at once. As for output events,
+// every call returns before the result is written.
+func (s *server) displayFor(id any, session string) pynox.DisplayFunc {
+	return func(out pynox.Output) {
+		s.out.send(displayEvent{Event: "display", ID: id, Session: session, MIME: out.MIME, Data: out.Data})
+	}
+}

@@ -34,6 +34,7 @@ import _socket
 import _thread
 import _ast
 import array
+import binascii
 import collections
 import builtins
 import ctypes
@@ -282,6 +283,7 @@ class Template:
         for d in reversed(msg.get("package_dirs") or []):
             sys.path.insert(0, d)
         preloaded = []
+        mpl_dir = _mpl_config_dir(msg.get("tmp")) if msg.get("preload") else None
         for mod in msg.get("preload") or []:
             try:
                 __import__(mod)
@@ -293,6 +295,8 @@ class Template:
             if extra:
                 self.fatal("preload %s left descriptors open: %s" % (mod, ", ".join(extra)))
             preloaded.append(mod)
+        if mpl_dir is not None:
+            _end_mpl_config_dir(mpl_dir)
         threads, extra = self.hygiene() if not preloaded else (1, [])  # each preload was checked
         if threads != 1 or extra:
             self.fatal("runner started with %d threads and stray descriptors %s" % (threads, extra))
@@ -676,6 +680,7 @@ class Spare:
             os._exit(71)
         _write_all(FD, self.started_frame)  # no ring: see send
         self.step = int(job.get("step") or 1)
+        _DISPLAY.spare = self
         if job.get("script"):
             self.globals["__file__"] = job["name"]
         for p in reversed(job.get("path") or []):
@@ -1105,11 +1110,14 @@ class Spare:
                 self.int_mode = 0
                 if value is not None:
                     self.value = _encode_value(value)
+                    if _DISPLAY.spare is not None and _has_rich_repr(value):
+                        display(value)  # a DataFrame's HTML table, say
                 value = None
             self.int_mode = 0
         except SystemExit as e:
             self.int_mode = 0
             self.exited = True
+            self.end_figures()
             return _exit_code(e), None
         except BaseException as e:  # noqa: BLE001 - every exception is the job's
             self.int_mode = 0
@@ -1123,9 +1131,22 @@ class Spare:
                 traceback.clear_frames(e.__traceback__)
                 gc.collect()
             info = _describe(e, name)
+            if not self.exited:
+                self.end_figures()
             _print_traceback(e)
             return 1, info
+        self.end_figures()
         return 0, None
+
+    def end_figures(self):
+        """Shows the figures still open at the end of the code (see
+        _show_figures); what fails here is printed, not the step's error."""
+        if _DISPLAY.spare is None or "matplotlib._pylab_helpers" not in sys.modules:
+            return
+        try:
+            _show_figures()
+        except BaseException as e:  # noqa: BLE001 - an interrupt or a MemoryError here
+            _print_traceback(e)
 
     def finish(self, code, err):
         _flush_std()
@@ -1996,10 +2017,299 @@ def _close_ranges(keep):
     return tuple(ranges)
 
 
+# ---------------------------------------------------------------- display
+#
+# Rich outputs: pynox_display.display(obj) and matplotlib figures become
+# "display" frames, {"t": "display", "step", "mime", "data"}, written like
+# host calls (under host_lock, never halfway through when SIGINT comes).
+# Binary data (PNG, JPEG) goes as base64, text as itself. What the runner
+# will not send (past the caps below, or too large) goes as a notice,
+# {"t": "display", "step", "mime", "dropped": true}, which the pool
+# counts; the pool checks every frame again (display.go).
+
+MAX_OUTPUTS = 64  # display outputs kept per job or step (display.go: MaxOutputs)
+MAX_OUTPUTS_BYTES = 8 << 20  # bytes of their data in all (display.go: MaxOutputsBytes)
+MAX_OUTPUT_BYTES = 1 << 20  # bytes of one output's data (display.go: MaxOutputBytes)
+MAX_DISPLAY_FRAME = MAX_CALL + (32 << 10)  # a display frame, escapes included (ctl.go: maxCtlFrame)
+MPL_BACKEND = "pynox_mpl"  # the matplotlib backend a job gets (MPLBACKEND=module://pynox_mpl)
+
+# The representations display() looks for, richest first: (method, MIME
+# type, binary). IPython sends them all and lets the front end choose;
+# pynox chooses, and sends the first the object has.
+_REPR_METHODS = (
+    ("_repr_png_", "image/png", True), ("_repr_jpeg_", "image/jpeg", True),
+    ("_repr_svg_", "image/svg+xml", False), ("_repr_html_", "text/html", False),
+    ("_repr_markdown_", "text/markdown", False), ("_repr_json_", "application/json", False),
+)
+_RAW_MIMES = {mime: binary for _m, mime, binary in _REPR_METHODS}
+_RAW_MIMES["text/plain"] = False
+
+
+class _Display:
+    """The job's display channel: counts what a step sent, and writes the
+    frames. Before a job (in the template, a spare) nothing is sent."""
+
+    def __init__(self):
+        self.spare = None
+        self.step = 0
+        self.count = 0
+        self.size = 0
+
+    def send(self, mime, data):
+        spare = self.spare
+        if spare is None:
+            return
+        if isinstance(data, (bytes, bytearray, memoryview)):
+            body = binascii.b2a_base64(bytes(data), newline=False)
+        else:
+            body = str.__str__(data).encode("utf-8", "replace")
+        held = spare.hold_interrupt()
+        try:
+            with spare.host_lock:
+                if self.step != spare.step:
+                    self.step, self.count, self.size = spare.step, 0, 0
+                quoted = json.dumps(mime)
+                payload = None
+                if self.count < MAX_OUTPUTS and len(body) <= MAX_OUTPUT_BYTES and self.size + len(body) <= MAX_OUTPUTS_BYTES:
+                    text = json.dumps(body.decode("utf-8"), ensure_ascii=False).encode("utf-8")
+                    payload = b'{"t":"display","step":%d,"mime":%s,"data":%s}' % (spare.step, quoted.encode(), text)
+                    if len(payload) > MAX_DISPLAY_FRAME:
+                        payload = None
+                if payload is None:
+                    payload = b'{"t":"display","step":%d,"mime":%s,"dropped":true}' % (spare.step, quoted.encode())
+                else:
+                    self.count += 1
+                    self.size += len(body)
+                framed = _frame(payload)
+                if len(payload) > INLINE_FRAME:
+                    _write_all(FD, framed[:4])
+                    _ring()
+                    _write_all(FD, memoryview(framed)[4:])
+                else:
+                    _write_all(FD, framed)
+                _ring()
+        finally:
+            spare.release_interrupt(held, True)
+
+
+_DISPLAY = _Display()
+
+
+def _figure_png(fig):
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png")
+    return buf.getvalue()
+
+
+def _represent(obj):
+    """The (MIME type, data) display() sends for obj: a matplotlib figure's
+    PNG, else the first rich representation obj's type defines, else its
+    repr as text/plain."""
+    mf = sys.modules.get("matplotlib.figure")
+    if mf is not None and isinstance(obj, mf.Figure):
+        return "image/png", _figure_png(obj)
+    for meth, mime, binary in _REPR_METHODS:
+        r = _rich_repr(obj, meth, mime, binary)
+        if r is not None:
+            return mime, r
+    return "text/plain", _value_repr(obj)
+
+
+def _rich_repr(obj, meth, mime, binary):
+    """obj's representation by its type's method meth, or None: methods
+    looked up on the type (an object whose __getattr__ answers anything
+    has none), a (data, metadata) pair taken as its data, and a method that
+    raises printed to stderr and skipped, as IPython does."""
+    m = getattr(type(obj), meth, None)
+    if m is None or not callable(m):
+        return None
+    try:
+        r = m(obj)
+        if isinstance(r, tuple) and len(r) == 2:
+            r = r[0]
+        if r is None:
+            return None
+        if binary:
+            return bytes(r) if isinstance(r, (bytes, bytearray)) else None
+        if mime == "application/json":
+            return json.dumps(r, allow_nan=False)
+        if isinstance(r, (bytes, bytearray)):
+            return bytes(r).decode("utf-8", "replace")
+        return str.__str__(r) if isinstance(r, str) else None
+    except Exception:  # noqa: BLE001 - the object's own code failed
+        traceback.print_exc()
+        return None
+
+
+def _has_rich_repr(obj):
+    t = type(obj)
+    return any(callable(getattr(t, meth, None)) for meth, _mime, _b in _REPR_METHODS if meth != "_repr_json_")
+
+
+def display(*objs, raw=False):
+    """Shows each object as a rich output of the job's result: a matplotlib
+    figure as PNG; an object whose type has _repr_png_, _repr_jpeg_,
+    _repr_svg_, _repr_html_, _repr_markdown_ or _repr_json_ by the first
+    of those (in that order); anything else by its repr (text/plain).
+    With raw=True each object is a dict of MIME type to data, and the
+    first of the types above (or text/plain) that it holds is sent as it
+    is (bytes for images)."""
+    for obj in objs:
+        if raw:
+            if not isinstance(obj, dict):
+                raise TypeError("display(raw=True) takes dicts of MIME type to data, not %s" % _TYPE_NAME(type(obj)))
+            for mime, binary in _RAW_MIMES.items():
+                data = obj.get(mime)
+                if data is None:
+                    continue
+                if binary and not isinstance(data, (bytes, bytearray)):
+                    raise TypeError("display(raw=True): %s data must be bytes" % mime)
+                if not binary and not isinstance(data, str):
+                    data = json.dumps(data) if mime == "application/json" else str(data)
+                _DISPLAY.send(mime, data)
+                break
+            continue
+        mime, data = _represent(obj)
+        _DISPLAY.send(mime, data)
+
+
+def _show_figures(*_args, **_kwargs):
+    """matplotlib's show() in a job, and what ends each job and step: every
+    open figure becomes a PNG output, and is closed."""
+    helpers = sys.modules.get("matplotlib._pylab_helpers")
+    if helpers is None:
+        return
+    managers = helpers.Gcf.get_all_fig_managers()
+    if not managers:
+        return
+    try:
+        for m in managers:
+            try:
+                png = _figure_png(m.canvas.figure)
+            except Exception:  # noqa: BLE001 - the figure's own drawing failed
+                traceback.print_exc()
+                continue
+            _DISPLAY.send("image/png", png)
+    finally:
+        helpers.Gcf.destroy_all()
+
+
+class _RichObject:
+    def __init__(self, data):
+        self.data = data
+
+    def __repr__(self):
+        return "<%s object>" % _TYPE_NAME(type(self))
+
+
+class HTML(_RichObject):
+    """HTML text, shown as text/html."""
+
+    def _repr_html_(self):
+        return self.data
+
+
+class Markdown(_RichObject):
+    """Markdown text, shown as text/markdown."""
+
+    def _repr_markdown_(self):
+        return self.data
+
+
+class SVG(_RichObject):
+    """An SVG document, shown as image/svg+xml."""
+
+    def _repr_svg_(self):
+        return self.data
+
+
+class Image(_RichObject):
+    """PNG bytes, shown as image/png."""
+
+    def _repr_png_(self):
+        return self.data
+
+
+class _MplBackendFinder:
+    """Finds the matplotlib backend module pynox_mpl (last on sys.meta_path,
+    so no other import pays for it): the Agg canvas, whose show() turns the
+    open figures into outputs. MPLBACKEND names it, so that matplotlib
+    loads it when it first needs a backend, in the template or in a job."""
+
+    @classmethod
+    def find_spec(cls, name, path=None, target=None):
+        if name != MPL_BACKEND:
+            return None
+        import importlib.machinery
+
+        return importlib.machinery.ModuleSpec(name, cls)
+
+    @staticmethod
+    def create_module(spec):
+        return None
+
+    @staticmethod
+    def exec_module(module):
+        from matplotlib.backend_bases import FigureManagerBase
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+        module.__doc__ = "pynox's matplotlib backend: Agg, with show() making each open figure a PNG output."
+        module.FigureCanvas = FigureCanvasAgg
+        module.FigureManager = FigureManagerBase
+        module.show = _show_figures
+
+
+def _mpl_config_dir(parent):
+    """A fresh private directory for matplotlib's configuration and font
+    cache while the template imports its preloads (MPLCONFIGDIR), beneath
+    parent (the pool's scratch directory, which a self-confined pool's
+    template may write), or None when the environment names one or it
+    cannot be made. Without it matplotlib, run as root
+    with HOME=/nonexistent, would create /nonexistent/.config and .cache."""
+    if os.environ.get("MPLCONFIGDIR"):
+        return None
+    d = os.path.join(parent or os.environ.get("TMPDIR") or "/tmp", "pynox-mpl-" + os.urandom(8).hex())
+    try:
+        os.mkdir(d, 0o700)
+    except OSError:
+        return None  # a self-confined pool's template cannot write there (nor to HOME)
+    os.environ["MPLCONFIGDIR"] = d
+    return d
+
+
+def _end_mpl_config_dir(d):
+    """Removes the directory of _mpl_config_dir once the preloads are in:
+    matplotlib holds its font cache in memory, and jobs get no variable
+    naming a directory they cannot write."""
+    import shutil
+
+    shutil.rmtree(d, ignore_errors=True)
+    if os.environ.get("MPLCONFIGDIR") == d:
+        del os.environ["MPLCONFIGDIR"]
+
+
+def _install_display():
+    """The pynox_display module and the matplotlib backend, for every job
+    of the template (a module object and a finder: nothing is imported)."""
+    mod = types.ModuleType("pynox_display", "Rich outputs of a pynox job: display(obj) and the classes HTML, "
+                           "Markdown, SVG and Image. matplotlib figures are shown as PNG at plt.show() and at "
+                           "the end of the job or step.")
+    mod.display = display
+    for cls in (HTML, Markdown, SVG, Image):
+        cls.__module__ = "pynox_display"
+        setattr(mod, cls.__name__, cls)
+    display.__module__ = "pynox_display"
+    mod.__all__ = ["display", "HTML", "Markdown", "SVG", "Image"]
+    sys.modules["pynox_display"] = mod
+    sys.meta_path.append(_MplBackendFinder)
+    os.environ.setdefault("MPLBACKEND", "module://" + MPL_BACKEND)
+
+
 def main():
     # Descriptors the host's own parent leaked to it without close-on-exec
     # end here: the template holds only 0-2 and its channel.
     _close_all_but({0, 1, 2, FD})
+    _install_display()
     tpl = Template()
     try:
         tpl.init()

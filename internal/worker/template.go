@@ -55,6 +55,12 @@ type Options struct {
 	Env         []string // the complete environment ("K=V") of the template and base of its jobs'
 	Preload     []string // modules imported once, before any fork
 	PackageDirs []string // read-only directories put first on sys.path
+	// PreloadTmp is a directory the template may write in while it
+	// imports its preloads: matplotlib's configuration and font cache go
+	// to a private directory beneath it, removed once the preloads are in
+	// (a self-confined pool's template can write nowhere else). Empty for
+	// $TMPDIR or /tmp.
+	PreloadTmp string
 	// Network keeps a spare for jobs granted the network, besides the one
 	// for jobs without it. Spares install their seccomp filter ahead of
 	// time, so each kind needs its own.
@@ -170,6 +176,8 @@ var systemPaths = []string{
 	"/usr/share/zoneinfo", "/usr/share/ca-certificates", "/etc/ssl/certs",
 	"/etc/localtime", "/etc/ld.so.cache", "/etc/hosts", "/etc/resolv.conf",
 	"/etc/nsswitch.conf", "/etc/host.conf", "/etc/gai.conf", "/etc/protocols", "/etc/services",
+	// Debian's matplotlib reads its configuration here at import.
+	"/etc/matplotlibrc",
 }
 
 // testPolicyHook, set only by this package's tests, may change the policy
@@ -264,7 +272,7 @@ func (t *Template) handshake(opts Options) error {
 	defer t.conn.SetDeadline(time.Time{})
 	r := frame.NewReader(t.conn, 1<<20)
 	if err := t.send(map[string]any{"t": "init", "v": Proto, "preload": nonNil(opts.Preload),
-		"package_dirs": nonNil(opts.PackageDirs)}); err != nil {
+		"package_dirs": nonNil(opts.PackageDirs), "tmp": opts.PreloadTmp}); err != nil {
 		return t.startErr("send init", err)
 	}
 	var h hello

@@ -20,7 +20,8 @@ type turnSpec struct {
 	send      func() error // hands the code over
 	timeout   time.Duration
 	maxOutput int
-	output    OutputFunc // streams the output as it comes, or nil
+	output    OutputFunc  // streams the output as it comes, or nil
+	display   DisplayFunc // streams rich outputs as they come, or nil
 	host      HostFunc
 	maxCalls  int
 	continued bool // a later step: the process was already running user code
@@ -96,6 +97,11 @@ type turn struct {
 	ticker  *time.Ticker
 
 	timers []*time.Timer // stopped when the turn ends
+
+	// Rich outputs: the bytes kept so far, and the DisplayFunc's
+	// goroutine once the first output came.
+	displayBytes int
+	disp         *displayer
 }
 
 // turn hands one piece of code to the child and waits for its outcome.
@@ -280,6 +286,7 @@ func (t *turn) run(cancel <-chan struct{}) *Outcome {
 		}
 	}
 	t.out.finish(o)
+	t.endDisplay()
 	if o.Alive && (t.killed || c.status != nil) {
 		o.Alive = false
 	}
@@ -448,6 +455,8 @@ func (t *turn) handle(m *childMsg) {
 			// Nothing the child does after reporting can matter.
 			t.kill()
 		}
+	case m.T == "display" && o.Started && !o.Done && m.Step == c.step:
+		t.display(m)
 	case m.T == "call" && o.Started && !o.Done && m.Step == c.step && t.calls[m.ID] == nil:
 		t.hostCall(m)
 	case o.Done && !o.Alive:

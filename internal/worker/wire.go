@@ -48,6 +48,7 @@ type Job struct {
 	Timeout   time.Duration // killed after this long; 0 = no timeout
 	MaxOutput int           // bytes kept of each of stdout and stderr
 	Output    OutputFunc    // streams stdout and stderr as they come, or nil
+	Display   DisplayFunc   // streams rich outputs as they come, or nil
 
 	// Session keeps the process and its __main__ after the code ends, for
 	// RunStep.
@@ -172,6 +173,12 @@ type Outcome struct {
 	// Usage is the turn's resource usage as the kernel counted it (see
 	// usage.go), or nil when it could not be read.
 	Usage *Usage
+	// Outputs are the turn's rich outputs, checked, in order (at most
+	// MaxOutputs, MaxOutputsBytes of data); OutputsDropped counts those
+	// refused or beyond the bounds, and DroppedWhy says why the first was.
+	Outputs        []Output
+	OutputsDropped int
+	DroppedWhy     string
 }
 
 type jobFrame struct {
@@ -231,6 +238,12 @@ type childMsg struct {
 
 	Value     json.RawMessage `json:"value"`
 	ValueRepr *string         `json:"value_repr"`
+
+	// A display frame's output: its MIME type and data (a JSON string,
+	// checked by checkOutput), or Dropped for one the runner did not send.
+	MIME    string          `json:"mime"`
+	Data    json.RawMessage `json:"data"`
+	Dropped bool            `json:"dropped"`
 }
 
 // Step is one later piece of code for a session's process.
@@ -246,7 +259,9 @@ type Step struct {
 
 	// Output streams the step's output as it comes, or is nil.
 	Output OutputFunc
-	Inputs json.RawMessage // as Job.Inputs
+	// Display streams the step's rich outputs as they come, or is nil.
+	Display DisplayFunc
+	Inputs  json.RawMessage // as Job.Inputs
 	// Ctx, when set, is the parent of the step's host calls' contexts:
 	// they carry its values and end with it (and at the step's deadline).
 	Ctx context.Context

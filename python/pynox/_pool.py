@@ -429,6 +429,10 @@ class Pool:
         if msg.get("event") == "output":
             self._output(msg)
             return
+        if msg.get("event") == "display":
+            # A rich output of a streamed request: it is in the result's
+            # outputs too.
+            return
         if msg.get("id") is None and "call_id" in msg:
             err = msg.get("error") or {}
             log.warning("pynox pool refused a reply to call %s: %s", msg.get("call_id"), err.get("message"))

@@ -58,8 +58,10 @@ class Result:
     restored an idle session from its dump. usage holds the kernel's
     figures for the job or step (cpu_ms, max_rss_bytes, minor_faults,
     wall_ms), files the files it left (collect, $PYNOX_OUTPUTS: dicts
-    with path, size and base64 data), outputs its rich outputs (dicts
-    with mime and data), each as the pool wrote them.
+    with path, size and base64 data), each as the pool wrote them.
+    outputs are the job's rich outputs in order, each {"mime", "data"}
+    (data base64 for image/png and image/jpeg): matplotlib figures,
+    pynox_display.display(obj), a DataFrame value's HTML table.
     raw is the whole result line as the pool wrote it (runtime, policy,
     timings)."""
 
@@ -81,7 +83,7 @@ class Result:
     restored: bool = False
     usage: Optional[Dict[str, Any]] = None
     files: List[Dict[str, Any]] = field(default_factory=list)
-    outputs: List[Dict[str, Any]] = field(default_factory=list)
+    outputs: List[Dict[str, str]] = field(default_factory=list)
     raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
