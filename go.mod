@@ -3,6 +3,7 @@ module github.com/pynox/pynox
 go 1.26.8
 
 require (
+	github.com/coder/websocket v1.8.15
 	github.com/landlock-lsm/go-landlock v0.11.2
 	github.com/pelletier/go-toml/v2 v2.4.3
 	github.com/stretchr/testify v1.12.1
