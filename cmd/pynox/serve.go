@@ -371,8 +371,8 @@ func (s *httpServer) servePool(w http.ResponseWriter, r *http.Request) {
 	wr := &wsWriter{c: c, timeout: s.o.writeTimeout}
 	err = jsonl.Serve(s.drain, s.p, rd, wr)
 	switch {
-	case err != nil:
-		c.CloseNow()
+	case err != nil || rd.failed:
+		c.CloseNow() // the connection broke: no close handshake to wait for
 	case s.draining.Load():
 		c.Close(websocket.StatusGoingAway, "the server is shutting down")
 	default:
@@ -387,6 +387,8 @@ type wsReader struct {
 	ctx  context.Context
 	idle time.Duration
 	buf  []byte
+	// failed is set when reading ended other than by a close message.
+	failed bool
 }
 
 func (r *wsReader) Read(p []byte) (int, error) {
@@ -398,10 +400,12 @@ func (r *wsReader) Read(p []byte) (int, error) {
 			if websocket.CloseStatus(err) == websocket.StatusNormalClosure || websocket.CloseStatus(err) == websocket.StatusGoingAway {
 				return 0, io.EOF
 			}
+			r.failed = true
 			return 0, err
 		}
 		if typ != websocket.MessageText {
 			r.c.Close(websocket.StatusUnsupportedData, "send each request line as a text message")
+			r.failed = true
 			return 0, errors.New("binary message")
 		}
 		if len(msg) == 0 || msg[len(msg)-1] != '\n' {

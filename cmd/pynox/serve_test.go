@@ -470,3 +470,42 @@ func TestServeHelpAndFlagErrors(t *testing.T) {
 		require.True(t, strings.HasPrefix(errb.String(), tc.want), "%q: got %q", tc.args, errb.String())
 	}
 }
+
+// TestServeLimits: --max-conns bounds the connections (and runs) served
+// at once, a message beyond the line cap closes its connection with
+// status 1009, and a binary message with 1003.
+func TestServeLimits(t *testing.T) {
+	s := startServe(t, t.TempDir(), "--max-conns=1")
+	a, _, err := dialPool(t, s, "")
+	require.NoError(t, err)
+	_, resp, err := dialPool(t, s, "")
+	require.Error(t, err)
+	require.Equal(t, http.StatusServiceUnavailable, resp.StatusCode)
+	code, body := s.do(t, "POST", "/v1/run", "", `{"id": 1, "code": "print(1)"}`)
+	require.Equal(t, http.StatusServiceUnavailable, code)
+	require.Contains(t, body, "--max-conns=1")
+	code, _ = s.do(t, "GET", "/readyz", "", "")
+	require.Equal(t, 200, code, "the probes are not connections")
+
+	// One line of exactly the cap (a JSON object padded with blanks) is
+	// served; one byte more closes the connection.
+	line := `{"id": "cap", "code": "print(1)"}`
+	a.send(t, line+strings.Repeat(" ", 1<<20-len(line)))
+	require.Equal(t, "1\n", a.next(t)["stdout"])
+	a.send(t, line+strings.Repeat(" ", 1<<20-len(line)+2))
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	_, _, err = a.c.Read(ctx)
+	require.Equal(t, websocket.StatusMessageTooBig, websocket.CloseStatus(err), "%v", err)
+
+	// The slot is free again once the server has let the connection go.
+	var b *wsProc
+	require.Eventually(t, func() bool {
+		var err error
+		b, _, err = dialPool(t, s, "")
+		return err == nil
+	}, time.Minute, 10*time.Millisecond)
+	require.NoError(t, b.c.Write(ctx, websocket.MessageBinary, []byte(line)))
+	_, _, err = b.c.Read(ctx)
+	require.Equal(t, websocket.StatusUnsupportedData, websocket.CloseStatus(err), "%v", err)
+}
