@@ -10,8 +10,10 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"mime"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"os/signal"
 	"strings"
@@ -203,7 +205,7 @@ func serveHTTP(p *pynox.Pool, ln net.Listener, tokens *tokenSet, o serveOptions,
 	defer startDrain()
 	s := &httpServer{p: p, tokens: tokens, o: o, stderr: stderr, conns: make(chan struct{}, o.maxConns), drain: drain}
 	hs := &http.Server{Handler: s.handler(), ReadHeaderTimeout: 10 * time.Second,
-		MaxHeaderBytes: 64 << 10}
+		MaxHeaderBytes: 64 << 10, IdleTimeout: 2 * time.Minute}
 
 	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
@@ -309,6 +311,10 @@ func (s *httpServer) guard(next http.Handler) http.Handler {
 				return
 			}
 		}
+		if msg := s.browserProblem(r); msg != "" {
+			writeJSON(w, http.StatusForbidden, map[string]any{"error": msg})
+			return
+		}
 		if s.draining.Load() {
 			writeJSON(w, http.StatusServiceUnavailable, map[string]any{"error": "the server is shutting down"})
 			return
@@ -324,8 +330,42 @@ func (s *httpServer) guard(next http.Handler) http.Handler {
 	})
 }
 
+// browserProblem says why a request to /v1/* may come from a web page
+// the user visits rather than from a client of the server, or returns "".
+// A page may send a cross-origin POST without asking first, and may reach
+// a loopback server through a name of its own that resolves to 127.0.0.1
+// (DNS rebinding); without tokens, either would run its code. So: a
+// request whose Origin is not the server's own is refused, and a server
+// without tokens answers only to Host names that a page cannot own
+// (localhost and loopback addresses). POST /v1/run also requires
+// Content-Type: application/json, which a page cannot send across origins
+// without a preflight that this server never grants.
+func (s *httpServer) browserProblem(r *http.Request) string {
+	if origin := r.Header.Get("Origin"); origin != "" {
+		u, err := url.Parse(origin)
+		if err != nil || !strings.EqualFold(u.Host, r.Host) {
+			return fmt.Sprintf("Origin %q is not this server (Host %q): requests from web pages of other origins are refused", origin, r.Host)
+		}
+	}
+	if s.tokens == nil {
+		host := r.Host
+		if h, _, err := net.SplitHostPort(host); err == nil {
+			host = h
+		}
+		ip := net.ParseIP(strings.Trim(host, "[]"))
+		if !strings.EqualFold(host, "localhost") && (ip == nil || !ip.IsLoopback()) {
+			return fmt.Sprintf("Host %q: without --token-file the server answers requests for localhost and loopback addresses only", r.Host)
+		}
+	}
+	return ""
+}
+
 // serveRun is POST /v1/run: one request object in, one result out.
 func (s *httpServer) serveRun(w http.ResponseWriter, r *http.Request) {
+	if mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type")); err != nil || mt != "application/json" {
+		writeJSON(w, http.StatusUnsupportedMediaType, map[string]any{"error": fmt.Sprintf("Content-Type %q: expected application/json", r.Header.Get("Content-Type"))})
+		return
+	}
 	rc := http.NewResponseController(w)
 	_ = rc.SetReadDeadline(time.Now().Add(s.o.writeTimeout))
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, jsonl.MaxLine+1))

@@ -69,6 +69,9 @@ func (s *serveProc) do(t *testing.T, method, path, token, body string) (int, str
 	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)
 	}
+	if method == "POST" {
+		req.Header.Set("Content-Type", "application/json")
+	}
 	resp, err := http.DefaultClient.Do(req)
 	require.NoError(t, err)
 	defer resp.Body.Close()
@@ -312,6 +315,7 @@ func TestServeTokens(t *testing.T) {
 		require.Equal(t, 401, resp.StatusCode)
 	}
 	req, _ := http.NewRequest("POST", s.base+"/v1/run", strings.NewReader(job))
+	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Authorization", "Basic tok-a")
 	resp, err := http.DefaultClient.Do(req)
 	require.NoError(t, err)
@@ -508,4 +512,61 @@ func TestServeLimits(t *testing.T) {
 	require.NoError(t, b.c.Write(ctx, websocket.MessageBinary, []byte(line)))
 	_, _, err = b.c.Read(ctx)
 	require.Equal(t, websocket.StatusUnsupportedData, websocket.CloseStatus(err), "%v", err)
+}
+
+// TestServeRefusesWebPages: a web page the user visits cannot use the
+// server: not by a cross-origin POST (an Origin other than the server's,
+// or a Content-Type a page may send without a preflight), nor through a
+// name of its own that resolves to the loopback address (DNS
+// rebinding), which a server without tokens refuses by its Host header.
+func TestServeRefusesWebPages(t *testing.T) {
+	s := startServe(t, t.TempDir())
+	job := `{"id": 1, "code": "print(6 * 7)"}`
+	send := func(host, origin, ctype string) (int, string) {
+		req, err := http.NewRequest("POST", s.base+"/v1/run", strings.NewReader(job))
+		require.NoError(t, err)
+		if host != "" {
+			req.Host = host
+		}
+		if origin != "" {
+			req.Header.Set("Origin", origin)
+		}
+		req.Header.Set("Content-Type", ctype)
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	port := s.base[strings.LastIndex(s.base, ":")+1:]
+	for _, tc := range []struct {
+		host, origin, ctype string
+		code                int
+		says                string
+	}{
+		{"", "", "text/plain", 415, `Content-Type \"text/plain\": expected application/json`},
+		{"", "", "application/x-www-form-urlencoded", 415, "expected application/json"},
+		{"", "http://evil.example", "application/json", 403, `Origin \"http://evil.example\" is not this server`},
+		{"evil.example:" + port, "", "application/json", 403, `Host \"evil.example:` + port + `\": without --token-file`},
+		{"evil.example:" + port, "http://evil.example:" + port, "application/json", 403, "without --token-file"},
+		{"", "", "application/json; charset=utf-8", 200, `"stdout":"42\n"`},
+		{"localhost:" + port, "http://localhost:" + port, "application/json", 200, `"stdout":"42\n"`},
+		{"[::1]:" + port, "", "application/json", 200, `"stdout":"42\n"`},
+	} {
+		code, body := send(tc.host, tc.origin, tc.ctype)
+		require.Equal(t, tc.code, code, "%+v: %s", tc, body)
+		require.Contains(t, body, tc.says, "%+v", tc)
+	}
+	// The WebSocket handshake: the same Host and Origin rules.
+	for _, h := range []http.Header{{"Origin": {"http://evil.example"}}, {"Host": {"evil.example"}}} {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		opts := &websocket.DialOptions{HTTPHeader: h}
+		if hh := h.Get("Host"); hh != "" {
+			opts.Host = hh
+		}
+		_, resp, err := websocket.Dial(ctx, s.wsURL(), opts)
+		cancel()
+		require.Error(t, err, "%v", h)
+		require.Equal(t, 403, resp.StatusCode, "%v", h)
+	}
 }
