@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"crypto/subtle"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -15,7 +16,9 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"os/exec"
 	"os/signal"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -76,6 +79,9 @@ type serveOptions struct {
 }
 
 func serve(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 2 && args[0] == tokenReaderArg {
+		return tokenReader(args[1], os.Stdin, stdout)
+	}
 	var o serveOptions
 	var ln net.Listener
 	var tokens *tokenSet
@@ -111,6 +117,12 @@ func serve(args []string, stdout, stderr io.Writer) int {
 				fmt.Fprintf(stderr, "pynox serve: --token-file=%s: %v\n", o.tokenFile, err)
 				return 1, false
 			}
+			// The process confines itself next, and may then no longer
+			// read the file: an unconfined helper rereads it on SIGHUP.
+			if tokens.read, err = startTokenReader(o.tokenFile); err != nil {
+				fmt.Fprintf(stderr, "pynox serve: --token-file=%s: starting its reader: %v\n", o.tokenFile, err)
+				return 1, false
+			}
 		}
 		var err error
 		if ln, err = net.Listen("tcp", o.listen); err != nil {
@@ -139,7 +151,9 @@ func isLoopback(a net.Addr) bool {
 // tokenSet holds the accepted bearer tokens, as SHA-256 digests so that
 // comparing them takes the same time whatever their lengths.
 type tokenSet struct {
-	path    string
+	path string
+	// read returns the file's content; nil reads it in this process.
+	read    func() ([]byte, error)
 	digests atomic.Pointer[[][sha256.Size]byte]
 }
 
@@ -156,7 +170,11 @@ func loadTokens(path string) (*tokenSet, error) {
 
 // reload rereads the token file; on error the tokens in use stay.
 func (ts *tokenSet) reload() error {
-	b, err := os.ReadFile(ts.path)
+	read := ts.read
+	if read == nil {
+		read = func() ([]byte, error) { return readSmallFile(ts.path) }
+	}
+	b, err := read()
 	if err != nil {
 		return err
 	}
@@ -183,6 +201,111 @@ func (ts *tokenSet) valid(token string) bool {
 		ok |= subtle.ConstantTimeCompare(d[:], t[:])
 	}
 	return ok == 1 && token != ""
+}
+
+// tokenReaderArg makes `pynox serve` the token file's reader (see
+// startTokenReader) instead of a server.
+const tokenReaderArg = "__token-reader"
+
+// maxTokenFile bounds the token file a reader sends.
+const maxTokenFile = 1 << 20
+
+// startTokenReader starts a child process, before this one confines
+// itself (see [pynox.Config.ConfineSelf]), that reads the token file at
+// path whenever asked: a self-confined server reads only its runtime, its
+// read ceiling and its write ceiling, where the token file has no
+// business (jobs may read beneath the read ceiling). The child can do
+// nothing but read that one file for this process, over a pipe, and ends
+// when the pipe closes. It returns the function that asks it.
+func startTokenReader(path string) (func() ([]byte, error), error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(exe, "serve", tokenReaderArg, abs)
+	cmd.Stderr = nil
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		return nil, err
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	go func() { _ = cmd.Wait() }()
+	var mu sync.Mutex
+	return func() ([]byte, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if _, err := in.Write([]byte{'r'}); err != nil {
+			return nil, fmt.Errorf("the token file's reader is gone: %w", err)
+		}
+		var hdr [5]byte
+		if _, err := io.ReadFull(out, hdr[:]); err != nil {
+			return nil, fmt.Errorf("the token file's reader is gone: %w", err)
+		}
+		n := binary.BigEndian.Uint32(hdr[1:])
+		if n > maxTokenFile+1024 {
+			return nil, errors.New("the token file's reader sent too much")
+		}
+		b := make([]byte, n)
+		if _, err := io.ReadFull(out, b); err != nil {
+			return nil, fmt.Errorf("the token file's reader is gone: %w", err)
+		}
+		if hdr[0] != 0 {
+			return nil, errors.New(string(b))
+		}
+		return b, nil
+	}, nil
+}
+
+// tokenReader is the token file's reader process: for each byte on in it
+// reads path and writes a status byte (0 for the content, 1 for an
+// error message), a big-endian length and the content or the message.
+// It ignores the signals meant for the server and ends at EOF on in.
+func tokenReader(path string, in io.Reader, out io.Writer) int {
+	signal.Ignore(syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
+	var req [1]byte
+	for {
+		if _, err := in.Read(req[:]); err != nil {
+			return 0
+		}
+		status := byte(0)
+		b, err := readSmallFile(path)
+		if err != nil {
+			status, b = 1, []byte(err.Error())
+		}
+		var hdr [5]byte
+		hdr[0] = status
+		binary.BigEndian.PutUint32(hdr[1:], uint32(len(b)))
+		if _, err := out.Write(append(hdr[:], b...)); err != nil {
+			return 0
+		}
+	}
+}
+
+// readSmallFile reads a file of at most maxTokenFile bytes.
+func readSmallFile(path string) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, maxTokenFile+1))
+	if err != nil {
+		return nil, err
+	}
+	if len(b) > maxTokenFile {
+		return nil, fmt.Errorf("longer than %d bytes", maxTokenFile)
+	}
+	return b, nil
 }
 
 // httpServer serves a pool over HTTP.

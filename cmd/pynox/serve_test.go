@@ -292,7 +292,9 @@ func TestServeTokens(t *testing.T) {
 	require.Equal(t, 1, cmd.ProcessState.ExitCode())
 	require.Contains(t, errb.String(), "--listen=0.0.0.0:0: without --token-file the server listens on loopback addresses only")
 
-	tokens := filepath.Join(dir, "tokens")
+	// Outside the working directory (the read ceiling), where the
+	// self-confined server cannot read: SIGHUP rereads it all the same.
+	tokens := filepath.Join(t.TempDir(), "tokens")
 	require.NoError(t, os.WriteFile(tokens, []byte("# comment\n\n"), 0o600))
 	errb.Reset()
 	cmd = exec.Command(pynoxBinary(t), "serve", "--listen=127.0.0.1:0", "--token-file="+tokens)
@@ -569,4 +571,36 @@ func TestServeRefusesWebPages(t *testing.T) {
 		require.Error(t, err, "%v", h)
 		require.Equal(t, 403, resp.StatusCode, "%v", h)
 	}
+}
+
+// TestServeStalledClientIsLetGo: a client that takes no result for
+// --write-timeout loses its connection, which frees its --max-conns slot
+// for another; the stalled client then finds its connection ended (not
+// held open with results pending).
+func TestServeStalledClientIsLetGo(t *testing.T) {
+	const n = 40
+	s := startServe(t, t.TempDir(), "--workers=1", "--write-timeout=1s", "--max-conns=1")
+	slow, _, err := dialPool(t, s, "")
+	require.NoError(t, err)
+	for i := range n {
+		slow.send(t, fmt.Sprintf(`{"id": %d, "code": "print('x' * 1000000)"}`, i))
+	}
+	// The slot frees once the server gives up on the stalled connection.
+	require.Eventually(t, func() bool {
+		code, _ := s.do(t, "POST", "/v1/run", "", `{"id": "other", "code": "print(1)"}`)
+		return code == 200
+	}, 2*time.Minute, 100*time.Millisecond)
+	got := 0
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	for {
+		_, _, err := slow.c.Read(ctx)
+		if err != nil {
+			require.NotErrorIs(t, err, context.DeadlineExceeded)
+			break
+		}
+		got++
+	}
+	t.Logf("results the stalled client could still read: %d of %d", got, n)
+	require.Less(t, got, n)
 }
