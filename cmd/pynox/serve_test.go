@@ -361,7 +361,16 @@ func TestServeSIGTERMDrains(t *testing.T) {
 	require.NoError(t, err)
 	mark := filepath.Join(dir, "job")
 	ws.send(t, startedJob(t, "job", mark, "import time; time.sleep(1); print('job done')"))
+	// A session step in flight on a second connection, and one queued
+	// behind it.
+	ws2, _, err := dialPool(t, s, "")
+	require.NoError(t, err)
+	smark := mustJSON(t, filepath.Join(dir, "step"))
+	ws2.send(t, string(mustJSON(t, map[string]any{"id": "s1", "session": "s", "allow_write": []string{dir},
+		"code": "open(" + string(smark) + ", 'w').close()\nimport time; time.sleep(1); print('step done')"})))
+	ws2.send(t, `{"id": "s2", "session": "s", "code": "print('queued step ran')"}`)
 	awaitMarkFile(t, mark)
+	awaitMarkFile(t, filepath.Join(dir, "step"))
 	require.NoError(t, s.cmd.Process.Signal(syscall.SIGTERM))
 	require.Eventually(t, func() bool { code, _ := s.do(t, "GET", "/readyz", "", ""); return code == 503 },
 		time.Minute, 5*time.Millisecond)
@@ -377,6 +386,34 @@ func TestServeSIGTERMDrains(t *testing.T) {
 	defer cancel()
 	_, _, err = ws.c.Read(ctx)
 	require.Equal(t, websocket.StatusGoingAway, websocket.CloseStatus(err), "%v", err)
+	got := map[string]map[string]any{}
+	for range 2 {
+		r := ws2.next(t)
+		got[r["id"].(string)] = r
+	}
+	require.Equal(t, "step done\n", got["s1"]["stdout"])
+	require.Contains(t, got["s2"]["error"].(map[string]any)["message"], "shutting down")
+	require.NoError(t, s.cmd.Wait(), "stderr: %s", s.stderr.String())
+}
+
+// TestServeSecondSIGTERMKills: a second SIGTERM ends the drain: the job
+// still running is killed and answered, and the process exits 0.
+func TestServeSecondSIGTERMKills(t *testing.T) {
+	dir := t.TempDir()
+	s := startServe(t, dir, "--workers=1", "--allow-write="+dir)
+	ws, _, err := dialPool(t, s, "")
+	require.NoError(t, err)
+	mark := filepath.Join(dir, "job")
+	ws.send(t, startedJob(t, "long", mark, "import time; time.sleep(25); print('finished')"))
+	awaitMarkFile(t, mark)
+	require.NoError(t, s.cmd.Process.Signal(syscall.SIGTERM))
+	require.Eventually(t, func() bool { code, _ := s.do(t, "GET", "/readyz", "", ""); return code == 503 },
+		time.Minute, 5*time.Millisecond)
+	require.NoError(t, s.cmd.Process.Signal(syscall.SIGTERM))
+	r := ws.next(t)
+	require.Equal(t, "long", r["id"])
+	require.NotNil(t, r["error"], "killed, not finished: %v", r)
+	require.Empty(t, r["stdout"])
 	require.NoError(t, s.cmd.Wait(), "stderr: %s", s.stderr.String())
 }
 
