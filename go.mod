@@ -3,6 +3,7 @@ module github.com/pynox/pynox
 go 1.26.8
 
 require (
+	github.com/coder/websocket v1.8.15
 	github.com/google/jsonschema-go v0.4.3
 	github.com/landlock-lsm/go-landlock v0.11.2
 	github.com/modelcontextprotocol/go-sdk v1.8.0

@@ -34,6 +34,7 @@ const usage = `pynox runs untrusted Python code in confined CPython processes.
 Usage:
   pynox pool [flags]     serve the pool protocol: JSON requests on stdin, JSON results on stdout
   pynox mcp [flags]      serve the Model Context Protocol on stdin and stdout (tools run_python, reset_session)
+  pynox serve [flags]    serve the pool protocol over HTTP: WebSocket /v1/pool, POST /v1/run
   pynox version          print the version and VCS revision (also --version)
   pynox help [command]   show help (also --help, -h)
 
@@ -97,6 +98,8 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		return pool(args[1:], stdin, stdout, stderr)
 	case "mcp":
 		return mcpCommand(args[1:], stdin, stdout, stderr)
+	case "serve":
+		return serve(args[1:], stdout, stderr)
 	case "version", "--version", "-version", "-v":
 		if len(args) > 1 {
 			fmt.Fprintf(stderr, "pynox version: unexpected argument %q\n", args[1])
@@ -112,6 +115,9 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 				return 0
 			case "mcp":
 				fmt.Fprint(stdout, mcpUsage)
+				return 0
+			case "serve":
+				fmt.Fprint(stdout, serveUsage)
 				return 0
 			case "version", "help":
 				fmt.Fprint(stdout, usage)
@@ -198,13 +204,33 @@ func pool(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 
 // servePool parses the pool's flags and configuration file for the
 // command `pynox <command>` (whose --help is help), starts the pool and
-// hands it to serve until serve returns.
+// hands it to serve until serve returns; the first SIGTERM or SIGINT
+// shuts the pool down gracefully.
 func servePool(command, help string, args []string, stdout, stderr io.Writer, serve func(context.Context, *pynox.Pool) error) int {
+	return withPool(command, help, args, stdout, stderr, nil, nil, func(p *pynox.Pool) int {
+		ctx, stop := context.WithCancel(context.Background())
+		defer stop()
+		shutdown := shutdownOnSignal(p, stop)
+		defer shutdown()
+		if err := serve(ctx, p); err != nil {
+			fmt.Fprintf(stderr, "pynox %s: %v\n", command, err)
+			return 1
+		}
+		return 0
+	})
+}
+
+// withPool parses the pool's flags for the command cmd (whose help is
+// help), and those flags adds, loads the configuration, runs before
+// (when it returns ok == false, withPool returns its code without
+// starting anything), starts the pool and returns what body returns.
+func withPool(cmd, help string, args []string, stdout, stderr io.Writer, flags func(*flag.FlagSet), before func() (code int, ok bool), body func(p *pynox.Pool) int) int {
+	name := "pynox " + cmd
 	if len(args) > 0 && args[0] == "help" {
 		fmt.Fprint(stdout, help)
 		return 0
 	}
-	fs := flag.NewFlagSet("pynox "+command, flag.ContinueOnError)
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	configPath := fs.String("config", "", "TOML configuration file ([pool], [pool.limits], [profiles.NAME])")
 	workers := fs.Int("workers", 0, "templates, hence jobs running at once (default 2)")
@@ -212,6 +238,9 @@ func servePool(command, help string, args []string, stdout, stderr io.Writer, se
 	python := fs.String("python", "", "the interpreter (default: the first python3 on PATH)")
 	logFmt := fs.String("log", "", `"json": one line per finished job on stderr`)
 	cgroups := fs.String("cgroups", "", `per-job cgroups: "auto" (default), "require" or "off"`)
+	if flags != nil {
+		flags(fs)
+	}
 	var pkgDirs, allowRead, allowWrite listFlag
 	fs.Var(&pkgDirs, "package-dir", "read-only directory on every job's sys.path (repeatable)")
 	fs.Var(&allowRead, "allow-read", "the read ceiling: requests may read beneath it (repeatable; default the working directory; overrides [pool.limits] allow_read)")
@@ -221,11 +250,11 @@ func servePool(command, help string, args []string, stdout, stderr io.Writer, se
 			fmt.Fprint(stdout, help)
 			return 0
 		}
-		fmt.Fprintf(stderr, "pynox %s: %s\nRun \"pynox %s --help\" for the flags.\n", command, describeFlagError(err), command)
+		fmt.Fprintf(stderr, "%s: %s\nRun \"%s --help\" for the flags.\n", name, describeFlagError(err), name)
 		return 2
 	}
 	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "pynox %s: unexpected argument %q: pynox %s takes flags only\nRun \"pynox %s --help\" for the flags.\n", command, fs.Arg(0), command, command)
+		fmt.Fprintf(stderr, "%s: unexpected argument %q: %s takes flags only\nRun \"%s --help\" for the flags.\n", name, fs.Arg(0), name, name)
 		return 2
 	}
 	set := map[string]bool{}
@@ -238,7 +267,7 @@ func servePool(command, help string, args []string, stdout, stderr io.Writer, se
 	if *configPath != "" {
 		f, err := jsonl.LoadConfig(*configPath)
 		if err != nil {
-			fmt.Fprintf(stderr, "pynox %s: %s\n", command, describeStartError(err, nil, set))
+			fmt.Fprintf(stderr, "%s: %s\n", name, describeStartError(err, nil, set))
 			return 1
 		}
 		file = f
@@ -248,7 +277,7 @@ func servePool(command, help string, args []string, stdout, stderr io.Writer, se
 	// The command line overrides [pool].
 	if set["workers"] {
 		if *workers <= 0 {
-			fmt.Fprintf(stderr, "pynox %s: --workers=%d: expected a positive integer\n", command, *workers)
+			fmt.Fprintf(stderr, "%s: --workers=%d: expected a positive integer\n", name, *workers)
 			return 2
 		}
 		cfg.Workers = *workers
@@ -282,7 +311,7 @@ func servePool(command, help string, args []string, stdout, stderr io.Writer, se
 		case "auto", "require", "off":
 			cfg.Cgroups = *cgroups
 		default:
-			fmt.Fprintf(stderr, "pynox %s: --cgroups=%s: expected \"auto\", \"require\" or \"off\"\n", command, *cgroups)
+			fmt.Fprintf(stderr, "%s: --cgroups=%s: expected \"auto\", \"require\" or \"off\"\n", name, *cgroups)
 			return 2
 		}
 	}
@@ -292,28 +321,25 @@ func servePool(command, help string, args []string, stdout, stderr io.Writer, se
 		cfg.Logger = slog.New(jsonl.NewLogHandler(stderr))
 	default:
 		if set["log"] {
-			fmt.Fprintf(stderr, "pynox %s: --log=%s: expected \"json\"\n", command, logMode)
+			fmt.Fprintf(stderr, "%s: --log=%s: expected \"json\"\n", name, logMode)
 		} else {
-			fmt.Fprintf(stderr, "pynox %s: %s:%d: pool.log: expected \"json\" or \"\", got %q\n", command, file.Path, file.Line("pool.log"), logMode)
+			fmt.Fprintf(stderr, "%s: %s:%d: pool.log: expected \"json\" or \"\", got %q\n", name, file.Path, file.Line("pool.log"), logMode)
 		}
 		return 2
+	}
+	if before != nil {
+		if code, ok := before(); !ok {
+			return code
+		}
 	}
 	setHostProcs(cmp.Or(cfg.Workers, pynox.DefaultWorkers))
 	p, err := pynox.New(cfg)
 	if err != nil {
-		fmt.Fprintf(stderr, "pynox %s: %s\n", command, describeStartError(err, file, set))
+		fmt.Fprintf(stderr, "%s: %s\n", name, describeStartError(err, file, set))
 		return 1
 	}
 	defer p.Close()
-	ctx, stop := context.WithCancel(context.Background())
-	defer stop()
-	shutdown := shutdownOnSignal(p, stop)
-	defer shutdown()
-	if err := serve(ctx, p); err != nil {
-		fmt.Fprintf(stderr, "pynox %s: %v\n", command, err)
-		return 1
-	}
-	return 0
+	return body(p)
 }
 
 // shutdownOnSignal makes the first SIGTERM or SIGINT a graceful

@@ -1,0 +1,616 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"mime"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/coder/websocket"
+
+	"github.com/pynox/pynox"
+	"github.com/pynox/pynox/jsonl"
+)
+
+// serveUsage is `pynox serve --help`.
+const serveUsage = `Usage: pynox serve --listen=ADDR [flags]
+
+Serves the pool protocol over HTTP:
+  GET  /v1/pool   a WebSocket: each text message is one line of the pynox pool
+                  protocol, both ways (the ready event first); the sessions a
+                  connection opens are its own and end with it
+  POST /v1/run    one request object in, one result object out
+                  (application/json); no sessions, no host functions
+  GET  /healthz   200 while the process serves
+  GET  /readyz    200 while the templates are up and the server is not draining
+/v1/* need "Authorization: Bearer TOKEN" with a token of --token-file; the
+probes need none. Without --token-file the server listens on loopback
+addresses only. SIGTERM or SIGINT: /readyz and new requests to /v1/* get 503
+at once, work in flight finishes (up to --drain-timeout), then the process
+exits 0; a second signal ends the drain.
+
+Example:
+  pynox serve --listen=127.0.0.1:8080
+
+Flags of the server:
+  --listen=ADDR          host:port to listen on (required; port 0 picks one,
+                         and the address is printed on stderr)
+  --token-file=FILE      bearer tokens, one per line (blank lines and lines
+                         starting with # skipped), reread on SIGHUP
+  --max-conns=N          WebSocket connections and runs at once (default 64)
+  --drain-timeout=D      how long SIGTERM lets work in flight finish (default 30s)
+  --write-timeout=D      a result the client does not take within D closes the
+                         connection (default 1m)
+  --idle-timeout=D       a connection that sends nothing for D is closed
+                         (default 1h)
+
+Every flag of pynox pool (run "pynox pool --help"): --config, --workers,
+--preload, --package-dir, --allow-read, --allow-write, --python, --cgroups,
+--log, with the same configuration file.
+`
+
+// serveOptions are the flags of `pynox serve` beyond the pool's.
+type serveOptions struct {
+	listen       string
+	tokenFile    string
+	maxConns     int
+	drainTimeout time.Duration
+	writeTimeout time.Duration
+	idleTimeout  time.Duration
+}
+
+func serve(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 2 && args[0] == tokenReaderArg {
+		return tokenReader(args[1], os.Stdin, stdout)
+	}
+	var o serveOptions
+	var ln net.Listener
+	var tokens *tokenSet
+	flags := func(fs *flag.FlagSet) {
+		fs.StringVar(&o.listen, "listen", "", "host:port to listen on")
+		fs.StringVar(&o.tokenFile, "token-file", "", "bearer tokens, one per line")
+		fs.IntVar(&o.maxConns, "max-conns", 64, "connections and runs at once")
+		fs.DurationVar(&o.drainTimeout, "drain-timeout", 30*time.Second, "how long SIGTERM lets work finish")
+		fs.DurationVar(&o.writeTimeout, "write-timeout", time.Minute, "longest wait for a client to take a result")
+		fs.DurationVar(&o.idleTimeout, "idle-timeout", time.Hour, "longest silence of a connection")
+	}
+	before := func() (int, bool) {
+		switch {
+		case o.listen == "":
+			fmt.Fprintf(stderr, "pynox serve: --listen=ADDR is required, as in --listen=127.0.0.1:8080\n")
+			return 2, false
+		case o.maxConns <= 0:
+			fmt.Fprintf(stderr, "pynox serve: --max-conns=%d: expected a positive integer\n", o.maxConns)
+			return 2, false
+		case o.drainTimeout <= 0:
+			fmt.Fprintf(stderr, "pynox serve: --drain-timeout=%s: expected a positive duration, as in 30s\n", o.drainTimeout)
+			return 2, false
+		case o.writeTimeout <= 0:
+			fmt.Fprintf(stderr, "pynox serve: --write-timeout=%s: expected a positive duration, as in 1m\n", o.writeTimeout)
+			return 2, false
+		case o.idleTimeout <= 0:
+			fmt.Fprintf(stderr, "pynox serve: --idle-timeout=%s: expected a positive duration, as in 1h\n", o.idleTimeout)
+			return 2, false
+		}
+		if o.tokenFile != "" {
+			var err error
+			if tokens, err = loadTokens(o.tokenFile); err != nil {
+				fmt.Fprintf(stderr, "pynox serve: --token-file=%s: %v\n", o.tokenFile, err)
+				return 1, false
+			}
+			// The process confines itself next, and may then no longer
+			// read the file: an unconfined helper rereads it on SIGHUP.
+			if tokens.read, err = startTokenReader(o.tokenFile); err != nil {
+				fmt.Fprintf(stderr, "pynox serve: --token-file=%s: starting its reader: %v\n", o.tokenFile, err)
+				return 1, false
+			}
+		}
+		var err error
+		if ln, err = net.Listen("tcp", o.listen); err != nil {
+			fmt.Fprintf(stderr, "pynox serve: --listen=%s: %v\n", o.listen, err)
+			return 1, false
+		}
+		if tokens == nil && !isLoopback(ln.Addr()) {
+			ln.Close()
+			fmt.Fprintf(stderr, "pynox serve: --listen=%s: without --token-file the server listens on loopback addresses only (127.0.0.1, ::1, localhost), "+
+				"since anyone who reaches it could run code; give --token-file=FILE to listen there\n", o.listen)
+			return 1, false
+		}
+		return 0, true
+	}
+	return withPool("serve", serveUsage, args, stdout, stderr, flags, before, func(p *pynox.Pool) int {
+		return serveHTTP(p, ln, tokens, o, stderr)
+	})
+}
+
+// isLoopback reports whether a listener's address is a loopback one.
+func isLoopback(a net.Addr) bool {
+	ta, ok := a.(*net.TCPAddr)
+	return ok && ta.IP.IsLoopback()
+}
+
+// tokenSet holds the accepted bearer tokens, as SHA-256 digests so that
+// comparing them takes the same time whatever their lengths.
+type tokenSet struct {
+	path string
+	// read returns the file's content; nil reads it in this process.
+	read    func() ([]byte, error)
+	digests atomic.Pointer[[][sha256.Size]byte]
+}
+
+// loadTokens reads a token file: one token per line, surrounding blanks
+// trimmed, blank lines and lines starting with # skipped. A file with no
+// token is an error (nobody could use the server).
+func loadTokens(path string) (*tokenSet, error) {
+	ts := &tokenSet{path: path}
+	if err := ts.reload(); err != nil {
+		return nil, err
+	}
+	return ts, nil
+}
+
+// reload rereads the token file; on error the tokens in use stay.
+func (ts *tokenSet) reload() error {
+	read := ts.read
+	if read == nil {
+		read = func() ([]byte, error) { return readSmallFile(ts.path) }
+	}
+	b, err := read()
+	if err != nil {
+		return err
+	}
+	var digests [][sha256.Size]byte
+	for _, l := range strings.Split(string(b), "\n") {
+		l = strings.TrimSpace(l)
+		if l == "" || strings.HasPrefix(l, "#") {
+			continue
+		}
+		digests = append(digests, sha256.Sum256([]byte(l)))
+	}
+	if len(digests) == 0 {
+		return errors.New("the file holds no token (expected one token per line)")
+	}
+	ts.digests.Store(&digests)
+	return nil
+}
+
+// valid compares token with every accepted one in constant time.
+func (ts *tokenSet) valid(token string) bool {
+	d := sha256.Sum256([]byte(token))
+	ok := 0
+	for _, t := range *ts.digests.Load() {
+		ok |= subtle.ConstantTimeCompare(d[:], t[:])
+	}
+	return ok == 1 && token != ""
+}
+
+// tokenReaderArg makes `pynox serve` the token file's reader (see
+// startTokenReader) instead of a server.
+const tokenReaderArg = "__token-reader"
+
+// maxTokenFile bounds the token file a reader sends.
+const maxTokenFile = 1 << 20
+
+// startTokenReader starts a child process, before this one confines
+// itself (see [pynox.Config.ConfineSelf]), that reads the token file at
+// path whenever asked: a self-confined server reads only its runtime, its
+// read ceiling and its write ceiling, where the token file has no
+// business (jobs may read beneath the read ceiling). The child can do
+// nothing but read that one file for this process, over a pipe, and ends
+// when the pipe closes. It returns the function that asks it.
+func startTokenReader(path string) (func() ([]byte, error), error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(exe, "serve", tokenReaderArg, abs)
+	cmd.Stderr = nil
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		return nil, err
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	go func() { _ = cmd.Wait() }()
+	var mu sync.Mutex
+	return func() ([]byte, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if _, err := in.Write([]byte{'r'}); err != nil {
+			return nil, fmt.Errorf("the token file's reader is gone: %w", err)
+		}
+		var hdr [5]byte
+		if _, err := io.ReadFull(out, hdr[:]); err != nil {
+			return nil, fmt.Errorf("the token file's reader is gone: %w", err)
+		}
+		n := binary.BigEndian.Uint32(hdr[1:])
+		if n > maxTokenFile+1024 {
+			return nil, errors.New("the token file's reader sent too much")
+		}
+		b := make([]byte, n)
+		if _, err := io.ReadFull(out, b); err != nil {
+			return nil, fmt.Errorf("the token file's reader is gone: %w", err)
+		}
+		if hdr[0] != 0 {
+			return nil, errors.New(string(b))
+		}
+		return b, nil
+	}, nil
+}
+
+// tokenReader is the token file's reader process: for each byte on in it
+// reads path and writes a status byte (0 for the content, 1 for an
+// error message), a big-endian length and the content or the message.
+// It ignores the signals meant for the server and ends at EOF on in.
+func tokenReader(path string, in io.Reader, out io.Writer) int {
+	signal.Ignore(syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
+	var req [1]byte
+	for {
+		if _, err := in.Read(req[:]); err != nil {
+			return 0
+		}
+		status := byte(0)
+		b, err := readSmallFile(path)
+		if err != nil {
+			status, b = 1, []byte(err.Error())
+		}
+		var hdr [5]byte
+		hdr[0] = status
+		binary.BigEndian.PutUint32(hdr[1:], uint32(len(b)))
+		if _, err := out.Write(append(hdr[:], b...)); err != nil {
+			return 0
+		}
+	}
+}
+
+// readSmallFile reads a file of at most maxTokenFile bytes.
+func readSmallFile(path string) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, maxTokenFile+1))
+	if err != nil {
+		return nil, err
+	}
+	if len(b) > maxTokenFile {
+		return nil, fmt.Errorf("longer than %d bytes", maxTokenFile)
+	}
+	return b, nil
+}
+
+// httpServer serves a pool over HTTP.
+type httpServer struct {
+	p      *pynox.Pool
+	tokens *tokenSet
+	o      serveOptions
+	stderr io.Writer
+	// conns holds a slot per WebSocket connection or run in progress.
+	conns    chan struct{}
+	draining atomic.Bool
+	// drain ends when draining starts: connections stop reading requests.
+	drain context.Context
+	// sockets counts the WebSocket connections being served.
+	sockets sync.WaitGroup
+}
+
+func serveHTTP(p *pynox.Pool, ln net.Listener, tokens *tokenSet, o serveOptions, stderr io.Writer) int {
+	drain, startDrain := context.WithCancel(context.Background())
+	defer startDrain()
+	s := &httpServer{p: p, tokens: tokens, o: o, stderr: stderr, conns: make(chan struct{}, o.maxConns), drain: drain}
+	hs := &http.Server{Handler: s.handler(), ReadHeaderTimeout: 10 * time.Second,
+		MaxHeaderBytes: 64 << 10, IdleTimeout: 2 * time.Minute}
+
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
+	hups := make(chan os.Signal, 1)
+	signal.Notify(hups, syscall.SIGHUP)
+	defer signal.Stop(sigs)
+	defer signal.Stop(hups)
+	go func() {
+		for range hups {
+			if tokens == nil {
+				continue
+			}
+			if err := tokens.reload(); err != nil {
+				fmt.Fprintf(stderr, "pynox serve: SIGHUP: --token-file=%s: %v; the tokens in use stay\n", tokens.path, err)
+			} else {
+				fmt.Fprintf(stderr, "pynox serve: SIGHUP: reloaded --token-file=%s\n", tokens.path)
+			}
+		}
+	}()
+
+	served := make(chan error, 1)
+	go func() { served <- hs.Serve(ln) }()
+	fmt.Fprintf(stderr, "pynox serve: listening on http://%s\n", ln.Addr())
+
+	select {
+	case err := <-served:
+		fmt.Fprintf(stderr, "pynox serve: %v\n", err)
+		return 1
+	case <-sigs:
+	}
+	// Draining: /readyz and new requests to /v1/* get 503, WebSocket
+	// connections read no more requests and answer what they hold, and
+	// the jobs and steps under way finish (up to --drain-timeout; a
+	// second signal ends them at once).
+	s.draining.Store(true)
+	startDrain()
+	ctx, kill := context.WithTimeout(context.Background(), o.drainTimeout)
+	defer kill()
+	go func() {
+		select {
+		case <-sigs:
+			kill()
+		case <-ctx.Done():
+		}
+	}()
+	err := p.Shutdown(ctx)
+	if err != nil {
+		fmt.Fprintf(stderr, "pynox serve: drain: %v: the work still running was ended\n", err)
+	}
+	// The answers are being written; a client that does not read them
+	// holds its connection up to the drain's end (and a second more).
+	sockets := make(chan struct{})
+	go func() { s.sockets.Wait(); close(sockets) }()
+	select {
+	case <-sockets:
+	case <-ctx.Done():
+		select {
+		case <-sockets:
+		case <-time.After(time.Second):
+		}
+	}
+	closing, done := context.WithTimeout(context.Background(), time.Second)
+	defer done()
+	if hs.Shutdown(closing) != nil {
+		hs.Close()
+	}
+	return 0
+}
+
+func (s *httpServer) handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusOK, map[string]any{"status": "ok"})
+	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+		if s.draining.Load() {
+			writeJSON(w, http.StatusServiceUnavailable, map[string]any{"status": "draining"})
+			return
+		}
+		writeJSON(w, http.StatusOK, map[string]any{"status": "ready", "workers": s.p.Workers()})
+	})
+	mux.Handle("GET /v1/pool", s.guard(http.HandlerFunc(s.servePool)))
+	mux.Handle("POST /v1/run", s.guard(http.HandlerFunc(s.serveRun)))
+	return mux
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+// guard admits a request to /v1/* with a valid bearer token (when the
+// server has tokens) while the server is not draining and holds fewer
+// than --max-conns connections.
+func (s *httpServer) guard(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if s.tokens != nil {
+			scheme, token, _ := strings.Cut(r.Header.Get("Authorization"), " ")
+			if !strings.EqualFold(scheme, "Bearer") || !s.tokens.valid(strings.TrimSpace(token)) {
+				w.Header().Set("WWW-Authenticate", `Bearer realm="pynox"`)
+				writeJSON(w, http.StatusUnauthorized, map[string]any{"error": `expected "Authorization: Bearer TOKEN" with a token of the server's --token-file`})
+				return
+			}
+		}
+		if msg := s.browserProblem(r); msg != "" {
+			writeJSON(w, http.StatusForbidden, map[string]any{"error": msg})
+			return
+		}
+		if s.draining.Load() {
+			writeJSON(w, http.StatusServiceUnavailable, map[string]any{"error": "the server is shutting down"})
+			return
+		}
+		select {
+		case s.conns <- struct{}{}:
+			defer func() { <-s.conns }()
+		default:
+			writeJSON(w, http.StatusServiceUnavailable, map[string]any{"error": fmt.Sprintf("the server serves --max-conns=%d connections already; retry later", s.o.maxConns)})
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// browserProblem says why a request to /v1/* may come from a web page
+// the user visits rather than from a client of the server, or returns "".
+// A page may send a cross-origin POST without asking first, and may reach
+// a loopback server through a name of its own that resolves to 127.0.0.1
+// (DNS rebinding); without tokens, either would run its code. So: a
+// request whose Origin is not the server's own is refused, and a server
+// without tokens answers only to Host names that a page cannot own
+// (localhost and loopback addresses). POST /v1/run also requires
+// Content-Type: application/json, which a page cannot send across origins
+// without a preflight that this server never grants.
+func (s *httpServer) browserProblem(r *http.Request) string {
+	if origin := r.Header.Get("Origin"); origin != "" {
+		u, err := url.Parse(origin)
+		if err != nil || !strings.EqualFold(u.Host, r.Host) {
+			return fmt.Sprintf("Origin %q is not this server (Host %q): requests from web pages of other origins are refused", origin, r.Host)
+		}
+	}
+	if s.tokens == nil {
+		host := r.Host
+		if h, _, err := net.SplitHostPort(host); err == nil {
+			host = h
+		}
+		ip := net.ParseIP(strings.Trim(host, "[]"))
+		if !strings.EqualFold(host, "localhost") && (ip == nil || !ip.IsLoopback()) {
+			return fmt.Sprintf("Host %q: without --token-file the server answers requests for localhost and loopback addresses only", r.Host)
+		}
+	}
+	return ""
+}
+
+// serveRun is POST /v1/run: one request object in, one result out.
+func (s *httpServer) serveRun(w http.ResponseWriter, r *http.Request) {
+	if mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type")); err != nil || mt != "application/json" {
+		writeJSON(w, http.StatusUnsupportedMediaType, map[string]any{"error": fmt.Sprintf("Content-Type %q: expected application/json", r.Header.Get("Content-Type"))})
+		return
+	}
+	rc := http.NewResponseController(w)
+	_ = rc.SetReadDeadline(time.Now().Add(s.o.writeTimeout))
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, jsonl.MaxLine+1))
+	var line []byte
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if !errors.As(err, &mbe) {
+			writeJSON(w, http.StatusBadRequest, map[string]any{"error": "reading the request body: " + err.Error()})
+			return
+		}
+		line = bytes.Repeat([]byte{' '}, jsonl.MaxLine+1) // RunLine refuses it as too long
+	} else {
+		line = bytes.TrimSpace(body)
+		if bytes.ContainsAny(line, "\n") {
+			// One request: a body of several lines is not one object.
+			line = bytes.ReplaceAll(line, []byte("\n"), []byte(" "))
+		}
+	}
+	out, err := jsonl.RunLine(r.Context(), s.p, line)
+	if err != nil {
+		writeJSON(w, http.StatusInternalServerError, map[string]any{"error": err.Error()})
+		return
+	}
+	_ = rc.SetWriteDeadline(time.Now().Add(s.o.writeTimeout))
+	w.Header().Set("Content-Type", "application/json")
+	_, _ = w.Write(out)
+}
+
+// servePool is GET /v1/pool: the pool protocol over a WebSocket.
+func (s *httpServer) servePool(w http.ResponseWriter, r *http.Request) {
+	c, err := websocket.Accept(w, r, &websocket.AcceptOptions{CompressionMode: websocket.CompressionDisabled})
+	if err != nil {
+		return // Accept answered the request
+	}
+	s.sockets.Add(1)
+	defer s.sockets.Done()
+	// A message is one line: MaxLine bytes and a newline at most. A
+	// longer one closes the connection (status 1009, message too big).
+	c.SetReadLimit(jsonl.MaxLine + 1)
+	readCtx, stopRead := context.WithCancel(context.Background())
+	defer stopRead()
+	rd := &wsReader{c: c, ctx: readCtx, idle: s.o.idleTimeout}
+	wr := &wsWriter{c: c, timeout: s.o.writeTimeout}
+	err = jsonl.Serve(s.drain, s.p, rd, wr)
+	switch {
+	case err != nil || rd.failed:
+		c.CloseNow() // the connection broke: no close handshake to wait for
+	case s.draining.Load():
+		c.Close(websocket.StatusGoingAway, "the server is shutting down")
+	default:
+		c.Close(websocket.StatusNormalClosure, "")
+	}
+}
+
+// wsReader reads a WebSocket's messages as lines: each message, with a
+// newline added when it has none.
+type wsReader struct {
+	c    *websocket.Conn
+	ctx  context.Context
+	idle time.Duration
+	buf  []byte
+	// failed is set when reading ended other than by a close message.
+	failed bool
+}
+
+func (r *wsReader) Read(p []byte) (int, error) {
+	for len(r.buf) == 0 {
+		ctx, cancel := context.WithTimeout(r.ctx, r.idle)
+		typ, msg, err := r.c.Read(ctx)
+		cancel()
+		if err != nil {
+			if websocket.CloseStatus(err) == websocket.StatusNormalClosure || websocket.CloseStatus(err) == websocket.StatusGoingAway {
+				return 0, io.EOF
+			}
+			r.failed = true
+			return 0, err
+		}
+		if typ != websocket.MessageText {
+			r.c.Close(websocket.StatusUnsupportedData, "send each request line as a text message")
+			r.failed = true
+			return 0, errors.New("binary message")
+		}
+		if len(msg) == 0 || msg[len(msg)-1] != '\n' {
+			msg = append(msg, '\n')
+		}
+		r.buf = msg
+	}
+	n := copy(p, r.buf)
+	r.buf = r.buf[n:]
+	return n, nil
+}
+
+// wsWriter writes each line written to it as one text message, without
+// its newline. A write blocks until the message is sent (so a client
+// that does not read holds up the writer, and with it Serve), and fails
+// once a message waits longer than timeout.
+type wsWriter struct {
+	c       *websocket.Conn
+	timeout time.Duration
+	partial []byte
+}
+
+func (w *wsWriter) Write(p []byte) (int, error) {
+	n := len(p)
+	for len(p) > 0 {
+		i := bytes.IndexByte(p, '\n')
+		if i < 0 {
+			w.partial = append(w.partial, p...)
+			break
+		}
+		line := p[:i]
+		if len(w.partial) > 0 {
+			line = append(w.partial, line...)
+			w.partial = nil
+		}
+		p = p[i+1:]
+		ctx, cancel := context.WithTimeout(context.Background(), w.timeout)
+		err := w.c.Write(ctx, websocket.MessageText, line)
+		cancel()
+		if err != nil {
+			return 0, err
+		}
+	}
+	return n, nil
+}
