@@ -169,7 +169,7 @@ func normalize(v any) {
 	switch v := v.(type) {
 	case map[string]any:
 		for k, x := range v {
-			if strings.HasSuffix(k, "_ms") || strings.HasSuffix(k, "_us") || strings.HasSuffix(k, "_total") || k == "scratch" {
+			if strings.HasSuffix(k, "_ms") || strings.HasSuffix(k, "_us") || strings.HasSuffix(k, "_total") || k == "scratch" || k == "usage" {
 				delete(v, k)
 				continue
 			}
