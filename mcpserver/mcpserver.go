@@ -53,6 +53,7 @@ package mcpserver
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -482,12 +483,22 @@ func report(res *pynox.Result, note string) (*mcp.CallToolResult, any, error) {
 		b.WriteString("(no output)\n")
 	}
 	content := []mcp.Content{&mcp.TextContent{Text: b.String()}}
-	// HOOK(issue 16, rich outputs): when pynox.Result gains Outputs (the
-	// images and HTML another change adds), append them here: an
-	// image/png output as &mcp.ImageContent{MIMEType: "image/png", Data:
-	// the decoded bytes}, text/html and others as &mcp.EmbeddedResource
-	// content with their MIME type. Result.Outputs does not exist in this
-	// tree yet, so nothing is added.
+	// Rich outputs (checked by the pool): images as image content, the
+	// rest (HTML, SVG, Markdown, JSON, text) as embedded resources with
+	// their MIME type.
+	for i, o := range res.Outputs {
+		switch o.MIME {
+		case "image/png", "image/jpeg":
+			data, err := base64.StdEncoding.DecodeString(o.Data)
+			if err != nil {
+				continue // the pool passes only valid base64 on
+			}
+			content = append(content, &mcp.ImageContent{MIMEType: o.MIME, Data: data})
+		default:
+			content = append(content, &mcp.EmbeddedResource{Resource: &mcp.ResourceContents{
+				URI: fmt.Sprintf("pynox://output/%d", i+1), MIMEType: o.MIME, Text: o.Data}})
+		}
+	}
 	structured, err := json.Marshal(out)
 	if err != nil {
 		return nil, nil, err
