@@ -3,7 +3,7 @@
 //
 // Usage:
 //
-//	go run ./cmd/pynox-bench [--python=/usr/bin/python3] [--n=500] [--pandas=auto|on|off] [--gap=2ms] [--json]
+//	go run ./cmd/pynox-bench [--python=/usr/bin/python3] [--n=500] [--pandas=auto|on|off] [--matplotlib=auto|on|off] [--gap=2ms] [--json]
 //
 // What it measures, all as client-side wall-clock time:
 //
@@ -46,6 +46,13 @@
 // slower (or, for throughput, fewer jobs per second) than pynox. Nothing is
 // asserted; the numbers are for reading.
 //
+// Charts (rows 26 and 27): a job that draws a line with matplotlib.pyplot
+// and shows it, checked to come back as exactly one image/png output,
+// sequential with think time, through a pool without preloads and one
+// with --preload=matplotlib.pyplot. A chart job without the preload
+// imports matplotlib itself (about a second), so these rows take
+// max(5, n/10) samples after at most 2 warm-up jobs.
+//
 // Sessions: sequential trivial steps in one live session, and the first
 // step of a new session (its checkout included), one new session per
 // sample, closed after it unmeasured. Host functions:
@@ -69,6 +76,9 @@ import (
 var pandasRows = []string{"3", "4", "5", "8", "9", "10", "12", "14", "16", "19", "21", "23", "24", "L3", "L4", "L6",
 	"R6", "R7", "R8", "R9", "R10", "M5", "M6", "M7", "M8", "M9", "M10"}
 
+// chartRows are the rows that need matplotlib.
+var chartRows = []string{"26", "27"}
+
 //go:embed naive_server.py
 var naiveServer []byte
 
@@ -80,6 +90,8 @@ const (
 	pandasOut    = "3\n"
 	sleepingCode = "print(sum(range(100))); import time; time.sleep(1)"
 	importPandas = "import pandas"
+	chartCode    = "import matplotlib.pyplot as plt; plt.plot([1, 2, 3]); plt.show()"
+	chartPreload = "matplotlib.pyplot"
 )
 
 func main() {
@@ -97,6 +109,7 @@ type options struct {
 	inflight    int
 	workers     int
 	pandas      string
+	matplotlib  string
 	json        bool
 	skipMemory  bool
 	verbose     bool
@@ -121,6 +134,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&o.inflight, "inflight", 8, "requests kept outstanding in the throughput series")
 	fs.IntVar(&o.workers, "workers", 2, "workers of the pynox pool and the naive server")
 	fs.StringVar(&o.pandas, "pandas", "auto", "pandas rows: auto (when the python can import pandas), on (required), off")
+	fs.StringVar(&o.matplotlib, "matplotlib", "auto", "chart rows (#26, #27): auto (when the python can import matplotlib), on (required), off")
 	fs.BoolVar(&o.json, "json", false, "print the results as one JSON document instead of the table")
 	fs.BoolVar(&o.skipMemory, "skip-memory", false, "skip the memory rows")
 	fs.BoolVar(&o.verbose, "v", false, "report progress on stderr")
@@ -135,6 +149,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	case "auto", "on", "off":
 	default:
 		fmt.Fprintf(stderr, "pynox-bench: --pandas must be auto, on or off, not %q\n", o.pandas)
+		return 2
+	}
+	switch o.matplotlib {
+	case "auto", "on", "off":
+	default:
+		fmt.Fprintf(stderr, "pynox-bench: --matplotlib must be auto, on or off, not %q\n", o.matplotlib)
 		return 2
 	}
 	if o.n < 1 || o.inflight < 1 || o.workers < 1 || o.coldPandasN < 1 || o.gap < 0 {

@@ -48,9 +48,14 @@ var tiny = []string{"--n=5", "--warm=2", "--cold-n=3", "--pandas=off"}
 
 // TestTinyRunPrintsEveryRow runs the whole bench in a tiny mode without
 // pandas and checks the table has every row: measured rows with numbers,
-// pandas rows marked skipped, the later issues marked not measured.
+// pandas rows marked skipped, the later issues marked not measured. The
+// chart rows (#26, #27) are measured when the python has matplotlib (each
+// sample checked to be one PNG output), and skipped with the reason when
+// it has not.
 func TestTinyRunPrintsEveryRow(t *testing.T) {
 	requireBenchable(t)
+	py, err := pythonInfo(defaultPython())
+	require.NoError(t, err)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	var out, errb bytes.Buffer
@@ -80,6 +85,13 @@ func TestTinyRunPrintsEveryRow(t *testing.T) {
 		if slices.Contains(pandasRows, r.ID) {
 			require.Contains(t, l, "skipped: --pandas=off", "row #%s", r.ID)
 			continue
+		}
+		if slices.Contains(chartRows, r.ID) {
+			if py.Matplotlib == "" {
+				require.Contains(t, l, "skipped: matplotlib is not importable by "+py.Path, "row #%s", r.ID)
+				continue
+			}
+			require.Regexp(t, `chart-job   gap=2ms\s+5\s`, l, "row #%s should show n=5 (max(5, n/10))", r.ID)
 		}
 		require.GreaterOrEqual(t, len(number.FindAllString(l, -1)), 2, "row #%s should show median and p99: %s", r.ID, l)
 		if r.Vs == "" {
@@ -129,13 +141,16 @@ func TestTinyRunJSON(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	var out, errb bytes.Buffer
-	code := run(ctx, append(append([]string{}, tiny...), "--json", "--skip-memory"), &out, &errb)
+	code := run(ctx, append(append([]string{}, tiny...), "--json", "--skip-memory", "--matplotlib=off"), &out, &errb)
 	require.Equal(t, 0, code, "stderr: %s", errb.String())
 	var rep Report
 	require.NoError(t, json.Unmarshal(out.Bytes(), &rep), out.String())
 	require.Len(t, rep.Rows, len(newReport().Rows))
 	require.NotEmpty(t, rep.Python.Version)
 	for _, r := range rep.Rows {
+		if slices.Contains(chartRows, r.ID) {
+			require.Equal(t, "--matplotlib=off", r.Skipped, "row #%s", r.ID)
+		}
 		if r.Skipped != "" {
 			continue
 		}
@@ -185,7 +200,7 @@ func TestPercentile(t *testing.T) {
 }
 
 func TestBadFlags(t *testing.T) {
-	for _, args := range [][]string{{"--pandas=maybe"}, {"--n=0"}, {"extra"}, {"--nope"}} {
+	for _, args := range [][]string{{"--pandas=maybe"}, {"--matplotlib=maybe"}, {"--n=0"}, {"extra"}, {"--nope"}} {
 		var out, errb bytes.Buffer
 		require.Equal(t, 2, run(context.Background(), args, &out, &errb), "%v", args)
 		require.NotEmpty(t, errb.String(), "%v", args)

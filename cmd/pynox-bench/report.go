@@ -37,6 +37,10 @@ type PythonInfo struct {
 	Pandas    string `json:"pandas,omitempty"`
 	Numpy     string `json:"numpy,omitempty"`
 	PandasErr string `json:"pandas_error,omitempty"`
+	// Matplotlib is matplotlib's version, MatplotlibErr why it could not
+	// be imported.
+	Matplotlib    string `json:"matplotlib,omitempty"`
+	MatplotlibErr string `json:"matplotlib_error,omitempty"`
 }
 
 // Row is one timing series.
@@ -172,6 +176,8 @@ func newReport() *Report {
 	add("20", "host", "pynox            host call", "")
 	add("21", "host", "pynox+pandas     host call", "20")
 	add("25", lat, "pynox ro-mount   trivial     gap=G", "1")
+	add("26", lat, "pynox            chart-job   gap=G", "")
+	add("27", lat, "pynox+pyplot     chart-job   gap=G", "26")
 	addLimit := func(id, name, measure, pynoxRow, limitRow string) {
 		r.Limit = append(r.Limit, &LimitRow{ID: id, Name: name, Measure: measure, PynoxRow: pynoxRow, LimitRow: limitRow})
 	}
@@ -282,6 +288,11 @@ func (r *Report) print(w io.Writer) {
 	} else if py.PandasErr != "" {
 		fmt.Fprintf(w, ", pandas: %s", py.PandasErr)
 	}
+	if py.Matplotlib != "" {
+		fmt.Fprintf(w, ", matplotlib %s", py.Matplotlib)
+	} else if py.MatplotlibErr != "" {
+		fmt.Fprintf(w, ", matplotlib: %s", py.MatplotlibErr)
+	}
 	fmt.Fprintln(w)
 	fmt.Fprintf(w, "pynox:  %s\n", r.Pynox)
 	fmt.Fprintf(w, "run:    %s\n\n", r.Settings)
@@ -349,7 +360,7 @@ func (r *Report) print(w io.Writer) {
 	}
 	fmt.Fprintln(w)
 	fmt.Fprint(w, "start to ready line (one sample each):")
-	for _, k := range []string{"pynox", "pynox+pandas", "limit", "limit+pandas", "naive", "naive+pandas"} {
+	for _, k := range []string{"pynox", "pynox+pandas", "pynox+pyplot", "limit", "limit+pandas", "naive", "naive+pandas"} {
 		if v, ok := r.StartupMS[k]; ok {
 			fmt.Fprintf(w, "  %s %s", k, fmtMS(v*1000))
 		}
@@ -357,6 +368,7 @@ func (r *Report) print(w io.Writer) {
 	fmt.Fprintln(w)
 	fmt.Fprintf(w, "\nratios: time ratio against the pynox row named (above 1 = slower; throughput: pynox jobs/s over this row's);\n")
 	fmt.Fprintf(w, "srv-dur/srv-queue: medians of the server's own duration_us/queue_us (naive, limit: hand-over to reap);\n")
+	fmt.Fprintf(w, "chart-job (#26, #27): one matplotlib line chart shown as one PNG output, max(5, n/10) samples after at most 2 warm-up jobs;\n")
 	fmt.Fprintf(w, "cpu/job: user+system CPU of the server's whole process tree per measured request. total run %s\n", r.Elapsed)
 }
 

@@ -1,7 +1,9 @@
 package main
 
 import (
+	"bytes"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -24,8 +26,8 @@ func bench(ctx context.Context, o options) (*Report, error) {
 	rep.Go = runtime.Version() + " " + runtime.GOOS + "/" + runtime.GOARCH
 	rep.Kernel = kernelRelease()
 	rep.CPU = cpuModel()
-	rep.Settings = fmt.Sprintf("n=%d warm=%d gap=%s inflight=%d workers=%d cold-n=%d cold-pandas-n=%d pandas=%s",
-		o.n, o.warm, o.gap, o.inflight, o.workers, o.coldN, o.coldPandasN, o.pandas)
+	rep.Settings = fmt.Sprintf("n=%d warm=%d gap=%s inflight=%d workers=%d cold-n=%d cold-pandas-n=%d pandas=%s matplotlib=%s chart-n=%d",
+		o.n, o.warm, o.gap, o.inflight, o.workers, o.coldN, o.coldPandasN, o.pandas, o.matplotlib, chartN(o.n))
 	logf := func(format string, args ...any) { fmt.Fprintf(o.progress, "pynox-bench: "+format+"\n", args...) }
 
 	py, err := pythonInfo(o.python)
@@ -44,6 +46,18 @@ func bench(ctx context.Context, o options) (*Report, error) {
 		noPandas = "pandas is not importable by " + py.Path
 	default:
 		withPandas = true
+	}
+	withCharts := false
+	var noCharts string
+	switch {
+	case o.matplotlib == "off":
+		noCharts = "--matplotlib=off"
+	case py.Matplotlib == "" && o.matplotlib == "on":
+		return nil, fmt.Errorf("--matplotlib=on, but %s cannot import matplotlib: %s", py.Path, py.MatplotlibErr)
+	case py.Matplotlib == "":
+		noCharts = "matplotlib is not importable by " + py.Path
+	default:
+		withCharts = true
 	}
 
 	tmp, err := os.MkdirTemp("", "pynox-bench-")
@@ -90,6 +104,9 @@ func bench(ctx context.Context, o options) (*Report, error) {
 	}
 	if !withPandas {
 		skip(noPandas, pandasRows...)
+	}
+	if !withCharts {
+		skip(noCharts, chartRows...)
 	}
 	if o.skipMemory {
 		skip("--skip-memory", "M1", "M2", "M3", "M4", "M5", "M6", "M7", "M8", "M9", "M10")
@@ -140,6 +157,11 @@ func bench(ctx context.Context, o options) (*Report, error) {
 		}
 		if err := s.mountLatency(rep.row("25"), work, o.n, o.warm, o.gap); err != nil {
 			return err
+		}
+		if withCharts {
+			if err := s.chartLatency(rep.row("26"), o.n, o.warm, o.gap); err != nil {
+				return err
+			}
 		}
 		if err := s.throughput(rep.row("13"), trivialCode, trivialOut, o.n, o.warm, o.inflight); err != nil {
 			return err
@@ -204,6 +226,19 @@ func bench(ctx context.Context, o options) (*Report, error) {
 			}
 			return nil
 		}()
+		s.close()
+		if err != nil {
+			return nil, err
+		}
+	}
+
+	if withCharts {
+		logf("pynox pool --preload=%s", chartPreload)
+		s, err := startServer(ctx, rep, "pynox+pyplot", bin, pynoxArgs(chartPreload), work, nil)
+		if err != nil {
+			return nil, err
+		}
+		err = s.chartLatency(rep.row("27"), o.n, o.warm, o.gap)
 		s.close()
 		if err != nil {
 			return nil, err
@@ -328,6 +363,39 @@ func (s *server) mountLatency(row *Row, work string, n, warm int, gap time.Durat
 	return s.series(row, n, warm, gap, func(int) (*pynox.Result, time.Duration, error) {
 		return s.run(job, trivialOut)
 	})
+}
+
+// chartN is how many chart jobs a chart row measures: a tenth of n, at
+// least 5 (a chart job without the preload takes about a second).
+func chartN(n int) int { return max(5, n/10) }
+
+// chartLatency is latency for a chart job, chartN(n) samples after at most
+// 2 warm-up jobs; each result must carry exactly one output, a PNG.
+func (s *server) chartLatency(row *Row, n, warm int, gap time.Duration) error {
+	return s.series(row, chartN(n), min(warm, 2), gap, func(int) (*pynox.Result, time.Duration, error) {
+		r, d, err := s.run(pynox.Job{Code: chartCode}, "")
+		if err != nil {
+			return r, d, err
+		}
+		return r, d, checkChart(s.name, r)
+	})
+}
+
+// checkChart checks that a chart job's result holds one PNG output and
+// nothing else.
+func checkChart(name string, r *pynox.Result) error {
+	if len(r.Outputs) != 1 || r.Outputs[0].MIME != "image/png" {
+		mimes := make([]string, len(r.Outputs))
+		for i, o := range r.Outputs {
+			mimes[i] = o.MIME
+		}
+		return fmt.Errorf("%s: chart job %v: want one image/png output, got %d %v (stderr %q)", name, r.ID, len(r.Outputs), mimes, r.Stderr)
+	}
+	png, err := base64.StdEncoding.DecodeString(r.Outputs[0].Data)
+	if err != nil || !bytes.HasPrefix(png, []byte("\x89PNG\r\n\x1a\n")) {
+		return fmt.Errorf("%s: chart job %v: its image/png output is not base64 of a PNG (%v)", name, r.ID, err)
+	}
+	return nil
 }
 
 // series times warm+n sequential round trips made by once, sleeping gap

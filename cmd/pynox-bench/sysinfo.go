@@ -20,6 +20,11 @@ try:
     d["numpy"] = numpy.__version__
 except BaseException as e:
     d["pandas_error"] = "%s: %s" % (type(e).__name__, e)
+try:
+    import matplotlib
+    d["matplotlib"] = matplotlib.__version__
+except BaseException as e:
+    d["matplotlib_error"] = "%s: %s" % (type(e).__name__, e)
 print(json.dumps(d))
 `
 
