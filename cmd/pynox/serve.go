@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/binary"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -26,6 +27,7 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
+	"github.com/modelcontextprotocol/go-sdk/auth"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/pynox/pynox"
@@ -350,6 +352,15 @@ func serveHTTP(p *pynox.Pool, ln net.Listener, tokens *tokenSet, o serveOptions,
 		DisableLocalhostProtection: true,
 		MaxRequestBodyBytes:        jsonl.MaxLine + 1,
 	})
+	if tokens != nil {
+		// An MCP session is bound to the token that opened it: the SDK
+		// refuses (403) a request naming its session id with another
+		// token. guard has checked the token already.
+		s.mcpHTTP = auth.RequireBearerToken(func(_ context.Context, token string, _ *http.Request) (*auth.TokenInfo, error) {
+			d := sha256.Sum256([]byte(token))
+			return &auth.TokenInfo{UserID: hex.EncodeToString(d[:])}, nil
+		}, &auth.RequireBearerTokenOptions{AllowMissingExpiration: true})(s.mcpHTTP)
+	}
 	hs := &http.Server{Handler: s.handler(), ReadHeaderTimeout: 10 * time.Second,
 		MaxHeaderBytes: 64 << 10, IdleTimeout: 2 * time.Minute}
 

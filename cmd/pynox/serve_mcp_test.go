@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -65,7 +66,8 @@ func requirePNGContent(t *testing.T, ctx context.Context, cs *mcp.ClientSession)
 // the bearer token (or with a wrong one) a client gets 401; with it, the
 // tools are listed, code runs, a session keeps a variable across calls, a
 // _repr_png_ display is image content; two clients using the same session
-// name do not see each other's variables; the web-page refusals of /v1/*
+// name do not see each other's variables, and a client with another
+// token cannot use a client's MCP session id; the web-page refusals of /v1/*
 // apply; and SIGTERM with clients connected ends the process with exit 0.
 func TestServeMCP(t *testing.T) {
 	testenv.RequireSandbox(t)
@@ -73,7 +75,7 @@ func TestServeMCP(t *testing.T) {
 	defer cancel()
 	dir := t.TempDir()
 	tokens := filepath.Join(t.TempDir(), "tokens")
-	require.NoError(t, os.WriteFile(tokens, []byte("tok-a\n"), 0o600))
+	require.NoError(t, os.WriteFile(tokens, []byte("tok-a\ntok-c\n"), 0o600))
 	conf := filepath.Join(t.TempDir(), "serve.toml")
 	require.NoError(t, os.WriteFile(conf, []byte("[pool]\nworkers = 2\n\n[pool.limits]\nallow_write = [\""+dir+"\"]\n\n[profiles.w]\nallow_write = [\""+dir+"\"]\n"), 0o644))
 	s := startServe(t, dir, "--token-file="+tokens, "--config="+conf)
@@ -132,6 +134,23 @@ func TestServeMCP(t *testing.T) {
 	require.False(t, isErr, text)
 	require.Contains(t, text, "[value]\n\"from a\"", "b's step did not reach a's session")
 
+	// A's MCP session is bound to a's token: its id with another token
+	// is refused.
+	require.NotEmpty(t, a.ID())
+	req, _ = http.NewRequest("POST", s.base+"/v1/mcp", strings.NewReader(
+		`{"jsonrpc": "2.0", "id": 99, "method": "tools/call", "params": {"name": "run_python", "arguments": {"code": "x", "session": "main"}}}`))
+	req.Header.Set("Authorization", "Bearer tok-c")
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	req.Header.Set("Mcp-Session-Id", a.ID())
+	req.Header.Set("Mcp-Protocol-Version", "2025-06-18")
+	resp, err = http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	got, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	require.Equal(t, 403, resp.StatusCode, "%s", got)
+	require.NotContains(t, string(got), "from a")
+
 	// SIGTERM with both clients connected (their event streams open and
 	// a session each) and a call in flight: new clients are refused, the
 	// call is answered, the MCP sessions end and the process exits 0.
@@ -154,4 +173,34 @@ func TestServeMCP(t *testing.T) {
 	require.Equal(t, 503, code, body)
 	require.Contains(t, <-answer, "[stdout]\ncall done\n", "the call in flight was answered")
 	require.NoError(t, s.cmd.Wait(), "stderr: %s", s.stderr.String())
+}
+
+// TestServeMCPRefusesWebPages: /v1/mcp on a server without tokens
+// answers with the guard's refusals of every /v1/* path: a foreign Origin
+// and a Host a web page could own (DNS rebinding) get 403 before the
+// MCP handler sees the request.
+func TestServeMCPRefusesWebPages(t *testing.T) {
+	s := startServe(t, t.TempDir())
+	port := s.base[strings.LastIndex(s.base, ":")+1:]
+	for _, tc := range []struct{ host, origin, says string }{
+		{"", "http://evil.example", `Origin \"http://evil.example\" is not this server`},
+		{"evil.example:" + port, "", `Host \"evil.example:` + port + `\": without --token-file`},
+	} {
+		req, err := http.NewRequest("POST", s.base+"/v1/mcp", strings.NewReader(`{"jsonrpc": "2.0", "id": 1, "method": "tools/list"}`))
+		require.NoError(t, err)
+		if tc.host != "" {
+			req.Host = tc.host
+		}
+		if tc.origin != "" {
+			req.Header.Set("Origin", tc.origin)
+		}
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		require.Equal(t, 403, resp.StatusCode, "%+v: %s", tc, b)
+		require.Contains(t, string(b), tc.says, "%+v", tc)
+	}
 }
