@@ -41,9 +41,10 @@
 // Session names are scoped to the MCP session (one connected client):
 // two clients that both use the name "main" get two different pynox
 // sessions, and neither can reach, run code in or reset the other's.
-// Over stdio there is a single client, but the server keys its sessions
-// by the SDK's [mcp.ServerSession], so a transport serving several
-// clients keeps the property. When an MCP session ends, its pynox
+// Over stdio there is a single client; the server keys its sessions by
+// the SDK's [mcp.ServerSession], so a transport serving several clients
+// keeps the property (`pynox serve` serves one Server over streamable
+// HTTP, where each client gets its own server session). When an MCP session ends, its pynox
 // sessions are finished. Several calls naming one session run one
 // after another, in the session's turns. A session the pool ended (idle longer than the
 // pool's session_idle) is replaced by a new one on the next call, whose

@@ -41,12 +41,8 @@ Register it with a client (Claude Desktop's claude_desktop_config.json):
 // or a SIGTERM or SIGINT arrives.
 func mcpCommand(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	return servePool("mcp", mcpUsage, args, stdout, stderr, func(ctx context.Context, p *pynox.Pool) error {
-		v := "(devel)"
-		if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" {
-			v = bi.Main.Version
-		}
 		t := &mcp.IOTransport{Reader: io.NopCloser(stdin), Writer: nopWriteCloser{stdout}}
-		err := mcpserver.New(p, v).Run(ctx, t)
+		err := mcpserver.New(p, buildVersion()).Run(ctx, t)
 		if errors.Is(err, context.Canceled) || errors.Is(err, io.EOF) {
 			return nil // a signal, or the client closed its end
 		}
@@ -60,3 +56,12 @@ type nopWriteCloser struct{ io.Writer }
 
 // Close does nothing (io.Closer).
 func (nopWriteCloser) Close() error { return nil }
+
+// buildVersion is the version the MCP server reports: the module's, or
+// "(devel)" for a build outside a module version.
+func buildVersion() string {
+	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" {
+		return bi.Main.Version
+	}
+	return "(devel)"
+}

@@ -47,7 +47,8 @@ func callText(t *testing.T, ctx context.Context, cs *mcp.ClientSession, tool str
 
 // TestMCPStdio drives the real `pynox mcp` over stdio with the Go SDK's
 // client, against real python3 in the real sandbox: the tools are listed;
-// code runs and its output and value come back; a session keeps a
+// code runs and its output and value come back; a _repr_png_ display
+// comes back as image content; a session keeps a
 // variable between two calls and reset_session drops it; a Python error
 // is a tool error result carrying the error; a grant the client asks for
 // (a path, an unknown profile) is refused; and the server keeps serving
@@ -91,6 +92,9 @@ allow_read = ["`+data+`"]
 	require.False(t, isErr, text)
 	require.Contains(t, text, "[stdout]\nhi\n")
 	require.Contains(t, text, "[value]\n42\n")
+
+	// A _repr_png_ display is image content.
+	requirePNGContent(t, ctx, cs)
 
 	// Inputs become globals.
 	text, isErr = callText(t, ctx, cs, "run_python", map[string]any{"code": "n * 2", "inputs": map[string]any{"n": 21}})

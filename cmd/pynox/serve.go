@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/binary"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -26,9 +27,12 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
+	"github.com/modelcontextprotocol/go-sdk/auth"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/pynox/pynox"
 	"github.com/pynox/pynox/jsonl"
+	"github.com/pynox/pynox/mcpserver"
 )
 
 // serveUsage is `pynox serve --help`.
@@ -40,6 +44,9 @@ Serves the pool protocol over HTTP:
                   connection opens are its own and end with it
   POST /v1/run    one request object in, one result object out
                   (application/json); no sessions, no host functions
+  /v1/mcp         the Model Context Protocol over streamable HTTP (the tools
+                  of pynox mcp); each MCP session's Python sessions are its
+                  own and end with it (or after --idle-timeout unused)
   GET  /healthz   200 while the process serves
   GET  /readyz    200 while the templates are up and the server is not draining
 /v1/* need "Authorization: Bearer TOKEN" with a token of --token-file; the
@@ -56,7 +63,8 @@ Flags of the server:
                          and the address is printed on stderr)
   --token-file=FILE      bearer tokens, one per line (blank lines and lines
                          starting with # skipped), reread on SIGHUP
-  --max-conns=N          WebSocket connections and runs at once (default 64)
+  --max-conns=N          WebSocket connections, runs and MCP requests at once
+                         (an MCP client's event stream holds one; default 64)
   --drain-timeout=D      how long SIGTERM lets work in flight finish (default 30s)
   --write-timeout=D      a result the client does not take within D closes the
                          connection (default 1m)
@@ -321,12 +329,38 @@ type httpServer struct {
 	drain context.Context
 	// sockets counts the WebSocket connections being served.
 	sockets sync.WaitGroup
+	// mcp serves /v1/mcp: one MCP server, a server session per client.
+	mcp     *mcpserver.Server
+	mcpHTTP http.Handler
+	// mcpCalls counts the MCP requests other than GET (which holds the
+	// client's event stream open) being served.
+	mcpCalls sync.WaitGroup
 }
 
 func serveHTTP(p *pynox.Pool, ln net.Listener, tokens *tokenSet, o serveOptions, stderr io.Writer) int {
 	drain, startDrain := context.WithCancel(context.Background())
 	defer startDrain()
 	s := &httpServer{p: p, tokens: tokens, o: o, stderr: stderr, conns: make(chan struct{}, o.maxConns), drain: drain}
+	s.mcp = mcpserver.New(p, buildVersion())
+	s.mcpHTTP = mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s.mcp.MCP() }, &mcp.StreamableHTTPOptions{
+		// An MCP session unused for --idle-timeout ends, and its Python
+		// sessions with it.
+		SessionTimeout: o.idleTimeout,
+		// guard applies the Host and Origin rules of every /v1/* path;
+		// the SDK's own Host check would refuse, on a server with tokens,
+		// what /v1/pool and /v1/run accept.
+		DisableLocalhostProtection: true,
+		MaxRequestBodyBytes:        jsonl.MaxLine + 1,
+	})
+	if tokens != nil {
+		// An MCP session is bound to the token that opened it: the SDK
+		// refuses (403) a request naming its session id with another
+		// token. guard has checked the token already.
+		s.mcpHTTP = auth.RequireBearerToken(func(_ context.Context, token string, _ *http.Request) (*auth.TokenInfo, error) {
+			d := sha256.Sum256([]byte(token))
+			return &auth.TokenInfo{UserID: hex.EncodeToString(d[:])}, nil
+		}, &auth.RequireBearerTokenOptions{AllowMissingExpiration: true})(s.mcpHTTP)
+	}
 	hs := &http.Server{Handler: s.handler(), ReadHeaderTimeout: 10 * time.Second,
 		MaxHeaderBytes: 64 << 10, IdleTimeout: 2 * time.Minute}
 
@@ -378,6 +412,18 @@ func serveHTTP(p *pynox.Pool, ln net.Listener, tokens *tokenSet, o serveOptions,
 	if err != nil {
 		fmt.Fprintf(stderr, "pynox serve: drain: %v: the work still running was ended\n", err)
 	}
+	// The MCP calls under way have their answers; then the MCP sessions
+	// end, which closes their clients' event streams and finishes their
+	// Python sessions.
+	calls := make(chan struct{})
+	go func() { s.mcpCalls.Wait(); close(calls) }()
+	select {
+	case <-calls:
+	case <-ctx.Done():
+	}
+	for ss := range s.mcp.MCP().Sessions() {
+		_ = ss.Close()
+	}
 	// The answers are being written; a client that does not read them
 	// holds its connection up to the drain's end (and a second more).
 	sockets := make(chan struct{})
@@ -412,6 +458,7 @@ func (s *httpServer) handler() http.Handler {
 	})
 	mux.Handle("GET /v1/pool", s.guard(http.HandlerFunc(s.servePool)))
 	mux.Handle("POST /v1/run", s.guard(http.HandlerFunc(s.serveRun)))
+	mux.Handle("/v1/mcp", s.guard(http.HandlerFunc(s.serveMCP)))
 	return mux
 }
 
@@ -613,4 +660,15 @@ func (w *wsWriter) Write(p []byte) (int, error) {
 		}
 	}
 	return n, nil
+}
+
+// serveMCP is /v1/mcp: the MCP streamable HTTP transport, served by the
+// SDK's handler (POST carries the client's messages, GET holds its event
+// stream, DELETE ends its session).
+func (s *httpServer) serveMCP(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodGet {
+		s.mcpCalls.Add(1)
+		defer s.mcpCalls.Done()
+	}
+	s.mcpHTTP.ServeHTTP(w, r)
 }
