@@ -300,9 +300,9 @@ func TestPoolSIGKILLLeavesNoCgroup(t *testing.T) {
 		}
 		return true
 	}, 5*time.Second, 10*time.Millisecond)
-	for _, d := range left {
-		require.DirExists(t, d, "a killed pool cannot remove its cgroups")
-	}
+	// A killed pool cannot remove its cgroups; any pool that starts next
+	// (this test's, or one of another test process running meanwhile:
+	// `go test ./...` runs packages at once) removes them.
 	p2 := startPool(t, "--workers=1", "--cgroups=require")
 	for _, d := range left {
 		require.NoDirExists(t, d, "the next pool removes a dead pool's cgroups")
