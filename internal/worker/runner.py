@@ -1166,6 +1166,11 @@ class Spare:
                 _ring()
             else:
                 _send_report({"t": "done", "step": self.step, "exit": code, "error": err, "final": True}, self.value)
+            # The host reads this process's counters (its usage) and kills
+            # it on this report: it waits for that, alive, rather than
+            # tear itself down first; if no kill comes (the host is gone),
+            # it exits on its own.
+            select.select([FD], [], [], 5)
         except BaseException:  # noqa: BLE001
             pass
         os._exit(code & 0xFF)

@@ -463,6 +463,14 @@ func (t *turn) handle(m *childMsg) {
 			// as the drain waits.
 			t.pause()
 		} else {
+			// Its counters, read before it is killed (after its final
+			// report the runner waits for the kill): the result does not
+			// wait for its template to report the reap (see noteUsage).
+			if !isClosed(c.reaped) {
+				if u, err := procUsage(c.Pid()); err == nil && !isClosed(c.reaped) {
+					o.doneUsage = &u
+				}
+			}
 			// Nothing the child does after reporting can matter.
 			t.kill()
 		}

@@ -79,6 +79,11 @@ func readUsage(pid int, peak bool) (Usage, error) {
 			u.MaxRSS = kb << 10
 		}
 	}
+	if u.MaxRSS == 0 {
+		// A zombie has no memory left to count: its figures are its
+		// template's to report.
+		return u, errors.New(p + "/status has no VmHWM: the process has exited")
+	}
 	return u, nil
 }
 
@@ -118,8 +123,10 @@ func (c *Child) jobBase() *Usage {
 
 // noteUsage sets o.Usage once the turn has ended: for a process that
 // lives on (stopped until its next step) from /proc, less base; for one
-// that ended, from the rusage its template reported when it reaped it
-// (less base, for a session's step). A pid read after the process's end
+// that reported its end, from /proc too when its template has not reaped
+// it yet (so the result does not wait for the reap; the figures then
+// leave out the process's own exit); otherwise from the rusage its
+// template reported when it reaped it (less base). A pid read after the process's end
 // could name another process, so figures read from /proc count only when
 // the pidfd says the process was still there after the read.
 func (c *Child) noteUsage(o *Outcome, base *Usage, session bool) {
@@ -133,15 +140,30 @@ func (c *Child) noteUsage(o *Outcome, base *Usage, session bool) {
 			return
 		}
 	} else {
-		select {
-		case <-c.reaped:
-		case <-time.After(usageWait):
-			return
+		read := false
+		if o.doneUsage != nil {
+			u, read = *o.doneUsage, true
+		} else if !isClosed(c.reaped) && o.Done {
+			// The job reported and is on its way out: its counters are
+			// read now rather than after its template's report of the
+			// reap, which would hold the result back (the process, alive
+			// or a zombie, keeps its pid until that report: the template
+			// reaps and reports before it forks again).
+			if r, err := readUsage(c.Pid(), true); err == nil && !isClosed(c.reaped) {
+				u, read = r, true
+			}
 		}
-		if c.exitUsage == nil {
-			return
+		if !read {
+			select {
+			case <-c.reaped:
+			case <-time.After(usageWait):
+				return
+			}
+			if c.exitUsage == nil {
+				return
+			}
+			u = *c.exitUsage
 		}
-		u = *c.exitUsage
 	}
 	if base != nil {
 		u.CPU = max(u.CPU-base.CPU, 0)

@@ -179,6 +179,10 @@ type Outcome struct {
 	Outputs        []Output
 	OutputsDropped int
 	DroppedWhy     string
+
+	// doneUsage holds the process's counters read when it reported its
+	// end, before it was killed (turn.handle); nil when they could not be.
+	doneUsage *Usage
 }
 
 type jobFrame struct {
