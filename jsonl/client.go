@@ -633,17 +633,7 @@ func (o *pendingOutput) passDisplay(line []byte) {
 	if json.Unmarshal(line, &ev) != nil {
 		return
 	}
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	if o.ended {
-		return
-	}
-	defer func() {
-		if recover() != nil {
-			o.ended = true
-		}
-	}()
-	o.display(ev)
+	o.call(func() { o.display(ev) })
 }
 
 // pass calls the OnOutput with one output event; a panic in it stops
@@ -668,6 +658,12 @@ func (o *pendingOutput) pass(line []byte) {
 	default:
 		return
 	}
+	o.call(func() { o.fn(stream, ev.Text) })
+}
+
+// call runs f unless the request is forgotten; a panic in f stops the
+// request's later calls.
+func (o *pendingOutput) call(f func()) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if o.ended {
@@ -678,7 +674,7 @@ func (o *pendingOutput) pass(line []byte) {
 			o.ended = true
 		}
 	}()
-	o.fn(stream, ev.Text)
+	f()
 }
 
 // end waits for a call in progress and stops later ones.
