@@ -1,0 +1,129 @@
+package pynox
+
+// The fifth outside review: probes of the code merged last (artifacts,
+// rich outputs, usage read before the kill). Each probe ends by checking
+// the pool keeps serving.
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// review5StillServing checks the pool answers a plain job.
+func review5StillServing(t *testing.T, p *Pool) {
+	t.Helper()
+	res := run(t, p, Job{Code: "print('still here')"})
+	requireOK(t, res)
+	require.Equal(t, "still here\n", res.Stdout)
+}
+
+// TestReview5ThreadAfterDoneIsKilled: after its final report the runner
+// waits (up to 5 s) for the pool's kill; a thread the job left running
+// must not use that window: the process is gone well before the runner
+// would have left on its own, and the file the thread appends to stops
+// growing.
+func TestReview5ThreadAfterDoneIsKilled(t *testing.T) {
+	t.Parallel()
+	p := newTestPool(t, Config{Workers: 1})
+	res := run(t, p, Job{AllowWrite: []string{"."}, Code: `
+import os, threading
+def spin():
+    n = 0
+    with open("tick.txt", "w") as f:
+        while True:
+            n += 1
+            f.write("%d\n" % n)
+            f.flush()
+t = threading.Thread(target=spin, daemon=True)
+t.start()
+print("started")
+`})
+	requireOK(t, res)
+	require.NotNil(t, res.Usage, "the usage read before the kill")
+	// The job runs in its own pid namespace: its process is watched
+	// through the file its thread appends to, which must stop growing
+	// long before the runner's own 5 s wait would end.
+	tick := filepath.Join(p.cfg.Dir, "tick.txt")
+	size := func() int64 {
+		st, err := os.Stat(tick)
+		require.NoError(t, err)
+		return st.Size()
+	}
+	start := time.Now()
+	require.Eventually(t, func() bool {
+		a := size()
+		time.Sleep(200 * time.Millisecond)
+		return size() == a
+	}, 3*time.Second, time.Millisecond, "the thread still writes after the job's final report")
+	t.Logf("the thread stopped within %v of the result", time.Since(start))
+	review5StillServing(t, p)
+}
+
+// TestReview5ForgedCommUsage: the job's command name is its own to set
+// and /proc/<pid>/stat prints it unquoted; a name built to shift the
+// fields must not change the figures the pool parses (it counts from the
+// last ')'), nor break the result.
+func TestReview5ForgedCommUsage(t *testing.T) {
+	t.Parallel()
+	p := newTestPool(t, Config{Workers: 1})
+	res := run(t, p, Job{Code: `
+import ctypes
+libc = ctypes.CDLL(None)
+libc.prctl(15, b"x) Z 1 1 1 1 9", 0, 0, 0)  # PR_SET_NAME
+buf = ctypes.create_string_buffer(16)
+libc.prctl(16, buf, 0, 0, 0)  # PR_GET_NAME
+print(buf.value.decode())
+`})
+	requireOK(t, res)
+	require.Contains(t, res.Stdout, "x) Z")
+	require.NotNil(t, res.Usage)
+	require.Greater(t, res.Usage.MaxRSSBytes, int64(0))
+	require.GreaterOrEqual(t, res.Usage.MinorFaults, int64(0))
+	review5StillServing(t, p)
+}
+
+// TestReview5CollectSparseDeepAndSpecial: a sparse file of the job's
+// whole size limit, files past it, a directory tree 40 levels deep walked
+// by a 32-level pattern of wildcards, a symlink to /proc/self/root and a
+// file that names /proc: none is read beyond the bounds, nothing outside
+// the scratch directory is read, and the pool keeps serving.
+func TestReview5CollectSparseDeepAndSpecial(t *testing.T) {
+	t.Parallel()
+	p := newTestPool(t, Config{Workers: 1})
+	deep := "$TMPDIR/" + strings.Repeat("*/", 31) + "*"
+	res := run(t, p, Job{Collect: []string{deep, "$TMPDIR/*"}, Code: `
+import os
+d = os.environ["PYNOX_OUTPUTS"]
+t = os.environ["TMPDIR"]
+with open(os.path.join(d, "sparse"), "wb") as f:
+    try:
+        f.truncate(256 << 20)
+    except OSError as e:
+        print("truncate", e)
+os.symlink("/proc/self/root", os.path.join(d, "root"))
+os.symlink("/proc/1/environ", os.path.join(t, "environ"))
+p = t
+for i in range(40):
+    p = os.path.join(p, "d")
+    os.mkdir(p)
+    open(os.path.join(p, "f"), "w").write("level %d" % i)
+open(os.path.join(d, "small"), "w").write("ok")
+`})
+	requireOK(t, res)
+	m := filesByName(res)
+	require.Equal(t, "ok", string(m["small"].Data))
+	require.Empty(t, m["sparse"].Data)
+	require.Contains(t, m["sparse"].Skipped, "over the")
+	require.Contains(t, m["root"].Skipped, "symbolic link")
+	require.Contains(t, m["environ"].Skipped, "symbolic link")
+	for _, f := range res.Files {
+		require.NotContains(t, string(f.Data), "PATH=", f.Path)
+		require.LessOrEqual(t, len(f.Data), MaxFilesBytes)
+	}
+	review5StillServing(t, p)
+}
