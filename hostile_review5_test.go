@@ -5,6 +5,7 @@ package pynox
 // the pool keeps serving.
 
 import (
+	"context"
 	"os"
 	"path/filepath"
 	"strings"
@@ -125,5 +126,130 @@ open(os.path.join(d, "small"), "w").write("ok")
 		require.NotContains(t, string(f.Data), "PATH=", f.Path)
 		require.LessOrEqual(t, len(f.Data), MaxFilesBytes)
 	}
+	review5StillServing(t, p)
+}
+
+// review5TickStops waits for the file a job's thread appends to to stop
+// growing: the thread's process is gone.
+func review5TickStops(t *testing.T, path string) {
+	t.Helper()
+	size := func() int64 {
+		st, err := os.Stat(path)
+		require.NoError(t, err)
+		return st.Size()
+	}
+	require.Eventually(t, func() bool {
+		a := size()
+		time.Sleep(200 * time.Millisecond)
+		return size() == a
+	}, 3*time.Second, time.Millisecond, "a thread of the job still writes to %s", path)
+}
+
+// review5Ticker starts a thread that appends to tick.txt forever.
+const review5Ticker = `
+import threading
+def _spin():
+    n = 0
+    with open("tick.txt", "w") as f:
+        while True:
+            n += 1
+            f.write("%d\n" % n)
+            f.flush()
+threading.Thread(target=_spin, daemon=True).start()
+`
+
+// TestReview5ForgedDoneKeepsNothingAlive: a job forges its own final
+// report (a valid one, then one the pool refuses) while a thread of it
+// keeps writing: either way the pool kills it at once, the thread stops,
+// and the pool serves on.
+func TestReview5ForgedDoneKeepsNothingAlive(t *testing.T) {
+	t.Parallel()
+	p := newTestPool(t, Config{Workers: 1})
+	tick := filepath.Join(p.cfg.Dir, "tick.txt")
+	for _, tc := range []struct{ name, frame string }{
+		{"valid", `b'{"t":"done","step":1,"exit":0,"error":null,"final":true}'`},
+		{"refused value", `b'{"t":"done","step":1,"exit":0,"error":null,"value":1,"value_repr":"1"}'`},
+		{"wrong step", `b'{"t":"done","step":9,"exit":0,"error":null}'`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			os.Remove(tick)
+			res := run(t, p, Job{AllowWrite: []string{"."}, Code: forgeReport + review5Ticker + `
+while not os.path.exists("tick.txt"):
+    time.sleep(0.01)
+report(` + tc.frame + `)
+time.sleep(30)
+print("the job ran on")
+`})
+			require.NotContains(t, res.Stdout, "the job ran on")
+			review5TickStops(t, tick)
+			review5StillServing(t, p)
+		})
+	}
+}
+
+// TestReview5SessionFinalDoneForged: a session step forges a final
+// report ("final": true, as if the session were finishing): the session's
+// process is killed, its thread stops, and the next step runs in a new
+// process (Result.Restarted).
+func TestReview5SessionFinalDoneForged(t *testing.T) {
+	t.Parallel()
+	p := newTestPool(t, Config{Workers: 1})
+	ctx := context.Background()
+	co, err := p.Checkout(ctx, Job{AllowWrite: []string{"."}})
+	require.NoError(t, err)
+	defer co.Finish(ctx)
+	ev, err := co.Feed(ctx, Step{Code: forgeReport + review5Ticker + `
+while not os.path.exists("tick.txt"):
+    time.sleep(0.01)
+report(b'{"t":"done","step":1,"exit":0,"error":null,"final":true}')
+time.sleep(30)
+`})
+	require.NoError(t, err)
+	require.NotNil(t, ev.Result)
+	review5TickStops(t, filepath.Join(p.cfg.Dir, "tick.txt"))
+	ev, err = co.Feed(ctx, Step{Code: "print('after')"})
+	// The next step runs in a new process (its globals empty), which
+	// its result says.
+	require.NoError(t, err)
+	requireOK(t, ev.Result)
+	require.True(t, ev.Result.Restarted, "the session's process lived on after its forged final report")
+	review5StillServing(t, p)
+}
+
+// TestReview5SessionLeaseOnOutput: a session step takes a write lease on
+// a file it leaves in $PYNOX_OUTPUTS and stays alive (stopped) while the
+// pool collects it: opening a leased file blocks until the lease breaks
+// (45 s by default) unless the open does not wait; the step's result
+// comes at once, and the pool serves on.
+func TestReview5SessionLeaseOnOutput(t *testing.T) {
+	t.Parallel()
+	p := newTestPool(t, Config{Workers: 1})
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	co, err := p.Checkout(ctx, Job{})
+	require.NoError(t, err)
+	defer co.Finish(context.Background())
+	ev, err := co.Feed(ctx, Step{Code: `
+import fcntl, os
+d = os.environ["PYNOX_OUTPUTS"]
+f = open(os.path.join(d, "leased.txt"), "w")
+f.write("held")
+f.flush()
+try:
+    fcntl.fcntl(f.fileno(), fcntl.F_SETLEASE, fcntl.F_WRLCK)
+    print("lease taken")
+except OSError as e:
+    print("lease refused", e)
+`})
+	require.NoError(t, err, "the step's result did not come")
+	requireOK(t, ev.Result)
+	t.Log(strings.TrimSpace(ev.Result.Stdout))
+	for _, f := range ev.Result.Files {
+		t.Logf("%s: %q skipped=%q", f.Path, f.Data, f.Skipped)
+	}
+	ev, err = co.Feed(ctx, Step{Code: "print('next')"})
+	require.NoError(t, err)
+	requireOK(t, ev.Result)
+	require.Equal(t, "next\n", ev.Result.Stdout)
 	review5StillServing(t, p)
 }
