@@ -42,6 +42,9 @@ def spin():
             f.flush()
 t = threading.Thread(target=spin, daemon=True)
 t.start()
+import time
+while not os.path.exists("tick.txt"):
+    time.sleep(0.01)
 print("started")
 `})
 	requireOK(t, res)
@@ -251,5 +254,55 @@ except OSError as e:
 	require.NoError(t, err)
 	requireOK(t, ev.Result)
 	require.Equal(t, "next\n", ev.Result.Stdout)
+	review5StillServing(t, p)
+}
+
+// TestReview5CollectUnreadableToJob: the job runs without the
+// capabilities that override file permissions, so a file in its write
+// grant that its mode or owner keeps from it (or that lies in a directory
+// it may not search) is one it cannot read; the pool, often root, must
+// not read it for the job through Collect. Before the fix the result
+// carried zero.txt's contents (mode 000), which the job got EACCES for.
+func TestReview5CollectUnreadableToJob(t *testing.T) {
+	t.Parallel()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: the pool reads as root what a job may not")
+	}
+	p := newTestPool(t, Config{Workers: 1})
+	out := filepath.Join(p.cfg.Dir, "out")
+	require.NoError(t, os.Mkdir(out, 0o777))
+	require.NoError(t, os.Chmod(out, 0o777))
+	const secret = "REVIEW5-mode-000-secret"
+	write := func(path string, mode os.FileMode, uid int) {
+		require.NoError(t, os.WriteFile(path, []byte(secret), mode))
+		require.NoError(t, os.Chmod(path, mode))
+		require.NoError(t, os.Chown(path, uid, uid))
+	}
+	write(filepath.Join(out, "zero.txt"), 0, 0)
+	write(filepath.Join(out, "owner.txt"), 0o600, 54321)
+	private := filepath.Join(out, "private")
+	require.NoError(t, os.Mkdir(private, 0o700))
+	require.NoError(t, os.Chown(private, 54321, 54321))
+	write(filepath.Join(private, "inner.txt"), 0o644, 54321)
+	require.NoError(t, os.WriteFile(filepath.Join(out, "public.txt"), []byte("public"), 0o644))
+	require.NoError(t, os.Chown(filepath.Join(out, "public.txt"), 54321, 54321))
+
+	res := run(t, p, Job{AllowWrite: []string{"out"}, Collect: []string{"out/*", "out/private/inner.txt", "out/private/*"}, Code: `
+for n in ("zero.txt", "owner.txt", "private/inner.txt", "public.txt"):
+    try:
+        open("out/" + n).read()
+        print(n, "readable")
+    except OSError as e:
+        print(n, "unreadable", e.errno)
+`})
+	requireOK(t, res)
+	require.Equal(t, "zero.txt unreadable 13\nowner.txt unreadable 13\nprivate/inner.txt unreadable 13\npublic.txt readable\n", res.Stdout)
+	for _, f := range res.Files {
+		require.NotContains(t, string(f.Data), secret, "the pool read %s, which the job itself could not", f.Path)
+	}
+	m := filesByName(res)
+	require.Contains(t, m["zero.txt"].Skipped, "the job may not read the file")
+	require.Contains(t, m["owner.txt"].Skipped, "the job may not read the file")
+	require.Equal(t, "public", string(m["public.txt"].Data))
 	review5StillServing(t, p)
 }
