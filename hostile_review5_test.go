@@ -306,3 +306,25 @@ for n in ("zero.txt", "owner.txt", "private/inner.txt", "public.txt"):
 	require.Equal(t, "public", string(m["public.txt"].Data))
 	review5StillServing(t, p)
 }
+
+// TestReview5SessionFinishKillsThreads: a session's thread that runs on
+// between steps (stopped with its process) must not run on once the
+// session is finished, when the runner sends its final report and waits
+// for the kill.
+func TestReview5SessionFinishKillsThreads(t *testing.T) {
+	t.Parallel()
+	p := newTestPool(t, Config{Workers: 1})
+	ctx := context.Background()
+	co, err := p.Checkout(ctx, Job{AllowWrite: []string{"."}})
+	require.NoError(t, err)
+	ev, err := co.Feed(ctx, Step{Code: "import os, time" + review5Ticker + `
+while not os.path.exists("tick.txt"):
+    time.sleep(0.01)
+`})
+	require.NoError(t, err)
+	requireOK(t, ev.Result)
+	err = co.Finish(ctx)
+	require.NoError(t, err)
+	review5TickStops(t, filepath.Join(p.cfg.Dir, "tick.txt"))
+	review5StillServing(t, p)
+}

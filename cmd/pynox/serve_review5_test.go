@@ -85,6 +85,21 @@ func TestServeReview5MCPSessionFlood(t *testing.T) {
 	require.Equal(t, 503, resp.StatusCode)
 	require.Contains(t, string(b), "MCP sessions already (the limit)")
 
+	// A made-up session id does not pass the bound: the SDK opens no
+	// session for it.
+	for _, sid := range []string{"bogus", first + "x"} {
+		req, err = http.NewRequest("POST", s.base+"/v1/mcp", strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"flood","version":"1"}}}`))
+		require.NoError(t, err)
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		req.Header.Set("Mcp-Session-Id", sid)
+		resp, err = http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		require.NotEqual(t, 200, resp.StatusCode, "a made-up session id %q opened a session", sid)
+	}
+
 	// Ending one frees its place.
 	req, err = http.NewRequest("DELETE", s.base+"/v1/mcp", nil)
 	require.NoError(t, err)
