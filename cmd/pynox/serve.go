@@ -686,6 +686,10 @@ func (s *httpServer) serveMCP(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	if r.Method != http.MethodGet {
+		// Its body is read within --write-timeout, as POST /v1/run's: a
+		// client that never finished it held its --max-conns place for
+		// good (the fifth review's slow-body probe).
+		_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(s.o.writeTimeout))
 		s.mcpCalls.Add(1)
 		defer s.mcpCalls.Done()
 	}

@@ -3,14 +3,22 @@ package main
 // The fifth outside review's probes of pynox serve's /v1/mcp.
 
 import (
+	"context"
+	"encoding/json"
+	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/stretchr/testify/require"
+
+	"github.com/pynox/pynox/internal/testenv"
 )
 
 // review5RSS returns the resident set of pid in bytes.
@@ -117,4 +125,49 @@ func TestServeReview5MCPSessionFlood(t *testing.T) {
 	code, body = s.do(t, "POST", "/v1/run", "", `{"code": "print(6*7)"}`)
 	require.Equal(t, 200, code, body)
 	require.Contains(t, body, "42")
+}
+
+// TestServeReview5MCPSlowBody: a client that sends the body of a POST
+// /v1/mcp a byte at a time (or never finishes it) held its --max-conns
+// place for as long as it liked: reading the body is bounded by
+// --write-timeout, like POST /v1/run's.
+func TestServeReview5MCPSlowBody(t *testing.T) {
+	s := startServe(t, t.TempDir(), "--max-conns=1", "--write-timeout=1s")
+	c, err := net.Dial("tcp", strings.TrimPrefix(s.base, "http://"))
+	require.NoError(t, err)
+	defer c.Close()
+	_, err = fmt.Fprintf(c, "POST /v1/mcp HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nContent-Length: 1000\r\n\r\n{", strings.TrimPrefix(s.base, "http://"))
+	require.NoError(t, err)
+	c.SetReadDeadline(time.Now().Add(500 * time.Millisecond))
+	buf := make([]byte, 4096)
+	n, err := c.Read(buf)
+	t.Logf("slow request got %q (%v)", buf[:n], err)
+	// The slow request holds the only place for a while...
+	require.Eventually(t, func() bool {
+		code, _ := s.do(t, "POST", "/v1/run", "", `{"code": "print(1)"}`)
+		return code == 503
+	}, 5*time.Second, 20*time.Millisecond, "the slow request never held its place")
+	// ...and gives it up once its body is late.
+	require.Eventually(t, func() bool {
+		code, _ := s.do(t, "POST", "/v1/run", "", `{"code": "print(1)"}`)
+		return code == 200
+	}, 10*time.Second, 100*time.Millisecond, "a POST /v1/mcp whose body never ends holds its --max-conns place")
+}
+
+// TestServeReview5MCPCallLongerThanWriteTimeout: the bound on reading a
+// POST /v1/mcp's body does not end a tool call that runs longer.
+func TestServeReview5MCPCallLongerThanWriteTimeout(t *testing.T) {
+	testenv.RequireLong(t, "a tool call of 2.5 s")
+	s := startServe(t, t.TempDir(), "--write-timeout=1s")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cs, err := connectServeMCP(ctx, s, "")
+	require.NoError(t, err)
+	defer cs.Close()
+	res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "run_python", Arguments: map[string]any{"code": "import time\ntime.sleep(2.5)\nprint('slept')"}})
+	require.NoError(t, err)
+	b, err := json.Marshal(res.Content)
+	require.NoError(t, err)
+	require.Contains(t, string(b), "slept")
+	require.False(t, res.IsError, "%s", b)
 }
