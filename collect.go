@@ -13,7 +13,9 @@ package pynox
 // descriptor, so the inode checked is the inode read) and read at most up
 // to the size fstat gave and the result's budget. A FIFO, socket or
 // device is never opened for reading; a hard link is never read (it may
-// name a file the job could not read itself). The roots are the job's
+// name a file the job could not read itself), and only when its mode
+// bits let the job read it (jobMay: the job lacks the capabilities that
+// override permissions, which the pool may have). The roots are the job's
 // write grants and its scratch directory, nothing else.
 
 import (
@@ -194,6 +196,10 @@ func (c *collector) walk(dirfd int, dir string, parts []string) {
 		if err != nil {
 			continue
 		}
+		if !jobMay(sub, 1) { // search
+			unix.Close(sub)
+			continue
+		}
 		c.walk(sub, path, parts[1:])
 		unix.Close(sub)
 	}
@@ -202,6 +208,9 @@ func (c *collector) walk(dirfd int, dir string, parts []string) {
 // list returns the names in the directory dirfd that match pattern, in
 // order, within the scan budget.
 func (c *collector) list(dirfd int, pattern string) []string {
+	if !jobMay(dirfd, 4) { // read (list)
+		return nil
+	}
 	fd, err := openBeneath(dirfd, ".", unix.O_RDONLY|unix.O_DIRECTORY)
 	if err != nil {
 		return nil
@@ -261,6 +270,9 @@ func (c *collector) add(dirfd int, name, path string) {
 		file.Skipped = "not a regular file"
 	case st.Nlink != 1:
 		file.Skipped = "the file has other hard links, which may name a file the job could not read"
+	case !jobMay(pfd, 4):
+		file.Size = 0
+		file.Skipped = "the job may not read the file (its mode, owner or ACL)"
 	case c.bytes+st.Size > MaxFilesBytes:
 		file.Skipped = fmt.Sprintf("over the %s of file contents a result may carry", formatSize(MaxFilesBytes))
 		c.truncated = true
@@ -354,4 +366,30 @@ func makeOutputs(fd int, scratch string) (string, error) {
 		return "", err
 	}
 	return scratch + "/" + OutputsDir, nil
+}
+
+// jobMay says whether the job could itself read (perm 4) or search (1)
+// the file or directory the descriptor fd names. The job runs with the
+// pool's user and groups but without the capabilities that override
+// permissions, which the pool, often root, has: so the file's mode bits
+// decide, as the kernel decides for a process without them. A file the
+// job does not own and that has an access ACL is refused (fail closed:
+// its named entries may deny what the mode bits allow).
+func jobMay(fd int, perm uint32) bool {
+	var st unix.Stat_t
+	if unix.Fstat(fd, &st) != nil {
+		return false
+	}
+	if st.Uid == uint32(os.Geteuid()) {
+		return st.Mode&(perm<<6) != 0
+	}
+	if n, err := unix.Getxattr("/proc/self/fd/"+strconv.Itoa(fd), "system.posix_acl_access", nil); err == nil || n > 0 ||
+		(!errors.Is(err, unix.ENODATA) && !errors.Is(err, unix.EOPNOTSUPP)) {
+		return false
+	}
+	groups, _ := os.Getgroups()
+	if st.Gid == uint32(os.Getegid()) || slices.Contains(groups, int(st.Gid)) {
+		return st.Mode&(perm<<3) != 0
+	}
+	return st.Mode&perm != 0
 }

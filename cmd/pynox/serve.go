@@ -662,11 +662,34 @@ func (w *wsWriter) Write(p []byte) (int, error) {
 	return n, nil
 }
 
+// maxMCPSessions bounds the MCP sessions /v1/mcp holds at once, all
+// clients together; a request that would open one more gets 503.
+const maxMCPSessions = 256
+
 // serveMCP is /v1/mcp: the MCP streamable HTTP transport, served by the
 // SDK's handler (POST carries the client's messages, GET holds its event
 // stream, DELETE ends its session).
 func (s *httpServer) serveMCP(w http.ResponseWriter, r *http.Request) {
+	if r.Method == http.MethodPost && r.Header.Get("Mcp-Session-Id") == "" {
+		// A request without a session opens one, which lives up to
+		// --idle-timeout unused: their number is bounded, or a client
+		// could open them until the server runs out of memory (the fifth
+		// review opened 3000 in 3 s, ~15 KB each). Concurrent requests
+		// may pass the count together: at most --max-conns more.
+		n := 0
+		for range s.mcp.MCP().Sessions() {
+			n++
+		}
+		if n >= maxMCPSessions {
+			writeJSON(w, http.StatusServiceUnavailable, map[string]any{"error": fmt.Sprintf("the server holds %d MCP sessions already (the limit); end one (DELETE /v1/mcp) or retry once one has been idle for --idle-timeout", n)})
+			return
+		}
+	}
 	if r.Method != http.MethodGet {
+		// Its body is read within --write-timeout, as POST /v1/run's: a
+		// client that never finished it held its --max-conns place for
+		// good (the fifth review's slow-body probe).
+		_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(s.o.writeTimeout))
 		s.mcpCalls.Add(1)
 		defer s.mcpCalls.Done()
 	}
