@@ -229,12 +229,10 @@ func (t *turn) run(cancel <-chan struct{}) *Outcome {
 		case <-captureTimer.C:
 			t.out.start(c)
 		case <-rings:
-			// Checked before the frames are read too: a child that flooded
-			// its bell and then reported must not have its report taken
-			// first (which would end the turn before the check).
-			t.checkRings()
 			t.readCtl()
-			t.checkRings()
+			if n := c.rung.Load(); n > 2*c.frames+spareRings {
+				t.violation(fmt.Sprintf("it rang its bell (descriptor 4) %d times but wrote %d frames on its control channel; the limit is two rings per frame and %d more", n, c.frames, spareRings))
+			}
 		case <-bellClosed:
 			bellClosed = nil
 			t.startPoll()
@@ -297,15 +295,6 @@ func (t *turn) run(cancel <-chan struct{}) *Outcome {
 	}
 	o.End = time.Now()
 	return o
-}
-
-// checkRings ends a turn whose child rang its bell more often than its
-// frames allow.
-func (t *turn) checkRings() {
-	c := t.c
-	if n := c.rung.Load(); n > 2*c.frames+spareRings {
-		t.violation(fmt.Sprintf("it rang its bell (descriptor 4) %d times but wrote %d frames on its control channel; the limit is two rings per frame and %d more", n, c.frames, spareRings))
-	}
 }
 
 // known reports whether the turn's outcome is known: the child's own
