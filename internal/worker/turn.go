@@ -435,6 +435,13 @@ func (t *turn) handle(m *childMsg) {
 			t.violation(msg)
 			return
 		}
+		// Every frame before the report has been read, so an honest child
+		// has rung at most twice per frame: a flood of its bell that the
+		// report would otherwise outrun is caught here.
+		if n := c.rung.Load(); n > 2*c.frames+spareRings {
+			t.violation(fmt.Sprintf("it rang its bell (descriptor 4) %d times but wrote %d frames on its control channel; the limit is two rings per frame and %d more", n, c.frames, spareRings))
+			return
+		}
 		o.Done = true
 		o.Exit = *m.Exit
 		o.Error = m.Error
