@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"runtime"
 	"sync"
 	"testing"
 	"time"
@@ -34,7 +35,9 @@ func within(t *testing.T, what string, f func()) {
 	select {
 	case <-done:
 	case <-time.After(hangGuard):
-		t.Fatalf("%s did not return within %s", what, hangGuard)
+		buf := make([]byte, 1<<20)
+		buf = buf[:runtime.Stack(buf, true)]
+		t.Fatalf("%s did not return within %s; goroutines:\n%s", what, hangGuard, buf)
 	}
 }
 

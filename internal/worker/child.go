@@ -268,9 +268,16 @@ func (c *Child) Close() {
 			// job left processes behind, which Release waits out). Polling
 			// the group from here, before the kill has taken effect, cost
 			// a timer and several reads per job.
+			// A template that dies takes its children with it (its PID
+			// namespace, or their parent-death signal), so its death
+			// releases the group too, whether or not it had the child
+			// on its books (a pool's Close waits for every release).
 			g := c.cg
 			go func() {
-				<-c.reaped
+				select {
+				case <-c.reaped:
+				case <-c.tpl.done:
+				}
 				g.Release()
 			}()
 		}
