@@ -163,25 +163,7 @@ func bench(ctx context.Context, o options) (*Report, error) {
 				return err
 			}
 		}
-		if err := s.throughput(rep.row("13"), trivialCode, trivialOut, o.n, o.warm, o.inflight); err != nil {
-			return err
-		}
-		if err := s.sessionLatency(rep.row("17"), o.n, o.warm, o.gap); err != nil {
-			return err
-		}
-		if err := s.sessionLatency(rep.row("18"), o.n, o.warm, 0); err != nil {
-			return err
-		}
-		if err := s.sessionFirstStep(rep.row("22"), o.n, o.warm, o.gap); err != nil {
-			return err
-		}
-		if err := s.hostCalls(rep.row("20"), o.n, o.warm); err != nil {
-			return err
-		}
-		if !o.skipMemory {
-			return s.memory(rep, "M1", "M2", "M3", "M4")
-		}
-		return nil
+		return s.poolRows(rep, o, poolRowIDs{"13", "17", "18", "22", "20", [4]string{"M1", "M2", "M3", "M4"}})
 	}()
 	s.close()
 	if err != nil {
@@ -206,25 +188,7 @@ func bench(ctx context.Context, o options) (*Report, error) {
 			if err := s.latency(rep.row("5"), pandasCode, pandasOut, o.n, o.warm, o.gap); err != nil {
 				return err
 			}
-			if err := s.throughput(rep.row("14"), trivialCode, trivialOut, o.n, o.warm, o.inflight); err != nil {
-				return err
-			}
-			if err := s.sessionLatency(rep.row("19"), o.n, o.warm, o.gap); err != nil {
-				return err
-			}
-			if err := s.sessionLatency(rep.row("24"), o.n, o.warm, 0); err != nil {
-				return err
-			}
-			if err := s.sessionFirstStep(rep.row("23"), o.n, o.warm, o.gap); err != nil {
-				return err
-			}
-			if err := s.hostCalls(rep.row("21"), o.n, o.warm); err != nil {
-				return err
-			}
-			if !o.skipMemory {
-				return s.memory(rep, "M5", "M6", "M7", "M8")
-			}
-			return nil
+			return s.poolRows(rep, o, poolRowIDs{"14", "19", "24", "23", "21", [4]string{"M5", "M6", "M7", "M8"}})
 		}()
 		s.close()
 		if err != nil {
@@ -561,4 +525,36 @@ func (s *server) hostCalls(row *Row, n, warm int) error {
 	}
 	row.summarize(nil, nil)
 	return nil
+}
+
+// poolRowIDs names the rows a pynox pool's series fill after its latency
+// rows: throughput, session steps with think time and back to back, a
+// session's first step, host calls, and the four memory rows.
+type poolRowIDs struct {
+	throughput, stepGap, stepB2B, firstStep, hostCall string
+	memory                                            [4]string
+}
+
+// poolRows measures, on a running pynox pool, the rows ids names, in
+// that order.
+func (s *server) poolRows(rep *Report, o options, ids poolRowIDs) error {
+	if err := s.throughput(rep.row(ids.throughput), trivialCode, trivialOut, o.n, o.warm, o.inflight); err != nil {
+		return err
+	}
+	if err := s.sessionLatency(rep.row(ids.stepGap), o.n, o.warm, o.gap); err != nil {
+		return err
+	}
+	if err := s.sessionLatency(rep.row(ids.stepB2B), o.n, o.warm, 0); err != nil {
+		return err
+	}
+	if err := s.sessionFirstStep(rep.row(ids.firstStep), o.n, o.warm, o.gap); err != nil {
+		return err
+	}
+	if err := s.hostCalls(rep.row(ids.hostCall), o.n, o.warm); err != nil {
+		return err
+	}
+	if o.skipMemory {
+		return nil
+	}
+	return s.memory(rep, ids.memory[0], ids.memory[1], ids.memory[2], ids.memory[3])
 }
