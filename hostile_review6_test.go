@@ -43,8 +43,6 @@ time.sleep(0.05)
 	for i := 0; i < 3; i++ {
 		res := run(t, p, Job{Code: code, AllowWrite: []string{dir}})
 		requireOK(t, res)
-		t.Logf("stdout %q stderr %q", res.Stdout, res.Stderr)
-		time.Sleep(200 * time.Millisecond)
 		a, err := os.ReadFile(f)
 		require.NoError(t, err)
 		time.Sleep(300 * time.Millisecond)
