@@ -380,6 +380,8 @@ type httpServer struct {
 	// mcpCalls counts the MCP requests other than GET (which holds the
 	// client's event stream open) being served.
 	mcpCalls sync.WaitGroup
+	// mcpOwners maps MCP session ids to the token that opened them.
+	mcpOwners mcpOwners
 }
 
 func serveHTTP(p *pynox.Pool, ln net.Listener, tokens *tokenSet, certs *certSource, o serveOptions, stderr io.Writer) int {
@@ -637,7 +639,7 @@ func (s *httpServer) servePool(w http.ResponseWriter, r *http.Request) {
 	defer stopRead()
 	rd := &wsReader{c: c, ctx: readCtx, idle: s.o.idleTimeout}
 	wr := &wsWriter{c: c, timeout: s.o.writeTimeout}
-	err = jsonl.Serve(s.drain, s.p, rd, wr)
+	err = jsonl.ServeWith(s.drain, s.p, rd, wr, jsonl.ServeOptions{MaxInFlight: s.o.maxInFlight, LimitName: "--max-inflight-per-conn"})
 	switch {
 	case err != nil || rd.failed:
 		c.CloseNow() // the connection broke: no close handshake to wait for
@@ -720,8 +722,10 @@ func (w *wsWriter) Write(p []byte) (int, error) {
 	return n, nil
 }
 
-// maxMCPSessions bounds the MCP sessions /v1/mcp holds at once, all
-// clients together; a request that would open one more gets 503.
+// maxMCPSessions is the default of --max-mcp-sessions-per-token: the
+// MCP sessions /v1/mcp holds at once for one token (on a server without
+// tokens, for all clients together); a request that would open one more
+// gets 503.
 const maxMCPSessions = 256
 
 // serveMCP is /v1/mcp: the MCP streamable HTTP transport, served by the
@@ -734,14 +738,22 @@ func (s *httpServer) serveMCP(w http.ResponseWriter, r *http.Request) {
 		// could open them until the server runs out of memory (the fifth
 		// review opened 3000 in 3 s, ~15 KB each). Concurrent requests
 		// may pass the count together: at most --max-conns more.
-		n := 0
-		for range s.mcp.MCP().Sessions() {
-			n++
-		}
-		if n >= maxMCPSessions {
-			writeJSON(w, http.StatusServiceUnavailable, map[string]any{"error": fmt.Sprintf("the server holds %d MCP sessions already (the limit); end one (DELETE /v1/mcp) or retry once one has been idle for --idle-timeout", n)})
+		// The bound is per token, so that one token's client cannot
+		// take every place from the others.
+		owner := s.mcpOwner(r)
+		if n := s.mcpOwners.count(s.mcp.MCP(), owner); n >= s.o.maxMCPSessions {
+			who := "the server holds"
+			if s.tokens != nil {
+				who = "this token holds"
+			}
+			writeJSON(w, http.StatusServiceUnavailable, map[string]any{"error": fmt.Sprintf("%s %d MCP sessions already (the limit): --max-mcp-sessions-per-token=%d; end one (DELETE /v1/mcp) or retry once one has been idle for --idle-timeout", who, n, s.o.maxMCPSessions)})
 			return
 		}
+		defer func() {
+			if id := w.Header().Get("Mcp-Session-Id"); id != "" {
+				s.mcpOwners.add(id, owner)
+			}
+		}()
 	}
 	if r.Method != http.MethodGet {
 		// Its body is read within --write-timeout, as POST /v1/run's: a
