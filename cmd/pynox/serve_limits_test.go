@@ -132,3 +132,11 @@ func TestServeMCPSessionsPerToken(t *testing.T) {
 	code, _ = mcpInitialize(t, s, "tok-b")
 	require.Equal(t, http.StatusServiceUnavailable, code)
 }
+
+// TestServeUsageNamesHardeningFlags: --help lists the flags of the
+// serve hardening (each with its =VALUE form).
+func TestServeUsageNamesHardeningFlags(t *testing.T) {
+	for _, name := range []string{"max-inflight-per-conn", "max-mcp-sessions-per-token", "tls-cert", "tls-key"} {
+		require.Contains(t, serveUsage, "--"+name+"=", name)
+	}
+}
