@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -139,4 +140,29 @@ func TestServeUsageNamesHardeningFlags(t *testing.T) {
 	for _, name := range []string{"max-inflight-per-conn", "max-mcp-sessions-per-token", "tls-cert", "tls-key"} {
 		require.Contains(t, serveUsage, "--"+name+"=", name)
 	}
+}
+
+// TestServeRunSlowBodyLetGo: the read deadline of POST /v1/run: a client
+// that never finishes sending its body holds its --max-conns place only
+// until --write-timeout, then the place serves another request.
+func TestServeRunSlowBodyLetGo(t *testing.T) {
+	s := startServe(t, t.TempDir(), "--max-conns=1", "--write-timeout=1s")
+	c, err := net.Dial("tcp", strings.TrimPrefix(s.base, "http://"))
+	require.NoError(t, err)
+	defer c.Close()
+	_, err = fmt.Fprintf(c, "POST /v1/run HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{", strings.TrimPrefix(s.base, "http://"))
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		code, _ := s.do(t, "POST", "/v1/run", "", `{"code": "print(1)"}`)
+		return code == http.StatusServiceUnavailable
+	}, time.Minute, 20*time.Millisecond, "the slow request never held its place")
+	require.Eventually(t, func() bool {
+		code, _ := s.do(t, "POST", "/v1/run", "", `{"code": "print(1)"}`)
+		return code == http.StatusOK
+	}, time.Minute, 100*time.Millisecond, "a POST /v1/run whose body never ends holds its --max-conns place")
+	// The slow client got an answer (400: its body was late) or a closed
+	// connection, not a held one.
+	require.NoError(t, c.SetReadDeadline(time.Now().Add(time.Minute)))
+	b, _ := io.ReadAll(c)
+	t.Logf("the slow client got %q", b)
 }
