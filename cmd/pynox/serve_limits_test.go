@@ -143,8 +143,9 @@ func TestServeUsageNamesHardeningFlags(t *testing.T) {
 }
 
 // TestServeRunSlowBodyLetGo: the read deadline of POST /v1/run: a client
-// that never finishes sending its body holds its --max-conns place only
-// until --write-timeout, then the place serves another request.
+// that never finishes sending its body is answered 400 once
+// --write-timeout has passed, and its --max-conns place (the only one)
+// then serves another request.
 func TestServeRunSlowBodyLetGo(t *testing.T) {
 	s := startServe(t, t.TempDir(), "--max-conns=1", "--write-timeout=1s")
 	c, err := net.Dial("tcp", strings.TrimPrefix(s.base, "http://"))
@@ -152,17 +153,11 @@ func TestServeRunSlowBodyLetGo(t *testing.T) {
 	defer c.Close()
 	_, err = fmt.Fprintf(c, "POST /v1/run HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{", strings.TrimPrefix(s.base, "http://"))
 	require.NoError(t, err)
-	require.Eventually(t, func() bool {
-		code, _ := s.do(t, "POST", "/v1/run", "", `{"code": "print(1)"}`)
-		return code == http.StatusServiceUnavailable
-	}, time.Minute, 20*time.Millisecond, "the slow request never held its place")
-	require.Eventually(t, func() bool {
-		code, _ := s.do(t, "POST", "/v1/run", "", `{"code": "print(1)"}`)
-		return code == http.StatusOK
-	}, time.Minute, 100*time.Millisecond, "a POST /v1/run whose body never ends holds its --max-conns place")
-	// The slow client got an answer (400: its body was late) or a closed
-	// connection, not a held one.
-	require.NoError(t, c.SetReadDeadline(time.Now().Add(time.Minute)))
+	require.NoError(t, c.SetReadDeadline(time.Now().Add(2*time.Minute)))
 	b, _ := io.ReadAll(c)
-	t.Logf("the slow client got %q", b)
+	require.Contains(t, string(b), "HTTP/1.1 400 ")
+	require.Contains(t, string(b), "reading the request body")
+	require.Contains(t, string(b), "i/o timeout")
+	code, body := s.do(t, "POST", "/v1/run", "", `{"code": "print(1)"}`)
+	require.Equal(t, http.StatusOK, code, body)
 }
