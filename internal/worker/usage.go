@@ -136,8 +136,16 @@ func (c *Child) stepBase() *Usage {
 		unix.Write(fd, []byte("5"))
 		unix.Close(fd)
 	}
-	// Only the counters the step's figures are taken as differences of:
-	// the peak is read after the step, from the reset above.
+	// The counters read after the last step, when the process was stopped
+	// (see noteUsage), are this step's base: it has not run since but for
+	// the runner's few lines between its report and the stop, which count
+	// in this step. Otherwise (the session's first step, a step after a
+	// dump) they are read, but for the peak, which is read after the step
+	// from the reset above.
+	if prev := c.lastUsage; prev != nil {
+		c.lastUsage = nil
+		return prev
+	}
 	u, err := readUsage(pid, false)
 	if err != nil || c.Gone() {
 		return nil
@@ -171,11 +179,14 @@ func (c *Child) noteUsage(o *Outcome, base *Usage, session bool) {
 		return
 	}
 	var u Usage
+	c.lastUsage = nil
 	if o.Alive {
 		var err error
 		if u, err = procUsage(c.Pid()); err != nil || c.Gone() {
 			return
 		}
+		last := u
+		c.lastUsage = &last
 	} else {
 		read := false
 		if o.doneUsage != nil {
