@@ -327,8 +327,9 @@
 // counters at the hand-over; a session
 // step's are what the process's counters in /proc (CPU clock, minflt,
 // VmHWM), read by the pool through the pidfd's pid while the process is
-// stopped, grew by during the step, its peak RSS reset (clear_refs)
-// before each step. Stats.CPUMSTotal and the JSON log's cpu_ms add them
+// stopped, grew by during the step (those read after one step are the
+// next one's starting point, unless a dump ran between them), its peak
+// RSS reset (clear_refs) before each step. Stats.CPUMSTotal and the JSON log's cpu_ms add them
 // up.
 //
 // Result.Files ([File]) are the files a job left that [Job.Collect] (or
