@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -193,4 +194,27 @@ func TestServeMetricsWithoutTokens(t *testing.T) {
 		require.Equal(t, 403, resp.StatusCode, "%+v: %s", h, b)
 		require.NotContains(t, string(b), "pynox_")
 	}
+}
+
+// TestServeMetricsWhileDraining: after SIGTERM, /readyz and /v1/* answer
+// 503 but /metrics still answers, showing the job the drain waits for.
+func TestServeMetricsWhileDraining(t *testing.T) {
+	dir := t.TempDir()
+	s := startServe(t, dir, "--workers=1", "--allow-write="+dir)
+	ws, _, err := dialPool(t, s, "")
+	require.NoError(t, err)
+	mark, release := filepath.Join(dir, "started"), filepath.Join(dir, "release")
+	ws.send(t, startedJob(t, "job", mark, "import os, time\nwhile not os.path.exists("+string(mustJSON(t, release))+"): time.sleep(0.01)\nprint('job done')"))
+	awaitMarkFile(t, mark)
+	require.NoError(t, s.cmd.Process.Signal(syscall.SIGTERM))
+	require.Eventually(t, func() bool { code, _ := s.do(t, "GET", "/readyz", "", ""); return code == 503 },
+		time.Minute, 5*time.Millisecond)
+	code, _ := s.do(t, "POST", "/v1/run", "", `{"id": 1, "code": "1"}`)
+	require.Equal(t, 503, code)
+	fams := scrape(t, s, "")
+	require.Equal(t, 1.0, sampleValue(fams["pynox_workers_busy"], nil))
+	require.Equal(t, 1.0, sampleValue(fams["pynox_serve_websocket_connections"], nil))
+	require.NoError(t, os.WriteFile(release, nil, 0o600))
+	require.Equal(t, "job done\n", ws.next(t)["stdout"])
+	require.NoError(t, s.cmd.Wait(), "stderr: %s", s.stderr.String())
 }
