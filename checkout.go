@@ -575,6 +575,8 @@ func (c *Checkout) stepPlan(s *Step) (*worker.Step, *Error) {
 func (t *activeTurn) host(p *Pool, jobID any, session string) worker.HostFunc {
 	return func(ctx context.Context, wc worker.Call) worker.Reply {
 		call := p.newCall(jobID, session, wc)
+		start := time.Now()
+		defer func() { p.hostCallTime.observe(time.Since(start)) }()
 		answer := make(chan worker.Reply, 1)
 		select {
 		case t.events <- turnMsg{call: call, answer: answer}:

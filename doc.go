@@ -562,6 +562,22 @@
 // control channel's frame bound, or for another step than the running
 // one, is a protocol violation like any other (PoolWorkerError).
 //
+// # Metrics
+//
+// [Pool.Collector] returns a prometheus.Collector (client_golang) of the
+// pool's metrics, named pynox_*: jobs by outcome and error type, run and
+// queue time histograms, sessions, session steps, host calls and their
+// latency, template restarts, spares ready, busy workers and queues (the
+// README's Metrics section lists them). The library registers nothing
+// globally: an embedder registers the collector in a registry of its own
+// (`pynox serve` serves its own at /metrics). The collector reads, at
+// scrape time, the counters [Pool.Stats] reads, so the two agree; the job
+// path keeps them under the lock Stats already took, and the other
+// counters are atomic adds, without allocation. The error_type label
+// names Python's builtin exceptions and pynox's error types only; a job's
+// own exception classes count as "other", so that jobs cannot grow the
+// label set.
+//
 // # Relation to monty-pool
 //
 // The Go API is modelled on the Rust monty-pool crate, mapped onto CPython:

@@ -8,6 +8,7 @@ import (
 	"runtime/debug"
 	"slices"
 	"strings"
+	"time"
 	"unicode"
 
 	"github.com/pynox/pynox/internal/worker"
@@ -201,6 +202,8 @@ func (p *Pool) hostAdapter(jobID any, session string, host HostFunc) worker.Host
 	}
 	return func(ctx context.Context, c worker.Call) (r worker.Reply) {
 		call := p.newCall(jobID, session, c)
+		start := time.Now()
+		defer func() { p.hostCallTime.observe(time.Since(start)) }()
 		// A panic fails this call only, as net/http does for a handler:
 		// the job sees a generic HostError, the operator the panic.
 		defer func() {

@@ -62,6 +62,13 @@ type Pool struct {
 
 	stats statsCounters
 
+	// For the metrics (metrics.go): session steps under way, host calls'
+	// latencies, templates replaced and replacements that failed.
+	stepsRunning            atomic.Int64
+	hostCallTime            histogram
+	templateRestarts        atomic.Int64
+	templateRestartFailures atomic.Int64
+
 	callSeq   atomic.Int64 // host calls, numbered pool-wide
 	coMu      sync.Mutex
 	checkouts map[*Checkout]struct{} // open sessions; at most cfg.MaxSessions
@@ -79,6 +86,9 @@ type poolWorker struct {
 	pool *Pool
 	mu   sync.Mutex
 	tpl  *worker.Template
+	// live is tpl, for the metrics to read without waiting for mu (held
+	// while a template starts).
+	live atomic.Pointer[worker.Template]
 }
 
 // New validates cfg, starts its templates and waits until each has
@@ -200,6 +210,7 @@ func New(cfg Config) (*Pool, error) {
 	}
 	for _, t := range tpls {
 		w := &poolWorker{pool: p, tpl: t}
+		w.live.Store(t)
 		p.workers = append(p.workers, w)
 		p.idle <- w
 		p.watchers.Add(1)
@@ -371,6 +382,7 @@ func (w *poolWorker) template() (*worker.Template, error) {
 			w.pool.log.Warn("template died; replacing it", "pid", w.tpl.Pid(), "cause", w.tpl.Err())
 			w.tpl.Close()
 			w.tpl = nil
+			w.live.Store(nil)
 		default:
 			return w.tpl, nil
 		}
@@ -380,9 +392,12 @@ func (w *poolWorker) template() (*worker.Template, error) {
 	}
 	t, err := worker.Start(w.pool.templateOptions())
 	if err != nil {
+		w.pool.templateRestartFailures.Add(1)
 		return nil, err
 	}
 	w.tpl = t
+	w.live.Store(t)
+	w.pool.templateRestarts.Add(1)
 	return t, nil
 }
 
@@ -659,8 +674,14 @@ func (p *Pool) beginStep() (done func(), _ error) {
 		return nil, errClosed()
 	}
 	p.steps.Add(1)
+	p.stepsRunning.Add(1)
 	var once sync.Once
-	return func() { once.Do(p.steps.Done) }, nil
+	return func() {
+		once.Do(func() {
+			p.stepsRunning.Add(-1)
+			p.steps.Done()
+		})
+	}, nil
 }
 
 // usable fails for a Pool that New did not make.

@@ -3,6 +3,7 @@ package pynox
 import (
 	"maps"
 	"sync"
+	"time"
 )
 
 // Stats is a snapshot of a pool's counters: the "stats" answer of the
@@ -42,6 +43,12 @@ type Stats struct {
 type statsCounters struct {
 	mu sync.Mutex
 	s  Stats // Errors is copied by snapshot
+	// For the metrics (metrics.go), counted with s: the answered requests
+	// by outcome and error type, session steps, and the run and queue
+	// times of the requests that were not refused.
+	byOutcome       [numOutcomes]map[string]int64
+	steps           int64
+	duration, queue histogram
 }
 
 func (c *statsCounters) record(r *Result) {
@@ -59,21 +66,39 @@ func (c *statsCounters) record(r *Result) {
 		}
 		c.s.Errors[r.Error.Type]++
 	}
+	var outcome int
 	switch r.kind {
 	case 0, KindRuntime:
 		if r.Error == nil && r.Exit == 0 {
 			c.s.OK++
+			outcome = outcomeOK
 		} else {
 			c.s.Failed++
+			outcome = outcomeFailed
 		}
 	case KindTimeout:
 		c.s.Timeouts++
+		outcome = outcomeTimeout
 	case KindSignal:
 		c.s.Signals++
+		outcome = outcomeSignal
 	case KindRequest:
 		c.s.RequestErrors++
+		outcome = outcomeRequestError
 	default:
 		c.s.WorkerErrors++
+		outcome = outcomeWorkerError
+	}
+	if c.byOutcome[outcome] == nil {
+		c.byOutcome[outcome] = map[string]int64{}
+	}
+	c.byOutcome[outcome][errorTypeLabel(r.Error)]++
+	if r.Step > 0 { // a session step's (Checkout.stamp)
+		c.steps++
+	}
+	if r.kind != KindRequest {
+		c.duration.observe(time.Duration(r.DurationUS) * time.Microsecond)
+		c.queue.observe(time.Duration(r.QueueUS) * time.Microsecond)
 	}
 }
 

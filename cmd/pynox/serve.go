@@ -30,6 +30,7 @@ import (
 	"github.com/coder/websocket"
 	"github.com/modelcontextprotocol/go-sdk/auth"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/pynox/pynox"
 	"github.com/pynox/pynox/jsonl"
@@ -50,8 +51,9 @@ Serves the pool protocol over HTTP:
                   own and end with it (or after --idle-timeout unused)
   GET  /healthz   200 while the process serves
   GET  /readyz    200 while the templates are up and the server is not draining
-/v1/* need "Authorization: Bearer TOKEN" with a token of --token-file; the
-probes need none. Without --token-file the server listens on loopback
+  GET  /metrics   the pool's metrics in the Prometheus text format
+/v1/* and /metrics need "Authorization: Bearer TOKEN" with a token of
+--token-file; the probes need none. Without --token-file the server listens on loopback
 addresses only. SIGTERM or SIGINT: /readyz and new requests to /v1/* get 503
 at once, work in flight finishes (up to --drain-timeout), then the process
 exits 0; a second signal ends the drain.
@@ -382,12 +384,17 @@ type httpServer struct {
 	mcpCalls sync.WaitGroup
 	// mcpOwners maps MCP session ids to the token that opened them.
 	mcpOwners mcpOwners
+	// metrics serves GET /metrics (metrics.go); wsConns counts the
+	// WebSocket connections of /v1/pool for it.
+	metrics http.Handler
+	wsConns prometheus.Gauge
 }
 
 func serveHTTP(p *pynox.Pool, ln net.Listener, tokens *tokenSet, certs *certSource, o serveOptions, stderr io.Writer) int {
 	drain, startDrain := context.WithCancel(context.Background())
 	defer startDrain()
 	s := &httpServer{p: p, tokens: tokens, o: o, stderr: stderr, conns: make(chan struct{}, o.maxConns), drain: drain}
+	s.setupMetrics()
 	s.mcp = mcpserver.New(p, buildVersion())
 	s.mcpHTTP = mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s.mcp.MCP() }, &mcp.StreamableHTTPOptions{
 		// An MCP session unused for --idle-timeout ends, and its Python
@@ -519,6 +526,7 @@ func (s *httpServer) handler() http.Handler {
 	mux.Handle("GET /v1/pool", s.guard(http.HandlerFunc(s.servePool)))
 	mux.Handle("POST /v1/run", s.guard(http.HandlerFunc(s.serveRun)))
 	mux.Handle("/v1/mcp", s.guard(http.HandlerFunc(s.serveMCP)))
+	mux.Handle("GET /metrics", s.guardMetrics(s.metrics))
 	return mux
 }
 
@@ -533,13 +541,8 @@ func writeJSON(w http.ResponseWriter, code int, v any) {
 // than --max-conns connections.
 func (s *httpServer) guard(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if s.tokens != nil {
-			scheme, token, _ := strings.Cut(r.Header.Get("Authorization"), " ")
-			if !strings.EqualFold(scheme, "Bearer") || !s.tokens.valid(strings.TrimSpace(token)) {
-				w.Header().Set("WWW-Authenticate", `Bearer realm="pynox"`)
-				writeJSON(w, http.StatusUnauthorized, map[string]any{"error": `expected "Authorization: Bearer TOKEN" with a token of the server's --token-file`})
-				return
-			}
+		if !s.authorized(w, r) {
+			return
 		}
 		if msg := s.browserProblem(r); msg != "" {
 			writeJSON(w, http.StatusForbidden, map[string]any{"error": msg})
@@ -558,6 +561,20 @@ func (s *httpServer) guard(next http.Handler) http.Handler {
 		}
 		next.ServeHTTP(w, r)
 	})
+}
+
+// authorized reports whether a request carries a valid bearer token, or
+// the server has none; otherwise it answers 401.
+func (s *httpServer) authorized(w http.ResponseWriter, r *http.Request) bool {
+	if s.tokens != nil {
+		scheme, token, _ := strings.Cut(r.Header.Get("Authorization"), " ")
+		if !strings.EqualFold(scheme, "Bearer") || !s.tokens.valid(strings.TrimSpace(token)) {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="pynox"`)
+			writeJSON(w, http.StatusUnauthorized, map[string]any{"error": `expected "Authorization: Bearer TOKEN" with a token of the server's --token-file`})
+			return false
+		}
+	}
+	return true
 }
 
 // browserProblem says why a request to /v1/* may come from a web page
@@ -632,6 +649,8 @@ func (s *httpServer) servePool(w http.ResponseWriter, r *http.Request) {
 	}
 	s.sockets.Add(1)
 	defer s.sockets.Done()
+	s.wsConns.Inc()
+	defer s.wsConns.Dec()
 	// A message is one line: MaxLine bytes and a newline at most. A
 	// longer one closes the connection (status 1009, message too big).
 	c.SetReadLimit(jsonl.MaxLine + 1)
