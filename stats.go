@@ -36,9 +36,19 @@ type Stats struct {
 	// CPUMSTotal sums the results' usage.cpu_ms: the CPU time the kernel
 	// counted for the jobs and steps, in milliseconds.
 	CPUMSTotal float64 `json:"cpu_ms_total"`
-	// Errors counts failed jobs by error type.
+	// Errors counts failed jobs by error type. A job can name its own
+	// exception classes, so the map holds at most 256 names: failures of
+	// any further type count under "(other)".
 	Errors map[string]int64 `json:"errors"`
 }
+
+// maxStatsErrorTypes bounds Stats.Errors: the first 256 error types seen
+// get a key of their own, the rest count under statsOtherErrors.
+const maxStatsErrorTypes = 256
+
+// statsOtherErrors is Stats.Errors' key for error types past the bound
+// (not a valid Python class name, so no job's type can take it).
+const statsOtherErrors = "(other)"
 
 type statsCounters struct {
 	mu sync.Mutex
@@ -64,7 +74,11 @@ func (c *statsCounters) record(r *Result) {
 		if c.s.Errors == nil {
 			c.s.Errors = map[string]int64{}
 		}
-		c.s.Errors[r.Error.Type]++
+		key := r.Error.Type
+		if _, seen := c.s.Errors[key]; !seen && len(c.s.Errors) >= maxStatsErrorTypes {
+			key = statsOtherErrors // a job names its own exception classes: bound the map
+		}
+		c.s.Errors[key]++
 	}
 	var outcome int
 	switch r.kind {
