@@ -14,6 +14,8 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/pynox/pynox"
 )
 
@@ -49,6 +51,12 @@ type request struct {
 	// that creates a session's process, is a dump for it to load.
 	Dump    bool   `json:"dump,omitempty"`
 	Restore []byte `json:"restore,omitempty"`
+	// Traceparent and Tracestate, W3C Trace Context, name the remote
+	// parent of a job's or step's span (trace.go); parent is what they
+	// name, once checked.
+	Traceparent string `json:"traceparent,omitempty"`
+	Tracestate  string `json:"tracestate,omitempty"`
+	parent      trace.SpanContext
 }
 
 // Ready is the first line `pynox pool` writes.
@@ -159,6 +167,8 @@ func Serve(ctx context.Context, p *pynox.Pool, r io.Reader, w io.Writer) error {
 	}
 	// Jobs read but not yet given a slot, in order (see below).
 	var held []*jobEntry
+	// parent is the remote parent span of the job dispatch returns.
+	var parent trace.SpanContext
 	// dispatch handles a request that needs no job slot, and returns the
 	// one-shot job of a request that does.
 	dispatch := func(l lineOrErr) (job *pynox.Job, eof bool) {
@@ -201,6 +211,7 @@ func Serve(ctx context.Context, p *pynox.Pool, r io.Reader, w io.Writer) error {
 				req.Job.OnOutput = srv.outputFor(req.ID, "")
 				req.Job.OnDisplay = srv.displayFor(req.ID, "")
 			}
+			parent = req.parent
 			return &req.Job, false
 		}
 		return nil, false
@@ -271,7 +282,7 @@ loop:
 			case len(held) >= maxHeld:
 				out.send(refuse(p, job, requestErrorf("%d requests are waiting for a worker while host calls wait for replies; read results and answer calls before sending more", len(held))))
 			default:
-				held = append(held, srv.cancels.add(jobCtx, *job))
+				held = append(held, srv.cancels.add(withParent(jobCtx, parent), *job))
 			}
 		}
 	}
@@ -310,6 +321,9 @@ func decodeRequest(line []byte) (request, *pynox.Error) {
 	if err == nil {
 		if e := checkID(req.ID); e != nil {
 			return request{}, e
+		}
+		if e := parseTrace(&req); e != nil {
+			return request{Job: pynox.Job{ID: req.ID}}, e
 		}
 		req.Job.Timeout = time.Duration(req.Timeout)
 		req.Job.Memory = int64(req.Memory)

@@ -332,6 +332,18 @@ func withPool(cmd, help string, args []string, stdout, stderr io.Writer, flags f
 			return code
 		}
 	}
+	// Traces are exported only when the standard OTLP endpoint variables
+	// ask for it (trace.go); the pool's domain lets the exporter connect.
+	tr, err := startTracing(cfg.Logger, func(msg string) { fmt.Fprintf(stderr, "%s: %s\n", name, msg) })
+	if err != nil {
+		fmt.Fprintf(stderr, "%s: %v\n", name, err)
+		return 2
+	}
+	defer tr.shutdown()
+	if tr != nil {
+		cfg.TracerProvider = tr.tp
+		cfg.ConfineSelfConnectTCP = append(cfg.ConfineSelfConnectTCP, tr.port)
+	}
 	setHostProcs(cmp.Or(cfg.Workers, pynox.DefaultWorkers))
 	p, err := pynox.New(cfg)
 	if err != nil {
