@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"reflect"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -194,7 +195,7 @@ func Serve(ctx context.Context, p *pynox.Pool, r io.Reader, w io.Writer) error {
 			srv.reply(req)
 		case req.Stats:
 			if extra := setFields(req); len(extra) > 1 || req.Session != "" || req.Close {
-				out.send(refuse(p, &pynox.Job{ID: req.ID}, requestErrorf("a stats request takes no other fields than id")))
+				out.send(refuse(p, &pynox.Job{ID: req.ID}, requestErrorf("a stats request takes no other fields than id (got %v)", slices.DeleteFunc(extra, func(f string) bool { return f == "stats" }))))
 			} else {
 				out.send(statsEvent{ID: req.ID, Event: "stats", Stats: p.Stats()})
 			}
