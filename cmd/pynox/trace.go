@@ -87,7 +87,7 @@ func startTracing(logger *slog.Logger, stderr func(string)) (*tracing, error) {
 	}
 	otel.SetErrorHandler(otel.ErrorHandlerFunc(func(err error) {
 		if logger != nil {
-			logger.Warn("exporting traces failed", "err", err)
+			logger.Warn("exporting traces failed", "err", err.Error())
 		} else {
 			stderr("exporting traces failed: " + err.Error())
 		}
