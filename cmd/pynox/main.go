@@ -73,6 +73,10 @@ Flags (each overrides the configuration file's key in brackets):
 
 Paths given as flags, and relative paths in requests, resolve against the
 working directory; a job runs in it too.
+
+Traces: with OTEL_EXPORTER_OTLP_ENDPOINT (or OTEL_EXPORTER_OTLP_TRACES_ENDPOINT)
+set, each job, session step and host call is an OpenTelemetry span exported
+over OTLP/HTTP (a request's "traceparent" is the parent); without it, none.
 `
 
 // keyFlags maps the configuration keys that a flag overrides to the flag.

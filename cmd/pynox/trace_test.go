@@ -1,9 +1,11 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"compress/gzip"
 	"encoding/hex"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -13,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -23,6 +26,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/pynox/pynox/internal/sandbox"
+	"github.com/pynox/pynox/internal/testenv"
 )
 
 // otlpReceiver is an OTLP/HTTP traces receiver: it keeps every request's
@@ -252,4 +256,60 @@ func TestPoolBadOTLPEndpoint(t *testing.T) {
 	require.Error(t, err)
 	require.Contains(t, stderr.String(), "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
 	require.Contains(t, stderr.String(), "expected an http:// or https:// URL")
+}
+
+// `pynox serve` exports the spans of POST /v1/run and of a WebSocket
+// session's steps, each under its request's traceparent, and flushes them
+// when SIGTERM ends it.
+func TestServeExportsTraces(t *testing.T) {
+	recv := newOTLPReceiver(t)
+	cmd := exec.Command(pynoxBinary(t), "serve", "--listen=127.0.0.1:0", "--workers=1", "--python="+testenv.Python())
+	cmd.Dir = t.TempDir()
+	cmd.Env = envWithout("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT="+recv.srv.URL+"/v1/traces", "OTEL_BSP_SCHEDULE_DELAY=100")
+	pipe, err := cmd.StderrPipe()
+	require.NoError(t, err)
+	require.NoError(t, cmd.Start())
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	s := &serveProc{cmd: cmd, stderr: &syncBuffer{}}
+	addr := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(pipe)
+		for sc.Scan() {
+			fmt.Fprintln(s.stderr, sc.Text())
+			if a, ok := strings.CutPrefix(sc.Text(), "pynox serve: listening on "); ok {
+				addr <- a
+			}
+		}
+		close(addr)
+	}()
+	a, ok := <-addr
+	require.True(t, ok, "no address; stderr: %s", s.stderr.String())
+	s.base = a
+
+	code, body := s.do(t, "POST", "/v1/run", "", `{"id":"r1","code":"print(1)","traceparent":"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"}`)
+	require.Equal(t, 200, code, body)
+	require.NotContains(t, body, "RequestError")
+	ws, _, err := dialPool(t, s, "")
+	require.NoError(t, err)
+	ws.send(t, `{"id":"s1","session":"a","code":"x = 1","traceparent":"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}`)
+	r := ws.next(t)
+	require.Equal(t, "s1", r["id"])
+	require.Nil(t, r["error"], "%v", r)
+	ws.c.CloseNow()
+	require.NoError(t, cmd.Process.Signal(syscall.SIGTERM))
+	require.NoError(t, cmd.Wait(), "stderr: %s", s.stderr.String())
+
+	recv.mu.Lock()
+	defer recv.mu.Unlock()
+	byID := map[string]*tracepb.Span{}
+	for _, sp := range recv.spans {
+		byID[otlpAttrs(sp)["pynox.id"]] = sp
+	}
+	require.NotNil(t, byID["r1"], "spans: %v; stderr: %s", recv.spans, s.stderr.String())
+	require.Equal(t, "4bf92f3577b34da6a3ce929d0e0e4736", hex.EncodeToString(byID["r1"].TraceId))
+	require.Equal(t, "00f067aa0ba902b7", hex.EncodeToString(byID["r1"].ParentSpanId))
+	require.NotNil(t, byID["s1"])
+	require.Equal(t, "pynox.session.step", byID["s1"].Name)
+	require.Equal(t, "0af7651916cd43dd8448eb211c80319c", hex.EncodeToString(byID["s1"].TraceId))
+	require.Equal(t, "b7ad6b7169203331", hex.EncodeToString(byID["s1"].ParentSpanId))
 }
