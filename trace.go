@@ -82,7 +82,7 @@ func idText(id any) string {
 // as the remote parent a traceparent brought, is its parent, and the job's
 // log record carries its trace id.
 func (p *Pool) run(ctx context.Context, job Job) (*Result, func(), error) {
-	ctx, span := p.tracer.Start(ctx, SpanJob, trace.WithSpanKind(trace.SpanKindInternal))
+	ctx, span := p.tracer.Start(ctx, SpanJob)
 	job.trace = span.SpanContext()
 	if span.IsRecording() {
 		span.SetAttributes(attribute.String(AttrID, idText(job.ID)))
@@ -95,7 +95,7 @@ func (p *Pool) run(ctx context.Context, job Job) (*Result, func(), error) {
 // startStep starts a session step's span, a child of ctx's span, and
 // returns ctx with it.
 func (c *Checkout) startStep(ctx context.Context, id any) (context.Context, trace.Span) {
-	ctx, span := c.pool.tracer.Start(ctx, SpanSessionStep, trace.WithSpanKind(trace.SpanKindInternal))
+	ctx, span := c.pool.tracer.Start(ctx, SpanSessionStep)
 	if span.IsRecording() {
 		span.SetAttributes(attribute.String(AttrID, idText(id)))
 		if c.name != "" {
@@ -159,7 +159,10 @@ func (p *Pool) traceHost(parent trace.Span, jobID any, session string, next work
 		return nil
 	}
 	return func(ctx context.Context, c worker.Call) worker.Reply {
-		ctx, span := p.tracer.Start(trace.ContextWithSpan(ctx, parent), SpanHostCall, trace.WithSpanKind(trace.SpanKindInternal))
+		if trace.SpanFromContext(ctx) != parent {
+			ctx = trace.ContextWithSpan(ctx, parent)
+		}
+		ctx, span := p.tracer.Start(ctx, SpanHostCall)
 		r := next(ctx, c)
 		if span.IsRecording() {
 			span.SetAttributes(attribute.String(AttrID, idText(jobID)), attribute.String(AttrFunction, c.Function))

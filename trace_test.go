@@ -15,6 +15,8 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/pynox/pynox/internal/worker"
 )
 
 // The secrets of the traced jobs: none may appear in any span.
@@ -278,4 +280,26 @@ func TestTraceNoProviderLogsParentTraceID(t *testing.T) {
 	require.Len(t, recs, 2)
 	require.NotContains(t, recs[0], "trace_id")
 	require.Equal(t, parent.TraceID().String(), recs[1]["trace_id"])
+}
+
+// Without a TracerProvider and with no global one installed, tracing a
+// job (or step) and a host call costs a no-op Start and End: a few small
+// allocations each (against a job's fork, confinement and pipes), no
+// attribute built. AllocsPerRun counts, it does not time.
+func TestTraceNoProviderCost(t *testing.T) {
+	p := &Pool{tracer: tracerOf(nil)}
+	ctx := context.Background()
+	res := &Result{}
+	jobAllocs := testing.AllocsPerRun(1000, func() {
+		_, span := p.tracer.Start(ctx, SpanJob)
+		require.False(t, span.IsRecording())
+		endSpan(span, res, nil)
+	})
+	require.LessOrEqual(t, jobAllocs, 3.0)
+	parent := trace.SpanFromContext(ctx)
+	hctx := trace.ContextWithSpan(ctx, parent)
+	h := p.traceHost(parent, "id", "", func(ctx context.Context, c worker.Call) worker.Reply { return worker.Reply{} })
+	callAllocs := testing.AllocsPerRun(1000, func() { h(hctx, worker.Call{Function: "f"}) })
+	require.LessOrEqual(t, callAllocs, 3.0)
+	t.Logf("allocations without a provider: %v per job or step span, %v per host call span", jobAllocs, callAllocs)
 }
