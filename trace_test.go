@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -302,4 +303,21 @@ func TestTraceNoProviderCost(t *testing.T) {
 	callAllocs := testing.AllocsPerRun(1000, func() { h(hctx, worker.Call{Function: "f"}) })
 	require.LessOrEqual(t, callAllocs, 3.0)
 	t.Logf("allocations without a provider: %v per job or step span, %v per host call span", jobAllocs, callAllocs)
+}
+
+// The library and its protocol package depend on the OpenTelemetry API
+// only: the SDK, the exporters and gRPC are the command's.
+func TestTraceLibraryDependsOnAPIOnly(t *testing.T) {
+	goTool, err := exec.LookPath("go")
+	if err != nil {
+		t.Skipf("no go tool to list the dependencies: %v", err)
+	}
+	out, err := exec.Command(goTool, "list", "-deps", ".", "./jsonl").CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	for _, dep := range strings.Fields(string(out)) {
+		for _, banned := range []string{"go.opentelemetry.io/otel/sdk", "go.opentelemetry.io/otel/exporters", "google.golang.org/grpc"} {
+			require.False(t, strings.HasPrefix(dep, banned), "the library imports %s", dep)
+		}
+	}
+	require.Contains(t, strings.Fields(string(out)), "go.opentelemetry.io/otel/trace")
 }
