@@ -321,3 +321,26 @@ func TestTraceLibraryDependsOnAPIOnly(t *testing.T) {
 	}
 	require.Contains(t, strings.Fields(string(out)), "go.opentelemetry.io/otel/trace")
 }
+
+// A port 0 in Config.ConfineSelfConnectTCP is a ConfigError naming the
+// field.
+func TestConfineSelfConnectTCPPortZero(t *testing.T) {
+	_, err := New(Config{Python: testPython(), ConfineSelfConnectTCP: []uint16{4318, 0}})
+	var ce *ConfigError
+	require.ErrorAs(t, err, &ce)
+	require.Equal(t, "ConfineSelfConnectTCP", ce.Key)
+	require.Contains(t, ce.Error(), "1 to 65535")
+}
+
+// The pool's domain, rendered, lists the connect ports only where it
+// denies TCP.
+func TestSelfPolicyConnectPorts(t *testing.T) {
+	p := &Pool{cfg: Config{ConfineSelfConnectTCP: []uint16{4318}}}
+	pol := p.selfPolicy(7, nil, nil)
+	require.Equal(t, []uint16{4318}, pol.Connect)
+	require.Contains(t, pol.String(), "tcp port 4318 connect_tcp")
+	p.cfg.Limits.AllowNetwork = true
+	pol = p.selfPolicy(7, nil, nil)
+	require.Empty(t, pol.Connect)
+	require.NotContains(t, pol.String(), "connect_tcp")
+}
