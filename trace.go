@@ -159,7 +159,9 @@ func (p *Pool) traceHost(parent trace.Span, jobID any, session string, next work
 		return nil
 	}
 	return func(ctx context.Context, c worker.Call) worker.Reply {
-		if trace.SpanFromContext(ctx) != parent {
+		// (Spans are compared by their contexts: some span types are not
+		// comparable with ==.)
+		if !trace.SpanFromContext(ctx).SpanContext().Equal(parent.SpanContext()) {
 			ctx = trace.ContextWithSpan(ctx, parent)
 		}
 		ctx, span := p.tracer.Start(ctx, SpanHostCall)

@@ -268,7 +268,8 @@ func TestTraceStepCanceled(t *testing.T) {
 
 // Without a TracerProvider (and no global one installed) the pool makes
 // no spans, yet a job whose ctx carries a remote parent logs that
-// parent's trace id, and one without logs no trace_id.
+// parent's trace id, and one without logs no trace_id; host calls work
+// either way.
 func TestTraceNoProviderLogsParentTraceID(t *testing.T) {
 	logs := &syncBuffer{}
 	p := newTestPool(t, Config{Workers: 1, Logger: slog.New(slog.NewJSONHandler(logs, nil))})
@@ -277,10 +278,21 @@ func TestTraceNoProviderLogsParentTraceID(t *testing.T) {
 	res, err := p.Run(ctx, Job{ID: 2, Code: "pass"})
 	require.NoError(t, err)
 	requireOK(t, res)
+	// Host calls under the global no-op provider, with and without a
+	// remote parent (its spans are not comparable with ==).
+	host := func(ctx context.Context, call *Call) (any, error) { return 1, nil }
+	for _, c := range []context.Context{ctx, context.Background()} {
+		res, err = p.Run(c, Job{ID: 3, Code: "import pynox_host\nprint(pynox_host.f())", Functions: []string{"f"}, Host: host})
+		require.NoError(t, err)
+		requireOK(t, res)
+		require.Equal(t, "1\n", res.Stdout)
+	}
 	recs := logRecords(t, logs)
-	require.Len(t, recs, 2)
+	require.Len(t, recs, 4)
 	require.NotContains(t, recs[0], "trace_id")
 	require.Equal(t, parent.TraceID().String(), recs[1]["trace_id"])
+	require.Equal(t, parent.TraceID().String(), recs[2]["trace_id"])
+	require.NotContains(t, recs[3], "trace_id")
 }
 
 // Without a TracerProvider and with no global one installed, tracing a
