@@ -82,6 +82,9 @@ func idText(id any) string {
 // as the remote parent a traceparent brought, is its parent, and the job's
 // log record carries its trace id.
 func (p *Pool) run(ctx context.Context, job Job) (*Result, func(), error) {
+	if p.tracer == nil {
+		return p.runJob(ctx, job) // a Pool New did not make: it refuses
+	}
 	ctx, span := p.tracer.Start(ctx, SpanJob)
 	job.trace = span.SpanContext()
 	if span.IsRecording() {
