@@ -40,10 +40,11 @@ const (
 	AttrSession = "pynox.session"
 	// AttrStep is the step's number in its session (Result.Step).
 	AttrStep = "pynox.step"
-	// AttrOutcome is "ok", "error" (the result has an error: see
-	// AttrErrorType) or "canceled" (the caller's ctx ended or the pool
-	// closed before a result, or, for a host call, the call's turn ended
-	// before its answer).
+	// AttrOutcome is "ok", "error" (the result has an error, or the call
+	// failed without one, as a Feed refused with ErrProtocol: see
+	// AttrErrorType) or "canceled" (the caller's ctx ended, or the pool
+	// or the checkout was closed, before a result; for a host call, the
+	// call's turn ended before its answer).
 	AttrOutcome = "pynox.outcome"
 	// AttrErrorType is the result's error type (ErrorInfo.Type, such as
 	// "ValueError" or "TimeoutError"), the [Kind] of an error returned
@@ -132,8 +133,11 @@ func endSpan(span trace.Span, res *Result, err error) {
 			attribute.Int(AttrExitCode, res.Exit))
 		span.SetStatus(codes.Error, res.Error.Type)
 	case err != nil:
-		t := errorType(err)
-		span.SetAttributes(attribute.String(AttrOutcome, "canceled"), attribute.String(AttrErrorType, t))
+		t, outcome := errorType(err), "error"
+		if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, ErrClosed) || errors.Is(err, ErrFinished) {
+			outcome = "canceled"
+		}
+		span.SetAttributes(attribute.String(AttrOutcome, outcome), attribute.String(AttrErrorType, t))
 		span.SetStatus(codes.Error, t)
 	}
 	span.End()

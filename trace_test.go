@@ -356,3 +356,34 @@ func TestSelfPolicyConnectPorts(t *testing.T) {
 	require.Empty(t, pol.Connect)
 	require.NotContains(t, pol.String(), "connect_tcp")
 }
+
+// A Feed refused while a call waits for Resume ends its own step span as
+// an error of kind Protocol, and the waiting step's span goes on to its
+// result.
+func TestTraceStepRefusedByProtocol(t *testing.T) {
+	p, exp, _ := tracedPool(t)
+	co, err := p.Checkout(context.Background(), Job{Functions: []string{"ask"}})
+	require.NoError(t, err)
+	defer co.Finish(context.Background())
+	ev, err := co.Feed(context.Background(), Step{ID: "a", Code: "import pynox_host\npynox_host.ask()"})
+	require.NoError(t, err)
+	require.NotNil(t, ev.Call)
+	_, err = co.Feed(context.Background(), Step{ID: "b", Code: "1"})
+	require.ErrorIs(t, err, ErrProtocol)
+	ev, err = co.Resume(context.Background(), ev.Call.ID, Return(1))
+	require.NoError(t, err)
+	requireOK(t, ev.Result)
+	var a, b tracetest.SpanStub
+	for _, s := range spansNamed(exp, SpanSessionStep) {
+		switch spanAttrs(s)[AttrID].AsString() {
+		case "a":
+			a = s
+		case "b":
+			b = s
+		}
+	}
+	require.Equal(t, "ok", spanAttrs(a)[AttrOutcome].AsString())
+	require.Equal(t, "error", spanAttrs(b)[AttrOutcome].AsString())
+	require.Equal(t, KindProtocol.String(), spanAttrs(b)[AttrErrorType].AsString())
+	require.Equal(t, codes.Error, b.Status.Code)
+}
