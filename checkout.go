@@ -9,6 +9,8 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/pynox/pynox/internal/worker"
 )
 
@@ -149,6 +151,7 @@ type activeTurn struct {
 	// ranHere: the step ran on Feed's goroutine and its result is on
 	// events (see Feed); await reads it once.
 	ranHere bool
+	span    trace.Span // the step's span (trace.go), ended with the step
 }
 
 func (t *activeTurn) stop() { t.kill.Do(func() { close(t.cancel) }) }
@@ -362,12 +365,21 @@ func (c *Checkout) Pid() int {
 //
 // A HostFunc answering the step's calls gets a ctx that carries ctx's
 // values and ends when ctx does or at the step's deadline (its timeout).
-func (c *Checkout) Feed(ctx context.Context, step Step) (TurnEvent, error) {
+func (c *Checkout) Feed(ctx context.Context, step Step) (ev TurnEvent, err error) {
 	accepted := time.Now()
 	if err := c.acquire(ctx); err != nil {
 		return TurnEvent{}, err
 	}
 	defer c.release()
+	ctx, span := c.startStep(ctx, step.ID)
+	t := &activeTurn{events: make(chan turnMsg, 1), answers: map[int64]chan worker.Reply{}, span: span}
+	// A step that did not become the checkout's turn ends here; a turn's
+	// step ends when its result comes (await) or the checkout ends.
+	defer func() {
+		if c.turn != t {
+			endSpan(span, ev.Result, err)
+		}
+	}()
 	if c.turn != nil {
 		return TurnEvent{}, newError(KindProtocol, "host call %d is waiting for Resume", c.turn.pending[0].ID)
 	}
@@ -393,7 +405,6 @@ func (c *Checkout) Feed(ctx context.Context, step Step) (TurnEvent, error) {
 	tctx, stopWait := context.WithCancel(ctx)
 	defer stopWait()
 	defer context.AfterFunc(c.life, stopWait)()
-	t := &activeTurn{events: make(chan turnMsg, 1), answers: map[int64]chan worker.Reply{}}
 	h := step.Host
 	if h == nil {
 		h = c.job.Host
@@ -409,7 +420,7 @@ func (c *Checkout) Feed(ctx context.Context, step Step) (TurnEvent, error) {
 		// A HostFunc's ctx carries Feed's values and ends with it.
 		ws.Ctx = ctx
 	}
-	ws.Host = checkedHost(c.pl.sigs, host)
+	ws.Host = c.pool.traceHost(span, step.ID, c.name, checkedHost(c.pl.sigs, host))
 	onOut := step.OnOutput
 	if onOut == nil {
 		onOut = c.job.OnOutput
@@ -442,7 +453,7 @@ func (c *Checkout) Feed(ctx context.Context, step Step) (TurnEvent, error) {
 				c.mu.Unlock()
 				return TurnEvent{}, ctx.Err()
 			}
-			return c.failStep(step.ID, "no process could be forked for the session: "+err.Error(), accepted), nil
+			return c.failStep(step.ID, span.SpanContext(), "no process could be forked for the session: "+err.Error(), accepted), nil
 		}
 		c.mu.Lock()
 		c.child = child
@@ -457,6 +468,7 @@ func (c *Checkout) Feed(ctx context.Context, step Step) (TurnEvent, error) {
 	}
 	first := c.steps == 0
 	c.steps++
+	stepAttr(span, c.steps+c.base)
 	c.turn = t
 	t.done, stepDone = stepDone, nil
 	t.cancel = make(chan struct{})
@@ -684,7 +696,12 @@ func (c *Checkout) waiting(t *activeTurn) TurnEvent {
 }
 
 // await waits for the turn's next event; the caller holds the turn.
-func (c *Checkout) await(ctx context.Context, t *activeTurn) (TurnEvent, error) {
+func (c *Checkout) await(ctx context.Context, t *activeTurn) (ev TurnEvent, err error) {
+	defer func() {
+		if ev.Call == nil {
+			endSpan(t.span, ev.Result, err)
+		}
+	}()
 	var m turnMsg
 	events := t.events
 	if t.ended != nil {
@@ -770,7 +787,7 @@ func (c *Checkout) await(ctx context.Context, t *activeTurn) (TurnEvent, error) 
 	if !m.alive {
 		c.endProcess()
 	}
-	c.pool.finish(&Job{ID: res.ID}, res)
+	c.pool.finish(&Job{ID: res.ID, trace: t.span.SpanContext()}, res)
 	c.mu.Lock()
 	c.armIdle()
 	c.mu.Unlock()
@@ -826,13 +843,13 @@ func drainTurn(t *activeTurn) turnMsg {
 
 // failStep answers a step the session could not run with a
 // PoolWorkerError that ends the session; the caller holds the turn.
-func (c *Checkout) failStep(id any, msg string, accepted time.Time) TurnEvent {
+func (c *Checkout) failStep(id any, sc trace.SpanContext, msg string, accepted time.Time) TurnEvent {
 	c.mu.Lock()
 	c.armIdle()
 	c.mu.Unlock()
 	res := c.pool.failed(&Job{ID: id}, c.pl, KindCrashed, msg, accepted)
 	c.stamp(res, true)
-	c.pool.finish(&Job{ID: id}, res)
+	c.pool.finish(&Job{ID: id, trace: sc}, res)
 	return TurnEvent{Result: res}
 }
 
@@ -911,6 +928,7 @@ func (c *Checkout) cleanup() {
 		t.stop()
 		drainTurn(t)
 		c.endTurn()
+		endSpan(t.span, nil, c.endErr())
 	}
 	c.mu.Lock()
 	child := c.child

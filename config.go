@@ -14,6 +14,8 @@ import (
 	"strings"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/pynox/pynox/internal/cgroup"
 	"github.com/pynox/pynox/internal/worker"
 )
@@ -97,10 +99,23 @@ type Config struct {
 	// warnings. Nil means no logging. A job's record has the message "job"
 	// and the attributes id, session, step (empty for one-shot jobs),
 	// exit, error (the error type, or ""), message, duration_ms, queue_us,
-	// network and truncated: identifiers, outcome and timing, never
+	// cpu_ms, network and truncated, and trace_id when the job has a trace
+	// (see TracerProvider): identifiers, outcome and timing, never
 	// captured output. jsonl.NewLogHandler renders the records as the
 	// pool protocol's JSON log lines.
 	Logger *slog.Logger
+	// TracerProvider makes the pool's OpenTelemetry spans: one per job
+	// (SpanJob), per session step (SpanSessionStep) and per host call
+	// (SpanHostCall, a child of its job's or step's span), each a child
+	// of the span in the ctx given to Run or Feed (a remote parent
+	// included), carrying identifiers and the outcome (see AttrID and the
+	// other Attr constants), never code, inputs, arguments or output. Nil
+	// means otel.GetTracerProvider(), the program's global provider, which
+	// is a no-op until the program installs one: then each job, step and
+	// host call costs one no-op Start and End and no attribute is built.
+	// A job's log record (see Logger) carries trace_id whenever its span,
+	// or the span in its ctx, has one.
+	TracerProvider trace.TracerProvider
 	// PIDNamespace says whether each template runs as PID 1 of a PID
 	// namespace of its own, so that no process of a job or session can
 	// outlive its template (see the package docs, "Process lifetime"):
@@ -130,6 +145,15 @@ type Config struct {
 	// only be confined further: a second pool in it gets at most what the
 	// first one's domain allows.
 	ConfineSelf bool
+	// ConfineSelfConnectTCP lists TCP ports the pool's own Landlock
+	// domain (ConfineSelf) lets the process connect to even when it
+	// denies TCP because the ceiling grants no network: `pynox pool` puts
+	// its OTLP trace exporter's port here. Landlock's rule names a port,
+	// not an address, so code that escaped a job's own confinement into a
+	// template could connect to that port on any host; jobs themselves
+	// never can (their own domain denies all TCP). Each port must be 1 to
+	// 65535. It changes nothing when the domain allows TCP anyway.
+	ConfineSelfConnectTCP []uint16
 	// ScratchDir is the directory in which the pool makes its private
 	// scratch directory, which holds one directory per job and session
 	// (see the package docs, "Scratch space and mounts"). Empty means
@@ -298,6 +322,11 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if err := chooseMode(&c.Cgroups, "pool.cgroups", cgroup.Auto, cgroup.Require, cgroup.Off); err != nil {
 		return c, err
+	}
+	for _, port := range c.ConfineSelfConnectTCP {
+		if port == 0 {
+			return c, &ConfigError{Key: "ConfineSelfConnectTCP", Value: "0", Problem: "must be a TCP port from 1 to 65535"}
+		}
 	}
 	if c.CheckoutTimeout < 0 {
 		return c, &ConfigError{Key: "CheckoutTimeout", Value: c.CheckoutTimeout.String(), Problem: "must not be negative"}

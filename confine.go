@@ -39,6 +39,9 @@ type SelfConfinement struct {
 	// Reason says why Landlock is zero: confinement was not asked for, or
 	// the kernel lacks Landlock.
 	Reason string `json:"reason,omitempty"`
+	// TCPConnect lists the ports the domain lets the process connect to
+	// although TCP is "deny" (Config.ConfineSelfConnectTCP).
+	TCPConnect []uint16 `json:"tcp_connect,omitempty"`
 }
 
 // maxSelfABI is the newest Landlock ABI the go-landlock version pynox is
@@ -56,6 +59,7 @@ const maxSelfABI = 11
 type selfPolicy struct {
 	ABI     int            // the ABI the masks were computed at
 	DenyNet bool           // handle (deny) TCP and UDP bind and connect
+	Connect []uint16       // TCP ports connect is allowed to when DenyNet
 	Rules   []sandbox.Rule // sorted by path, one per path
 }
 
@@ -76,6 +80,11 @@ func (s selfPolicy) String() string {
 	fmt.Fprintf(&b, "pool landlock abi=%d tcp=%s scoped=%s\n", s.ABI, tcp, scoped)
 	for _, r := range s.Rules {
 		fmt.Fprintf(&b, "  %s %s\n", r.Path, sandbox.FSRights(r.Access))
+	}
+	if s.DenyNet && s.ABI >= 4 {
+		for _, port := range s.Connect {
+			fmt.Fprintf(&b, "  tcp port %d connect_tcp\n", port)
+		}
 	}
 	return b.String()
 }
@@ -161,6 +170,9 @@ func (p *Pool) selfPolicy(abi int, runtime, extraWrite []string) selfPolicy {
 		add(path, sandbox.DeviceAccess(abi, false))
 	}
 	s := selfPolicy{ABI: abi, DenyNet: !p.cfg.Limits.AllowNetwork}
+	if s.DenyNet {
+		s.Connect = slices.Clone(p.cfg.ConfineSelfConnectTCP)
+	}
 	for _, path := range slices.Sorted(maps.Keys(access)) {
 		s.Rules = append(s.Rules, sandbox.Rule{Path: path, Access: access[path]})
 	}
@@ -185,6 +197,11 @@ func (s selfPolicy) apply() error {
 	rules := make([]landlock.Rule, 0, len(s.Rules))
 	for _, r := range s.Rules {
 		rules = append(rules, landlock.PathAccess(landlock.AccessFSSet(r.Access), r.Path))
+	}
+	if s.DenyNet {
+		for _, port := range s.Connect {
+			rules = append(rules, landlock.ConnectTCP(port))
+		}
 	}
 	return cfg.Restrict(rules...)
 }
@@ -219,6 +236,7 @@ func (p *Pool) confineSelf(extraWrite []string) (SelfConfinement, error) {
 	sc := SelfConfinement{Landlock: abi, TCP: "allow", Signals: "allow"}
 	if pol.DenyNet && abi >= 4 {
 		sc.TCP = "deny"
+		sc.TCPConnect = pol.Connect
 	}
 	if abi >= 8 {
 		sc.Signals = "scoped"

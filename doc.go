@@ -578,6 +578,39 @@
 // own exception classes count as "other", so that jobs cannot grow the
 // label set.
 //
+// # Traces
+//
+// The pool makes an OpenTelemetry span per job (SpanJob), per session step
+// (SpanSessionStep, from Feed to the step's result, across the Resume
+// calls in between) and per host call (SpanHostCall, a child of its job's
+// or step's span, from the call to its answer; a HostFunc's ctx carries
+// it, so the host's own spans are its children). A job's or step's span is
+// a child of the span in the ctx given to Run or Feed — a remote parent
+// too, as `pynox pool` makes one of a request's W3C "traceparent". Spans
+// carry identifiers and the outcome only (AttrID, AttrSession, AttrStep,
+// AttrOutcome, AttrErrorType, AttrExitCode, AttrFunction); a failure sets
+// the status to Error described by the error type alone, since an
+// exception's message may quote the job's data. No span carries code,
+// inputs, arguments, results or output.
+//
+// The library depends on the OpenTelemetry API only (go.opentelemetry.io/
+// otel/trace), never on the SDK: Config.TracerProvider supplies the
+// provider, and nil means the program's global one
+// (otel.GetTracerProvider), the OpenTelemetry convention for
+// instrumented libraries. Until the program installs a provider that is
+// a no-op: each job, step and host call costs one no-op Start and End
+// (no attribute is built for a span that does not record), next to the
+// fork and the confinement of a job. A job's log record (Config.Logger)
+// carries trace_id whenever its span or its ctx has a trace: with the
+// no-op provider, a remote parent's trace id still reaches the log.
+// `pynox pool` and `pynox serve` install the SDK with the OTLP/HTTP
+// exporter only when OTEL_EXPORTER_OTLP_ENDPOINT (or
+// OTEL_EXPORTER_OTLP_TRACES_ENDPOINT) is set, flush it at exit, and let
+// the pool's own Landlock domain connect to the endpoint's port
+// (Config.ConfineSelfConnectTCP): Landlock's TCP rules name a port, not an
+// address, so code that escaped a job into a template could reach that
+// port on any host; the jobs' own domains still deny every connect.
+//
 // # Relation to monty-pool
 //
 // The Go API is modelled on the Rust monty-pool crate, mapped onto CPython:
@@ -627,8 +660,10 @@
 //     kernel enforces: ReadOnly and ReadWrite at the host path. Virtual
 //     paths, Overlay and write_bytes_limit are refused with
 //     SandboxSetupError until the pool sets up a mount namespace per job.
+//   - checkout_with_telemetry: Config.TracerProvider and the ctx given
+//     to Run and Feed (see Traces).
 //   - dump/restore, install_dependencies, type checking, WebSocket
-//     transport, telemetry adapters: do not apply. CPython state cannot be
+//     transport: do not apply. CPython state cannot be
 //     serialised safely, packages come from the operator (preloads and
 //     package dirs) rather than from jobs, and logging goes to
 //     Config.Logger (a *slog.Logger).

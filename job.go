@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"strconv"
 	"time"
+
+	"go.opentelemetry.io/otel/trace"
 )
 
 // Job is one request: a piece of Python code and the permissions and
@@ -96,6 +98,10 @@ type Job struct {
 	// Outputs; see [DisplayFunc]. For a [Checkout], it is the default of
 	// each Step's OnDisplay.
 	OnDisplay DisplayFunc `json:"-"`
+
+	// trace is the span context of the job's span (or of its step's),
+	// whose trace id the job's log record carries.
+	trace trace.SpanContext
 }
 
 // withProfile merges the named profile under j's own fields: lists are

@@ -14,6 +14,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/pynox/pynox/internal/cgroup"
 	"github.com/pynox/pynox/internal/worker"
 	"golang.org/x/sync/errgroup"
@@ -29,6 +31,7 @@ type Pool struct {
 	env    []string
 	start  time.Time
 	log    *slog.Logger
+	tracer trace.Tracer // from Config.TracerProvider (trace.go)
 
 	workers []*poolWorker
 	idle    chan *poolWorker
@@ -145,6 +148,7 @@ func New(cfg Config) (*Pool, error) {
 		env:     baseEnv(),
 		start:   time.Now(),
 		log:     log,
+		tracer:  tracerOf(cfg.TracerProvider),
 		idle:    make(chan *poolWorker, cfg.Workers),
 		closing: make(chan struct{}),
 		dumps:   make(chan struct{}, maxDumpsInFlight),
@@ -463,10 +467,11 @@ func (p *Pool) Run(ctx context.Context, job Job) (*Result, error) {
 // because the one it was given died before running any of its code.
 const maxSetupRetries = 2
 
-// run is Run, but leaves the request for the next spare to the caller
+// runJob is Run, but leaves the request for the next spare to the caller
 // (refill, never nil), to make once the answer is delivered: forking
-// while the answer is on its way competes with it for the CPU.
-func (p *Pool) run(ctx context.Context, job Job) (_ *Result, refill func(), _ error) {
+// while the answer is on its way competes with it for the CPU. run
+// (trace.go) calls it inside the job's span.
+func (p *Pool) runJob(ctx context.Context, job Job) (_ *Result, refill func(), _ error) {
 	refill = func() {}
 	if err := p.usable(); err != nil {
 		return nil, refill, err
@@ -496,7 +501,7 @@ func (p *Pool) run(ctx context.Context, job Job) (_ *Result, refill func(), _ er
 	if (len(job.Functions) > 0 || len(job.Tools) > 0) && job.Host == nil {
 		return p.refuse(&job, requestErrorf("functions are declared but the job has no Host to answer them")), refill, nil
 	}
-	pl.job.Host = checkedHost(pl.sigs, p.hostAdapter(job.ID, "", job.Host))
+	pl.job.Host = p.traceHost(trace.SpanFromContext(ctx), job.ID, "", checkedHost(pl.sigs, p.hostAdapter(job.ID, "", job.Host)))
 	pl.job.Output = p.outputAdapter(job.ID, "", job.OnOutput)
 	pl.job.Display = p.displayAdapter(job.ID, "", job.OnDisplay)
 	// A HostFunc's ctx carries ctx's values and ends with it.
@@ -751,6 +756,7 @@ func (p *Pool) finish(job *Job, res *Result) {
 		slog.Int64("duration_ms", res.DurationMS),
 		slog.Int64("queue_us", res.QueueUS),
 		cpuAttr(res),
+		traceAttr(job),
 		slog.String("network", network),
 		slog.Bool("truncated", res.StdoutTruncated || res.StderrTruncated),
 	)

@@ -15,8 +15,9 @@ const jobLogMessage = "job"
 // NewLogHandler returns a slog.Handler that writes the pool protocol's
 // JSON log (`pynox pool --log=json`): one line per finished job with the
 // fields ts_ms, event ("job"), id, session, step, exit, error, message,
-// duration_ms, queue_us, network and truncated — identifiers, outcome and
-// timing, never captured output. Other records (the pool's warnings)
+// duration_ms, queue_us, network, truncated and cpu_ms, and trace_id when
+// the job has a trace — identifiers, outcome and timing, never captured
+// output. Other records (the pool's warnings)
 // become lines with event "log", level and message.
 func NewLogHandler(w io.Writer) slog.Handler {
 	return &logHandler{w: w, mu: &sync.Mutex{}}
@@ -45,6 +46,8 @@ type jobLine struct {
 
 	// CPUMS is the result's usage.cpu_ms (null without one).
 	CPUMS *float64 `json:"cpu_ms"`
+	// TraceID is the trace id of the job's span, absent without one.
+	TraceID string `json:"trace_id,omitempty"`
 }
 
 // Enabled reports that every record is written.
@@ -85,6 +88,8 @@ func (h *logHandler) Handle(_ context.Context, r slog.Record) error {
 			case "cpu_ms":
 				f := val.Float64()
 				l.CPUMS = &f
+			case "trace_id":
+				l.TraceID = val.String()
 			}
 			return true
 		})

@@ -36,7 +36,7 @@ func RunLine(ctx context.Context, p *pynox.Pool, line []byte) ([]byte, error) {
 	}
 	accepted := time.Now()
 	job := req.Job
-	res, refill, err := hooks.Run(p, ctx, job)
+	res, refill, err := hooks.Run(p, withParent(ctx, req.parent), job)
 	if refill != nil {
 		defer refill()
 	}

@@ -9,10 +9,13 @@ import (
 	"fmt"
 	"io"
 	"reflect"
+	"slices"
 	"strings"
 	"sync"
 	"time"
 	"unicode/utf8"
+
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/pynox/pynox"
 )
@@ -49,6 +52,12 @@ type request struct {
 	// that creates a session's process, is a dump for it to load.
 	Dump    bool   `json:"dump,omitempty"`
 	Restore []byte `json:"restore,omitempty"`
+	// Traceparent and Tracestate, W3C Trace Context, name the remote
+	// parent of a job's or step's span (trace.go); parent is what they
+	// name, once checked.
+	Traceparent string `json:"traceparent,omitempty"`
+	Tracestate  string `json:"tracestate,omitempty"`
+	parent      trace.SpanContext
 }
 
 // Ready is the first line `pynox pool` writes.
@@ -166,6 +175,8 @@ func ServeWith(ctx context.Context, p *pynox.Pool, r io.Reader, w io.Writer, o S
 	}
 	// Jobs read but not yet given a slot, in order (see below).
 	var held []*jobEntry
+	// parent is the remote parent span of the job dispatch returns.
+	var parent trace.SpanContext
 	// dispatch handles a request that needs no job slot, and returns the
 	// one-shot job of a request that does.
 	dispatch := func(l lineOrErr) (job *pynox.Job, eof bool) {
@@ -191,7 +202,7 @@ func ServeWith(ctx context.Context, p *pynox.Pool, r io.Reader, w io.Writer, o S
 			srv.reply(req)
 		case req.Stats:
 			if extra := setFields(req); len(extra) > 1 || req.Session != "" || req.Close {
-				out.send(refuse(p, &pynox.Job{ID: req.ID}, requestErrorf("a stats request takes no other fields than id")))
+				out.send(refuse(p, &pynox.Job{ID: req.ID}, requestErrorf("a stats request takes no other fields than id (got %v)", slices.DeleteFunc(extra, func(f string) bool { return f == "stats" }))))
 			} else {
 				out.send(statsEvent{ID: req.ID, Event: "stats", Stats: p.Stats()})
 			}
@@ -210,6 +221,7 @@ func ServeWith(ctx context.Context, p *pynox.Pool, r io.Reader, w io.Writer, o S
 				req.Job.OnOutput = srv.outputFor(req.ID, "")
 				req.Job.OnDisplay = srv.displayFor(req.ID, "")
 			}
+			parent = req.parent
 			return &req.Job, false
 		}
 		return nil, false
@@ -281,7 +293,7 @@ loop:
 			case len(held) >= maxHeld:
 				out.send(refuse(p, job, requestErrorf("%d requests are waiting for a worker while host calls wait for replies; read results and answer calls before sending more", len(held))))
 			default:
-				held = append(held, srv.cancels.add(jobCtx, *job))
+				held = append(held, srv.cancels.add(withParent(jobCtx, parent), *job))
 				srv.inFlight.Add(1)
 			}
 		}
@@ -321,6 +333,9 @@ func decodeRequest(line []byte) (request, *pynox.Error) {
 	if err == nil {
 		if e := checkID(req.ID); e != nil {
 			return request{}, e
+		}
+		if e := parseTrace(&req); e != nil {
+			return request{Job: pynox.Job{ID: req.ID}}, e
 		}
 		req.Job.Timeout = time.Duration(req.Timeout)
 		req.Job.Memory = int64(req.Memory)

@@ -403,7 +403,7 @@ func (s *server) serveSessionReq(ns *namedSession, req request) {
 		onOut = s.outputFor(req.ID, ns.name)
 		onDisp = s.displayFor(req.ID, ns.name)
 	}
-	ev, err := co.Feed(s.ctx, pynox.Step{ID: req.ID, Code: req.Code, Name: req.Name, Args: req.Args,
+	ev, err := co.Feed(withParent(s.ctx, req.parent), pynox.Step{ID: req.ID, Code: req.Code, Name: req.Name, Args: req.Args,
 		Timeout: req.Job.Timeout, MaxOutput: req.MaxOutput, Host: stepHost, OnOutput: onOut, OnDisplay: onDisp, Inputs: req.Inputs,
 		Collect: req.Collect})
 	s.endCalls(jc)
@@ -500,6 +500,8 @@ func setFields(req request) []string {
 	add(req.Interrupt, "interrupt")
 	add(req.Cancel != nil, "cancel")
 	add(req.Dump, "dump")
+	add(req.Traceparent != "", "traceparent")
+	add(req.Tracestate != "", "tracestate")
 	f = append(f, permissionFields(req)...)
 	if req.Reply != nil && (req.Session != "" || req.Close) {
 		f = append(f, "session")

@@ -73,6 +73,10 @@ Flags (each overrides the configuration file's key in brackets):
 
 Paths given as flags, and relative paths in requests, resolve against the
 working directory; a job runs in it too.
+
+Traces: with OTEL_EXPORTER_OTLP_ENDPOINT (or OTEL_EXPORTER_OTLP_TRACES_ENDPOINT)
+set, each job, session step and host call is an OpenTelemetry span exported
+over OTLP/HTTP (a request's "traceparent" is the parent); without it, none.
 `
 
 // keyFlags maps the configuration keys that a flag overrides to the flag.
@@ -331,6 +335,18 @@ func withPool(cmd, help string, args []string, stdout, stderr io.Writer, flags f
 		if code, ok := before(); !ok {
 			return code
 		}
+	}
+	// Traces are exported only when the standard OTLP endpoint variables
+	// ask for it (trace.go); the pool's domain lets the exporter connect.
+	tr, err := startTracing(cfg.Logger, func(msg string) { fmt.Fprintf(stderr, "%s: %s\n", name, msg) })
+	if err != nil {
+		fmt.Fprintf(stderr, "%s: %v\n", name, err)
+		return 2
+	}
+	defer tr.shutdown()
+	if tr != nil {
+		cfg.TracerProvider = tr.tp
+		cfg.ConfineSelfConnectTCP = append(cfg.ConfineSelfConnectTCP, tr.port)
 	}
 	setHostProcs(cmp.Or(cfg.Workers, pynox.DefaultWorkers))
 	p, err := pynox.New(cfg)
