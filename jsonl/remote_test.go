@@ -1,0 +1,502 @@
+package jsonl
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/pynox/pynox"
+	"github.com/pynox/pynox/internal/testenv"
+)
+
+// The Go API's tests, run both ways: on a local pool (pynox.New) and on a
+// remote one (Dial) talking to a real `pynox serve` binary on a loopback
+// port, with the same configuration.
+
+var (
+	serveBinOnce sync.Once
+	serveBin     string
+	serveBinErr  error
+)
+
+// pynoxServeBinary builds cmd/pynox once per test binary.
+func pynoxServeBinary(t testing.TB) string {
+	t.Helper()
+	serveBinOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "pynox-remote-bin")
+		if err != nil {
+			serveBinErr = err
+			return
+		}
+		serveBin = filepath.Join(dir, "pynox")
+		out, err := exec.Command("go", "build", "-o", serveBin, "github.com/pynox/pynox/cmd/pynox").CombinedOutput()
+		if err != nil {
+			serveBinErr = fmt.Errorf("go build: %v: %s", err, out)
+		}
+	})
+	require.NoError(t, serveBinErr)
+	return serveBin
+}
+
+// remoteServer is a running `pynox serve`.
+type remoteServer struct {
+	cmd    *exec.Cmd
+	addr   string // 127.0.0.1:PORT
+	stderr *testenv.SyncBuffer
+	exited chan struct{}
+}
+
+func (s *remoteServer) url() string { return "ws://" + s.addr + "/v1/pool" }
+
+// kill ends the server with SIGKILL (its templates and jobs die with it)
+// and waits for it.
+func (s *remoteServer) kill() {
+	_ = s.cmd.Process.Signal(syscall.SIGKILL)
+	<-s.exited
+}
+
+// startRemoteServer starts `pynox serve --listen=listen` in dir with the
+// token file and flags given, and waits until it serves.
+func startRemoteServer(t testing.TB, dir, listen, tokenFile string, args ...string) *remoteServer {
+	t.Helper()
+	requireSandbox(t)
+	argv := []string{"serve", "--listen=" + listen, "--python=" + testPython(), "--allow-write=" + dir}
+	if tokenFile != "" {
+		argv = append(argv, "--token-file="+tokenFile)
+	}
+	cmd := exec.Command(pynoxServeBinary(t), append(argv, args...)...)
+	cmd.Dir = dir
+	pipe, err := cmd.StderrPipe()
+	require.NoError(t, err)
+	require.NoError(t, cmd.Start())
+	s := &remoteServer{cmd: cmd, stderr: &testenv.SyncBuffer{}, exited: make(chan struct{})}
+	go func() { _ = cmd.Wait(); close(s.exited) }()
+	t.Cleanup(s.kill)
+	addr := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(pipe)
+		for sc.Scan() {
+			line := sc.Text()
+			fmt.Fprintln(s.stderr, line)
+			if a, ok := strings.CutPrefix(line, "pynox serve: listening on http://"); ok {
+				addr <- a
+			}
+		}
+		close(addr)
+	}()
+	a, ok := <-addr
+	require.True(t, ok, "no address; stderr: %s", s.stderr.String())
+	s.addr = a
+	return s
+}
+
+// remoteTestToken is the token of the tests' servers.
+const remoteTestToken = "remote-test-token-0123456789"
+
+// writeTokenFile writes a token file holding remoteTestToken.
+func writeTokenFile(t testing.TB) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "tokens")
+	require.NoError(t, os.WriteFile(path, []byte("# tokens\n"+remoteTestToken+"\n"), 0o600))
+	return path
+}
+
+// dialTest dials a server with the tests' token and closes the pool when
+// the test ends.
+func dialTest(t testing.TB, s *remoteServer) *pynox.Pool {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	p, err := Dial(ctx, s.url(), DialOptions{Token: remoteTestToken})
+	require.NoError(t, err)
+	require.True(t, p.IsRemote())
+	t.Cleanup(func() { p.Close() })
+	return p
+}
+
+// apiTests are the Go API's tests that run on both a local and a remote
+// pool; each gets the pool and a directory it may write in.
+var apiTests = []struct {
+	name string
+	fn   func(t *testing.T, p *pynox.Pool)
+}{
+	{"RunTrivial", func(t *testing.T, p *pynox.Pool) {
+		res := run(t, p, pynox.Job{ID: "t1", Code: "print(6 * 7)"})
+		requireOK(t, res)
+		require.Equal(t, "42\n", res.Stdout)
+		require.Equal(t, "t1", res.ID)
+		require.NoError(t, res.Err())
+		require.NotNil(t, res.Policy)
+	}},
+	{"Exception", func(t *testing.T, p *pynox.Pool) {
+		res := run(t, p, pynox.Job{Code: "raise KeyError('k')"})
+		require.Equal(t, 1, res.Exit)
+		require.Equal(t, "KeyError", res.Error.Type)
+		require.NotNil(t, res.Error.File)
+		require.Equal(t, "<code>", *res.Error.File)
+		err := res.Err()
+		require.ErrorIs(t, err, pynox.ErrRuntime)
+		var e *pynox.Error
+		require.ErrorAs(t, err, &e)
+		require.Equal(t, pynox.KindRuntime, e.Kind)
+		require.Equal(t, "KeyError", e.Type)
+	}},
+	{"PythonTimeoutErrorIsRuntime", func(t *testing.T, p *pynox.Pool) {
+		// The job's own TimeoutError is not the pool's verdict.
+		res := run(t, p, pynox.Job{Code: "raise TimeoutError('mine')"})
+		require.ErrorIs(t, res.Err(), pynox.ErrRuntime)
+		require.NotErrorIs(t, res.Err(), pynox.ErrTimeout)
+	}},
+	{"Timeout", func(t *testing.T, p *pynox.Pool) {
+		res := run(t, p, pynox.Job{Code: "while True:\n    pass", Timeout: 300 * time.Millisecond})
+		require.Equal(t, -1, res.Exit)
+		require.Equal(t, "TimeoutError", res.Error.Type)
+		require.ErrorIs(t, res.Err(), pynox.ErrTimeout)
+	}},
+	{"RequestError", func(t *testing.T, p *pynox.Pool) {
+		res := run(t, p, pynox.Job{Code: "print(1)", Memory: 100 << 30})
+		require.ErrorIs(t, res.Err(), pynox.ErrRequest)
+		require.Contains(t, res.Error.Message, "memory")
+	}},
+	{"StdoutStderr", func(t *testing.T, p *pynox.Pool) {
+		res := run(t, p, pynox.Job{Code: "import sys\nprint('out')\nprint('err', file=sys.stderr)"})
+		requireOK(t, res)
+		require.Equal(t, "out\n", res.Stdout)
+		require.Equal(t, "err\n", res.Stderr)
+	}},
+	{"InputsAndValue", func(t *testing.T, p *pynox.Pool) {
+		res := run(t, p, pynox.Job{Code: "n * 2", Inputs: map[string]any{"n": 21}})
+		requireOK(t, res)
+		require.JSONEq(t, "42", string(res.Value))
+	}},
+	{"StreamedOutput", func(t *testing.T, p *pynox.Pool) {
+		var mu sync.Mutex
+		var got []string
+		res := run(t, p, pynox.Job{Code: "import sys\nprint('a', flush=True)\nprint('b', file=sys.stderr, flush=True)",
+			OnOutput: func(s pynox.Stream, text string) {
+				mu.Lock()
+				got = append(got, s.String()+":"+text)
+				mu.Unlock()
+			}})
+		requireOK(t, res)
+		mu.Lock()
+		defer mu.Unlock()
+		require.Contains(t, got, "stdout:a\n")
+		require.Contains(t, got, "stderr:b\n")
+	}},
+	{"HostFunctionTypedError", func(t *testing.T, p *pynox.Pool) {
+		host := func(_ context.Context, call *pynox.Call) (any, error) {
+			var args []string
+			if err := json.Unmarshal(call.Args, &args); err != nil {
+				return nil, err
+			}
+			if args[0] == "missing" {
+				return nil, pynox.RaiseAs("KeyError", "no such page")
+			}
+			return "page " + args[0], nil
+		}
+		res := run(t, p, pynox.Job{Functions: []string{"lookup"}, Host: host, Code: "from pynox_host import lookup\n" +
+			"print(lookup('one'))\n" +
+			"try:\n    lookup('missing')\nexcept KeyError as e:\n    print('KeyError', e)"})
+		requireOK(t, res)
+		require.Equal(t, "page one\nKeyError 'no such page'\n", res.Stdout)
+	}},
+	{"FunctionsWithoutHost", func(t *testing.T, p *pynox.Pool) {
+		res := run(t, p, pynox.Job{Functions: []string{"f"}, Code: "print(1)"})
+		require.ErrorIs(t, res.Err(), pynox.ErrRequest)
+	}},
+	{"RunContextEnds", func(t *testing.T, p *pynox.Pool) {
+		ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+		defer cancel()
+		res, err := p.Run(ctx, pynox.Job{Code: "import time\ntime.sleep(20)"})
+		require.ErrorIs(t, err, context.DeadlineExceeded)
+		require.Nil(t, res)
+	}},
+	{"SessionKeepsVariables", func(t *testing.T, p *pynox.Pool) {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		co, err := p.Checkout(ctx, pynox.Job{})
+		require.NoError(t, err)
+		ev, err := co.Feed(ctx, pynox.Step{ID: 1, Code: "x = 41"})
+		require.NoError(t, err)
+		requireOK(t, ev.Result)
+		require.Equal(t, 1, ev.Result.Step)
+		ev, err = co.Feed(ctx, pynox.Step{ID: 2, Code: "print(x + 1)"})
+		require.NoError(t, err)
+		requireOK(t, ev.Result)
+		require.Equal(t, "42\n", ev.Result.Stdout)
+		require.Equal(t, 2, ev.Result.Step)
+		require.Equal(t, 2, ev.Result.ID)
+		// An exception leaves the session alive.
+		ev, err = co.Feed(ctx, pynox.Step{Code: "1/0"})
+		require.NoError(t, err)
+		require.Equal(t, "ZeroDivisionError", ev.Result.Error.Type)
+		require.False(t, ev.Result.SessionEnded)
+		ev, err = co.Feed(ctx, pynox.Step{Code: "x", Inputs: map[string]any{"y": 1}})
+		require.NoError(t, err)
+		require.JSONEq(t, "41", string(ev.Result.Value))
+		require.NoError(t, co.Finish(ctx))
+		_, err = co.Feed(ctx, pynox.Step{Code: "print(x)"})
+		require.ErrorIs(t, err, pynox.ErrFinished)
+		require.ErrorIs(t, co.Err(), pynox.ErrFinished)
+		<-co.Done()
+	}},
+	{"SessionCallsSurfaceAndResume", func(t *testing.T, p *pynox.Pool) {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		co, err := p.Checkout(ctx, pynox.Job{Functions: []string{"fetch"}})
+		require.NoError(t, err)
+		defer co.Finish(ctx)
+		ev, err := co.Feed(ctx, pynox.Step{Code: "from pynox_host import fetch\n" +
+			"print(fetch('a'))\ntry:\n    fetch('b')\nexcept PermissionError as e:\n    print('denied', e)"})
+		require.NoError(t, err)
+		require.NotNil(t, ev.Call)
+		require.Equal(t, "fetch", ev.Call.Function)
+		// A wrong call id is the caller's mistake.
+		_, err = co.Resume(ctx, ev.Call.ID+1000, pynox.Return(1))
+		require.ErrorIs(t, err, pynox.ErrProtocol)
+		// Feed while a call waits is too.
+		_, err = co.Feed(ctx, pynox.Step{Code: "print(2)"})
+		require.ErrorIs(t, err, pynox.ErrProtocol)
+		ev, err = co.Resume(ctx, ev.Call.ID, pynox.Return("A"))
+		require.NoError(t, err)
+		require.NotNil(t, ev.Call)
+		ev, err = co.Resume(ctx, ev.Call.ID, pynox.RaiseError(pynox.RaiseAs("PermissionError", "not yours")))
+		require.NoError(t, err)
+		require.NotNil(t, ev.Result)
+		requireOK(t, ev.Result)
+		require.Equal(t, "A\ndenied not yours\n", ev.Result.Stdout)
+		_, err = co.Resume(ctx, 1, pynox.Return(1))
+		require.ErrorIs(t, err, pynox.ErrProtocol)
+	}},
+	{"SessionRefusedStep", func(t *testing.T, p *pynox.Pool) {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		// A job outside the ceiling: a local pool refuses it at Checkout,
+		// a remote one at the first Feed (the server sees it then).
+		co, err := p.Checkout(ctx, pynox.Job{AllowRead: []string{"/etc"}})
+		if err == nil {
+			require.True(t, p.IsRemote())
+			_, err = co.Feed(ctx, pynox.Step{Code: "print(1)"})
+			co.Finish(ctx)
+		}
+		require.ErrorIs(t, err, pynox.ErrRequest)
+		require.Contains(t, err.Error(), "/etc")
+	}},
+	{"SessionInterrupt", func(t *testing.T, p *pynox.Pool) {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		started := make(chan struct{})
+		var once sync.Once
+		co, err := p.Checkout(ctx, pynox.Job{Functions: []string{"started"}, Host: func(context.Context, *pynox.Call) (any, error) {
+			once.Do(func() { close(started) })
+			return nil, nil
+		}})
+		require.NoError(t, err)
+		defer co.Finish(ctx)
+		ev, err := co.Feed(ctx, pynox.Step{Code: "n = 5"})
+		require.NoError(t, err)
+		requireOK(t, ev.Result)
+		require.False(t, co.Interrupt(), "no step runs")
+		type fed struct {
+			ev  pynox.TurnEvent
+			err error
+		}
+		done := make(chan fed, 1)
+		go func() {
+			ev, err := co.Feed(ctx, pynox.Step{Code: "from pynox_host import started\nimport time\nstarted()\nwhile True:\n    time.sleep(0.01)"})
+			done <- fed{ev, err}
+		}()
+		<-started
+		require.True(t, co.Interrupt())
+		f := <-done
+		require.NoError(t, f.err)
+		require.Equal(t, "KeyboardInterrupt", f.ev.Result.Error.Type)
+		require.False(t, f.ev.Result.SessionEnded)
+		ev, err = co.Feed(ctx, pynox.Step{Code: "print(n)"})
+		require.NoError(t, err)
+		require.Equal(t, "5\n", ev.Result.Stdout)
+	}},
+	{"FeedContextEnds", func(t *testing.T, p *pynox.Pool) {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		co, err := p.Checkout(ctx, pynox.Job{})
+		require.NoError(t, err)
+		defer co.Finish(ctx)
+		short, stop := context.WithTimeout(ctx, 500*time.Millisecond)
+		defer stop()
+		ev, err := co.Feed(short, pynox.Step{Code: "m = 3\nimport time\ntime.sleep(20)"})
+		require.ErrorIs(t, err, context.DeadlineExceeded)
+		require.NotNil(t, ev.Result)
+		require.Equal(t, "KeyboardInterrupt", ev.Result.Error.Type)
+		ev, err = co.Feed(ctx, pynox.Step{Code: "print(m)"})
+		require.NoError(t, err)
+		require.Equal(t, "3\n", ev.Result.Stdout)
+	}},
+	{"Stats", func(t *testing.T, p *pynox.Pool) {
+		before := p.Stats()
+		require.Equal(t, 2, before.Workers)
+		run(t, p, pynox.Job{Code: "print(1)"})
+		run(t, p, pynox.Job{Code: "raise ValueError()"})
+		after, err := p.StatsContext(context.Background())
+		require.NoError(t, err)
+		require.Equal(t, before.Jobs+2, after.Jobs)
+		require.Equal(t, before.OK+1, after.OK)
+		require.Equal(t, before.Failed+1, after.Failed)
+		require.Equal(t, before.Errors["ValueError"]+1, after.Errors["ValueError"])
+		require.Equal(t, 2, p.Workers())
+	}},
+}
+
+// TestGoAPILocalAndRemote runs apiTests on a local pool and on a remote
+// one served by `pynox serve` with the same settings.
+func TestGoAPILocalAndRemote(t *testing.T) {
+	requireSandbox(t)
+	dir := t.TempDir()
+	local := newTestPool(t, pynox.Config{Workers: 2, Dir: dir})
+	srv := startRemoteServer(t, dir, "127.0.0.1:0", writeTokenFile(t), "--workers=2")
+	remote := dialTest(t, srv)
+	for _, pc := range []struct {
+		name string
+		p    *pynox.Pool
+	}{{"local", local}, {"remote", remote}} {
+		t.Run(pc.name, func(t *testing.T) {
+			for _, tc := range apiTests {
+				t.Run(tc.name, func(t *testing.T) { tc.fn(t, pc.p) })
+			}
+		})
+	}
+}
+
+// TestRemoteDialRefusals: a wrong token, or nothing listening, is an
+// ErrDisconnected error from Dial naming why.
+func TestRemoteDialRefusals(t *testing.T) {
+	requireSandbox(t)
+	dir := t.TempDir()
+	srv := startRemoteServer(t, dir, "127.0.0.1:0", writeTokenFile(t))
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	_, err := Dial(ctx, srv.url(), DialOptions{Token: "wrong"})
+	require.ErrorIs(t, err, pynox.ErrDisconnected)
+	require.Contains(t, err.Error(), "401")
+	require.Contains(t, err.Error(), "DialOptions.Token")
+	srv.kill()
+	_, err = Dial(ctx, srv.url(), DialOptions{Token: remoteTestToken})
+	require.ErrorIs(t, err, pynox.ErrDisconnected)
+}
+
+// TestRemoteDisconnectMidTurn: killing the server under a running job and
+// a session fails both with ErrDisconnected; the pool then reconnects for
+// new work to a server back on the same address.
+func TestRemoteDisconnectMidTurn(t *testing.T) {
+	requireSandbox(t)
+	dir := t.TempDir()
+	tokens := writeTokenFile(t)
+	srv := startRemoteServer(t, dir, "127.0.0.1:0", tokens, "--workers=2")
+	p := dialTest(t, srv)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+
+	co, err := p.Checkout(ctx, pynox.Job{})
+	require.NoError(t, err)
+	ev, err := co.Feed(ctx, pynox.Step{Code: "x = 1"})
+	require.NoError(t, err)
+	requireOK(t, ev.Result)
+
+	// A one-shot job and a session step, each running (it has called
+	// the host) when the server dies.
+	started := make(chan struct{}, 2)
+	host := func(context.Context, *pynox.Call) (any, error) { started <- struct{}{}; return nil, nil }
+	code := "from pynox_host import started\nimport time\nstarted()\ntime.sleep(60)"
+	runErr := make(chan error, 1)
+	go func() {
+		_, err := p.Run(ctx, pynox.Job{Functions: []string{"started"}, Host: host, Code: code})
+		runErr <- err
+	}()
+	co2, err := p.Checkout(ctx, pynox.Job{Functions: []string{"started"}, Host: host})
+	require.NoError(t, err)
+	feedErr := make(chan error, 1)
+	go func() {
+		_, err := co2.Feed(ctx, pynox.Step{Code: code})
+		feedErr <- err
+	}()
+	<-started
+	<-started
+	srv.kill()
+
+	err = <-runErr
+	require.ErrorIs(t, err, pynox.ErrDisconnected)
+	var e *pynox.Error
+	require.ErrorAs(t, err, &e)
+	require.Equal(t, pynox.KindDisconnected, e.Kind)
+	require.Equal(t, "Disconnected", e.Type)
+	require.ErrorIs(t, <-feedErr, pynox.ErrDisconnected)
+	// The idle session of that connection has ended too.
+	<-co.Done()
+	require.ErrorIs(t, co.Err(), pynox.ErrDisconnected)
+	_, err = co.Feed(ctx, pynox.Step{Code: "print(x)"})
+	require.ErrorIs(t, err, pynox.ErrDisconnected)
+	_, err = co2.Feed(ctx, pynox.Step{Code: "print(1)"})
+	require.ErrorIs(t, err, pynox.ErrDisconnected)
+
+	// While the server is away, new work fails to connect.
+	_, err = p.Run(ctx, pynox.Job{Code: "print(1)"})
+	require.ErrorIs(t, err, pynox.ErrDisconnected)
+
+	// A server back on the same address: the pool reconnects.
+	startRemoteServer(t, dir, srv.addr, tokens, "--workers=2")
+	res, err := p.Run(ctx, pynox.Job{Code: "print('again')"})
+	require.NoError(t, err)
+	requireOK(t, res)
+	require.Equal(t, "again\n", res.Stdout)
+	co3, err := p.Checkout(ctx, pynox.Job{})
+	require.NoError(t, err)
+	ev, err = co3.Feed(ctx, pynox.Step{Code: "print('fresh')"})
+	require.NoError(t, err)
+	require.Equal(t, "fresh\n", ev.Result.Stdout)
+	require.NoError(t, co3.Finish(ctx))
+}
+
+// TestRemoteClose: Close under a running job fails it with ErrClosed (not
+// ErrDisconnected), and later calls fail with ErrClosed.
+func TestRemoteClose(t *testing.T) {
+	requireSandbox(t)
+	dir := t.TempDir()
+	srv := startRemoteServer(t, dir, "127.0.0.1:0", writeTokenFile(t))
+	p := dialTest(t, srv)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	started := make(chan struct{}, 1)
+	host := func(context.Context, *pynox.Call) (any, error) { started <- struct{}{}; return nil, nil }
+	runErr := make(chan error, 1)
+	go func() {
+		_, err := p.Run(ctx, pynox.Job{Functions: []string{"started"}, Host: host,
+			Code: "from pynox_host import started\nimport time\nstarted()\ntime.sleep(60)"})
+		runErr <- err
+	}()
+	co, err := p.Checkout(ctx, pynox.Job{})
+	require.NoError(t, err)
+	<-started
+	require.NoError(t, p.Close())
+	err = <-runErr
+	require.ErrorIs(t, err, pynox.ErrClosed)
+	require.False(t, errors.Is(err, pynox.ErrDisconnected))
+	_, err = p.Run(ctx, pynox.Job{Code: "print(1)"})
+	require.ErrorIs(t, err, pynox.ErrClosed)
+	_, err = co.Feed(ctx, pynox.Step{Code: "print(1)"})
+	require.ErrorIs(t, err, pynox.ErrClosed)
+	_, err = p.Checkout(ctx, pynox.Job{})
+	require.ErrorIs(t, err, pynox.ErrClosed)
+}
