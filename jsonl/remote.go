@@ -42,10 +42,26 @@ type DialOptions struct {
 	// larger output ceiling needs a larger limit. A larger message ends
 	// the connection (its work in flight fails with KindDisconnected).
 	ReadLimit int64
+	// WriteTimeout bounds how long a request may wait for the server to
+	// take it; the connection ends when one waits longer. Zero means 1
+	// minute.
+	WriteTimeout time.Duration
+	// Keepalive is how often an open connection sends a stats request
+	// (the protocol's keepalive): it keeps the server's --idle-timeout
+	// from closing a connection whose sessions wait between steps, and
+	// ends a connection whose server no longer answers within the same
+	// interval, so that its work fails with KindDisconnected instead of
+	// waiting for good. Zero means 30 seconds; a negative value sends
+	// none.
+	Keepalive time.Duration
 }
 
-// defaultReadLimit is DialOptions.ReadLimit's default.
-const defaultReadLimit = 64 << 20
+// The defaults of DialOptions.
+const (
+	defaultReadLimit    = 64 << 20
+	defaultWriteTimeout = time.Minute
+	defaultKeepalive    = 30 * time.Second
+)
 
 // Dial connects to a `pynox serve` server's WebSocket endpoint — url is
 // "ws://HOST:PORT/v1/pool" or "wss://…/v1/pool" — and returns a
@@ -149,7 +165,11 @@ func (rp *remotePool) dial(ctx context.Context) (*remoteConn, error) {
 	}
 	ch := make(chan made, 1)
 	go func() {
-		c, err := NewClient(&wsLineReader{ws: ws}, &wsLineWriter{ws: ws})
+		wt := rp.o.WriteTimeout
+		if wt <= 0 {
+			wt = defaultWriteTimeout
+		}
+		c, err := NewClient(&wsLineReader{ws: ws}, &wsLineWriter{ws: ws, timeout: wt})
 		ch <- made{c, err}
 	}()
 	select {
@@ -158,10 +178,38 @@ func (rp *remotePool) dial(ctx context.Context) (*remoteConn, error) {
 			ws.CloseNow()
 			return nil, disconnected("connecting to %s: %v", rp.url, m.err)
 		}
-		return &remoteConn{ws: ws, c: m.c}, nil
+		rc := &remoteConn{ws: ws, c: m.c}
+		if ka := rp.o.Keepalive; ka >= 0 {
+			if ka == 0 {
+				ka = defaultKeepalive
+			}
+			go rc.keepalive(ka)
+		}
+		return rc, nil
 	case <-ctx.Done():
 		ws.CloseNow()
 		return nil, ctx.Err()
+	}
+}
+
+// keepalive sends a stats request every interval until the connection
+// ends, and ends it when one is not answered within interval.
+func (rc *remoteConn) keepalive(interval time.Duration) {
+	tick := time.NewTicker(interval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-rc.c.done:
+			return
+		case <-tick.C:
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), interval)
+		_, err := rc.c.roundTrip(ctx, &request{Stats: true}, nil)
+		cancel()
+		if err != nil {
+			rc.ws.CloseNow()
+			return
+		}
 	}
 }
 
@@ -525,6 +573,7 @@ func (co *remoteCheckout) Feed(ctx context.Context, step pynox.Step) (pynox.Turn
 	co.mu.Unlock()
 	go func() {
 		res, err := co.sess.Run(co.life, step)
+		t.done() // Shutdown waits for the step, not for its caller
 		co.mu.Lock()
 		if co.running == t {
 			co.running = nil
@@ -595,9 +644,7 @@ func (co *remoteCheckout) await(ctx context.Context, t *remoteTurn) (pynox.TurnE
 
 // stepEnded ends the turn with its step's outcome.
 func (co *remoteCheckout) stepEnded(m remoteMsg) (pynox.TurnEvent, error) {
-	t := co.turn
 	co.turn = nil
-	t.done()
 	if m.err != nil {
 		if why := co.Err(); why != nil {
 			return pynox.TurnEvent{}, why
@@ -703,7 +750,8 @@ func (r *wsLineReader) Read(p []byte) (int, error) {
 // wsLineWriter sends each whole line written to it as one text message
 // (the Client writes whole lines, one Write each).
 type wsLineWriter struct {
-	ws *websocket.Conn
+	ws      *websocket.Conn
+	timeout time.Duration
 }
 
 func (w *wsLineWriter) Write(p []byte) (int, error) {
@@ -711,7 +759,9 @@ func (w *wsLineWriter) Write(p []byte) (int, error) {
 	if n := len(line); n > 0 && line[n-1] == '\n' {
 		line = line[:n-1]
 	}
-	if err := w.ws.Write(context.Background(), websocket.MessageText, line); err != nil {
+	ctx, cancel := context.WithTimeout(context.Background(), w.timeout)
+	defer cancel()
+	if err := w.ws.Write(ctx, websocket.MessageText, line); err != nil {
 		return 0, err
 	}
 	return len(p), nil

@@ -1,17 +1,13 @@
 package jsonl
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
+	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -25,81 +21,18 @@ import (
 // remote one (Dial) talking to a real `pynox serve` binary on a loopback
 // port, with the same configuration.
 
-var (
-	serveBinOnce sync.Once
-	serveBin     string
-	serveBinErr  error
-)
-
-// pynoxServeBinary builds cmd/pynox once per test binary.
-func pynoxServeBinary(t testing.TB) string {
-	t.Helper()
-	serveBinOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "pynox-remote-bin")
-		if err != nil {
-			serveBinErr = err
-			return
-		}
-		serveBin = filepath.Join(dir, "pynox")
-		out, err := exec.Command("go", "build", "-o", serveBin, "github.com/pynox/pynox/cmd/pynox").CombinedOutput()
-		if err != nil {
-			serveBinErr = fmt.Errorf("go build: %v: %s", err, out)
-		}
-	})
-	require.NoError(t, serveBinErr)
-	return serveBin
-}
-
 // remoteServer is a running `pynox serve`.
-type remoteServer struct {
-	cmd    *exec.Cmd
-	addr   string // 127.0.0.1:PORT
-	stderr *testenv.SyncBuffer
-	exited chan struct{}
-}
+type remoteServer = testenv.Server
 
-func (s *remoteServer) url() string { return "ws://" + s.addr + "/v1/pool" }
-
-// kill ends the server with SIGKILL (its templates and jobs die with it)
-// and waits for it.
-func (s *remoteServer) kill() {
-	_ = s.cmd.Process.Signal(syscall.SIGKILL)
-	<-s.exited
-}
-
-// startRemoteServer starts `pynox serve --listen=listen` in dir with the
-// token file and flags given, and waits until it serves.
+// startRemoteServer starts `pynox serve --listen=listen` in dir, writable
+// by jobs, with the token file and flags given, and waits until it serves.
 func startRemoteServer(t testing.TB, dir, listen, tokenFile string, args ...string) *remoteServer {
 	t.Helper()
-	requireSandbox(t)
-	argv := []string{"serve", "--listen=" + listen, "--python=" + testPython(), "--allow-write=" + dir}
+	argv := []string{"--allow-write=" + dir}
 	if tokenFile != "" {
 		argv = append(argv, "--token-file="+tokenFile)
 	}
-	cmd := exec.Command(pynoxServeBinary(t), append(argv, args...)...)
-	cmd.Dir = dir
-	pipe, err := cmd.StderrPipe()
-	require.NoError(t, err)
-	require.NoError(t, cmd.Start())
-	s := &remoteServer{cmd: cmd, stderr: &testenv.SyncBuffer{}, exited: make(chan struct{})}
-	go func() { _ = cmd.Wait(); close(s.exited) }()
-	t.Cleanup(s.kill)
-	addr := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(pipe)
-		for sc.Scan() {
-			line := sc.Text()
-			fmt.Fprintln(s.stderr, line)
-			if a, ok := strings.CutPrefix(line, "pynox serve: listening on http://"); ok {
-				addr <- a
-			}
-		}
-		close(addr)
-	}()
-	a, ok := <-addr
-	require.True(t, ok, "no address; stderr: %s", s.stderr.String())
-	s.addr = a
-	return s
+	return testenv.StartServe(t, dir, listen, append(argv, args...)...)
 }
 
 // remoteTestToken is the token of the tests' servers.
@@ -119,7 +52,7 @@ func dialTest(t testing.TB, s *remoteServer) *pynox.Pool {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	p, err := Dial(ctx, s.url(), DialOptions{Token: remoteTestToken})
+	p, err := Dial(ctx, s.URL(), DialOptions{Token: remoteTestToken})
 	require.NoError(t, err)
 	require.True(t, p.IsRemote())
 	t.Cleanup(func() { p.Close() })
@@ -388,12 +321,12 @@ func TestRemoteDialRefusals(t *testing.T) {
 	srv := startRemoteServer(t, dir, "127.0.0.1:0", writeTokenFile(t))
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	_, err := Dial(ctx, srv.url(), DialOptions{Token: "wrong"})
+	_, err := Dial(ctx, srv.URL(), DialOptions{Token: "wrong"})
 	require.ErrorIs(t, err, pynox.ErrDisconnected)
 	require.Contains(t, err.Error(), "401")
 	require.Contains(t, err.Error(), "DialOptions.Token")
-	srv.kill()
-	_, err = Dial(ctx, srv.url(), DialOptions{Token: remoteTestToken})
+	srv.Kill()
+	_, err = Dial(ctx, srv.URL(), DialOptions{Token: remoteTestToken})
 	require.ErrorIs(t, err, pynox.ErrDisconnected)
 }
 
@@ -434,7 +367,7 @@ func TestRemoteDisconnectMidTurn(t *testing.T) {
 	}()
 	<-started
 	<-started
-	srv.kill()
+	srv.Kill()
 
 	err = <-runErr
 	require.ErrorIs(t, err, pynox.ErrDisconnected)
@@ -456,7 +389,7 @@ func TestRemoteDisconnectMidTurn(t *testing.T) {
 	require.ErrorIs(t, err, pynox.ErrDisconnected)
 
 	// A server back on the same address: the pool reconnects.
-	startRemoteServer(t, dir, srv.addr, tokens, "--workers=2")
+	startRemoteServer(t, dir, srv.Addr, tokens, "--workers=2")
 	res, err := p.Run(ctx, pynox.Job{Code: "print('again')"})
 	require.NoError(t, err)
 	requireOK(t, res)
@@ -499,4 +432,131 @@ func TestRemoteClose(t *testing.T) {
 	require.ErrorIs(t, err, pynox.ErrClosed)
 	_, err = p.Checkout(ctx, pynox.Job{})
 	require.ErrorIs(t, err, pynox.ErrClosed)
+}
+
+// faultProxy forwards TCP connections to a server, and can cut them (the
+// connection ends under the client, the server lives on) or freeze them
+// (bytes stop flowing but nothing ends: a peer gone without a word).
+type faultProxy struct {
+	ln     net.Listener
+	target string
+	mu     sync.Mutex
+	conns  []net.Conn
+	frozen chan struct{} // closed by freeze
+}
+
+func startFaultProxy(t *testing.T, target string) *faultProxy {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	fp := &faultProxy{ln: ln, target: target, frozen: make(chan struct{})}
+	t.Cleanup(func() { ln.Close(); fp.cut() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			s, err := net.Dial("tcp", target)
+			if err != nil {
+				c.Close()
+				continue
+			}
+			fp.mu.Lock()
+			fp.conns = append(fp.conns, c, s)
+			fp.mu.Unlock()
+			go fp.pipe(c, s)
+			go fp.pipe(s, c)
+		}
+	}()
+	return fp
+}
+
+// pipe copies from src to dst until either ends or the proxy freezes.
+func (fp *faultProxy) pipe(dst, src net.Conn) {
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := src.Read(buf)
+		select {
+		case <-fp.frozen:
+			<-make(chan struct{}) // holds the bytes for good
+		default:
+		}
+		if n > 0 {
+			if _, werr := dst.Write(buf[:n]); werr != nil {
+				return
+			}
+		}
+		if err != nil {
+			dst.Close()
+			return
+		}
+	}
+}
+
+// cut closes every connection through the proxy.
+func (fp *faultProxy) cut() {
+	fp.mu.Lock()
+	defer fp.mu.Unlock()
+	for _, c := range fp.conns {
+		c.Close()
+	}
+	fp.conns = nil
+}
+
+func (fp *faultProxy) url() string { return "ws://" + fp.ln.Addr().String() + "/v1/pool" }
+
+// TestRemoteConnectionCutMidTurn: the connection ends under a running job
+// while the server lives on; the job fails with ErrDisconnected and the
+// pool's next job goes over a new connection to the same server.
+func TestRemoteConnectionCutMidTurn(t *testing.T) {
+	requireSandbox(t)
+	dir := t.TempDir()
+	srv := startRemoteServer(t, dir, "127.0.0.1:0", writeTokenFile(t))
+	fp := startFaultProxy(t, srv.Addr)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	p, err := Dial(ctx, fp.url(), DialOptions{Token: remoteTestToken})
+	require.NoError(t, err)
+	defer p.Close()
+	started := make(chan struct{}, 1)
+	host := func(context.Context, *pynox.Call) (any, error) { started <- struct{}{}; return nil, nil }
+	runErr := make(chan error, 1)
+	go func() {
+		_, err := p.Run(ctx, pynox.Job{Functions: []string{"started"}, Host: host,
+			Code: "from pynox_host import started\nimport time\nstarted()\ntime.sleep(60)"})
+		runErr <- err
+	}()
+	<-started
+	fp.cut()
+	require.ErrorIs(t, <-runErr, pynox.ErrDisconnected)
+	res, err := p.Run(ctx, pynox.Job{Code: "print('over a new connection')"})
+	require.NoError(t, err)
+	require.Equal(t, "over a new connection\n", res.Stdout)
+}
+
+// TestRemoteSilentPeer: a connection whose bytes stop flowing without an
+// end (a peer gone without a word) is ended by the keepalive, and the job
+// in flight fails with ErrDisconnected instead of waiting for good.
+func TestRemoteSilentPeer(t *testing.T) {
+	requireSandbox(t)
+	dir := t.TempDir()
+	srv := startRemoteServer(t, dir, "127.0.0.1:0", writeTokenFile(t))
+	fp := startFaultProxy(t, srv.Addr)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	p, err := Dial(ctx, fp.url(), DialOptions{Token: remoteTestToken, Keepalive: 300 * time.Millisecond})
+	require.NoError(t, err)
+	defer p.Close()
+	started := make(chan struct{}, 1)
+	host := func(context.Context, *pynox.Call) (any, error) { started <- struct{}{}; return nil, nil }
+	runErr := make(chan error, 1)
+	go func() {
+		_, err := p.Run(ctx, pynox.Job{Functions: []string{"started"}, Host: host,
+			Code: "from pynox_host import started\nimport time\nstarted()\ntime.sleep(60)"})
+		runErr <- err
+	}()
+	<-started
+	close(fp.frozen)
+	require.ErrorIs(t, <-runErr, pynox.ErrDisconnected)
 }
