@@ -427,6 +427,9 @@ type remoteTurn struct {
 	pending []*pynox.Call
 	answers map[int64]chan hostAnswer
 	done    func() // ends the step's count of work in flight
+	// ended is the step's end, taken while calls still waited (Resume
+	// takes the calls made meanwhile); the next await reports it.
+	ended *remoteMsg
 	// intr is closed by the first interrupt of the step.
 	intr     chan struct{}
 	intrOnce sync.Once
@@ -610,6 +613,10 @@ func (t *remoteTurn) bridge(ctx context.Context, call *pynox.Call) (any, error) 
 
 // await waits for the turn's next event; the caller holds the token.
 func (co *remoteCheckout) await(ctx context.Context, t *remoteTurn) (pynox.TurnEvent, error) {
+	if m := t.ended; m != nil {
+		t.ended = nil
+		return co.stepEnded(*m)
+	}
 	select {
 	case m := <-t.events:
 		if m.call != nil {
@@ -688,6 +695,22 @@ func (co *remoteCheckout) Resume(ctx context.Context, callID int64, result json.
 	t.pending = slices.DeleteFunc(t.pending, func(p *pynox.Call) bool { return p.ID == callID })
 	ans <- hostAnswer{result: result, errMsg: errMsg, errType: errType}
 	if len(t.pending) > 0 {
+		// The step may be waiting for the others: take the calls it has
+		// made meanwhile, without waiting for more.
+		for t.ended == nil {
+			select {
+			case m := <-t.events:
+				if m.call == nil {
+					t.ended = &m
+					continue
+				}
+				t.pending = append(t.pending, m.call)
+				t.answers[m.call.ID] = m.answer
+				continue
+			default:
+			}
+			break
+		}
 		return pynox.TurnEvent{Call: t.pending[0], Calls: slices.Clone(t.pending)}, nil
 	}
 	return co.await(ctx, t)

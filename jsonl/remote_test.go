@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net"
 	"os"
 	"path/filepath"
@@ -277,6 +278,70 @@ var apiTests = []struct {
 		ev, err = co.Feed(ctx, pynox.Step{Code: "print(m)"})
 		require.NoError(t, err)
 		require.Equal(t, "3\n", ev.Result.Stdout)
+	}},
+	{"ConcurrentCallsWait", func(t *testing.T, p *pynox.Pool) {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		co, err := p.Checkout(ctx, pynox.Job{Functions: []string{"echo"}})
+		require.NoError(t, err)
+		defer co.Finish(ctx)
+		ev, err := co.Feed(ctx, pynox.Step{Code: "import asyncio\nfrom pynox_host import aio\n" +
+			"async def main():\n    return await asyncio.gather(*(aio.echo(i) for i in range(3)))\n" +
+			"print(asyncio.run(main()))"})
+		require.NoError(t, err)
+		require.NotNil(t, ev.Call)
+		for len(ev.Calls) < 3 {
+			ev, err = co.Wait(ctx)
+			require.NoError(t, err)
+			require.Nil(t, ev.Result)
+		}
+		byArg := map[string]int64{}
+		for _, c := range ev.Calls {
+			byArg[string(c.Args)] = c.ID
+		}
+		require.Len(t, byArg, 3)
+		for i := 2; i >= 0; i-- {
+			ev, err = co.Resume(ctx, byArg[fmt.Sprintf("[%d]", i)], pynox.Return(i*10))
+			require.NoError(t, err)
+			if i > 0 {
+				require.Len(t, ev.Calls, i, "the others still wait")
+				require.Equal(t, ev.Calls[0], ev.Call)
+			}
+		}
+		require.NotNil(t, ev.Result)
+		requireOK(t, ev.Result)
+		require.Equal(t, "[0, 10, 20]\n", ev.Result.Stdout)
+		_, err = co.Wait(ctx)
+		require.ErrorIs(t, err, pynox.ErrProtocol)
+	}},
+	{"Display", func(t *testing.T, p *pynox.Pool) {
+		var got []pynox.Output
+		res := run(t, p, pynox.Job{Code: "from pynox_display import display\ndisplay(5)",
+			OnDisplay: func(o pynox.Output) { got = append(got, o) }})
+		requireOK(t, res)
+		require.Equal(t, []pynox.Output{{MIME: "text/plain", Data: "5"}}, got)
+		require.Equal(t, got, res.Outputs)
+	}},
+	{"DumpRestore", func(t *testing.T, p *pynox.Pool) {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		co, err := p.Checkout(ctx, pynox.Job{})
+		require.NoError(t, err)
+		ev, err := co.Feed(ctx, pynox.Step{Code: "x = {'a': 41}"})
+		require.NoError(t, err)
+		requireOK(t, ev.Result)
+		d, err := co.Dump(ctx)
+		require.NoError(t, err)
+		require.NoError(t, co.Finish(ctx))
+		co2, err := p.Restore(ctx, pynox.Job{}, d.Data)
+		require.NoError(t, err)
+		defer co2.Finish(ctx)
+		ev, err = co2.Feed(ctx, pynox.Step{Code: "print(x['a'] + 1)"})
+		require.NoError(t, err)
+		requireOK(t, ev.Result)
+		require.Equal(t, "42\n", ev.Result.Stdout)
+		_, err = p.Restore(ctx, pynox.Job{}, []byte("not a dump"))
+		require.ErrorIs(t, err, pynox.ErrRequest)
 	}},
 	{"Stats", func(t *testing.T, p *pynox.Pool) {
 		before := p.Stats()
