@@ -625,3 +625,49 @@ func TestRemoteSilentPeer(t *testing.T) {
 	close(fp.frozen)
 	require.ErrorIs(t, <-runErr, pynox.ErrDisconnected)
 }
+
+// TestRemoteShutdown: Shutdown refuses new work at once, lets the job in
+// flight finish with its result, then closes.
+func TestRemoteShutdown(t *testing.T) {
+	requireSandbox(t)
+	dir := t.TempDir()
+	srv := startRemoteServer(t, dir, "127.0.0.1:0", writeTokenFile(t))
+	p := dialTest(t, srv)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	started := make(chan struct{}, 1)
+	release := make(chan struct{})
+	host := func(context.Context, *pynox.Call) (any, error) {
+		started <- struct{}{}
+		<-release
+		return "done", nil
+	}
+	type ran struct {
+		res *pynox.Result
+		err error
+	}
+	runs := make(chan ran, 1)
+	go func() {
+		res, err := p.Run(ctx, pynox.Job{Functions: []string{"wait"}, Host: host,
+			Code: "from pynox_host import wait\nprint(wait())"})
+		runs <- ran{res, err}
+	}()
+	<-started
+	shut := make(chan error, 1)
+	go func() { shut <- p.Shutdown(ctx) }()
+	// New work is refused while the job runs (Shutdown has begun once a
+	// Run is refused).
+	for {
+		_, err := p.Run(ctx, pynox.Job{Code: "print(1)"})
+		if err != nil {
+			require.ErrorIs(t, err, pynox.ErrClosed)
+			break
+		}
+	}
+	close(release)
+	r := <-runs
+	require.NoError(t, r.err)
+	requireOK(t, r.res)
+	require.Equal(t, "done\n", r.res.Stdout)
+	require.NoError(t, <-shut)
+}
