@@ -352,6 +352,7 @@ func (s *Session) Run(ctx context.Context, step pynox.Step) (*pynox.Result, erro
 		req.Job.OnDisplay = s.job.OnDisplay
 	}
 	req.Inputs = step.Inputs
+	req.Collect = step.Collect
 	if step.Timeout != 0 {
 		req.Timeout = pynox.Duration(step.Timeout)
 	}

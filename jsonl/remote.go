@@ -556,9 +556,6 @@ func (co *remoteCheckout) Feed(ctx context.Context, step pynox.Step) (pynox.Turn
 		return pynox.TurnEvent{}, &pynox.Error{Kind: pynox.KindProtocol, Type: pynox.KindProtocol.String(),
 			Message: fmt.Sprintf("host call %d is waiting for Resume", co.turn.pending[0].ID)}
 	}
-	if len(step.Collect) > 0 {
-		return pynox.TurnEvent{}, requestErrorf("collect: a remote checkout's steps collect no files (the pool protocol's session steps carry only code, name, args, inputs, timeout and max_output)")
-	}
 	co.rp.mu.Lock()
 	if co.rp.closed {
 		co.rp.mu.Unlock()

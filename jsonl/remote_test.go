@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -342,6 +343,31 @@ var apiTests = []struct {
 		require.Equal(t, "42\n", ev.Result.Stdout)
 		_, err = p.Restore(ctx, pynox.Job{}, []byte("not a dump"))
 		require.ErrorIs(t, err, pynox.ErrRequest)
+	}},
+	{"CollectOutputs", func(t *testing.T, p *pynox.Pool) {
+		res := run(t, p, pynox.Job{Code: "import os\nopen(os.environ['PYNOX_OUTPUTS'] + '/a.txt', 'w').write('hi')"})
+		requireOK(t, res)
+		require.Len(t, res.Files, 1)
+		require.True(t, strings.HasSuffix(res.Files[0].Path, "/a.txt"), res.Files[0].Path)
+		require.Equal(t, "hi", string(res.Files[0].Data))
+	}},
+	{"StepCollect", func(t *testing.T, p *pynox.Pool) {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		co, err := p.Checkout(ctx, pynox.Job{})
+		require.NoError(t, err)
+		defer co.Finish(ctx)
+		ev, err := co.Feed(ctx, pynox.Step{Code: "import os\nopen(os.environ['PYNOX_OUTPUTS'] + '/b.txt', 'w').write('yo')",
+			Collect: []string{"$TMPDIR/*.csv"}})
+		require.NoError(t, err)
+		requireOK(t, ev.Result)
+		require.Len(t, ev.Result.Files, 1)
+		require.Equal(t, "yo", string(ev.Result.Files[0].Data))
+		// A pattern outside the step's grants is refused, the session
+		// unchanged.
+		_, err = co.Feed(ctx, pynox.Step{Code: "print(1)", Collect: []string{"/etc/*"}})
+		require.ErrorIs(t, err, pynox.ErrRequest)
+		require.Contains(t, err.Error(), "collect")
 	}},
 	{"Stats", func(t *testing.T, p *pynox.Pool) {
 		before := p.Stats()
