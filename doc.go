@@ -586,7 +586,8 @@
 //
 // What a remote pool cannot do, or does differently: a Checkout's job is
 // checked by the server at the first Feed (a job outside the ceiling
-// fails there with KindRequest, not at Checkout); a
+// fails there with KindRequest, and one beyond the server's max_sessions
+// with KindExhausted, not at Checkout); a
 // HostFunc's ctx ends with its call rather than with Feed's ctx; a
 // Job.Script path is read on the server; [Pool.Config], [Pool.Python],
 // [Pool.CgroupDirs] and [Checkout.Pid] describe nothing remote and return

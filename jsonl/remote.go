@@ -662,7 +662,11 @@ func (co *remoteCheckout) stepEnded(m remoteMsg) (pynox.TurnEvent, error) {
 	res := m.res
 	if res.Error != nil && res.Error.Type == pynox.KindRequest.String() {
 		// A step the server refused: the session is as it was, as for a
-		// local Feed's KindRequest error.
+		// local Feed's KindRequest error. The server's refusal of a
+		// session beyond max_sessions is a local Checkout's ErrExhausted.
+		if strings.HasPrefix(res.Error.Message, "max_sessions (") {
+			return pynox.TurnEvent{}, &pynox.Error{Kind: pynox.KindExhausted, Type: pynox.KindExhausted.String(), Message: res.Error.Message}
+		}
 		return pynox.TurnEvent{}, &pynox.Error{Kind: pynox.KindRequest, Type: res.Error.Type, Message: res.Error.Message}
 	}
 	return pynox.TurnEvent{Result: res}, nil

@@ -697,3 +697,41 @@ func TestRemoteShutdown(t *testing.T) {
 	require.Equal(t, "done\n", r.res.Stdout)
 	require.NoError(t, <-shut)
 }
+
+// TestExhaustedLocalAndRemote: beyond max_sessions a local Checkout fails
+// with ErrExhausted, and a remote checkout's first Feed does (the server
+// sees the session then); the session can be opened once one is finished.
+func TestExhaustedLocalAndRemote(t *testing.T) {
+	requireSandbox(t)
+	dir := t.TempDir()
+	local := newTestPool(t, pynox.Config{Workers: 1, Dir: dir, MaxSessions: 1})
+	conf := filepath.Join(t.TempDir(), "pynox.toml")
+	require.NoError(t, os.WriteFile(conf, []byte("[pool]\nmax_sessions = 1\n"), 0o644))
+	srv := startRemoteServer(t, dir, "127.0.0.1:0", writeTokenFile(t), "--workers=1", "--config="+conf)
+	remote := dialTest(t, srv)
+	for name, p := range map[string]*pynox.Pool{"local": local, "remote": remote} {
+		t.Run(name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			co, err := p.Checkout(ctx, pynox.Job{})
+			require.NoError(t, err)
+			ev, err := co.Feed(ctx, pynox.Step{Code: "x = 1"})
+			require.NoError(t, err)
+			requireOK(t, ev.Result)
+			co2, err := p.Checkout(ctx, pynox.Job{})
+			if err == nil {
+				require.True(t, p.IsRemote())
+				_, err = co2.Feed(ctx, pynox.Step{Code: "print(1)"})
+				require.ErrorIs(t, err, pynox.ErrExhausted)
+				require.NoError(t, co.Finish(ctx))
+				ev, err = co2.Feed(ctx, pynox.Step{Code: "print(2)"})
+				require.NoError(t, err)
+				require.Equal(t, "2\n", ev.Result.Stdout)
+				require.NoError(t, co2.Finish(ctx))
+				return
+			}
+			require.ErrorIs(t, err, pynox.ErrExhausted)
+			require.NoError(t, co.Finish(ctx))
+		})
+	}
+}
