@@ -230,6 +230,28 @@ var apiTests = []struct {
 		require.ErrorIs(t, err, pynox.ErrRequest)
 		require.Contains(t, err.Error(), "/etc")
 	}},
+	{"SessionTimeoutRestarts", func(t *testing.T, p *pynox.Pool) {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		co, err := p.Checkout(ctx, pynox.Job{Env: map[string]string{"K": "v"}})
+		require.NoError(t, err)
+		defer co.Finish(ctx)
+		ev, err := co.Feed(ctx, pynox.Step{Code: "x = 1"})
+		require.NoError(t, err)
+		requireOK(t, ev.Result)
+		ev, err = co.Feed(ctx, pynox.Step{Code: "while True:\n    pass", Timeout: 300 * time.Millisecond})
+		require.NoError(t, err)
+		require.ErrorIs(t, ev.Result.Err(), pynox.ErrTimeout)
+		require.True(t, ev.Result.SessionEnded)
+		// The next step runs in a new process, with the session's
+		// permissions and environment, and says so.
+		ev, err = co.Feed(ctx, pynox.Step{Code: "import os\nprint(os.environ['K'], 'x' in globals())"})
+		require.NoError(t, err)
+		requireOK(t, ev.Result)
+		require.Equal(t, "v False\n", ev.Result.Stdout)
+		require.True(t, ev.Result.Restarted)
+		require.Equal(t, 1, ev.Result.Step)
+	}},
 	{"SessionInterrupt", func(t *testing.T, p *pynox.Pool) {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
