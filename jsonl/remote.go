@@ -103,6 +103,22 @@ func Dial(ctx context.Context, url string, o DialOptions) (*pynox.Pool, error) {
 	}), nil
 }
 
+// DialClient connects to a `pynox serve` server's WebSocket as [Dial]
+// does, and returns a [Client] on that one connection, for programs and
+// tests that speak the protocol itself ([Client.Run], [Client.Session],
+// [Client.Stats]) rather than the Pool API; it does not reconnect. Its
+// errors are Dial's. [Client.Close] closes the connection: the server
+// then runs what it had accepted and drops the answers (the pipe's end
+// of input, see docs/serve.md), and calls still waiting fail with
+// [ErrClientClosed].
+func DialClient(ctx context.Context, url string, o DialOptions) (*Client, error) {
+	rc, err := (&remotePool{url: url, o: o}).dial(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return rc.c, nil
+}
+
 // remotePool is the backend of a Pool made by Dial.
 type remotePool struct {
 	url string
@@ -789,4 +805,9 @@ func (w *wsLineWriter) Write(p []byte) (int, error) {
 		return 0, err
 	}
 	return len(p), nil
+}
+
+// Close ends the connection with a normal closure ([Client.Close]).
+func (w *wsLineWriter) Close() error {
+	return w.ws.Close(websocket.StatusNormalClosure, "the client is done")
 }

@@ -757,3 +757,30 @@ func TestExhaustedLocalAndRemote(t *testing.T) {
 		})
 	}
 }
+
+// TestRemoteDialClient: the protocol Client over a server's WebSocket runs
+// jobs and session steps, and Close ends the connection.
+func TestRemoteDialClient(t *testing.T) {
+	requireSandbox(t)
+	dir := t.TempDir()
+	srv := startRemoteServer(t, dir, "127.0.0.1:0", writeTokenFile(t))
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	c, err := DialClient(ctx, srv.URL(), DialOptions{Token: remoteTestToken})
+	require.NoError(t, err)
+	require.Equal(t, 2, c.Ready().Workers)
+	res, err := c.Run(ctx, pynox.Job{ID: "a", Code: "print(6 * 7)"})
+	require.NoError(t, err)
+	require.Equal(t, "42\n", res.Stdout)
+	s := c.Session("nb", pynox.Job{})
+	_, err = s.Run(ctx, pynox.Step{Code: "x = 2"})
+	require.NoError(t, err)
+	res, err = s.Run(ctx, pynox.Step{Code: "print(x * 3)"})
+	require.NoError(t, err)
+	require.Equal(t, "6\n", res.Stdout)
+	require.NoError(t, c.Close())
+	_, err = c.Run(ctx, pynox.Job{Code: "print(1)"})
+	require.ErrorIs(t, err, ErrClientClosed)
+	_, err = DialClient(ctx, srv.URL(), DialOptions{})
+	require.ErrorIs(t, err, pynox.ErrDisconnected)
+}
