@@ -784,3 +784,26 @@ func TestRemoteDialClient(t *testing.T) {
 	_, err = DialClient(ctx, srv.URL(), DialOptions{})
 	require.ErrorIs(t, err, pynox.ErrDisconnected)
 }
+
+// TestRemoteRunCancelled: a Run whose ctx ends cancels its job on the
+// server (a cancel request), which counts it as a CancelledError, rather
+// than letting it run on for nobody.
+func TestRemoteRunCancelled(t *testing.T) {
+	requireSandbox(t)
+	dir := t.TempDir()
+	srv := startRemoteServer(t, dir, "127.0.0.1:0", writeTokenFile(t), "--workers=1")
+	p := dialTest(t, srv)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	short, stop := context.WithTimeout(ctx, 500*time.Millisecond)
+	defer stop()
+	_, err := p.Run(short, pynox.Job{Code: "import time\ntime.sleep(30)"})
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	// The one worker is free again long before the 30 s sleep would end.
+	res, err := p.Run(ctx, pynox.Job{Code: "print('next')"})
+	require.NoError(t, err)
+	require.Equal(t, "next\n", res.Stdout)
+	s, err := p.StatsContext(ctx)
+	require.NoError(t, err)
+	require.Equal(t, int64(1), s.Errors["CancelledError"], "%+v", s)
+}
