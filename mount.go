@@ -93,7 +93,7 @@ func (p *Pool) mountObstacles() []string {
 // Mounts reports what kinds of mounts the pool can give its jobs.
 func (p *Pool) Mounts() MountSupport {
 	if p.remote != nil {
-		return p.remoteInfo.Mounts
+		return p.remoteInfo.mounts
 	}
 	missing := "virtual paths, overlay mounts and write_bytes_limit need " + missingMounts
 	if why := p.mountObstacles(); len(why) > 0 {

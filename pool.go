@@ -76,7 +76,7 @@ type Pool struct {
 	// remote, when set, runs the pool's work on a server (remote.go);
 	// remoteInfo is what its ready event said.
 	remote     remoteBackend
-	remoteInfo RemoteInfo
+	remoteInfo remoteInfo
 }
 
 // poolWorker is one template and the job slot it serves.
@@ -689,7 +689,7 @@ func (p *Pool) usable() error {
 // "none" (see Config.Cgroups).
 func (p *Pool) Cgroups() string {
 	if p.remote != nil {
-		return p.remoteInfo.Cgroups
+		return p.remoteInfo.cgroups
 	}
 	return p.cg.Backend()
 }

@@ -39,23 +39,13 @@ type remoteCheckout interface {
 	Dump(ctx context.Context) (*Dump, error)
 }
 
-// RemoteInfo is what a remote server's ready event says of its pool; the
+// remoteInfo is what a remote server's ready event says of its pool; the
 // accessors of a remote Pool ([Pool.Workers], [Pool.Preloaded],
 // [Pool.PIDNamespace], [Pool.Cgroups], [Pool.SelfConfinement],
-// [Pool.Mounts]) return it. It is exported for package jsonl only.
-type RemoteInfo struct {
-	// Workers is the server's number of templates.
-	Workers int
-	// Preloaded lists the modules the server's templates imported.
-	Preloaded []string
-	// PIDNamespace is the server's pid_namespace.
-	PIDNamespace bool
-	// Cgroups is the server's per-job cgroup backend.
-	Cgroups string
-	// SelfConfinement is how the server's process is confined.
-	SelfConfinement SelfConfinement
-	// Mounts is what mounts the server's jobs may ask for.
-	Mounts MountSupport
+// [Pool.Mounts]) return it.
+type remoteInfo struct {
+	cgroups string
+	mounts  MountSupport
 }
 
 // remotePoolHooks gives package jsonl the constructor of a remote Pool
@@ -65,14 +55,16 @@ type remotePoolHooks struct{}
 func init() { poolhook.Remote = remotePoolHooks{} }
 
 // NewRemote returns a Pool whose methods go to b, which must implement
-// remoteBackend (a mismatch panics at once, in jsonl's tests).
-func (remotePoolHooks) NewRemote(b any, info RemoteInfo) *Pool {
+// remoteBackend (a mismatch panics at once, in jsonl's tests); the other
+// arguments are the server's ready event's.
+func (remotePoolHooks) NewRemote(b any, workers int, preloaded []string, pidNamespace bool, cgroups string,
+	self SelfConfinement, mounts MountSupport) *Pool {
 	p := &Pool{remote: b.(remoteBackend), start: time.Now()}
-	p.cfg.Workers = info.Workers
-	p.info.Preloaded = info.Preloaded
-	p.info.PIDNamespace = info.PIDNamespace
-	p.self = info.SelfConfinement
-	p.remoteInfo = info
+	p.cfg.Workers = workers
+	p.info.Preloaded = preloaded
+	p.info.PIDNamespace = pidNamespace
+	p.self = self
+	p.remoteInfo = remoteInfo{cgroups: cgroups, mounts: mounts}
 	return p
 }
 

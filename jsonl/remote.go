@@ -22,7 +22,8 @@ import (
 
 // remoteHooks is package pynox's constructor of a remote Pool.
 var remoteHooks = poolhook.Remote.(interface {
-	NewRemote(b any, info pynox.RemoteInfo) *pynox.Pool
+	NewRemote(b any, workers int, preloaded []string, pidNamespace bool, cgroups string,
+		self pynox.SelfConfinement, mounts pynox.MountSupport) *pynox.Pool
 })
 
 // DialOptions are the options of [Dial].
@@ -97,10 +98,8 @@ func Dial(ctx context.Context, url string, o DialOptions) (*pynox.Pool, error) {
 	}
 	rp.conn = rc
 	r := rc.c.Ready()
-	return remoteHooks.NewRemote(rp, pynox.RemoteInfo{
-		Workers: r.Workers, Preloaded: r.PreloadedModules, PIDNamespace: r.PIDNamespace,
-		Cgroups: r.Cgroups, SelfConfinement: r.SelfConfinement, Mounts: r.Mounts,
-	}), nil
+	return remoteHooks.NewRemote(rp, r.Workers, r.PreloadedModules, r.PIDNamespace, r.Cgroups,
+		r.SelfConfinement, r.Mounts), nil
 }
 
 // DialClient connects to a `pynox serve` server's WebSocket as [Dial]

@@ -391,6 +391,15 @@ var apiTests = []struct {
 		require.ErrorIs(t, err, pynox.ErrRequest)
 		require.Contains(t, err.Error(), "collect")
 	}},
+	{"Accessors", func(t *testing.T, p *pynox.Pool) {
+		// The remote pool's come from the server's ready event; the
+		// server runs on this machine with the local pool's settings.
+		require.Equal(t, 2, p.Workers())
+		require.Empty(t, p.Preloaded())
+		require.Contains(t, []string{"v1", "v2", "none"}, p.Cgroups())
+		require.Equal(t, []pynox.MountMode{pynox.ReadOnly, pynox.ReadWrite}, p.Mounts().Modes)
+		require.NotEmpty(t, p.Mounts().Scratch)
+	}},
 	{"Stats", func(t *testing.T, p *pynox.Pool) {
 		before := p.Stats()
 		require.Equal(t, 2, before.Workers)
@@ -414,6 +423,8 @@ func TestGoAPILocalAndRemote(t *testing.T) {
 	local := newTestPool(t, pynox.Config{Workers: 2, Dir: dir})
 	srv := startRemoteServer(t, dir, "127.0.0.1:0", writeTokenFile(t), "--workers=2")
 	remote := dialTest(t, srv)
+	require.Equal(t, local.Cgroups(), remote.Cgroups())
+	require.Equal(t, local.PIDNamespace(), remote.PIDNamespace())
 	for _, pc := range []struct {
 		name string
 		p    *pynox.Pool
