@@ -39,10 +39,9 @@ type remoteCheckout interface {
 	Dump(ctx context.Context) (*Dump, error)
 }
 
-// remoteInfo is what a remote server's ready event says of its pool; the
-// accessors of a remote Pool ([Pool.Workers], [Pool.Preloaded],
-// [Pool.PIDNamespace], [Pool.Cgroups], [Pool.SelfConfinement],
-// [Pool.Mounts]) return it.
+// remoteInfo is what a remote server's ready event says of its pool that
+// a Pool has no other field for (the rest goes to cfg, info and self):
+// [Pool.Cgroups] and [Pool.Mounts] return it.
 type remoteInfo struct {
 	cgroups string
 	mounts  MountSupport
