@@ -147,6 +147,10 @@ type activeTurn struct {
 
 	interrupt chan struct{} // closed to interrupt the step (SIGINT)
 	intOnce   sync.Once
+
+	// ranHere: the step ran on Feed's goroutine and its result is on
+	// events (see Feed); await reads it once.
+	ranHere bool
 }
 
 func (t *activeTurn) stop() { t.kill.Do(func() { close(t.cancel) }) }
@@ -409,6 +413,10 @@ func (c *Checkout) Feed(ctx context.Context, step Step) (TurnEvent, error) {
 		h = c.job.Host
 	}
 	host := c.pool.hostAdapter(step.ID, c.name, h)
+	// No call can wait for Resume when a HostFunc answers them, or when
+	// the session declares no function (the pool refuses a call to an
+	// undeclared name).
+	surfaces := host == nil && len(c.pl.job.Functions) > 0
 	if host == nil {
 		host = t.host(c.pool, step.ID, c.name)
 	} else {
@@ -474,7 +482,7 @@ func (c *Checkout) Feed(ctx context.Context, step Step) (TurnEvent, error) {
 	c.mu.Lock()
 	c.running = t
 	c.mu.Unlock()
-	go func() {
+	body := func() {
 		var out *worker.Outcome
 		if first {
 			j := c.pl.job
@@ -505,7 +513,24 @@ func (c *Checkout) Feed(ctx context.Context, step Step) (TurnEvent, error) {
 			// its first step has answered (see worker.TakeSession).
 			child.RefillNow()
 		}
-	}()
+	}
+	if first || surfaces {
+		go body()
+		return c.await(ctx, t)
+	}
+	// A later step whose calls cannot surface runs on this goroutine:
+	// handing its result from a goroutine of its own to this one cost a
+	// wake-up of another thread per step (the runtime wakes an idle one
+	// whenever a goroutine is readied). What await does on its own while
+	// it waits, these callbacks do: the end of ctx interrupts the step,
+	// the end of the checkout kills it. The result is then on events,
+	// and await handles it as it would have.
+	stopLife := context.AfterFunc(c.life, t.stop)
+	stopCtx := context.AfterFunc(ctx, t.interruptStep)
+	body()
+	stopLife()
+	stopCtx()
+	t.ranHere = true
 	return c.await(ctx, t)
 }
 
@@ -687,18 +712,35 @@ func (c *Checkout) await(ctx context.Context, t *activeTurn) (TurnEvent, error) 
 		t.ended = nil
 		events = ch
 	}
-	select {
-	case m = <-events:
-		if m.call != nil {
-			t.add(m)
-			// A caller that never resumes nor finishes loses the session
-			// after Config.SessionIdle, like an idle one.
-			c.mu.Lock()
-			c.armIdle()
-			c.mu.Unlock()
-			return TurnEvent{Call: m.call, Calls: slices.Clone(t.pending)}, nil
+	// A turn that ran on the caller's goroutine (see Feed) has its result
+	// on events already: the end of the checkout or of ctx while it ran
+	// is taken first, as a wait would have seen it first.
+	lifeDone, ctxDone := false, false
+	if t.ranHere {
+		t.ranHere = false
+		lifeDone = c.life.Err() != nil
+		ctxDone = !lifeDone && ctx.Err() != nil
+	}
+	if !lifeDone && !ctxDone {
+		select {
+		case m = <-events:
+			if m.call != nil {
+				t.add(m)
+				// A caller that never resumes nor finishes loses the session
+				// after Config.SessionIdle, like an idle one.
+				c.mu.Lock()
+				c.armIdle()
+				c.mu.Unlock()
+				return TurnEvent{Call: m.call, Calls: slices.Clone(t.pending)}, nil
+			}
+		case <-c.life.Done():
+			lifeDone = true
+		case <-ctx.Done():
+			ctxDone = true
 		}
-	case <-c.life.Done():
+	}
+	switch {
+	case lifeDone:
 		// The checkout ends under the turn (Close, Finish, idle): the step
 		// is killed, and the cleanup, which waits for this turn, ends the
 		// rest.
@@ -706,7 +748,7 @@ func (c *Checkout) await(ctx context.Context, t *activeTurn) (TurnEvent, error) 
 		drainTurn(t)
 		c.endTurn()
 		return TurnEvent{}, c.endErr()
-	case <-ctx.Done():
+	case ctxDone:
 		// Interrupted first; killed after the grace, or at once when the
 		// checkout ends meanwhile.
 		var ok bool

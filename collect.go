@@ -334,6 +334,11 @@ func (p *Pool) collectFiles(pl *plan, pats []collectPattern, removeOutputs bool)
 // removeOutputs unlinks the files of the outputs directory beneath the
 // scratch directory dir that were attached, following no symlink.
 func (c *collector) removeOutputs(dir string) {
+	if len(c.files) == 0 {
+		// Nothing was attached (a session's usual step): no descriptor
+		// need be opened.
+		return
+	}
 	fd, err := openRoot(dir)
 	if err != nil {
 		return

@@ -12,7 +12,9 @@
 // once per object (encoding/json alone folds case and keeps the last of
 // two equal keys), and every malformed line gets exactly one RequestError
 // answer that names what is wrong. [MaxLine] bounds a line, and
-// [MaxPendingSteps] a named session's queue. [NewLogHandler] renders the
+// [MaxPendingSteps] a named session's queue; [ServeWith] adds a bound of
+// its own per call ([ServeOptions]: requests in flight, which `pynox
+// serve` sets per WebSocket connection). [NewLogHandler] renders the
 // pool's job records as the protocol's JSON log, and [LoadConfig] reads
 // the TOML configuration file of `pynox pool --config`.
 //

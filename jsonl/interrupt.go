@@ -133,6 +133,7 @@ func (s *server) cancel(req request, held []*jobEntry) []*jobEntry {
 	for _, e := range found {
 		if queued[e] {
 			s.cancels.remove(e)
+			s.answered()
 			s.out.send(hooks.Cancelled(s.p, &e.job, e.accepted))
 		} else {
 			e.stop() // its Run returns, and it answers CancelledError

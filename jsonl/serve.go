@@ -95,6 +95,11 @@ type statsEvent struct {
 // returns nil. It returns an error only when w fails, or at once, having
 // written nothing, for a Pool that [pynox.New] did not make.
 func Serve(ctx context.Context, p *pynox.Pool, r io.Reader, w io.Writer) error {
+	return ServeWith(ctx, p, r, w, ServeOptions{})
+}
+
+// ServeWith is [Serve] with the bounds of o (see [ServeOptions]).
+func ServeWith(ctx context.Context, p *pynox.Pool, r io.Reader, w io.Writer, o ServeOptions) error {
 	if err := hooks.Usable(p); err != nil {
 		return err
 	}
@@ -121,6 +126,7 @@ func Serve(ctx context.Context, p *pynox.Pool, r io.Reader, w io.Writer) error {
 	jobCtx := context.WithoutCancel(ctx)
 	srv := &server{p: p, cfg: cfg, out: out, ctx: jobCtx, calls: map[int64]chan replyReq{}, sessions: map[string]*namedSession{},
 		callWake: make(chan struct{}, 1)}
+	srv.limit = o
 
 	lines := make(chan lineOrErr)
 	stopRead := make(chan struct{})
@@ -133,6 +139,7 @@ func Serve(ctx context.Context, p *pynox.Pool, r io.Reader, w io.Writer) error {
 		go func() {
 			defer jobs.Done()
 			defer func() { <-slots }()
+			defer srv.answered()
 			defer srv.cancels.remove(e)
 			var jc *jobCalls
 			if len(job.Functions) > 0 || len(job.Tools) > 0 {
@@ -188,6 +195,8 @@ func Serve(ctx context.Context, p *pynox.Pool, r io.Reader, w io.Writer) error {
 			} else {
 				out.send(statsEvent{ID: req.ID, Event: "stats", Stats: p.Stats()})
 			}
+		case srv.overLimit(req):
+			out.send(hooks.Refuse(p, &req.Job, req.Session, srv.limitError()))
 		case req.Session != "":
 			srv.session(req)
 		case req.Close:
@@ -216,6 +225,7 @@ func Serve(ctx context.Context, p *pynox.Pool, r io.Reader, w io.Writer) error {
 	shutdown := func() {
 		for _, e := range held {
 			srv.cancels.remove(e)
+			srv.answered()
 			out.send(refuse(p, &e.job, requestErrorf("the pool is shutting down")))
 		}
 		held = nil
@@ -272,6 +282,7 @@ loop:
 				out.send(refuse(p, job, requestErrorf("%d requests are waiting for a worker while host calls wait for replies; read results and answer calls before sending more", len(held))))
 			default:
 				held = append(held, srv.cancels.add(jobCtx, *job))
+				srv.inFlight.Add(1)
 			}
 		}
 	}

@@ -7,6 +7,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/pynox/pynox"
@@ -64,6 +65,9 @@ type server struct {
 	mu       sync.Mutex
 	sessions map[string]*namedSession
 	steps    sync.WaitGroup // session requests accepted and not yet answered
+
+	limit    ServeOptions // see inflight.go
+	inFlight atomic.Int64 // jobs and session requests accepted and not yet answered
 }
 
 // namedSession is a session of the pool protocol: a name, the requests
@@ -274,6 +278,7 @@ func (s *server) session(req request) {
 	}
 	ns.pending++
 	s.steps.Add(1)
+	s.inFlight.Add(1)
 	ns.queue <- req
 	s.mu.Unlock()
 }
@@ -283,6 +288,7 @@ func (s *server) session(req request) {
 func (s *server) runSession(ns *namedSession) {
 	for req := range ns.queue {
 		s.serveSessionReq(ns, req)
+		s.answered()
 		s.steps.Done()
 		s.mu.Lock()
 		ns.pending--

@@ -3,7 +3,7 @@
 //
 // Usage:
 //
-//	go run ./cmd/pynox-bench [--python=/usr/bin/python3] [--n=500] [--pandas=auto|on|off] [--matplotlib=auto|on|off] [--gap=2ms] [--json]
+//	go run ./cmd/pynox-bench [--python=/usr/bin/python3] [--n=500] [--pandas=auto|on|off] [--matplotlib=auto|on|off] [--gap=2ms] [--json] [--only=serve|memory]
 //
 // What it measures, all as client-side wall-clock time:
 //
@@ -59,6 +59,13 @@
 // one job calling a host function n times, each call answered by this
 // command as a JSON Lines client would. Mounts (row 25): trivial jobs given
 // one read-only mount each, against row 1 (a plain trivial job).
+//
+// pynox serve (rows W1-W3): `pynox serve` on a loopback port, driven over
+// one WebSocket on /v1/pool by the same protocol client (jsonl.Client),
+// trivial jobs with and without think time and at throughput, against
+// rows 1, 2 and 13 over the pipe. Sessions' memory (M11, M12): a
+// session's process idle after one step. --only=serve or --only=memory
+// measures just those rows (and the pipe rows W1-W3 compare to).
 package main
 
 import (
@@ -74,7 +81,7 @@ import (
 
 // pandasRows are the rows, and memory rows, that need pandas.
 var pandasRows = []string{"3", "4", "5", "8", "9", "10", "12", "14", "16", "19", "21", "23", "24", "L3", "L4", "L6",
-	"R6", "R7", "R8", "R9", "R10", "M5", "M6", "M7", "M8", "M9", "M10"}
+	"R6", "R7", "R8", "R9", "R10", "M5", "M6", "M7", "M8", "M9", "M10", "M12"}
 
 // chartRows are the rows that need matplotlib.
 var chartRows = []string{"26", "27"}
@@ -112,6 +119,7 @@ type options struct {
 	matplotlib  string
 	json        bool
 	skipMemory  bool
+	only        string
 	verbose     bool
 	progress    io.Writer
 }
@@ -137,6 +145,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&o.matplotlib, "matplotlib", "auto", "chart rows (#26, #27): auto (when the python can import matplotlib), on (required), off")
 	fs.BoolVar(&o.json, "json", false, "print the results as one JSON document instead of the table")
 	fs.BoolVar(&o.skipMemory, "skip-memory", false, "skip the memory rows")
+	fs.StringVar(&o.only, "only", "", "measure only one group of rows: serve (W1-W3, a trivial job over pynox serve's WebSocket on loopback, with rows 1, 2 and 13 over the pipe to compare) or memory (M1-M8, M11, M12: templates, spares, job children and idle sessions)")
 	fs.BoolVar(&o.verbose, "v", false, "report progress on stderr")
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -149,6 +158,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	case "auto", "on", "off":
 	default:
 		fmt.Fprintf(stderr, "pynox-bench: --pandas must be auto, on or off, not %q\n", o.pandas)
+		return 2
+	}
+	if _, ok := onlyGroups[o.only]; o.only != "" && !ok {
+		fmt.Fprintf(stderr, "pynox-bench: --only=%s: expected one of %s\n", o.only, onlyNames())
 		return 2
 	}
 	switch o.matplotlib {

@@ -120,13 +120,14 @@ func TestTinyRunPrintsEveryRow(t *testing.T) {
 			require.Regexp(t, `\s\d+\s+\d+\s+\d+%\s+#13 vs #L5, jobs/s$`, line, "row %s", l.ID)
 		case l.Measure == "rtt":
 			require.Regexp(t, `ms\s+\d+\.\d\dx\s+#\d+ vs #L\d, median$`, line, "row %s", l.ID)
-		default: // CPU per job; what the tree reaped is counted in ticks of 10 ms, so over 5 jobs a part may come out negative
-			require.Regexp(t, `ms\s+\d+\.\d\dx\s+#\d+ vs #L\d, [-\d./]+ \| [-\d./]+ ms$`, line, "row %s", l.ID)
+		default: // CPU per job; what the tree reaped is counted in ticks of 10 ms, so over 5 jobs a part, and
+			// on a loaded machine the whole (a ratio's numerator or denominator), may come out negative
+			require.Regexp(t, `ms\s+-?\d+\.\d\dx\s+#\d+ vs #L\d, [-\d./]+ \| [-\d./]+ ms$`, line, "row %s", l.ID)
 		}
 	}
 	for _, m := range rep.Memory {
 		l := lineOf(m.ID, m.Name)
-		if m.ID != "M1" && m.ID != "M2" && m.ID != "M3" && m.ID != "M4" {
+		if m.ID != "M1" && m.ID != "M2" && m.ID != "M3" && m.ID != "M4" && m.ID != "M11" {
 			require.Contains(t, l, "skipped: --pandas=off", "row %s", m.ID)
 		} else {
 			require.Regexp(t, `MiB\s+\d+\.\d MiB\s+\d+\.\d MiB`, l, "row %s", m.ID)
@@ -200,7 +201,7 @@ func TestPercentile(t *testing.T) {
 }
 
 func TestBadFlags(t *testing.T) {
-	for _, args := range [][]string{{"--pandas=maybe"}, {"--matplotlib=maybe"}, {"--n=0"}, {"extra"}, {"--nope"}} {
+	for _, args := range [][]string{{"--pandas=maybe"}, {"--matplotlib=maybe"}, {"--only=everything"}, {"--n=0"}, {"extra"}, {"--nope"}} {
 		var out, errb bytes.Buffer
 		require.Equal(t, 2, run(context.Background(), args, &out, &errb), "%v", args)
 		require.NotEmpty(t, errb.String(), "%v", args)

@@ -154,6 +154,8 @@ func newReport() *Report {
 	add("L2", lat, "limit loop       trivial     gap=0", "2")
 	add("L3", lat, "limit+pandas     trivial     gap=G", "3")
 	add("L4", lat, "limit+pandas     trivial     gap=0", "4")
+	add("W1", lat, "pynox serve, ws  trivial     gap=G", "1")
+	add("W2", lat, "pynox serve, ws  trivial     gap=0", "2")
 	add("6", lat, "naive            trivial     gap=G", "1")
 	add("7", lat, "naive            trivial     gap=0", "2")
 	add("8", lat, "naive+pandas     trivial     gap=G", "3")
@@ -165,6 +167,7 @@ func newReport() *Report {
 	add("14", thr, "pynox+pandas     trivial", "13")
 	add("L5", thr, "limit loop       trivial", "13")
 	add("L6", thr, "limit+pandas     trivial", "14")
+	add("W3", thr, "pynox serve, ws  trivial", "13")
 	add("15", thr, "naive            trivial", "13")
 	add("16", thr, "naive+pandas     trivial", "14")
 	add("17", "sessions", "pynox session     step        gap=G", "1")
@@ -204,6 +207,8 @@ func newReport() *Report {
 	addMem("M8", "pynox+pandas whole pool (Go + templates + children)", "")
 	addMem("M9", "naive+pandas server, idle", "")
 	addMem("M10", "naive+pandas job child, running", "M7")
+	addMem("M11", "pynox        session process, idle", "")
+	addMem("M12", "pynox+pandas session process, idle", "")
 	return r
 }
 
@@ -342,11 +347,15 @@ func (r *Report) print(w io.Writer) {
 		}
 	}
 	fmt.Fprintln(w)
-	r.printLimit(w)
-	fmt.Fprintln(w)
-	fmt.Fprintln(w, "MEMORY: /proc/<pid>/smaps_rollup; PSS splits each shared page among its sharers (a template shares")
-	fmt.Fprintln(w, "        nearly all its pages copy-on-write with its spare), USS = private pages, RSS = all resident pages")
-	fmt.Fprintf(w, "%-4s %-52s %12s %12s %12s   %s\n", "#", "process", "PSS", "USS", "RSS", "PSS vs pynox")
+	if len(r.Limit) > 0 { // --only leaves it out
+		r.printLimit(w)
+		fmt.Fprintln(w)
+	}
+	if len(r.Memory) > 0 {
+		fmt.Fprintln(w, "MEMORY: /proc/<pid>/smaps_rollup; PSS splits each shared page among its sharers (a template shares")
+		fmt.Fprintln(w, "        nearly all its pages copy-on-write with its spare), USS = private pages, RSS = all resident pages")
+		fmt.Fprintf(w, "%-4s %-52s %12s %12s %12s   %s\n", "#", "process", "PSS", "USS", "RSS", "PSS vs pynox")
+	}
 	for _, m := range r.Memory {
 		if m.Skipped != "" {
 			fmt.Fprintf(w, "%-4s %-52s %s\n", m.ID, m.Name, "skipped: "+m.Skipped)
@@ -360,7 +369,7 @@ func (r *Report) print(w io.Writer) {
 	}
 	fmt.Fprintln(w)
 	fmt.Fprint(w, "start to ready line (one sample each):")
-	for _, k := range []string{"pynox", "pynox+pandas", "pynox+pyplot", "limit", "limit+pandas", "naive", "naive+pandas"} {
+	for _, k := range []string{"pynox", "pynox+pandas", "pynox+pyplot", "pynox-serve", "limit", "limit+pandas", "naive", "naive+pandas"} {
 		if v, ok := r.StartupMS[k]; ok {
 			fmt.Fprintf(w, "  %s %s", k, fmtMS(v*1000))
 		}

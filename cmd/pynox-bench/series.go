@@ -109,7 +109,7 @@ func bench(ctx context.Context, o options) (*Report, error) {
 		skip(noCharts, chartRows...)
 	}
 	if o.skipMemory {
-		skip("--skip-memory", "M1", "M2", "M3", "M4", "M5", "M6", "M7", "M8", "M9", "M10")
+		skip("--skip-memory", "M1", "M2", "M3", "M4", "M5", "M6", "M7", "M8", "M9", "M10", "M11", "M12")
 	}
 
 	pynoxArgs := func(preload string) []string {
@@ -131,6 +131,10 @@ func bench(ctx context.Context, o options) (*Report, error) {
 			return err
 		}
 		return s.latency(rep.row(zeroID), trivialCode, trivialOut, o.n, o.warm, 0)
+	}
+
+	if o.only != "" {
+		return benchOnly(ctx, rep, o, bin, py.Path, work, withPandas, noPandas, began)
 	}
 
 	// Cold interpreters.
@@ -163,7 +167,10 @@ func bench(ctx context.Context, o options) (*Report, error) {
 				return err
 			}
 		}
-		return s.poolRows(rep, o, poolRowIDs{"13", "17", "18", "22", "20", [4]string{"M1", "M2", "M3", "M4"}})
+		if err := s.poolRows(rep, o, poolRowIDs{"13", "17", "18", "22", "20", [4]string{"M1", "M2", "M3", "M4"}}); err != nil || o.skipMemory {
+			return err
+		}
+		return s.sessionMemory(rep.mem("M11"))
 	}()
 	s.close()
 	if err != nil {
@@ -188,7 +195,10 @@ func bench(ctx context.Context, o options) (*Report, error) {
 			if err := s.latency(rep.row("5"), pandasCode, pandasOut, o.n, o.warm, o.gap); err != nil {
 				return err
 			}
-			return s.poolRows(rep, o, poolRowIDs{"14", "19", "24", "23", "21", [4]string{"M5", "M6", "M7", "M8"}})
+			if err := s.poolRows(rep, o, poolRowIDs{"14", "19", "24", "23", "21", [4]string{"M5", "M6", "M7", "M8"}}); err != nil || o.skipMemory {
+				return err
+			}
+			return s.sessionMemory(rep.mem("M12"))
 		}()
 		s.close()
 		if err != nil {
@@ -256,6 +266,11 @@ func bench(ctx context.Context, o options) (*Report, error) {
 		if err != nil {
 			return nil, err
 		}
+	}
+
+	// pynox serve, over a WebSocket on loopback.
+	if err := serveRows(ctx, rep, o, bin, py.Path, work, logf); err != nil {
+		return nil, err
 	}
 
 	rep.finish(o.gap)

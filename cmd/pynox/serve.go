@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"crypto/subtle"
+	"crypto/tls"
 	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
@@ -70,6 +71,16 @@ Flags of the server:
                          connection (default 1m)
   --idle-timeout=D       a connection that sends nothing for D is closed
                          (default 1h)
+  --max-inflight-per-conn=N
+                         jobs and session requests a WebSocket connection
+                         may have accepted and not yet answered; one more
+                         is answered with a RequestError (default 64)
+  --max-mcp-sessions-per-token=N
+                         MCP sessions one token may hold at once (on a
+                         server without tokens: all clients; default 256)
+  --tls-cert=FILE        serve HTTPS and WSS with this PEM certificate chain
+  --tls-key=FILE         and this PEM private key (both or neither; both
+                         reread on SIGHUP)
 
 Every flag of pynox pool (run "pynox pool --help"): --config, --workers,
 --preload, --package-dir, --allow-read, --allow-write, --python, --cgroups,
@@ -84,6 +95,14 @@ type serveOptions struct {
 	drainTimeout time.Duration
 	writeTimeout time.Duration
 	idleTimeout  time.Duration
+	// maxInFlight bounds a WebSocket connection's requests in flight
+	// (--max-inflight-per-conn).
+	maxInFlight int
+	// maxMCPSessions bounds the MCP sessions of one token
+	// (--max-mcp-sessions-per-token).
+	maxMCPSessions int
+	// tlsCert and tlsKey are --tls-cert and --tls-key.
+	tlsCert, tlsKey string
 }
 
 func serve(args []string, stdout, stderr io.Writer) int {
@@ -93,6 +112,7 @@ func serve(args []string, stdout, stderr io.Writer) int {
 	var o serveOptions
 	var ln net.Listener
 	var tokens *tokenSet
+	var certs *certSource
 	flags := func(fs *flag.FlagSet) {
 		fs.StringVar(&o.listen, "listen", "", "host:port to listen on")
 		fs.StringVar(&o.tokenFile, "token-file", "", "bearer tokens, one per line")
@@ -100,6 +120,10 @@ func serve(args []string, stdout, stderr io.Writer) int {
 		fs.DurationVar(&o.drainTimeout, "drain-timeout", 30*time.Second, "how long SIGTERM lets work finish")
 		fs.DurationVar(&o.writeTimeout, "write-timeout", time.Minute, "longest wait for a client to take a result")
 		fs.DurationVar(&o.idleTimeout, "idle-timeout", time.Hour, "longest silence of a connection")
+		fs.IntVar(&o.maxInFlight, "max-inflight-per-conn", 64, "requests in flight per WebSocket connection")
+		fs.IntVar(&o.maxMCPSessions, "max-mcp-sessions-per-token", maxMCPSessions, "MCP sessions per token")
+		fs.StringVar(&o.tlsCert, "tls-cert", "", "PEM certificate chain for HTTPS")
+		fs.StringVar(&o.tlsKey, "tls-key", "", "PEM private key for HTTPS")
 	}
 	before := func() (int, bool) {
 		switch {
@@ -118,6 +142,27 @@ func serve(args []string, stdout, stderr io.Writer) int {
 		case o.idleTimeout <= 0:
 			fmt.Fprintf(stderr, "pynox serve: --idle-timeout=%s: expected a positive duration, as in 1h\n", o.idleTimeout)
 			return 2, false
+		case o.maxInFlight <= 0:
+			fmt.Fprintf(stderr, "pynox serve: --max-inflight-per-conn=%d: expected a positive integer\n", o.maxInFlight)
+			return 2, false
+		case o.maxMCPSessions <= 0:
+			fmt.Fprintf(stderr, "pynox serve: --max-mcp-sessions-per-token=%d: expected a positive integer\n", o.maxMCPSessions)
+			return 2, false
+		case o.tlsCert != "" && o.tlsKey == "":
+			fmt.Fprintf(stderr, "pynox serve: --tls-cert=%s needs --tls-key=FILE (the certificate's private key): give both or neither\n", o.tlsCert)
+			return 2, false
+		case o.tlsKey != "" && o.tlsCert == "":
+			fmt.Fprintf(stderr, "pynox serve: --tls-key=%s needs --tls-cert=FILE (the certificate chain): give both or neither\n", o.tlsKey)
+			return 2, false
+		}
+		if o.tlsCert != "" {
+			// Read now and, on SIGHUP, by readers started before the
+			// process confines itself, as the token file is.
+			var err error
+			if certs, err = loadCerts(o.tlsCert, o.tlsKey); err != nil {
+				fmt.Fprintf(stderr, "pynox serve: %v\n", err)
+				return 1, false
+			}
 		}
 		if o.tokenFile != "" {
 			var err error
@@ -146,7 +191,7 @@ func serve(args []string, stdout, stderr io.Writer) int {
 		return 0, true
 	}
 	return withPool("serve", serveUsage, args, stdout, stderr, flags, before, func(p *pynox.Pool) int {
-		return serveHTTP(p, ln, tokens, o, stderr)
+		return serveHTTP(p, ln, tokens, certs, o, stderr)
 	})
 }
 
@@ -211,7 +256,7 @@ func (ts *tokenSet) valid(token string) bool {
 	return ok == 1 && token != ""
 }
 
-// tokenReaderArg makes `pynox serve` the token file's reader (see
+// tokenReaderArg makes `pynox serve` the file's reader (see
 // startTokenReader) instead of a server.
 const tokenReaderArg = "__token-reader"
 
@@ -253,19 +298,19 @@ func startTokenReader(path string) (func() ([]byte, error), error) {
 		mu.Lock()
 		defer mu.Unlock()
 		if _, err := in.Write([]byte{'r'}); err != nil {
-			return nil, fmt.Errorf("the token file's reader is gone: %w", err)
+			return nil, fmt.Errorf("the file's reader is gone: %w", err)
 		}
 		var hdr [5]byte
 		if _, err := io.ReadFull(out, hdr[:]); err != nil {
-			return nil, fmt.Errorf("the token file's reader is gone: %w", err)
+			return nil, fmt.Errorf("the file's reader is gone: %w", err)
 		}
 		n := binary.BigEndian.Uint32(hdr[1:])
 		if n > maxTokenFile+1024 {
-			return nil, errors.New("the token file's reader sent too much")
+			return nil, errors.New("the file's reader sent too much")
 		}
 		b := make([]byte, n)
 		if _, err := io.ReadFull(out, b); err != nil {
-			return nil, fmt.Errorf("the token file's reader is gone: %w", err)
+			return nil, fmt.Errorf("the file's reader is gone: %w", err)
 		}
 		if hdr[0] != 0 {
 			return nil, errors.New(string(b))
@@ -274,7 +319,7 @@ func startTokenReader(path string) (func() ([]byte, error), error) {
 	}, nil
 }
 
-// tokenReader is the token file's reader process: for each byte on in it
+// tokenReader is the file's reader process: for each byte on in it
 // reads path and writes a status byte (0 for the content, 1 for an
 // error message), a big-endian length and the content or the message.
 // It ignores the signals meant for the server and ends at EOF on in.
@@ -335,9 +380,11 @@ type httpServer struct {
 	// mcpCalls counts the MCP requests other than GET (which holds the
 	// client's event stream open) being served.
 	mcpCalls sync.WaitGroup
+	// mcpOwners maps MCP session ids to the token that opened them.
+	mcpOwners mcpOwners
 }
 
-func serveHTTP(p *pynox.Pool, ln net.Listener, tokens *tokenSet, o serveOptions, stderr io.Writer) int {
+func serveHTTP(p *pynox.Pool, ln net.Listener, tokens *tokenSet, certs *certSource, o serveOptions, stderr io.Writer) int {
 	drain, startDrain := context.WithCancel(context.Background())
 	defer startDrain()
 	s := &httpServer{p: p, tokens: tokens, o: o, stderr: stderr, conns: make(chan struct{}, o.maxConns), drain: drain}
@@ -372,6 +419,13 @@ func serveHTTP(p *pynox.Pool, ln net.Listener, tokens *tokenSet, o serveOptions,
 	defer signal.Stop(hups)
 	go func() {
 		for range hups {
+			if certs != nil {
+				if err := certs.reload(); err != nil {
+					fmt.Fprintf(stderr, "pynox serve: SIGHUP: %v; the certificate in use stays\n", err)
+				} else {
+					fmt.Fprintf(stderr, "pynox serve: SIGHUP: reloaded --tls-cert=%s and --tls-key=%s\n", certs.certPath, certs.keyPath)
+				}
+			}
 			if tokens == nil {
 				continue
 			}
@@ -384,8 +438,14 @@ func serveHTTP(p *pynox.Pool, ln net.Listener, tokens *tokenSet, o serveOptions,
 	}()
 
 	served := make(chan error, 1)
+	scheme := "http"
+	if certs != nil {
+		scheme = "https"
+		hs.TLSConfig = certs.tlsConfig()
+		ln = tls.NewListener(ln, hs.TLSConfig)
+	}
 	go func() { served <- hs.Serve(ln) }()
-	fmt.Fprintf(stderr, "pynox serve: listening on http://%s\n", ln.Addr())
+	fmt.Fprintf(stderr, "pynox serve: listening on %s://%s\n", scheme, ln.Addr())
 
 	select {
 	case err := <-served:
@@ -579,7 +639,7 @@ func (s *httpServer) servePool(w http.ResponseWriter, r *http.Request) {
 	defer stopRead()
 	rd := &wsReader{c: c, ctx: readCtx, idle: s.o.idleTimeout}
 	wr := &wsWriter{c: c, timeout: s.o.writeTimeout}
-	err = jsonl.Serve(s.drain, s.p, rd, wr)
+	err = jsonl.ServeWith(s.drain, s.p, rd, wr, jsonl.ServeOptions{MaxInFlight: s.o.maxInFlight, LimitName: "--max-inflight-per-conn"})
 	switch {
 	case err != nil || rd.failed:
 		c.CloseNow() // the connection broke: no close handshake to wait for
@@ -662,8 +722,10 @@ func (w *wsWriter) Write(p []byte) (int, error) {
 	return n, nil
 }
 
-// maxMCPSessions bounds the MCP sessions /v1/mcp holds at once, all
-// clients together; a request that would open one more gets 503.
+// maxMCPSessions is the default of --max-mcp-sessions-per-token: the
+// MCP sessions /v1/mcp holds at once for one token (on a server without
+// tokens, for all clients together); a request that would open one more
+// gets 503.
 const maxMCPSessions = 256
 
 // serveMCP is /v1/mcp: the MCP streamable HTTP transport, served by the
@@ -676,14 +738,22 @@ func (s *httpServer) serveMCP(w http.ResponseWriter, r *http.Request) {
 		// could open them until the server runs out of memory (the fifth
 		// review opened 3000 in 3 s, ~15 KB each). Concurrent requests
 		// may pass the count together: at most --max-conns more.
-		n := 0
-		for range s.mcp.MCP().Sessions() {
-			n++
-		}
-		if n >= maxMCPSessions {
-			writeJSON(w, http.StatusServiceUnavailable, map[string]any{"error": fmt.Sprintf("the server holds %d MCP sessions already (the limit); end one (DELETE /v1/mcp) or retry once one has been idle for --idle-timeout", n)})
+		// The bound is per token, so that one token's client cannot
+		// take every place from the others.
+		owner := s.mcpOwner(r)
+		if n := s.mcpOwners.count(s.mcp.MCP(), owner); n >= s.o.maxMCPSessions {
+			who := "the server holds"
+			if s.tokens != nil {
+				who = "this token holds"
+			}
+			writeJSON(w, http.StatusServiceUnavailable, map[string]any{"error": fmt.Sprintf("%s %d MCP sessions already (the limit): --max-mcp-sessions-per-token=%d; end one (DELETE /v1/mcp) or retry once one has been idle for --idle-timeout", who, n, s.o.maxMCPSessions)})
 			return
 		}
+		defer func() {
+			if id := w.Header().Get("Mcp-Session-Id"); id != "" {
+				s.mcpOwners.add(id, owner)
+			}
+		}()
 	}
 	if r.Method != http.MethodGet {
 		// Its body is read within --write-timeout, as POST /v1/run's: a

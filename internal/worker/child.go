@@ -83,6 +83,10 @@ type Child struct {
 	functions map[string]bool
 	step      int
 	status    *ExitStatus // how the process ended, once known
+	// lastUsage is what noteUsage read after the last session step, the
+	// next step's base (see stepBase); nil when unknown, or when a dump
+	// ran since.
+	lastUsage *Usage
 
 	// The child's cgroup, set before the child is handed out (see
 	// Template.deliver); cgErr says why joining one failed, which fails

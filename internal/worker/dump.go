@@ -31,6 +31,9 @@ type dumpFrame struct {
 // on). When the dump ends the process (a crash, a timeout), the child is
 // closed and Outcome.Alive is false.
 func (c *Child) Dump(max int, timeout time.Duration, cpuSecs int64, cancel <-chan struct{}) *Outcome {
+	// The dump's own CPU time is no step's: the next step's base is read
+	// afresh.
+	c.lastUsage = nil
 	out, errp, ended := c.betweenSteps()
 	if ended != nil {
 		return ended

@@ -103,8 +103,14 @@ func outputPipes() (out, errp [2]int, err error) {
 		unix.Close(out[1])
 		return out, errp, err
 	}
-	unix.SetNonblock(out[0], true)
-	unix.SetNonblock(errp[0], true)
+	// A new pipe's read end has no status flag but O_RDONLY: one F_SETFL
+	// each, without the F_GETFL of unix.SetNonblock.
+	for _, fd := range []int{out[0], errp[0]} {
+		if _, err = unix.FcntlInt(uintptr(fd), unix.F_SETFL, unix.O_NONBLOCK); err != nil {
+			closeAll([]int{out[0], out[1], errp[0], errp[1]})
+			return out, errp, err
+		}
+	}
 	return out, errp, nil
 }
 

@@ -81,7 +81,8 @@ type turn struct {
 	// at least once a second.
 	cpuBase, cpuMax time.Duration
 	cpuCheck        <-chan time.Time
-	cpuTimer        *time.Timer
+	cpuTimer        *time.Timer // an AfterFunc sending on cpuFired (see newTimer)
+	cpuFired        chan time.Time
 
 	// Host calls: up to MaxInFlight at a time, by the id the child gave
 	// each; every handler runs on its own goroutine, so that the calls
@@ -122,11 +123,20 @@ func (c *Child) turn(ts turnSpec, cancel <-chan struct{}) *Outcome {
 	return t.run(cancel)
 }
 
-// newTimer starts a timer that the turn stops when it ends.
-func (t *turn) newTimer(d time.Duration) *time.Timer {
-	tm := time.NewTimer(d)
-	t.timers = append(t.timers, tm)
-	return tm
+// newTimer starts a timer that the turn stops when it ends, and returns
+// the channel it fires on.
+//
+// The timer is a time.AfterFunc that sends on a buffered channel, not a
+// time.Timer's own channel: since Go 1.23 a timer channel's timer enters
+// the runtime's heap only while a goroutine is blocked on it, so each time
+// the turn's select blocked (once per frame the child wrote: per host
+// call, say) the timer was added again, and the runtime woke the thread
+// blocked in the network poller (netpollBreak) to recompute its sleep. An
+// AfterFunc's timer is added once, when it is started.
+func (t *turn) newTimer(d time.Duration) <-chan time.Time {
+	ch := make(chan time.Time, 1)
+	t.timers = append(t.timers, time.AfterFunc(d, func() { ch <- time.Now() }))
+	return ch
 }
 
 // stop releases the turn's timers and ends its host call, if any.
@@ -167,7 +177,7 @@ func (t *turn) run(cancel <-chan struct{}) *Outcome {
 	}
 
 	if t.ts.timeout > 0 {
-		t.timeout = t.newTimer(t.ts.timeout).C
+		t.timeout = t.newTimer(t.ts.timeout)
 	}
 	if err := cpuErr; err != nil {
 		// Without it the turn could not be held to its CPU time.
@@ -214,7 +224,7 @@ func (t *turn) run(cancel <-chan struct{}) *Outcome {
 				// steps, so its pipes close soon; a job that smuggled their
 				// ends elsewhere gets its output cut off rather than
 				// hanging the worker.
-				drain = t.newTimer(drainTimeout).C
+				drain = t.newTimer(drainTimeout)
 			}
 		}
 		var pipesWait <-chan struct{}
@@ -226,7 +236,7 @@ func (t *turn) run(cancel <-chan struct{}) *Outcome {
 			rings = c.rings
 		}
 		select {
-		case <-captureTimer.C:
+		case <-captureTimer:
 			t.out.start(c)
 		case <-rings:
 			t.readCtl()
@@ -268,7 +278,7 @@ func (t *turn) run(cancel <-chan struct{}) *Outcome {
 				if t.c.signal(unix.SIGINT) != nil {
 					t.kill()
 				} else {
-					grace = t.newTimer(InterruptGrace).C
+					grace = t.newTimer(InterruptGrace)
 				}
 			}
 		case <-grace:
@@ -357,11 +367,18 @@ func (t *turn) armCPU(used time.Duration) {
 	wait := (t.cpuMax - used) / time.Duration(runtime.NumCPU())
 	wait = min(max(wait, 10*time.Millisecond), time.Second)
 	if t.cpuTimer == nil {
-		t.cpuTimer = time.NewTimer(wait)
+		ch := make(chan time.Time, 1)
+		t.cpuFired = ch
+		t.cpuTimer = time.AfterFunc(wait, func() {
+			select {
+			case ch <- time.Now():
+			default:
+			}
+		})
 	} else {
 		t.cpuTimer.Reset(wait)
 	}
-	t.cpuCheck = t.cpuTimer.C
+	t.cpuCheck = t.cpuFired
 }
 
 // checkCPU reads the CPU clock and kills a turn that used more than its

@@ -46,7 +46,8 @@ func readUsage(pid int, peak bool) (Usage, error) {
 	}
 	u.CPU = time.Duration(ts.Nano())
 	p := "/proc/" + strconv.Itoa(pid)
-	stat, err := os.ReadFile(p + "/stat")
+	var buf [procBufSize]byte
+	stat, err := readProcFile(p+"/stat", buf[:])
 	if err != nil {
 		return u, err
 	}
@@ -66,7 +67,7 @@ func readUsage(pid int, peak bool) (Usage, error) {
 	if !peak {
 		return u, nil
 	}
-	status, err := os.ReadFile(p + "/status")
+	status, err := readProcFile(p+"/status", buf[:])
 	if err != nil {
 		return u, err
 	}
@@ -87,6 +88,40 @@ func readUsage(pid int, peak bool) (Usage, error) {
 	return u, nil
 }
 
+// procBufSize holds /proc/<pid>/stat and /proc/<pid>/status whole (about
+// 300 and 1,500 bytes); readProcFile reads a longer file in more calls.
+const procBufSize = 4096
+
+// readProcFile reads the /proc file at path into buf, growing it when the
+// file is longer. It uses plain system calls: through os.ReadFile a
+// /proc file costs ten (the poller's registration attempt and the
+// descriptor's flags, twice each, and an fstat), and a session step reads
+// two of them before and after it runs.
+func readProcFile(path string, buf []byte) ([]byte, error) {
+	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, &os.PathError{Op: "open", Path: path, Err: err}
+	}
+	defer unix.Close(fd)
+	n := 0
+	for {
+		if n == len(buf) {
+			buf = append(buf, make([]byte, len(buf))...)
+		}
+		m, err := unix.Read(fd, buf[n:])
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return nil, &os.PathError{Op: "read", Path: path, Err: err}
+		}
+		if m == 0 {
+			return buf[:n], nil
+		}
+		n += m
+	}
+}
+
 // stepBase readies a session turn's usage: it resets the process's peak
 // RSS to its present RSS (clear_refs "5"), so that the peak read after
 // the step is the step's own, and reads the counters the step's figures
@@ -97,11 +132,21 @@ func (c *Child) stepBase() *Usage {
 	if pid <= 0 {
 		return nil
 	}
-	if f, err := os.OpenFile("/proc/"+strconv.Itoa(pid)+"/clear_refs", os.O_WRONLY, 0); err == nil {
-		f.Write([]byte("5"))
-		f.Close()
+	if fd, err := unix.Open("/proc/"+strconv.Itoa(pid)+"/clear_refs", unix.O_WRONLY|unix.O_CLOEXEC, 0); err == nil {
+		unix.Write(fd, []byte("5"))
+		unix.Close(fd)
 	}
-	u, err := procUsage(pid)
+	// The counters read after the last step, when the process was stopped
+	// (see noteUsage), are this step's base: it has not run since but for
+	// the runner's few lines between its report and the stop, which count
+	// in this step. Otherwise (the session's first step, a step after a
+	// dump) they are read, but for the peak, which is read after the step
+	// from the reset above.
+	if prev := c.lastUsage; prev != nil {
+		c.lastUsage = nil
+		return prev
+	}
+	u, err := readUsage(pid, false)
 	if err != nil || c.Gone() {
 		return nil
 	}
@@ -134,11 +179,14 @@ func (c *Child) noteUsage(o *Outcome, base *Usage, session bool) {
 		return
 	}
 	var u Usage
+	c.lastUsage = nil
 	if o.Alive {
 		var err error
 		if u, err = procUsage(c.Pid()); err != nil || c.Gone() {
 			return
 		}
+		last := u
+		c.lastUsage = &last
 	} else {
 		read := false
 		if o.doneUsage != nil {
