@@ -80,6 +80,8 @@ type Checkout struct {
 	life  context.Context    // canceled when the checkout starts to end
 	kill  context.CancelFunc // cancels life
 	ended chan struct{}      // closed once its processes are gone and its slot is free
+
+	remote remoteCheckout // set for a remote pool's checkout (remote.go)
 }
 
 // Step is one piece of code for a [Checkout].
@@ -170,6 +172,9 @@ func (t *activeTurn) interruptStep() { t.intOnce.Do(func() { close(t.interrupt) 
 // was interrupted already counts); with none it does nothing and returns
 // false. It does not wait.
 func (c *Checkout) Interrupt() bool {
+	if c.remote != nil {
+		return c.remote.Interrupt()
+	}
 	c.mu.Lock()
 	t := c.running
 	c.mu.Unlock()
@@ -209,6 +214,9 @@ type turnMsg struct {
 // a slot), with ErrClosed after Close, and with ctx.Err() when ctx has
 // ended.
 func (p *Pool) Checkout(ctx context.Context, job Job) (*Checkout, error) {
+	if p.remote != nil {
+		return p.remoteCheckoutOf(p.remote.Checkout(ctx, job, nil))
+	}
 	co, err := p.checkout(ctx, job, "", nil)
 	if err != nil && p.cfg.CheckoutTimeout > 0 && errors.Is(err, ErrExhausted) {
 		return p.checkoutWaiting(ctx, job)
@@ -338,6 +346,9 @@ func (c *Checkout) armIdle() {
 // Pid returns the process id of the session's live process, or 0 when it
 // has none (before the first Feed, after it ended). Diagnostics and tests.
 func (c *Checkout) Pid() int {
+	if c.remote != nil {
+		return 0
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.child == nil {
@@ -366,6 +377,9 @@ func (c *Checkout) Pid() int {
 // A HostFunc answering the step's calls gets a ctx that carries ctx's
 // values and ends when ctx does or at the step's deadline (its timeout).
 func (c *Checkout) Feed(ctx context.Context, step Step) (ev TurnEvent, err error) {
+	if c.remote != nil {
+		return c.remote.Feed(ctx, step)
+	}
 	accepted := time.Now()
 	if err := c.acquire(ctx); err != nil {
 		return TurnEvent{}, err
@@ -615,6 +629,9 @@ func (t *activeTurn) host(p *Pool, jobID any, session string) worker.HostFunc {
 // was; after the answer, with the step interrupted as by a ctx ending
 // during Feed (the step's Result comes with ctx.Err()).
 func (c *Checkout) Resume(ctx context.Context, callID int64, v ResumeValue) (TurnEvent, error) {
+	if c.remote != nil {
+		return c.remoteResume(ctx, callID, v)
+	}
 	reply := v.reply() // encoding the value is the caller's own work
 	if err := c.acquire(ctx); err != nil {
 		return TurnEvent{}, err
@@ -673,6 +690,9 @@ func (c *Checkout) Resume(ctx context.Context, callID int64, v ResumeValue) (Tur
 // until it has them. It fails with ErrProtocol when no call waits, and
 // otherwise as Resume does.
 func (c *Checkout) Wait(ctx context.Context) (TurnEvent, error) {
+	if c.remote != nil {
+		return c.remote.Wait(ctx)
+	}
 	if err := c.acquire(ctx); err != nil {
 		return TurnEvent{}, err
 	}
@@ -887,6 +907,9 @@ func (c *Checkout) endProcess() {
 // Finish returns ctx.Err(): the checkout is finished all the same, and the
 // rest of its cleanup goes on in the background.
 func (c *Checkout) Finish(ctx context.Context) error {
+	if c.remote != nil {
+		return c.remote.Finish(ctx)
+	}
 	if !c.end(errFinished()) {
 		return c.endErr()
 	}

@@ -79,11 +79,21 @@ func (p *Pool) sessionTemplate(network bool) (*poolWorker, *worker.Template) {
 // and its slot among Config.MaxSessions free. [Checkout.Err] then says
 // why. The end of one process (an exit, a crash, its template's death)
 // does not end the checkout: the next step starts another.
-func (c *Checkout) Done() <-chan struct{} { return c.ended }
+func (c *Checkout) Done() <-chan struct{} {
+	if c.remote != nil {
+		return c.remote.Done()
+	}
+	return c.ended
+}
 
 // Err returns nil while the checkout is open, and why it ended once it
 // has begun to end (Done is closed a moment later, once its process is
 // gone): an error matching [ErrFinished] when its caller finished it or
 // it was idle (the message says which), [ErrClosed] when the pool was
 // closed. It is the error every later call on the checkout returns.
-func (c *Checkout) Err() error { return c.endErr() }
+func (c *Checkout) Err() error {
+	if c.remote != nil {
+		return c.remote.Err()
+	}
+	return c.endErr()
+}

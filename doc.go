@@ -611,6 +611,49 @@
 // address, so code that escaped a job into a template could reach that
 // port on any host; the jobs' own domains still deny every connect.
 //
+// # Remote pools
+//
+// jsonl.Dial(ctx, "ws://HOST:PORT/v1/pool", jsonl.DialOptions{Token: …})
+// returns a *Pool whose work runs on a `pynox serve` server, over its
+// WebSocket, instead of in this process: Run, Checkout (Feed, Resume,
+// Wait, Interrupt, Dump, Finish, Done, Err), Restore, host functions
+// (Job.Host, Step.Host, or calls surfaced as TurnEvents), OnOutput and
+// OnDisplay, Inputs and Result.Value, Stats, Close and Shutdown behave as
+// a local pool's and return the same Result and *Error values (the
+// protocol's error types map to the same kinds; a job's own exception
+// named like a pool error type arrives qualified, as it is locally).
+// [Pool.IsRemote] tells the two apart. The constructor lives in package
+// jsonl, not here, because the pool protocol's one Go client, jsonl.Client,
+// lives there (jsonl imports this package) and carries a remote pool's
+// lines; a local pool's users do not link a WebSocket client, and a
+// remote pool has none of [Config]'s settings, which are the server's.
+//
+// A connection that ends under work in flight fails that work with
+// [KindDisconnected] ([ErrDisconnected]): a job may or may not have run,
+// and its result is lost. The server's sessions belong to their
+// connection, so every Checkout of that connection ends with
+// ErrDisconnected (Done is closed, Err and every later call return it),
+// rather than going on in a fresh process as if nothing had happened: a
+// caller must open a new Checkout and replay what the session held. The
+// next Run, Checkout or Stats dials a new connection. A keepalive (a stats
+// request, jsonl.DialOptions.Keepalive) ends a connection whose server
+// stopped answering.
+//
+// What a remote pool cannot do, or does differently: a Checkout's job is
+// checked by the server at the first Feed (a job outside the ceiling
+// fails there with KindRequest, and one beyond the server's max_sessions
+// with KindExhausted, not at Checkout); a
+// HostFunc's ctx ends with its call rather than with Feed's ctx; a
+// Job.Script path is read on the server; [Pool.Config], [Pool.Python],
+// [Pool.CgroupDirs] and [Checkout.Pid] describe nothing remote and return
+// zero values, while [Pool.Workers], [Pool.Preloaded],
+// [Pool.PIDNamespace], [Pool.Cgroups], [Pool.SelfConfinement] and
+// [Pool.Mounts] come from the server's ready event; [Pool.Stats] is the
+// server's, all its clients together (zero when the server cannot be
+// asked: [Pool.StatsContext] says why); Config.Logger and
+// Config.SessionIdleDump are the server's business; Shutdown ends this
+// client's connection once its work is done, not the server.
+//
 // # Relation to monty-pool
 //
 // The Go API is modelled on the Rust monty-pool crate, mapped onto CPython:
@@ -628,7 +671,9 @@
 //     none was finished within Config.CheckoutTimeout), Finished
 //     KindFinished, Protocol KindProtocol (caller misuse: Resume with no
 //     call waiting, Feed while one waits; a child's protocol break is
-//     KindCrashed); a closed pool is KindClosed. A worker exceeding its
+//     KindCrashed); a closed pool is KindClosed; Disconnected is
+//     KindDisconnected (a remote pool's connection ended under the call,
+//     see Remote pools). A worker exceeding its
 //     memory limit is a Python MemoryError, as in monty.
 //   - Checkout, feed, resume, finish: [Checkout], [Checkout.Feed],
 //     [Checkout.Resume], [Checkout.Finish]. ReplConfig becomes the [Job]
@@ -662,9 +707,13 @@
 //     SandboxSetupError until the pool sets up a mount namespace per job.
 //   - checkout_with_telemetry: Config.TracerProvider and the ctx given
 //     to Run and Feed (see Traces).
-//   - dump/restore, install_dependencies, type checking, WebSocket
-//     transport: do not apply. CPython state cannot be
-//     serialised safely, packages come from the operator (preloads and
-//     package dirs) rather than from jobs, and logging goes to
-//     Config.Logger (a *slog.Logger).
+//   - MontyTransport::Websocket: jsonl.Dial (see Remote pools).
+//   - dump/restore: [Checkout.Dump] and [Pool.Restore] (see Dumping and
+//     restoring a session): the session's globals pickled inside its own
+//     sandbox, not the interpreter's whole state, which CPython cannot
+//     serialise.
+//   - install_dependencies, type checking: do not apply. Packages come
+//     from the operator (preloads and package dirs) rather than from
+//     jobs, CPython has no type checker to run before the code, and
+//     logging goes to Config.Logger (a *slog.Logger).
 package pynox

@@ -68,6 +68,9 @@ type Dump struct {
 // ErrFinished or ErrClosed for an ended checkout, and with ctx.Err() when
 // ctx ends (while the dump runs, that kills the session's process).
 func (c *Checkout) Dump(ctx context.Context) (*Dump, error) {
+	if c.remote != nil {
+		return c.remote.Dump(ctx)
+	}
 	if err := c.acquire(ctx); err != nil {
 		return nil, err
 	}
@@ -190,6 +193,12 @@ func decodeDump(d []byte) (int, []byte, *Error) {
 // Pool.Checkout does otherwise. The dump is handed to the first process
 // only: a process started after that one ended starts empty.
 func (p *Pool) Restore(ctx context.Context, job Job, d []byte) (*Checkout, error) {
+	if p.remote != nil {
+		if _, _, rerr := decodeDump(d); rerr != nil {
+			return nil, rerr
+		}
+		return p.remoteCheckoutOf(p.remote.Checkout(ctx, job, d))
+	}
 	return p.restoreCheckout(ctx, job, "", nil, d)
 }
 

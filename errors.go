@@ -39,6 +39,13 @@ const (
 	// KindProtocol: the caller broke a checkout's turn order: Resume with
 	// no call waiting, or Feed while one waits.
 	KindProtocol
+	// KindDisconnected: a remote pool's connection to its server (see
+	// jsonl.Dial) ended while the call was under way, or could not be
+	// made: a job or step in flight may or may not have run, and its
+	// result is lost; a checkout of that connection has ended with it,
+	// since the server's sessions end with their connection. New work
+	// opens a new connection. Monty's Disconnected.
+	KindDisconnected
 )
 
 var kindNames = map[Kind]string{
@@ -53,6 +60,7 @@ var kindNames = map[Kind]string{
 	KindExhausted:    "Exhausted",
 	KindFinished:     "Finished",
 	KindProtocol:     "Protocol",
+	KindDisconnected: "Disconnected",
 }
 
 // String returns the kind's name; for the kinds that appear in results it
@@ -122,6 +130,7 @@ var (
 	ErrExhausted    = &Error{Kind: KindExhausted}
 	ErrFinished     = &Error{Kind: KindFinished}
 	ErrProtocol     = &Error{Kind: KindProtocol}
+	ErrDisconnected = &Error{Kind: KindDisconnected}
 )
 
 // sentinelKinds maps each sentinel to its kind, fixed at start-up.
@@ -137,6 +146,7 @@ var sentinelKinds = map[*Error]Kind{
 	ErrExhausted:    KindExhausted,
 	ErrFinished:     KindFinished,
 	ErrProtocol:     KindProtocol,
+	ErrDisconnected: KindDisconnected,
 }
 
 // errClosed returns a fresh KindClosed error.

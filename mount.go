@@ -92,6 +92,9 @@ func (p *Pool) mountObstacles() []string {
 
 // Mounts reports what kinds of mounts the pool can give its jobs.
 func (p *Pool) Mounts() MountSupport {
+	if p.remote != nil {
+		return p.remoteInfo.mounts
+	}
 	missing := "virtual paths, overlay mounts and write_bytes_limit need " + missingMounts
 	if why := p.mountObstacles(); len(why) > 0 {
 		missing += "; besides, " + strings.Join(why, ", and ")

@@ -82,6 +82,11 @@ type Pool struct {
 	sessionSeq atomic.Uint64 // spreads sessions' processes over the templates
 
 	dumps chan struct{} // a token per session dump in progress (dump.go)
+
+	// remote, when set, runs the pool's work on a server (remote.go);
+	// remoteInfo is what its ready event said.
+	remote     remoteBackend
+	remoteInfo remoteInfo
 }
 
 // poolWorker is one template and the job slot it serves.
@@ -458,6 +463,9 @@ func isDone(ch <-chan struct{}) bool {
 // ctx ended (ctx.Err(); a job running then is killed), or the pool was
 // closed before or while it ran (ErrClosed; Close kills a running job).
 func (p *Pool) Run(ctx context.Context, job Job) (*Result, error) {
+	if p.remote != nil {
+		return p.remote.Run(ctx, job)
+	}
 	res, refill, err := p.run(ctx, job)
 	refill()
 	return res, err
@@ -594,6 +602,9 @@ func (p *Pool) runJob(ctx context.Context, job Job) (_ *Result, refill func(), _
 // It returns once all of them are gone. It is safe to call more than
 // once; on a Pool that [New] did not make it returns a KindClosed error.
 func (p *Pool) Close() error {
+	if p.remote != nil {
+		return p.remote.Close()
+	}
 	if err := p.usable(); err != nil {
 		return err
 	}
@@ -648,6 +659,9 @@ func (p *Pool) Close() error {
 // when ctx ended first, and nil otherwise. Open checkouts without a step
 // under way do not hold it up: they end with the pool.
 func (p *Pool) Shutdown(ctx context.Context) error {
+	if p.remote != nil {
+		return p.remote.Shutdown(ctx)
+	}
 	if err := p.usable(); err != nil {
 		return err
 	}
@@ -699,15 +713,28 @@ func (p *Pool) usable() error {
 
 // Cgroups returns the per-job cgroup backend in use: "v2", "v1" or
 // "none" (see Config.Cgroups).
-func (p *Pool) Cgroups() string { return p.cg.Backend() }
+func (p *Pool) Cgroups() string {
+	if p.remote != nil {
+		return p.remoteInfo.cgroups
+	}
+	return p.cg.Backend()
+}
 
 // CgroupDirs returns the directories the pool creates its jobs' cgroups
 // in (empty without cgroups): a pool that confines itself must keep write
 // access to them.
-func (p *Pool) CgroupDirs() []string { return p.cg.WritableDirs() }
+func (p *Pool) CgroupDirs() []string {
+	if p.remote != nil {
+		return nil
+	}
+	return p.cg.WritableDirs()
+}
 
 // Stats returns a snapshot of the pool's counters.
 func (p *Pool) Stats() Stats {
+	if p.remote != nil {
+		return p.remoteStats()
+	}
 	s := p.stats.snapshot()
 	if !p.start.IsZero() {
 		s.UptimeMS = time.Since(p.start).Milliseconds()

@@ -130,8 +130,8 @@ func (c *Client) Ready() Ready { return c.ready }
 // it) waits forever.
 //
 // Run returns an error when no result can come: the connection ended, a
-// write failed, or ctx ended first (ctx.Err(); the job is not canceled on
-// the server, whose protocol has no cancel, and its result is dropped).
+// write failed, or ctx ended first (ctx.Err(); the job is then cancelled
+// on the server with a "cancel" request, and its result is dropped).
 func (c *Client) Run(ctx context.Context, job pynox.Job) (*pynox.Result, error) {
 	req := wireRequest(job)
 	res, err := c.result(ctx, &req, job.Host)
@@ -208,7 +208,23 @@ func (c *Client) roundTrip(ctx context.Context, req *request, host pynox.HostFun
 	case <-ctx.Done():
 		forget()
 		p.output.end()
+		if req.Session == "" && (req.Code != "" || req.Script != "") {
+			// A one-shot job nobody waits for is ended on the server.
+			c.cancel(id)
+		}
 		return nil, ctx.Err()
+	}
+}
+
+// cancel asks the server to end the one-shot job of wire id id, without
+// waiting: its answers (the cancel event, the job's CancelledError) are
+// for nobody and skipped.
+func (c *Client) cancel(id string) {
+	b, err := marshalLine(struct {
+		Cancel string `json:"cancel"`
+	}{id})
+	if err == nil {
+		go func() { _ = c.writeLine(b) }()
 	}
 }
 
@@ -336,6 +352,7 @@ func (s *Session) Run(ctx context.Context, step pynox.Step) (*pynox.Result, erro
 		req.Job.OnDisplay = s.job.OnDisplay
 	}
 	req.Inputs = step.Inputs
+	req.Collect = step.Collect
 	if step.Timeout != 0 {
 		req.Timeout = pynox.Duration(step.Timeout)
 	}

@@ -22,7 +22,11 @@
 // any pair of streams ([NewClient]) and offers [Client.Run],
 // [Client.Session] and [Client.Stats], safe for concurrent use, with host
 // calls answered by each request's HostFunc. pynox-bench and the command's
-// tests use it; a remote transport can.
+// tests use it, and so does [Dial]: it connects to a `pynox serve`
+// server's WebSocket and returns a [pynox.Pool] whose Run, Checkout and
+// the rest go over a Client on that connection (see "Remote pools" in
+// package pynox's documentation). There is one Go client of the
+// protocol, this one.
 //
 // The protocol itself — every request and result field, events, errors,
 // limits — is specified in the pool protocol document
@@ -37,5 +41,7 @@
 // the worker's next spare only once the answer is written, sessions known
 // by the protocol's name (in their results, calls and log records), a
 // session whose process ended taking the permissions of the next creating
-// request, and refusals counted and logged like the pool's own.
+// request, and refusals counted and logged like the pool's own. Dial
+// makes a remote Pool through internal/poolhook as well (package pynox
+// routes a remote Pool's methods to this package's implementation).
 package jsonl

@@ -14,3 +14,8 @@ package poolhook
 // Impl is package pynox's implementation of the hooks; set once, by
 // package pynox's init, before any other package's init reads it.
 var Impl any
+
+// Remote is package pynox's constructor of a remote Pool (a Pool whose
+// methods go to a `pynox serve` server), which jsonl.Dial asserts and
+// uses; set once, by package pynox's init.
+var Remote any
