@@ -397,3 +397,50 @@ print(os.environ.get("SECRET"), "pynox_shared" in sys.modules, json.dumps(1), "s
 	require.Equal(t, "None False 1 False ['outputs']\n", ev.Stdout)
 	advServes(t, p)
 }
+
+// TestHostileReview7ReopenOwnChannels: Landlock does not mediate opening
+// a pipe through /proc/self/fd (pipefs is internal), so a job can open a
+// second read end of its own stdout and of its bell (descriptor 4), and
+// drain them from a thread. That steals only its own output and its own
+// wake-ups: without the ring of its report, the pool learns of the report
+// when the runner, unkilled, exits on its own (5 s later), or ends the job
+// at its timeout, whichever comes first; either way within the job's own
+// time. The control socket cannot be reopened at all, and the next job's
+// output is whole.
+func TestHostileReview7ReopenOwnChannels(t *testing.T) {
+	t.Parallel()
+	p := newTestPool(t, Config{Workers: 1})
+	r := run(t, p, Job{Timeout: 1500 * time.Millisecond, Code: `
+import os, threading, time
+fds = [os.open("/proc/self/fd/%d" % fd, os.O_RDONLY | os.O_NONBLOCK) for fd in (1, 2, 4)]
+try:
+    os.open("/proc/self/fd/3", os.O_RDWR)
+    print("reopened the control socket")
+except OSError as e:
+    pass
+stop = False
+def drain():
+    while not stop:
+        for fd in fds:
+            try:
+                os.read(fd, 65536)
+            except BlockingIOError:
+                pass
+        time.sleep(0.0005)
+threading.Thread(target=drain, daemon=True).start()
+for i in range(200):
+    print("line", i, flush=True)
+time.sleep(0.05)
+"reported"
+`})
+	require.NotContains(t, r.Stdout, "reopened the control socket")
+	if r.Error != nil {
+		requireErrorType(t, r, "TimeoutError") // its report's ring was stolen
+	} else {
+		require.Equal(t, `"reported"`, string(r.Value))
+	}
+	next := run(t, p, Job{Code: "for i in range(1000):\n    print('line', i)"})
+	requireOK(t, next)
+	require.Equal(t, 1000, strings.Count(next.Stdout, "line "))
+	advServes(t, p)
+}

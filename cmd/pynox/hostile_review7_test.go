@@ -1,0 +1,179 @@
+package main
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/coder/websocket"
+	"github.com/stretchr/testify/require"
+)
+
+// The seventh review's probes of the front door (pynox serve): tenants
+// on separate connections, Host and Origin spellings, bearer-token
+// spellings, and the single-request endpoint's stream-only fields. Each
+// held; each stays as a regression test.
+
+// TestServeReview7SessionsPerConnection: two WebSocket connections name
+// the same session; each gets its own process, and neither can read,
+// run code in, interrupt, close or dump the other's.
+func TestServeReview7SessionsPerConnection(t *testing.T) {
+	s := startServe(t, t.TempDir())
+	a, _, err := dialPool(t, s, "")
+	require.NoError(t, err)
+	b, _, err := dialPool(t, s, "")
+	require.NoError(t, err)
+	a.send(t, `{"id": "a1", "session": "shared", "code": "secret = 'tenant-a'"}`)
+	require.Equal(t, "a1", a.next(t)["id"])
+	for _, line := range []string{
+		`{"id": "b1", "session": "shared", "code": "print(globals().get('secret'))"}`,
+		`{"id": "b2", "session": "shared", "interrupt": true}`,
+		`{"id": "b3", "session": "shared", "dump": true}`,
+		`{"id": "b4", "session": "shared", "close": true}`,
+		`{"id": "b5", "cancel": "a1"}`,
+	} {
+		b.send(t, line)
+		m := b.next(t)
+		require.NotContains(t, string(mustJSON(t, m)), "tenant-a", "%s", line)
+		if m["id"] == "b1" {
+			require.Equal(t, "None\n", m["stdout"])
+		}
+	}
+	a.send(t, `{"id": "a2", "session": "shared", "code": "print(secret)"}`)
+	m := a.next(t)
+	require.Equal(t, "a2", m["id"])
+	require.Equal(t, "tenant-a\n", m["stdout"], "another connection ended or changed this connection's session")
+}
+
+// TestServeReview7HostAndOriginSpellings: a token-less server answers
+// only localhost and loopback Host names and its own Origin; spellings a
+// web page's own name can take (a trailing dot, a name that merely starts
+// with localhost or 127.0.0.1, a userinfo Origin, Origin "null") are
+// refused.
+func TestServeReview7HostAndOriginSpellings(t *testing.T) {
+	s := startServe(t, t.TempDir())
+	port := s.base[strings.LastIndex(s.base, ":")+1:]
+	send := func(host, origin string) int {
+		req, err := http.NewRequest("POST", s.base+"/v1/run", strings.NewReader(`{"id": 1, "code": "print(1)"}`))
+		require.NoError(t, err)
+		if host != "" {
+			req.Host = host
+		}
+		if origin != "" {
+			req.Header.Set("Origin", origin)
+		}
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		_, _ = io.Copy(io.Discard, resp.Body)
+		return resp.StatusCode
+	}
+	for _, host := range []string{
+		"localhost.:" + port, "localhost.evil.example:" + port, "127.0.0.1.nip.io:" + port,
+		"127.1:" + port, "0x7f000001:" + port, "2130706433:" + port, "[::ffff:7f00:1]x:" + port, "evil.example",
+	} {
+		require.Equal(t, 403, send(host, ""), "Host %q", host)
+	}
+	for _, origin := range []string{
+		"null", "http://127.0.0.1:" + port + "@evil.example", "http://evil.example/#@127.0.0.1:" + port,
+		"http://127.0.0.1:" + port + ".evil.example", "file://", "http://127.0.0.1",
+	} {
+		require.Equal(t, 403, send("", origin), "Origin %q", origin)
+	}
+	// What stays allowed: loopback names, in any case.
+	require.Equal(t, 200, send("LOCALHOST:"+port, ""))
+	require.Equal(t, 200, send("127.0.0.1:"+port, "http://127.0.0.1:"+port))
+	// The WebSocket handshake with Origin "null" (a sandboxed frame).
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	_, resp, err := websocket.Dial(ctx, s.wsURL(), &websocket.DialOptions{HTTPHeader: http.Header{"Origin": {"null"}}})
+	require.Error(t, err)
+	require.Equal(t, 403, resp.StatusCode)
+}
+
+// TestServeReview7TokenSpellings: only "Bearer TOKEN" with a token of the
+// file passes (the scheme in any case); a prefix or extension of a token,
+// an empty token, the token in the query string or in another header, a
+// comment line of the file used as a token, and a second Authorization
+// header after a bad first one all get 401, on every /v1 path, MCP
+// included.
+func TestServeReview7TokenSpellings(t *testing.T) {
+	dir := t.TempDir()
+	tokens := filepath.Join(dir, "tokens")
+	require.NoError(t, os.WriteFile(tokens, []byte("# not-a-token\nsecret-token-1\n"), 0o600))
+	s := startServe(t, dir, "--token-file="+tokens)
+	try := func(path string, header http.Header, query string) int {
+		method := "POST"
+		body := `{"id": 1, "code": "print(1)"}`
+		if path == "/v1/mcp" {
+			body = `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"x","version":"1"}}}`
+		}
+		req, err := http.NewRequest(method, s.base+path+query, strings.NewReader(body))
+		require.NoError(t, err)
+		for k, vs := range header {
+			for _, v := range vs {
+				req.Header.Add(k, v)
+			}
+		}
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		_, _ = io.Copy(io.Discard, resp.Body)
+		return resp.StatusCode
+	}
+	for _, path := range []string{"/v1/run", "/v1/mcp"} {
+		for _, h := range []http.Header{
+			{},
+			{"Authorization": {"Bearer secret-token"}},
+			{"Authorization": {"Bearer secret-token-12"}},
+			{"Authorization": {"Bearer "}},
+			{"Authorization": {"Bearer"}},
+			{"Authorization": {"Basic secret-token-1"}},
+			{"Authorization": {"secret-token-1"}},
+			{"Authorization": {"Bearer # not-a-token"}},
+			{"Authorization": {"Bearer not-a-token"}},
+			{"Authorization": {"Bearer x", "Bearer secret-token-1"}},
+			{"X-Authorization": {"Bearer secret-token-1"}},
+			{"Cookie": {"token=secret-token-1"}},
+		} {
+			require.Equal(t, 401, try(path, h, ""), "%s %v", path, h)
+		}
+		require.Equal(t, 401, try(path, nil, "?token=secret-token-1&access_token=secret-token-1"), path)
+	}
+	require.Equal(t, 200, try("/v1/run", http.Header{"Authorization": {"bearer secret-token-1"}}, ""))
+	require.Equal(t, 200, try("/v1/run", http.Header{"Authorization": {"Bearer   secret-token-1  "}}, ""))
+}
+
+// TestServeReview7RunRefusesStreamFields: POST /v1/run runs one job and
+// holds nothing after its answer: a session, host functions (even an
+// empty list), a restore, a dump, a reply, a cancel or an interrupt are
+// refused by name, each with one answer, and the server serves on.
+func TestServeReview7RunRefusesStreamFields(t *testing.T) {
+	s := startServe(t, t.TempDir())
+	for field, line := range map[string]string{
+		"session":   `{"id": 1, "code": "x = 1", "session": "s"}`,
+		"functions": `{"id": 1, "code": "print(1)", "functions": []}`,
+		"restore":   `{"id": 1, "code": "print(1)", "restore": "cHlub3hkAAEAAAAAAAAAAA=="}`,
+		"dump":      `{"id": 1, "dump": true}`,
+		"reply":     `{"id": 1, "reply": {"call_id": 1, "result": 1}}`,
+		"cancel":    `{"id": 1, "cancel": 2}`,
+		"interrupt": `{"id": 1, "interrupt": true}`,
+	} {
+		code, body := s.do(t, "POST", "/v1/run", "", line)
+		require.Equal(t, 200, code, "%s: %s", field, body)
+		require.Contains(t, body, `"RequestError"`, field)
+		require.Contains(t, body, field+": a single request", field)
+		require.Equal(t, 1, strings.Count(strings.TrimSpace(body), "\n")+1, "one answer: %s", body)
+	}
+	code, body := s.do(t, "POST", "/v1/run", "", `{"id": 2, "code": "print(6 * 7)"}`)
+	require.Equal(t, 200, code)
+	require.Contains(t, body, `"stdout":"42\n"`)
+}
