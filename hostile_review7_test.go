@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -442,5 +443,63 @@ time.sleep(0.05)
 	next := run(t, p, Job{Code: "for i in range(1000):\n    print('line', i)"})
 	requireOK(t, next)
 	require.Equal(t, 1000, strings.Count(next.Stdout, "line "))
+	advServes(t, p)
+}
+
+// TestHostileReview7InflightDescriptors: descriptors in flight on unix
+// sockets (sent with SCM_RIGHTS and not yet received) are counted per
+// user across the whole machine, and a process without CAP_SYS_RESOURCE
+// may send more only while that count is within its own RLIMIT_NOFILE. A
+// session put 4301 of them in flight on its own socketpair (its limit is
+// 4096) and kept them there, stopped between steps. The template, which
+// hands every new spare to the pool with SCM_RIGHTS and had the soft
+// descriptor limit the pool was started with (1024 under a shell's or
+// systemd's default; Go restores it for the processes it starts), then
+// failed to send its next spare and died: every other session and job of
+// that template with it (another tenant's session lost its variables).
+// The template now raises its soft limit to its hard limit, and a job's
+// own limit stays at most half of that, so no job can push the count to
+// where the template's sends fail.
+func TestHostileReview7InflightDescriptors(t *testing.T) {
+	var orig syscall.Rlimit
+	require.NoError(t, syscall.Getrlimit(syscall.RLIMIT_NOFILE, &orig))
+	if orig.Max < 8192 {
+		t.Skipf("the hard descriptor limit is %d; the probe needs room above a job's 4096", orig.Max)
+	}
+	// The templates start with the soft limit of a default shell.
+	low := orig
+	low.Cur = 1024
+	require.NoError(t, syscall.Setrlimit(syscall.RLIMIT_NOFILE, &low))
+	p := newTestPool(t, Config{Workers: 1})
+	requireOK(t, run(t, p, Job{Code: "print(1)"}))
+	require.NoError(t, syscall.Setrlimit(syscall.RLIMIT_NOFILE, &orig))
+	before := p.templatePIDs()
+
+	victim := checkout(t, p, Job{})
+	requireOK(t, feed(t, victim, "x = 'tenant-a'"))
+	attacker := checkout(t, p, Job{})
+	r := feed(t, attacker, `
+import array, socket
+a, b = socket.socketpair()
+n = 0
+try:
+    for i in range(40):
+        a.sendmsg([b"x"], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [0] * 253))])
+        n += 253
+except OSError as e:
+    print("stopped:", e)
+print("in flight", n)
+`)
+	requireOK(t, r)
+	t.Logf("the attacking session: %s", strings.TrimSpace(r.Stdout))
+	for i := 0; i < 3; i++ {
+		requireOK(t, run(t, p, Job{Code: "print(6 * 7)"}))
+	}
+	r = feed(t, victim, "print(x)")
+	require.False(t, r.Restarted, "the victim's session was restarted: its template died")
+	requireOK(t, r)
+	require.Equal(t, "tenant-a\n", r.Stdout)
+	require.Equal(t, before, p.templatePIDs(), "the template died")
+	requireOK(t, feed(t, attacker, "print(n)"))
 	advServes(t, p)
 }
