@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -12,6 +13,8 @@ import (
 
 	"github.com/coder/websocket"
 	"github.com/stretchr/testify/require"
+
+	"github.com/pynox/pynox/internal/testenv"
 )
 
 // The seventh review's probes of the front door (pynox serve): tenants
@@ -176,4 +179,85 @@ func TestServeReview7RunRefusesStreamFields(t *testing.T) {
 	code, body := s.do(t, "POST", "/v1/run", "", `{"id": 2, "code": "print(6 * 7)"}`)
 	require.Equal(t, 200, code)
 	require.Contains(t, body, `"stdout":"42\n"`)
+}
+
+// review7EpollWatches is a session step that registers every one of n
+// eventfds with each of up to m epoll instances (m*n watches) and keeps
+// them, adding instances for at most 15 s per step; it prints the number
+// of watches it holds.
+const review7EpollWatches = `
+import os, select, time
+if "eps" not in globals():
+    efds = [os.eventfd(0) for _ in range(%d)]
+    eps = []
+    n = 0
+deadline = time.monotonic() + 15
+try:
+    while len(eps) < %d and time.monotonic() < deadline:
+        ep = select.epoll()
+        eps.append(ep)
+        for fd in efds:
+            ep.register(fd, select.EPOLLIN)
+            n += 1
+except OSError as e:
+    print("stopped:", e)
+print("watches", n, len(eps))
+`
+
+// TestServeReview7EpollWatchesExhausted: epoll watches are counted per
+// uid across the machine (fs.epoll.max_user_watches) with no exemption
+// for capabilities, and a job may hold millions: 2045 epoll instances
+// each watching 2045 eventfds fit in its 4096 descriptors. Two sessions
+// together exhaust the count for every process of the pool's uid, the
+// server's own Go runtime included, whose accept then fails to register
+// the new connection with its poller (ENOSPC). The server must not end
+// on that: it retries, and serves again once the sessions are gone.
+func TestServeReview7EpollWatchesExhausted(t *testing.T) {
+	testenv.RequireLong(t, "two sessions registering ~5.5 million epoll watches")
+	b, err := os.ReadFile("/proc/sys/fs/epoll/max_user_watches")
+	require.NoError(t, err)
+	var max int
+	_, err = fmt.Sscan(string(b), &max)
+	require.NoError(t, err)
+	if max > 8_000_000 {
+		t.Skipf("max_user_watches is %d; two sessions cannot reach it", max)
+	}
+	s := startServe(t, t.TempDir())
+	w, _, err := dialPool(t, s, "")
+	require.NoError(t, err)
+	fill := func(session string, fds, epolls int) {
+		for step := 0; step < 10; step++ {
+			w.send(t, fmt.Sprintf(`{"id": "%s%d", "session": "%s", "timeout": "30s", "code": %q}`, session, step, session, fmt.Sprintf(review7EpollWatches, fds, epolls)))
+			m := w.next(t)
+			t.Logf("session %s: %v %v", session, m["stdout"], m["error"])
+			require.Nil(t, m["error"])
+			if strings.Contains(m["stdout"].(string), "stopped") || strings.HasSuffix(strings.TrimSpace(m["stdout"].(string)), fmt.Sprint(epolls)) {
+				return
+			}
+		}
+		t.Fatalf("session %s did not finish registering", session)
+	}
+	fill("a", 2045, 2045)
+	rest := max - 2045*2045 + 10_000
+	fill("b", 2000, rest/2000+1)
+	// The count is exhausted now: new connections may fail, the server
+	// must not end.
+	fresh := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: 5 * time.Second}
+	for i := 0; i < 5; i++ {
+		resp, err := fresh.Get(s.base + "/healthz")
+		if err == nil {
+			resp.Body.Close()
+		}
+		t.Logf("healthz on a new connection while exhausted: %v", err)
+		time.Sleep(200 * time.Millisecond)
+	}
+	w.send(t, `{"id": "ca", "session": "a", "close": true}`)
+	w.next(t)
+	w.send(t, `{"id": "cb", "session": "b", "close": true}`)
+	w.next(t)
+	require.Eventually(t, func() bool {
+		code, _ := s.do(t, "POST", "/v1/run", "", `{"id": 1, "code": "print(6 * 7)"}`)
+		return code == 200
+	}, 30*time.Second, 200*time.Millisecond, "the server does not serve after the sessions ended; stderr: %s", s.stderr.String())
+	t.Logf("server stderr: %s", s.stderr.String())
 }

@@ -384,7 +384,7 @@ func serveHTTP(p *pynox.Pool, ln net.Listener, tokens *tokenSet, o serveOptions,
 	}()
 
 	served := make(chan error, 1)
-	go func() { served <- hs.Serve(ln) }()
+	go func() { served <- hs.Serve(&steadyListener{Listener: ln, stderr: stderr}) }()
 	fmt.Fprintf(stderr, "pynox serve: listening on http://%s\n", ln.Addr())
 
 	select {
@@ -694,4 +694,38 @@ func (s *httpServer) serveMCP(w http.ResponseWriter, r *http.Request) {
 		defer s.mcpCalls.Done()
 	}
 	s.mcpHTTP.ServeHTTP(w, r)
+}
+
+// steadyListener is a listener whose Accept ends only when the listener
+// is closed: any other error (a connection the kernel could not hand
+// over, a descriptor or poller limit reached) is waited out and the next
+// connection accepted. http.Server ends on every accept error it does not
+// know to be temporary; among those is ENOSPC from registering the new
+// connection with Go's poller when the pool's uid has used up its epoll
+// watches (fs.epoll.max_user_watches, counted per uid machine-wide,
+// without exemption for capabilities), which a job can do (the seventh
+// review: two sessions holding 5.5 million watches made the server exit).
+type steadyListener struct {
+	net.Listener
+	stderr io.Writer
+}
+
+func (l *steadyListener) Accept() (net.Conn, error) {
+	delay := 5 * time.Millisecond
+	var last string
+	for {
+		c, err := l.Listener.Accept()
+		if err == nil || errors.Is(err, net.ErrClosed) {
+			if err == nil && last != "" {
+				fmt.Fprintf(l.stderr, "pynox serve: accepting connections again\n")
+			}
+			return c, err
+		}
+		if msg := err.Error(); msg != last {
+			fmt.Fprintf(l.stderr, "pynox serve: accept: %v; retrying\n", err)
+			last = msg
+		}
+		time.Sleep(delay)
+		delay = min(2*delay, time.Second)
+	}
 }
