@@ -1,11 +1,14 @@
 package main
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -108,7 +111,7 @@ func TestServeReview7HostAndOriginSpellings(t *testing.T) {
 // included.
 func TestServeReview7TokenSpellings(t *testing.T) {
 	dir := t.TempDir()
-	tokens := filepath.Join(dir, "tokens")
+	tokens := filepath.Join(t.TempDir(), "tokens") // outside the read ceiling (the working directory)
 	require.NoError(t, os.WriteFile(tokens, []byte("# not-a-token\nsecret-token-1\n"), 0o600))
 	s := startServe(t, dir, "--token-file="+tokens)
 	try := func(path string, header http.Header, query string) int {
@@ -260,4 +263,75 @@ func TestServeReview7EpollWatchesExhausted(t *testing.T) {
 		return code == 200
 	}, 30*time.Second, 200*time.Millisecond, "the server does not serve after the sessions ended; stderr: %s", s.stderr.String())
 	t.Logf("server stderr: %s", s.stderr.String())
+}
+
+// TestServeReview7JobsCannotBeClients: the server's own jobs must not be
+// able to act as its clients. Before, a job granted the network (and no
+// write grant) sent a request to a token-less server on loopback with a
+// write grant of the ceiling, and it ran; and a token file in the working
+// directory (the default read ceiling) was read by any job, every
+// client's token with it. Now the server refuses to start without
+// --token-file when the ceiling grants the network, and refuses a token
+// file beneath a path a job may read; with tokens kept outside, a job
+// with the network that calls the server gets 401.
+func TestServeReview7JobsCannotBeClients(t *testing.T) {
+	testenv.RequireSandbox(t)
+	refused := func(t *testing.T, dir string, args ...string) string {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		var errb bytes.Buffer
+		cmd := exec.CommandContext(ctx, pynoxBinary(t), append([]string{"serve", "--listen=127.0.0.1:0", "--python=" + testenv.Python()}, args...)...)
+		cmd.Dir, cmd.Stderr = dir, &errb
+		require.Error(t, cmd.Run())
+		require.Equal(t, 1, cmd.ProcessState.ExitCode(), "the server started: %s", errb.String())
+		return errb.String()
+	}
+	netConf := func(t *testing.T, write string) string {
+		conf := filepath.Join(t.TempDir(), "serve.toml")
+		body := "[pool]\nworkers = 2\n\n[pool.limits]\nallow_network = true\n"
+		if write != "" {
+			body += "allow_write = [\"" + write + "\"]\n"
+		}
+		require.NoError(t, os.WriteFile(conf, []byte(body), 0o644))
+		return conf
+	}
+	t.Run("network without tokens", func(t *testing.T) {
+		msg := refused(t, t.TempDir(), "--config="+netConf(t, ""))
+		require.Contains(t, msg, "allow_network")
+		require.Contains(t, msg, "--token-file")
+	})
+	t.Run("token file in the read ceiling", func(t *testing.T) {
+		dir := t.TempDir()
+		require.NoError(t, os.WriteFile(filepath.Join(dir, "tokens"), []byte("tok\n"), 0o600))
+		msg := refused(t, dir, "--token-file=tokens")
+		require.Contains(t, msg, "--token-file=tokens lies beneath the read ceiling")
+	})
+	t.Run("token file in the write ceiling", func(t *testing.T) {
+		w := t.TempDir()
+		require.NoError(t, os.WriteFile(filepath.Join(w, "tokens"), []byte("tok\n"), 0o600))
+		msg := refused(t, t.TempDir(), "--allow-write="+w, "--token-file="+filepath.Join(w, "tokens"))
+		require.Contains(t, msg, "lies beneath the write ceiling")
+	})
+	t.Run("a job with the network calls the server", func(t *testing.T) {
+		dir, w := t.TempDir(), t.TempDir()
+		tokens := filepath.Join(t.TempDir(), "tokens")
+		require.NoError(t, os.WriteFile(tokens, []byte("tok-a\n"), 0o600))
+		s := startServe(t, dir, "--token-file="+tokens, "--config="+netConf(t, w))
+		inner := fmt.Sprintf(`{"id": 2, "allow_write": [%q], "code": "open(%q, 'w').write('x')"}`, w, filepath.Join(w, "escalated"))
+		outer := fmt.Sprintf(`import urllib.request, urllib.error
+req = urllib.request.Request(%q, data=%q.encode(), headers={"Content-Type": "application/json"})
+try:
+    print(urllib.request.urlopen(req, timeout=20).status)
+except urllib.error.HTTPError as e:
+    print(e.code)
+`, s.base+"/v1/run", inner)
+		line, err := json.Marshal(map[string]any{"id": 1, "allow_network": true, "code": outer})
+		require.NoError(t, err)
+		code, body := s.do(t, "POST", "/v1/run", "tok-a", string(line))
+		require.Equal(t, 200, code, body)
+		require.Contains(t, body, `"stdout":"401\n"`)
+		_, err = os.Stat(filepath.Join(w, "escalated"))
+		require.True(t, os.IsNotExist(err), "the job's own request ran")
+	})
 }

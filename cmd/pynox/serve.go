@@ -31,6 +31,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/pynox/pynox"
+	"github.com/pynox/pynox/internal/worker"
 	"github.com/pynox/pynox/jsonl"
 	"github.com/pynox/pynox/mcpserver"
 )
@@ -146,8 +147,60 @@ func serve(args []string, stdout, stderr io.Writer) int {
 		return 0, true
 	}
 	return withPool("serve", serveUsage, args, stdout, stderr, flags, before, func(p *pynox.Pool) int {
+		if msg := jobsReachServer(p.Config(), tokens); msg != "" {
+			ln.Close()
+			fmt.Fprintf(stderr, "pynox serve: %s\n", msg)
+			return 1
+		}
 		return serveHTTP(p, ln, tokens, o, stderr)
 	})
+}
+
+// jobsReachServer says why the server's own jobs could act as its
+// clients, or returns "". A job granted the network reaches a loopback
+// server like any local process, so without tokens it could send requests
+// of its own with any grant of the ceiling (the seventh review: a job with
+// the network and no write grant had the server run one with a write
+// grant); and a job that may read the token file (beneath the read or
+// write ceiling, a package dir, or the system paths every job may read;
+// the read ceiling is the working directory by default) learns every
+// client's token.
+func jobsReachServer(cfg pynox.Config, tokens *tokenSet) string {
+	network := cfg.Limits.AllowNetwork
+	for _, pr := range cfg.Profiles {
+		network = network || pr.AllowNetwork
+	}
+	if tokens == nil {
+		if network {
+			return "the ceiling grants the network ([pool.limits] allow_network), and a job granted it reaches this server on loopback: " +
+				"without --token-file it could send requests of its own with any grant of the ceiling; give --token-file=FILE (outside every path a job may read)"
+		}
+		return ""
+	}
+	abs, err := filepath.Abs(tokens.path)
+	if err != nil {
+		return fmt.Sprintf("--token-file=%s: %v", tokens.path, err)
+	}
+	if real, err := filepath.EvalSymlinks(abs); err == nil {
+		abs = real
+	}
+	for _, g := range []struct {
+		what  string
+		paths []string
+	}{
+		{"the read ceiling ([pool.limits] allow_read, --allow-read; by default the working directory)", cfg.Limits.AllowRead},
+		{"the write ceiling ([pool.limits] allow_write, --allow-write)", cfg.Limits.AllowWrite},
+		{"a package dir ([pool] package_dirs, --package-dir)", cfg.PackageDirs},
+		{"the system paths every job may read", worker.SystemPaths()},
+	} {
+		for _, d := range g.paths {
+			d = filepath.Clean(d)
+			if abs == d || strings.HasPrefix(abs, strings.TrimSuffix(d, "/")+"/") {
+				return fmt.Sprintf("--token-file=%s lies beneath %s %s, so jobs could read every client's token; expected a file outside every path a job may read", tokens.path, g.what, d)
+			}
+		}
+	}
+	return ""
 }
 
 // isLoopback reports whether a listener's address is a loopback one.
