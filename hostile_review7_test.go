@@ -9,6 +9,7 @@ package pynox
 import (
 	"context"
 	"fmt"
+	"os"
 	"path/filepath"
 	"runtime"
 	"strings"
@@ -501,5 +502,45 @@ print("in flight", n)
 	require.Equal(t, "tenant-a\n", r.Stdout)
 	require.Equal(t, before, p.templatePIDs(), "the template died")
 	requireOK(t, feed(t, attacker, "print(n)"))
+	advServes(t, p)
+}
+
+// TestHostileReview7ConfigNotReadable: the configuration file is the
+// operator's (its profiles' env may hold what only jobs of that profile
+// should see), and SECURITY.md counts it among what jobs cannot read. In
+// the natural set-up it lies in the working directory, the default read
+// ceiling, and a request that asked to read "." read it. A read grant
+// (allow_read, package_dirs, a read-only mount) that covers it, or is a
+// hard link to it, is now refused as write grants are; a directory beside
+// it is still granted.
+func TestHostileReview7ConfigNotReadable(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	conf := filepath.Join(dir, "pynox.toml")
+	require.NoError(t, os.WriteFile(conf, []byte("[profiles.p]\nenv = {API_KEY = \"profile-secret\"}\n"), 0o644))
+	require.NoError(t, os.Mkdir(filepath.Join(dir, "data"), 0o755))
+	require.NoError(t, os.Mkdir(filepath.Join(dir, "links"), 0o755))
+	require.NoError(t, os.Link(conf, filepath.Join(dir, "links", "copy.toml")))
+	p := newTestPool(t, Config{Dir: dir, Source: conf, Limits: Limits{AllowWrite: []string{}}})
+	read := "print(open(%q).read())"
+	for _, tc := range []struct {
+		job  Job
+		what string
+	}{
+		{Job{AllowRead: []string{"."}, Code: fmt.Sprintf(read, "pynox.toml")}, "allow_read"},
+		{Job{AllowRead: []string{dir}, Code: fmt.Sprintf(read, conf)}, "allow_read"},
+		{Job{AllowRead: []string{"pynox.toml"}, Code: fmt.Sprintf(read, conf)}, "allow_read"},
+		{Job{AllowRead: []string{"links/copy.toml"}, Code: fmt.Sprintf(read, "links/copy.toml")}, "allow_read"},
+		{Job{PackageDirs: []string{"."}, Code: fmt.Sprintf(read, "pynox.toml")}, "package_dirs"},
+		{Job{Mounts: []MountSpec{{HostPath: dir, Mode: ReadOnly}}, Code: fmt.Sprintf(read, conf)}, "mounts"},
+	} {
+		r := run(t, p, tc.job)
+		require.NotContains(t, r.Stdout, "profile-secret", "%+v", tc.job)
+		requireErrorType(t, r, "RequestError")
+		require.Contains(t, r.Error.Message, tc.what)
+		require.Contains(t, r.Error.Message, "configuration file")
+	}
+	r := run(t, p, Job{AllowRead: []string{"data"}, Code: "import os; print(os.listdir('data'))"})
+	requireOK(t, r)
 	advServes(t, p)
 }
