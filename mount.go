@@ -155,6 +155,9 @@ func (p *Pool) planMounts(pl *plan, mounts []MountSpec, protected []string) *Err
 				err = p.coversScratch(field+".host", real)
 			}
 			if err == nil {
+				err = readCoversConfig(field+".host", real, pl.fds[len(pl.fds)-1], p.own)
+			}
+			if err == nil {
 				pl.read = append(pl.read, real)
 			}
 		}

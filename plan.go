@@ -197,6 +197,9 @@ func (p *Pool) plan(req *Job, session bool) (pl *plan, rerr *Error) {
 		if err := p.coversScratch("allow_read", real); err != nil {
 			return nil, err
 		}
+		if err := readCoversConfig("allow_read", real, pl.fds[len(pl.fds)-1], p.own); err != nil {
+			return nil, err
+		}
 		pl.read = append(pl.read, real)
 	}
 	var pkgDirs []string
@@ -209,6 +212,9 @@ func (p *Pool) plan(req *Job, session bool) (pl *plan, rerr *Error) {
 			return nil, requestErrorf("package_dirs: %s is not a directory", real)
 		}
 		if err := p.coversScratch("package_dirs", real); err != nil {
+			return nil, err
+		}
+		if err := readCoversConfig("package_dirs", real, pl.fds[len(pl.fds)-1], p.own); err != nil {
 			return nil, err
 		}
 		pkgDirs = append(pkgDirs, real)
@@ -527,6 +533,7 @@ type ownFile struct {
 	path     string // absolute, symlink-free
 	what     string // for messages
 	file     bool   // a file: a hard link to it is refused as well
+	config   bool   // the configuration file: no read grant may cover it either
 	dev, ino uint64
 }
 
@@ -559,7 +566,7 @@ func ownFiles(source string) ([]ownFile, error) {
 		if err := unix.Stat(source, &st); err != nil {
 			return nil, fmt.Errorf("config %s: %w", source, err)
 		}
-		own = append(own, ownFile{path: source, what: "the pool's configuration file", file: true, dev: st.Dev, ino: st.Ino})
+		own = append(own, ownFile{path: source, what: "the pool's configuration file", file: true, config: true, dev: st.Dev, ino: st.Ino})
 	}
 	return own, nil
 }
@@ -579,6 +586,31 @@ func coversOwn(field, real string, fd int, own []ownFile) *Error {
 			return requestErrorf("%s: %s: cannot tell whether it is one of the pool's own files", field, real)
 		case o.file && st.Mode&unix.S_IFMT == unix.S_IFREG && st.Dev == o.dev && st.Ino == o.ino:
 			return requestErrorf("%s: %s is a hard link to %s, %s: a job could change it", field, real, o.path, o.what)
+		}
+	}
+	return nil
+}
+
+// readCoversConfig returns the refusal of a read grant (real, held by fd)
+// that covers the pool's configuration file, or is a hard link to it:
+// the file is the operator's (a profile's env may hold what only that
+// profile's jobs should see), and in the natural set-up it lies in the
+// working directory, the default read ceiling. field names the grant's
+// origin.
+func readCoversConfig(field, real string, fd int, own []ownFile) *Error {
+	for _, o := range own {
+		if !o.config {
+			continue
+		}
+		if beneath(o.path, real) {
+			return requestErrorf("%s: %s would cover %s, %s, which jobs may not read; grant a directory that does not hold it", field, real, o.path, o.what)
+		}
+		var st unix.Stat_t
+		if unix.Fstat(fd, &st) != nil {
+			return requestErrorf("%s: %s: cannot tell whether it is %s", field, real, o.what)
+		}
+		if st.Mode&unix.S_IFMT == unix.S_IFREG && st.Dev == o.dev && st.Ino == o.ino {
+			return requestErrorf("%s: %s is a hard link to %s, %s, which jobs may not read", field, real, o.path, o.what)
 		}
 	}
 	return nil

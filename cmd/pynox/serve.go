@@ -33,6 +33,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/pynox/pynox"
+	"github.com/pynox/pynox/internal/worker"
 	"github.com/pynox/pynox/jsonl"
 	"github.com/pynox/pynox/mcpserver"
 )
@@ -193,8 +194,71 @@ func serve(args []string, stdout, stderr io.Writer) int {
 		return 0, true
 	}
 	return withPool("serve", serveUsage, args, stdout, stderr, flags, before, func(p *pynox.Pool) int {
+		if msg := jobsReachServer(p.Config(), tokens, certs); msg != "" {
+			ln.Close()
+			fmt.Fprintf(stderr, "pynox serve: %s\n", msg)
+			return 1
+		}
 		return serveHTTP(p, ln, tokens, certs, o, stderr)
 	})
+}
+
+// jobsReachServer says why the server's own jobs could act as its
+// clients, or returns "". A job granted the network reaches a loopback
+// server like any local process, so without tokens it could send requests
+// of its own with any grant of the ceiling (the seventh review: a job with
+// the network and no write grant had the server run one with a write
+// grant); and a job that may read the token file (beneath the read or
+// write ceiling, a package dir, or the system paths every job may read;
+// the read ceiling is the working directory by default) learns every
+// client's token; the same holds for the TLS private key.
+func jobsReachServer(cfg pynox.Config, tokens *tokenSet, certs *certSource) string {
+	network := cfg.Limits.AllowNetwork
+	for _, pr := range cfg.Profiles {
+		network = network || pr.AllowNetwork
+	}
+	if tokens == nil && network {
+		return "the ceiling grants the network ([pool.limits] allow_network), and a job granted it reaches this server on loopback: " +
+			"without --token-file it could send requests of its own with any grant of the ceiling; give --token-file=FILE (outside every path a job may read)"
+	}
+	if tokens != nil {
+		if msg := secretReadable(cfg, "--token-file", tokens.path, "every client's token"); msg != "" {
+			return msg
+		}
+	}
+	if certs != nil {
+		return secretReadable(cfg, "--tls-key", certs.keyPath, "the server's TLS private key")
+	}
+	return ""
+}
+
+// secretReadable says why a job could read the file a flag names (path),
+// or returns "".
+func secretReadable(cfg pynox.Config, flag, path, what string) string {
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return fmt.Sprintf("%s=%s: %v", flag, path, err)
+	}
+	if real, err := filepath.EvalSymlinks(abs); err == nil {
+		abs = real
+	}
+	for _, g := range []struct {
+		what  string
+		paths []string
+	}{
+		{"the read ceiling ([pool.limits] allow_read, --allow-read; by default the working directory)", cfg.Limits.AllowRead},
+		{"the write ceiling ([pool.limits] allow_write, --allow-write)", cfg.Limits.AllowWrite},
+		{"a package dir ([pool] package_dirs, --package-dir)", cfg.PackageDirs},
+		{"the system paths every job may read", worker.SystemPaths()},
+	} {
+		for _, d := range g.paths {
+			d = filepath.Clean(d)
+			if abs == d || strings.HasPrefix(abs, strings.TrimSuffix(d, "/")+"/") {
+				return fmt.Sprintf("%s=%s lies beneath %s %s, so jobs could read %s; expected a file outside every path a job may read", flag, path, g.what, d, what)
+			}
+		}
+	}
+	return ""
 }
 
 // isLoopback reports whether a listener's address is a loopback one.
@@ -446,6 +510,7 @@ func serveHTTP(p *pynox.Pool, ln net.Listener, tokens *tokenSet, certs *certSour
 
 	served := make(chan error, 1)
 	scheme := "http"
+	ln = &steadyListener{Listener: ln, stderr: stderr}
 	if certs != nil {
 		scheme = "https"
 		hs.TLSConfig = certs.tlsConfig()
@@ -783,4 +848,38 @@ func (s *httpServer) serveMCP(w http.ResponseWriter, r *http.Request) {
 		defer s.mcpCalls.Done()
 	}
 	s.mcpHTTP.ServeHTTP(w, r)
+}
+
+// steadyListener is a listener whose Accept ends only when the listener
+// is closed: any other error (a connection the kernel could not hand
+// over, a descriptor or poller limit reached) is waited out and the next
+// connection accepted. http.Server ends on every accept error it does not
+// know to be temporary; among those is ENOSPC from registering the new
+// connection with Go's poller when the pool's uid has used up its epoll
+// watches (fs.epoll.max_user_watches, counted per uid machine-wide,
+// without exemption for capabilities), which a job can do (the seventh
+// review: two sessions holding 5.5 million watches made the server exit).
+type steadyListener struct {
+	net.Listener
+	stderr io.Writer
+}
+
+func (l *steadyListener) Accept() (net.Conn, error) {
+	delay := 5 * time.Millisecond
+	var last string
+	for {
+		c, err := l.Listener.Accept()
+		if err == nil || errors.Is(err, net.ErrClosed) {
+			if err == nil && last != "" {
+				fmt.Fprintf(l.stderr, "pynox serve: accepting connections again\n")
+			}
+			return c, err
+		}
+		if msg := err.Error(); msg != last {
+			fmt.Fprintf(l.stderr, "pynox serve: accept: %v; retrying\n", err)
+			last = msg
+		}
+		time.Sleep(delay)
+		delay = min(2*delay, time.Second)
+	}
 }

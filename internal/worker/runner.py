@@ -246,6 +246,7 @@ class Template:
         self.setup_error = None
         self.ll_args = None  # see landlock_args
         self.close_plan = None  # see Spare.prepare
+        self.job_files = MAX_FILES  # a job's RLIMIT_NOFILE (see _raise_files_limit)
 
     def send(self, obj):
         self.sock.sendall(_pack(obj))
@@ -275,6 +276,7 @@ class Template:
         msg = _recv(FD)
         if msg is None:
             os._exit(0)
+        self.job_files = _raise_files_limit()
         if msg.get("t") != "init" or msg.get("v") != PROTO:
             self.fatal("protocol version mismatch: template speaks %d, host sent %r" % (PROTO, msg.get("v")))
         if sys.version_info < MIN_PYTHON:
@@ -834,7 +836,8 @@ class Spare:
         # only add to it while it is under the caller's limit. (kill and
         # tgkill of real-time signals are denied by seccomp.)
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-        resource.setrlimit(resource.RLIMIT_NOFILE, (MAX_FILES, MAX_FILES))
+        files = self.tpl.job_files
+        resource.setrlimit(resource.RLIMIT_NOFILE, (files, files))
         resource.setrlimit(resource.RLIMIT_SIGPENDING, (MAX_SIGPENDING, MAX_SIGPENDING))
         # No real-time policy and no nice value below the default, whatever
         # the pool inherited (systemd's LimitRTPRIO=, docker's --ulimit
@@ -1745,6 +1748,29 @@ def _restore_globals(data, main):
     if type(names) is not dict or any(type(k) is not str for k in names):
         raise ValueError("the dump's globals are not a dict of names")
     main.update(names)
+
+
+def _raise_files_limit():
+    """Raises the template's soft RLIMIT_NOFILE to its hard limit and
+    returns a job's descriptor limit: MAX_FILES, or half the hard limit
+    when that is lower.
+
+    Descriptors in flight on unix sockets (sent with SCM_RIGHTS, not yet
+    received) are counted per user, machine-wide, and a process without
+    CAP_SYS_RESOURCE may send more only while that count is within its own
+    RLIMIT_NOFILE. A job may put up to its own limit (and one message more)
+    in flight and keep them there; the template sends every spare to the
+    pool with SCM_RIGHTS, so its limit must stay well above any job's, or
+    its next send fails and it dies with every job and session it holds.
+    The soft limit it was started with (1024 under a shell's or systemd's
+    default: Go restores it for the processes it starts) is below a job's
+    4096."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY:  # not on Linux (nr_open bounds it)
+        return MAX_FILES
+    if soft < hard:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    return max(64, min(MAX_FILES, hard // 2))
 
 
 def drop_capabilities(cap_last, nr):
