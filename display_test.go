@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -22,9 +23,28 @@ func requirePythonModule(t *testing.T, mod string) {
 	if py == "" {
 		py = "python3"
 	}
-	if err := exec.Command(py, "-c", "import "+mod).Run(); err != nil {
+	if err := importErr(py, mod); err != nil {
 		t.Skipf("%s cannot import %s: %v", py, mod, err)
 	}
+}
+
+// importChecks holds importErr's answers: each check imports the modules
+// in a fresh interpreter (about a CPU-second for pandas), and several
+// tests ask the same question.
+var importChecks sync.Map // py + "\x00" + mods -> importCheck
+
+type importCheck struct{ err error }
+
+// importErr reports whether py can import mods ("pandas, numpy"): nil
+// when it can, once per interpreter and module list in a test run.
+func importErr(py, mods string) error {
+	key := py + "\x00" + mods
+	if c, ok := importChecks.Load(key); ok {
+		return c.(importCheck).err
+	}
+	err := exec.Command(py, "-c", "import "+mods).Run()
+	importChecks.Store(key, importCheck{err})
+	return err
 }
 
 // pngSize decodes a base64 PNG output and returns its width and height
@@ -53,6 +73,7 @@ print("drawn")
 // with plt.show(), one still open when the job ends, in order, and the
 // backend is pynox's without the job choosing it.
 func TestDisplayMatplotlibChart(t *testing.T) {
+	t.Parallel()
 	requirePythonModule(t, "matplotlib")
 	// The template's preload hygiene checks (threads, descriptors) pass
 	// with matplotlib.pyplot, font cache and all.
@@ -84,6 +105,7 @@ func TestDisplayMatplotlibChart(t *testing.T) {
 // its repr; display of an object with _repr_svg_ gives image/svg+xml, and
 // the other rich representations their types.
 func TestDisplayRichValues(t *testing.T) {
+	t.Parallel()
 	requirePythonModule(t, "pandas")
 	p := newTestPool(t, Config{Workers: 1})
 	r := run(t, p, Job{Code: "import pandas as pd\npd.DataFrame({'a': [1, 2], 'b': ['x', 'y']})"})
@@ -129,6 +151,7 @@ display({"text/html": "<p>raw</p>", "text/plain": "raw"}, raw=True)
 // Past MaxOutputs or MaxOutputsBytes, outputs are dropped with a marker,
 // and the job runs to its end.
 func TestDisplayCaps(t *testing.T) {
+	t.Parallel()
 	p := newTestPool(t, Config{Workers: 1})
 	r := run(t, p, Job{Code: `
 from pynox_display import display, HTML
@@ -165,6 +188,7 @@ print("end")
 // A session step's figures are its own, and streamed through the step's
 // OnDisplay; state carries over.
 func TestDisplaySessionSteps(t *testing.T) {
+	t.Parallel()
 	requirePythonModule(t, "matplotlib")
 	p := newTestPool(t, Config{Workers: 1, Preload: []string{"matplotlib.pyplot"}})
 	ctx := context.Background()
@@ -190,6 +214,7 @@ func TestDisplaySessionSteps(t *testing.T) {
 // (/nonexistent, which root could create): its configuration and font
 // cache go to a private directory for the preloads' time, removed after.
 func TestDisplayPreloadWritesNoHome(t *testing.T) {
+	t.Parallel()
 	requirePythonModule(t, "matplotlib")
 	if _, err := os.Stat("/nonexistent"); err == nil {
 		t.Skip("/nonexistent exists already (made by something else): the test cannot tell")
@@ -207,6 +232,7 @@ func TestDisplayPreloadWritesNoHome(t *testing.T) {
 // is sending outputs raises KeyboardInterrupt in its code, the channel
 // stays in step, and the next step's outputs are its own.
 func TestDisplayFloodAndInterrupt(t *testing.T) {
+	t.Parallel()
 	p := newTestPool(t, Config{Workers: 1})
 	r := run(t, p, Job{Code: `
 from pynox_display import display

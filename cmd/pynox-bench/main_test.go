@@ -15,6 +15,7 @@ import (
 
 	"github.com/pynox/pynox"
 	"github.com/pynox/pynox/internal/sandbox"
+	"github.com/pynox/pynox/internal/testenv"
 	"github.com/stretchr/testify/require"
 )
 
@@ -54,6 +55,8 @@ var tiny = []string{"--n=5", "--warm=2", "--cold-n=3", "--pandas=off"}
 // it has not.
 func TestTinyRunPrintsEveryRow(t *testing.T) {
 	requireBenchable(t)
+	// ~10 CPU-s (the memory and chart rows); TestTinyRunJSON runs the other rows in the quick suite.
+	testenv.RequireLong(t, "the whole bench, memory and chart rows too")
 	py, err := pythonInfo(defaultPython())
 	require.NoError(t, err)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
