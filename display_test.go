@@ -77,12 +77,19 @@ func TestDisplayMatplotlibChart(t *testing.T) {
 	requirePythonModule(t, "matplotlib")
 	// The template's preload hygiene checks (threads, descriptors) pass
 	// with matplotlib.pyplot, font cache and all.
+	_, noHome := os.Stat("/nonexistent")
 	p := newTestPool(t, Config{Workers: 1, Preload: []string{"matplotlib.pyplot"}})
 	require.Equal(t, []string{"matplotlib.pyplot"}, p.Preloaded())
+	// The preload wrote nothing to the templates' HOME (as in
+	// TestDisplayPreloadWritesNoHome, which runs with PYNOX_LONG=1).
+	if os.IsNotExist(noHome) {
+		_, err := os.Stat("/nonexistent")
+		require.True(t, os.IsNotExist(err), "a template created /nonexistent: %v", err)
+	}
 	var streamed []Output
-	r := run(t, p, Job{Code: chartCode + "import matplotlib\nprint(matplotlib.get_backend())\n", OnDisplay: func(o Output) { streamed = append(streamed, o) }})
+	r := run(t, p, Job{Code: chartCode + "import matplotlib, os\nprint(matplotlib.get_backend())\nprint(os.environ.get('MPLCONFIGDIR'))\n", OnDisplay: func(o Output) { streamed = append(streamed, o) }})
 	requireOK(t, r)
-	require.Equal(t, "drawn\nmodule://pynox_mpl\n", r.Stdout)
+	require.Equal(t, "drawn\nmodule://pynox_mpl\nNone\n", r.Stdout, "jobs get no variable naming the template's directory")
 	require.Len(t, r.Outputs, 2, "stderr: %s", r.Stderr)
 	require.Equal(t, "image/png", r.Outputs[0].MIME)
 	w, h := pngSize(t, r.Outputs[0].Data)
@@ -189,6 +196,8 @@ print("end")
 // OnDisplay; state carries over.
 func TestDisplaySessionSteps(t *testing.T) {
 	t.Parallel()
+	// A third matplotlib template; TestDisplayFloodAndInterrupt streams a session step's outputs in the quick run.
+	requireLong(t, "a session's matplotlib figures across steps")
 	requirePythonModule(t, "matplotlib")
 	p := newTestPool(t, Config{Workers: 1, Preload: []string{"matplotlib.pyplot"}})
 	ctx := context.Background()
@@ -215,6 +224,7 @@ func TestDisplaySessionSteps(t *testing.T) {
 // cache go to a private directory for the preloads' time, removed after.
 func TestDisplayPreloadWritesNoHome(t *testing.T) {
 	t.Parallel()
+	requireLong(t, "a template of its own for what TestDisplayMatplotlibChart checks in the quick run")
 	requirePythonModule(t, "matplotlib")
 	if _, err := os.Stat("/nonexistent"); err == nil {
 		t.Skip("/nonexistent exists already (made by something else): the test cannot tell")

@@ -4,17 +4,15 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"log"
 	"os"
-	"runtime"
-	"strconv"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/pynox/pynox"
+	"github.com/pynox/pynox/internal/testenv"
 )
 
 // exampleRoot holds the examples' scratch directories; TestMain removes
@@ -28,31 +26,12 @@ var exampleRoot struct {
 // TestMain runs the package's tests and examples, then removes the
 // examples' scratch directories.
 func TestMain(m *testing.M) {
-	flag.Parse()
-	raiseParallel()
+	testenv.RaiseParallel()
 	code := m.Run()
 	if exampleRoot.dir != "" {
 		os.RemoveAll(exampleRoot.dir)
 	}
 	os.Exit(code)
-}
-
-// minParallel is how many t.Parallel tests run at once unless -parallel
-// says otherwise: most of them wait (for a template to start, a timeout
-// to fire, a job to sleep) rather than compute, and go test's default,
-// GOMAXPROCS, left a 2-CPU machine half idle.
-const minParallel = 4
-
-// raiseParallel raises -test.parallel to minParallel when the command
-// line did not set it and GOMAXPROCS is below it.
-func raiseParallel() {
-	set := false
-	flag.Visit(func(f *flag.Flag) { set = set || f.Name == "test.parallel" })
-	if f := flag.Lookup("test.parallel"); f != nil && !set && runtime.GOMAXPROCS(0) < minParallel {
-		if err := f.Value.Set(strconv.Itoa(minParallel)); err != nil {
-			log.Fatal(err)
-		}
-	}
 }
 
 // exampleConfig keeps the examples' ceiling in a scratch directory.

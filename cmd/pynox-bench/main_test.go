@@ -55,7 +55,7 @@ var tiny = []string{"--n=5", "--warm=2", "--cold-n=3", "--pandas=off"}
 // it has not.
 func TestTinyRunPrintsEveryRow(t *testing.T) {
 	requireBenchable(t)
-	// ~10 CPU-s (the memory and chart rows); TestTinyRunJSON runs the other rows in the quick suite.
+	// ~10 CPU-s (the memory and chart rows too).
 	testenv.RequireLong(t, "the whole bench, memory and chart rows too")
 	py, err := pythonInfo(defaultPython())
 	require.NoError(t, err)
@@ -141,6 +141,8 @@ func TestTinyRunPrintsEveryRow(t *testing.T) {
 // document.
 func TestTinyRunJSON(t *testing.T) {
 	requireBenchable(t)
+	// ~4 CPU-s (a build of pynox and every contender); TestLimitLoopIsConfined and TestBadFlags run in the quick suite.
+	testenv.RequireLong(t, "the bench's rows as JSON")
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	var out, errb bytes.Buffer
