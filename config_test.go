@@ -3,7 +3,6 @@ package pynox
 import (
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -192,7 +191,7 @@ func pandasAvailable(t *testing.T) {
 	if py == "" {
 		t.Skip("Debian's /usr/bin/python3 is not installed")
 	}
-	if err := exec.Command(py, "-c", "import pandas, numpy").Run(); err != nil {
+	if err := importErr(py, "pandas, numpy"); err != nil {
 		t.Skipf("pandas and numpy are not importable by %s (apt-get install python3-pandas): %v", py, err)
 	}
 }
@@ -200,7 +199,8 @@ func pandasAvailable(t *testing.T) {
 func TestPandasPreload(t *testing.T) {
 	t.Parallel()
 	pandasAvailable(t)
-	p := newTestPool(t, Config{Workers: 2, Preload: []string{"pandas", "numpy"}, Limits: Limits{Memory: 256 << 20}})
+	// One template (one pandas import): both numpy jobs below fork from the same state.
+	p := newTestPool(t, Config{Workers: 1, Preload: []string{"pandas", "numpy"}, Limits: Limits{Memory: 256 << 20}})
 	require.Equal(t, []string{"pandas", "numpy"}, p.Preloaded())
 	r := run(t, p, Job{Code: "import pandas as pd\ndf = pd.DataFrame({'product': ['a', 'b', 'a'], 'amount': [1, 2, 3]})\nprint(df.groupby('product').amount.sum().to_dict())", Memory: 64 << 20})
 	requireOK(t, r)
@@ -252,6 +252,7 @@ func TestStatsAfterMixedOutcomes(t *testing.T) {
 // (runner.py: _collapse_huge_pages), which makes each fork and exit
 // cheaper, and that its jobs still run.
 func TestPandasTemplateHugePages(t *testing.T) {
+	requireLong(t, "a pandas template's huge pages (a speed property, not a confinement one)")
 	pandasAvailable(t)
 	if thp, err := os.ReadFile("/sys/kernel/mm/transparent_hugepage/enabled"); err != nil || strings.Contains(string(thp), "[never]") {
 		t.Skip("transparent huge pages are unavailable or disabled on this machine")

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -22,9 +23,28 @@ func requirePythonModule(t *testing.T, mod string) {
 	if py == "" {
 		py = "python3"
 	}
-	if err := exec.Command(py, "-c", "import "+mod).Run(); err != nil {
+	if err := importErr(py, mod); err != nil {
 		t.Skipf("%s cannot import %s: %v", py, mod, err)
 	}
+}
+
+// importChecks holds importErr's answers: each check imports the modules
+// in a fresh interpreter (about a CPU-second for pandas), and several
+// tests ask the same question.
+var importChecks sync.Map // py + "\x00" + mods -> importCheck
+
+type importCheck struct{ err error }
+
+// importErr reports whether py can import mods ("pandas, numpy"): nil
+// when it can, once per interpreter and module list in a test run.
+func importErr(py, mods string) error {
+	key := py + "\x00" + mods
+	if c, ok := importChecks.Load(key); ok {
+		return c.(importCheck).err
+	}
+	err := exec.Command(py, "-c", "import "+mods).Run()
+	importChecks.Store(key, importCheck{err})
+	return err
 }
 
 // pngSize decodes a base64 PNG output and returns its width and height
@@ -53,15 +73,23 @@ print("drawn")
 // with plt.show(), one still open when the job ends, in order, and the
 // backend is pynox's without the job choosing it.
 func TestDisplayMatplotlibChart(t *testing.T) {
+	t.Parallel()
 	requirePythonModule(t, "matplotlib")
 	// The template's preload hygiene checks (threads, descriptors) pass
 	// with matplotlib.pyplot, font cache and all.
+	_, noHome := os.Stat("/nonexistent")
 	p := newTestPool(t, Config{Workers: 1, Preload: []string{"matplotlib.pyplot"}})
 	require.Equal(t, []string{"matplotlib.pyplot"}, p.Preloaded())
+	// The preload wrote nothing to the templates' HOME (as in
+	// TestDisplayPreloadWritesNoHome, which runs with PYNOX_LONG=1).
+	if os.IsNotExist(noHome) {
+		_, err := os.Stat("/nonexistent")
+		require.True(t, os.IsNotExist(err), "a template created /nonexistent: %v", err)
+	}
 	var streamed []Output
-	r := run(t, p, Job{Code: chartCode + "import matplotlib\nprint(matplotlib.get_backend())\n", OnDisplay: func(o Output) { streamed = append(streamed, o) }})
+	r := run(t, p, Job{Code: chartCode + "import matplotlib, os\nprint(matplotlib.get_backend())\nprint(os.environ.get('MPLCONFIGDIR'))\n", OnDisplay: func(o Output) { streamed = append(streamed, o) }})
 	requireOK(t, r)
-	require.Equal(t, "drawn\nmodule://pynox_mpl\n", r.Stdout)
+	require.Equal(t, "drawn\nmodule://pynox_mpl\nNone\n", r.Stdout, "jobs get no variable naming the template's directory")
 	require.Len(t, r.Outputs, 2, "stderr: %s", r.Stderr)
 	require.Equal(t, "image/png", r.Outputs[0].MIME)
 	w, h := pngSize(t, r.Outputs[0].Data)
@@ -84,6 +112,7 @@ func TestDisplayMatplotlibChart(t *testing.T) {
 // its repr; display of an object with _repr_svg_ gives image/svg+xml, and
 // the other rich representations their types.
 func TestDisplayRichValues(t *testing.T) {
+	t.Parallel()
 	requirePythonModule(t, "pandas")
 	p := newTestPool(t, Config{Workers: 1})
 	r := run(t, p, Job{Code: "import pandas as pd\npd.DataFrame({'a': [1, 2], 'b': ['x', 'y']})"})
@@ -129,6 +158,7 @@ display({"text/html": "<p>raw</p>", "text/plain": "raw"}, raw=True)
 // Past MaxOutputs or MaxOutputsBytes, outputs are dropped with a marker,
 // and the job runs to its end.
 func TestDisplayCaps(t *testing.T) {
+	t.Parallel()
 	p := newTestPool(t, Config{Workers: 1})
 	r := run(t, p, Job{Code: `
 from pynox_display import display, HTML
@@ -165,6 +195,9 @@ print("end")
 // A session step's figures are its own, and streamed through the step's
 // OnDisplay; state carries over.
 func TestDisplaySessionSteps(t *testing.T) {
+	t.Parallel()
+	// A third matplotlib template; TestDisplayFloodAndInterrupt streams a session step's outputs in the quick run.
+	requireLong(t, "a session's matplotlib figures across steps")
 	requirePythonModule(t, "matplotlib")
 	p := newTestPool(t, Config{Workers: 1, Preload: []string{"matplotlib.pyplot"}})
 	ctx := context.Background()
@@ -190,6 +223,8 @@ func TestDisplaySessionSteps(t *testing.T) {
 // (/nonexistent, which root could create): its configuration and font
 // cache go to a private directory for the preloads' time, removed after.
 func TestDisplayPreloadWritesNoHome(t *testing.T) {
+	t.Parallel()
+	requireLong(t, "a template of its own for what TestDisplayMatplotlibChart checks in the quick run")
 	requirePythonModule(t, "matplotlib")
 	if _, err := os.Stat("/nonexistent"); err == nil {
 		t.Skip("/nonexistent exists already (made by something else): the test cannot tell")
@@ -207,6 +242,7 @@ func TestDisplayPreloadWritesNoHome(t *testing.T) {
 // is sending outputs raises KeyboardInterrupt in its code, the channel
 // stays in step, and the next step's outputs are its own.
 func TestDisplayFloodAndInterrupt(t *testing.T) {
+	t.Parallel()
 	p := newTestPool(t, Config{Workers: 1})
 	r := run(t, p, Job{Code: `
 from pynox_display import display

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/pynox/pynox"
+	"github.com/pynox/pynox/internal/testenv"
 )
 
 // exampleRoot holds the examples' scratch directories; TestMain removes
@@ -25,6 +26,7 @@ var exampleRoot struct {
 // TestMain runs the package's tests and examples, then removes the
 // examples' scratch directories.
 func TestMain(m *testing.M) {
+	testenv.RaiseParallel()
 	code := m.Run()
 	if exampleRoot.dir != "" {
 		os.RemoveAll(exampleRoot.dir)

@@ -36,6 +36,7 @@ func TestHostileResources(t *testing.T) {
 		advServes(t, p)
 	})
 	t.Run("memory bomb of small objects is contained", func(t *testing.T) {
+		requireLong(t, "the small-object bomb again, timed (the subtest above proves the MemoryError)")
 		start := time.Now()
 		r := run(t, p, Job{Code: smallObjects, Memory: 128 << 20})
 		t.Logf("small-object memory bomb: exit %d, error %+v, stderr %q", r.Exit, r.Error, r.Stderr)
@@ -53,6 +54,7 @@ func TestHostileResources(t *testing.T) {
 		advServes(t, p)
 	})
 	t.Run("deep recursion is contained", func(t *testing.T) {
+		requireLong(t, "deep recursion again, under a 3 s timeout (\"deep recursion\" above proves how it ends)")
 		start := time.Now()
 		r := run(t, p, Job{Code: recursion, Timeout: 3 * time.Second})
 		require.NotNil(t, r.Error)

@@ -72,6 +72,7 @@ print("after", flush=True)
 // cut off, the thread's writes fail once the step ends (they never reach
 // a later step's output), and later steps run normally.
 func TestHostileReview3SessionDescriptorGames(t *testing.T) {
+	t.Parallel()
 	p := newTestPool(t, Config{Workers: 1})
 	ctx := context.Background()
 	co, err := p.Checkout(ctx, Job{Timeout: 20 * time.Second})

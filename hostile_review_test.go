@@ -549,6 +549,7 @@ print(json.dumps(R))`})
 // scanning the namespace's pids for CPU clocks finds none but its own,
 // its template's and its template's spare's, which have run no job.
 func TestHostileReviewConcurrentJobInvisible(t *testing.T) {
+	requireLong(t, "a job spinning 2 s beside the spy (TestHostileCrossJob probes another job's process in the quick run)")
 	p := newTestPool(t, Config{Workers: 2})
 	victim := make(chan *Result, 1)
 	go func() {
@@ -591,6 +592,7 @@ print(json.dumps(R))`})
 // the call path. Fix: checkCallJSON refuses an object that repeats a key
 // (the scanner of jsonl/strictjson.go already finds them).
 func TestHostileReviewCallDuplicateKeys(t *testing.T) {
+	t.Parallel()
 	p := newTestPool(t, Config{Workers: 1})
 	var seen []string
 	host := func(ctx context.Context, c *Call) (any, error) {

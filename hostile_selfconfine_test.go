@@ -65,6 +65,9 @@ func TestSelfConfinement(t *testing.T) {
 	requireSandbox(t)
 	for _, network := range []bool{false, true} {
 		t.Run("network="+strconv.FormatBool(network), func(t *testing.T) {
+			if network {
+				requireLong(t, "the pool's own confinement with TCP allowed (network=false, the default, runs in the quick run)")
+			}
 			ln, err := net.Listen("tcp4", "127.0.0.1:0")
 			require.NoError(t, err)
 			defer ln.Close()

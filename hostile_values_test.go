@@ -107,14 +107,14 @@ R()`})
 	requireOK(t, r)
 	require.Equal(t, "real", r.ValueRepr)
 	// A value whose repr never ends is bounded by the job's timeout.
-	r = run(t, p, Job{Timeout: 2 * time.Second, Code: "class R:\n    def __repr__(self):\n        while True:\n            pass\nR()"})
+	r = run(t, p, Job{Timeout: 500 * time.Millisecond, Code: "class R:\n    def __repr__(self):\n        while True:\n            pass\nR()"})
 	requireErrorType(t, r, "TimeoutError")
 	require.Empty(t, r.ValueRepr)
 	// So is one whose JSON encoding never ends (a dict subclass's items).
 	// Whichever comes first: the timeout, or the memory allowance (the
 	// encoder's list of items grows without end; MemoryError, then the
 	// repr), depending on the machine's speed.
-	r = run(t, p, Job{Timeout: 2 * time.Second, Code: "import itertools\nclass D(dict):\n    def items(self):\n        return ((str(i), i) for i in itertools.count())\nD(a=1)"})
+	r = run(t, p, Job{Timeout: 500 * time.Millisecond, Code: "import itertools\nclass D(dict):\n    def items(self):\n        return ((str(i), i) for i in itertools.count())\nD(a=1)"})
 	if r.Error != nil {
 		requireErrorType(t, r, "TimeoutError")
 	} else {

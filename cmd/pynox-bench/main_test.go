@@ -15,6 +15,7 @@ import (
 
 	"github.com/pynox/pynox"
 	"github.com/pynox/pynox/internal/sandbox"
+	"github.com/pynox/pynox/internal/testenv"
 	"github.com/stretchr/testify/require"
 )
 
@@ -54,6 +55,8 @@ var tiny = []string{"--n=5", "--warm=2", "--cold-n=3", "--pandas=off"}
 // it has not.
 func TestTinyRunPrintsEveryRow(t *testing.T) {
 	requireBenchable(t)
+	// ~10 CPU-s (the memory and chart rows too).
+	testenv.RequireLong(t, "the whole bench, memory and chart rows too")
 	py, err := pythonInfo(defaultPython())
 	require.NoError(t, err)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
@@ -139,6 +142,8 @@ func TestTinyRunPrintsEveryRow(t *testing.T) {
 // document.
 func TestTinyRunJSON(t *testing.T) {
 	requireBenchable(t)
+	// ~4 CPU-s (a build of pynox and every contender); TestLimitLoopIsConfined and TestBadFlags run in the quick suite.
+	testenv.RequireLong(t, "the bench's rows as JSON")
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	var out, errb bytes.Buffer

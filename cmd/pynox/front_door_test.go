@@ -130,9 +130,7 @@ func TestVersion(t *testing.T) {
 	// A built binary reports what the toolchain recorded in it: the same
 	// revision `go version -m` shows, or none.
 	requireSandboxOrSkip(t)
-	bin := filepath.Join(t.TempDir(), "pynox")
-	b, err := exec.Command("go", "build", "-buildvcs=auto", "-o", bin, ".").CombinedOutput()
-	require.NoError(t, err, "%s", b)
+	bin := builtBinary(t) // the package's one build, with -buildvcs's default (auto)
 	v, err := exec.Command(bin, "--version").Output()
 	require.NoError(t, err)
 	v2, err := exec.Command(bin, "version").Output()

@@ -47,6 +47,14 @@ func pynoxBinary(t *testing.T) string {
 	if _, err := sandbox.ABI(); err != nil {
 		t.Skipf("kernel lacks Landlock, so jobs cannot run confined: %v", err)
 	}
+	return builtBinary(t)
+}
+
+// builtBinary returns the package's one build of this command (a plain
+// `go build`, which stamps the VCS revision as -buildvcs=auto does), for
+// tests that need no sandbox; every other test uses pynoxBinary.
+func builtBinary(t *testing.T) string {
+	t.Helper()
 	buildOnce.Do(func() {
 		dir, err := os.MkdirTemp("", "pynox-bin")
 		if err != nil {

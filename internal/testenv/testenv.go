@@ -5,8 +5,10 @@
 package testenv
 
 import (
+	"flag"
 	"os"
 	"os/exec"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -43,6 +45,29 @@ func RequireLong(t testing.TB, what string) {
 	t.Helper()
 	if os.Getenv(LongEnv) != "1" {
 		t.Skipf("%s: a long test, run with %s=1 (as .ci/run does)", what, LongEnv)
+	}
+}
+
+// MinParallel is how many t.Parallel tests a package that calls
+// RaiseParallel runs at once unless -parallel says otherwise: most of
+// them wait (for a template to start, a timeout to fire, a job to sleep)
+// rather than compute, and go test's default, GOMAXPROCS, left a 2-CPU
+// machine half idle.
+const MinParallel = 4
+
+// RaiseParallel raises -test.parallel to MinParallel when the command
+// line did not set it and GOMAXPROCS is below it. A package's TestMain
+// calls it before m.Run.
+func RaiseParallel() {
+	if !flag.Parsed() {
+		flag.Parse()
+	}
+	set := false
+	flag.Visit(func(f *flag.Flag) { set = set || f.Name == "test.parallel" })
+	if f := flag.Lookup("test.parallel"); f != nil && !set && runtime.GOMAXPROCS(0) < MinParallel {
+		if err := f.Value.Set(strconv.Itoa(MinParallel)); err != nil {
+			panic(err)
+		}
 	}
 }
 

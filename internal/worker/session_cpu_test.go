@@ -21,7 +21,7 @@ func TestSessionStepCPULimit(t *testing.T) {
 	defer c.Close()
 	// The first step uses some CPU time, so that the second's allowance
 	// starts above zero.
-	o := c.Run(&Job{Code: "x = sum(range(20000000))\nprint('first')", Name: "<code>", Session: true,
+	o := c.Run(&Job{Code: "x = sum(range(5000000))\nprint('first')", Name: "<code>", Session: true,
 		Limits: Limits{Memory: 256 << 20, Fsize: 1 << 20, CPUSecs: 10}, Timeout: time.Minute, MaxOutput: 1 << 16}, nil)
 	require.True(t, o.Alive, "setup error %q, stderr %s", o.SetupError, o.Stderr)
 	require.Equal(t, "first\n", string(o.Stdout))
