@@ -187,7 +187,11 @@ def child(plan, fds, w, r):
     os.read(r, 1)      # the parent holds the namespaces: done
 
 
-def serve_one(sock, plan, fds):
+def serve_one(plan, fds):
+    """Returns the reply, the descriptors to send with it, and a function
+    that lets the builder child exit and reaps it: called after the reply
+    is sent, as tearing down the child's first mount namespace waits for
+    the kernel (RCU grace periods) and the host need not."""
     r1, w1 = os.pipe()
     r2, w2 = os.pipe()
     pid = os.fork()
@@ -206,21 +210,22 @@ def serve_one(sock, plan, fds):
         os._exit(code)
     os.close(w1)
     os.close(r2)
+
+    def reap():
+        os.close(w2)
+        os.close(r1)
+        os.waitpid(pid, 0)
     try:
         msg = os.read(r1, 4096)
         if not msg.startswith(b"u"):
-            return {"error": msg[1:].decode(errors="replace") or "the builder died"}, []
+            return {"error": msg[1:].decode(errors="replace") or "the builder died"}, [], reap
         for f in ("uid_map", "gid_map"):
             with open("/proc/%d/%s" % (pid, f), "w") as fh:
                 fh.write("0 0 4294967295")
         return {"ok": True}, [os.open("/proc/%d/ns/user" % pid, os.O_RDONLY | os.O_CLOEXEC),
-                              os.open("/proc/%d/ns/mnt" % pid, os.O_RDONLY | os.O_CLOEXEC)]
+                              os.open("/proc/%d/ns/mnt" % pid, os.O_RDONLY | os.O_CLOEXEC)], reap
     except OSError as e:
-        return {"error": str(e)}, []
-    finally:
-        os.close(w2)
-        os.close(r1)
-        os.waitpid(pid, 0)
+        return {"error": str(e)}, [], reap
 
 
 def main():
@@ -235,8 +240,9 @@ def main():
             if level == socket.SOL_SOCKET and typ == socket.SCM_RIGHTS:
                 fdarr.frombytes(data[:len(data) - len(data) % fdarr.itemsize])
         fds = list(fdarr)
+        reap = None
         try:
-            reply, out = serve_one(sock, json.loads(msg), fds)
+            reply, out, reap = serve_one(json.loads(msg), fds)
         except Exception as e:  # noqa: BLE001
             reply, out = {"error": "%s: %s" % (type(e).__name__, e)}, []
         finally:
@@ -249,6 +255,8 @@ def main():
                 os.close(fd)
         else:
             sock.send(data)
+        if reap is not None:
+            reap()
 
 
 main()
