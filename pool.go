@@ -48,6 +48,9 @@ type Pool struct {
 	// system lists the system paths every job loads (see
 	// protectedSystemPaths), which no write grant may cover either.
 	system []string
+	// ns starts and holds the mounter that builds the jobs' mount
+	// namespaces (see nsmount.go).
+	ns nsMounter
 
 	mu       sync.Mutex
 	closed   bool               // no new work is accepted (Shutdown or Close)
@@ -481,6 +484,11 @@ func (p *Pool) run(ctx context.Context, job Job) (_ *Result, refill func(), _ er
 	if (len(job.Functions) > 0 || len(job.Tools) > 0) && job.Host == nil {
 		return p.refuse(&job, requestErrorf("functions are declared but the job has no Host to answer them")), refill, nil
 	}
+	if pl.needsNS() {
+		if err := p.buildNS(pl); err != nil {
+			return p.refuse(&job, err), refill, nil
+		}
+	}
 	pl.job.Host = checkedHost(pl.sigs, p.hostAdapter(job.ID, "", job.Host))
 	pl.job.Output = p.outputAdapter(job.ID, "", job.OnOutput)
 	pl.job.Display = p.displayAdapter(job.ID, "", job.OnDisplay)
@@ -523,7 +531,7 @@ func (p *Pool) run(ctx context.Context, job Job) (_ *Result, refill func(), _ er
 			p.finish(&job, res)
 			return res, refill, nil
 		}
-		child, err := tpl.Take(pl.network, runCtx.Done())
+		child, err := p.takeFor(tpl, pl, runCtx.Done())
 		if err != nil {
 			if runCtx.Err() != nil {
 				return nil, refill, stopped()
@@ -613,6 +621,7 @@ func (p *Pool) Close() error {
 	if err := p.cg.Close(); err != nil {
 		p.log.Error("removing the pool's cgroups failed", "err", err)
 	}
+	p.ns.close()
 	if err := p.scratch.close(); err != nil {
 		p.log.Error("removing the pool's scratch directory failed", "dir", p.scratch.path, "err", err)
 	}

@@ -15,7 +15,7 @@
 # on the host), unshares a mount namespace, attaches the tree and
 # pivot_roots into it, then unshares a user namespace with a new mount
 # namespace (a copy, whose mounts become locked) that the parent maps
-# identically (uid and gid 0 -> 0, the whole range). The host keeps the two
+# (see MAP). The host keeps the two
 # namespace descriptors; a capability-less root process of the host (a
 # spare) can enter them (the owner of a user namespace holds every
 # capability in it), must drop the capabilities it regains there, and then
@@ -59,6 +59,12 @@ MNT_DETACH = 2
 CLONE_NEWNS = 0x00020000
 CLONE_NEWUSER = 0x10000000
 PR_SET_PDEATHSIG = 1
+# The user namespace maps one id only, and one no file has: uid and gid 0
+# inside are 4294967294 outside. The process entering it keeps its own
+# (unmapped) ids, so that the capabilities it holds there until it drops
+# them, or that anything else entering it would hold, apply to no inode of
+# the host (capabilities over an inode need its owner mapped).
+MAP = "0 4294967294 1"
 
 
 class MountAttr(ctypes.Structure):
@@ -160,7 +166,10 @@ def build(plan, fds):
     for path, is_dir, m in sorted(mounts, key=lambda x: len(rel(x[0]))):
         d, last = make_point(root, path, is_dir)
         try:
-            attach(m, d, last)
+            try:
+                attach(m, d, last)
+            except OSError as e:
+                raise OSError(e.errno, "%s at %s" % (e.strerror, path)) from None
         finally:
             os.close(d)
             os.close(m)
@@ -221,7 +230,7 @@ def serve_one(plan, fds):
             return {"error": msg[1:].decode(errors="replace") or "the builder died"}, [], reap
         for f in ("uid_map", "gid_map"):
             with open("/proc/%d/%s" % (pid, f), "w") as fh:
-                fh.write("0 0 4294967295")
+                fh.write(MAP)
         return {"ok": True}, [os.open("/proc/%d/ns/user" % pid, os.O_RDONLY | os.O_CLOEXEC),
                               os.open("/proc/%d/ns/mnt" % pid, os.O_RDONLY | os.O_CLOEXEC)], reap
     except OSError as e:

@@ -41,8 +41,9 @@ var builder string
 // Bind asks for a host directory or file at Path.
 type Bind struct {
 	// Source is an O_PATH (or any) descriptor of the host directory or
-	// file, opened by the host when it accepted the request.
-	Source *os.File
+	// file, opened by the host when it accepted the request; it stays the
+	// caller's (the mounter gets a copy).
+	Source int
 	// Path is where the namespace shows it: absolute, without "." or
 	// ".." components.
 	Path string
@@ -54,8 +55,8 @@ type Bind struct {
 // namespace may write there, the host directory never changes, and the
 // writes (at most Limit bytes) vanish with the namespace.
 type Overlay struct {
-	// Lower is a descriptor of the host directory.
-	Lower *os.File
+	// Lower is a descriptor of the host directory; it stays the caller's.
+	Lower int
 	// Path is where the namespace shows it.
 	Path string
 	// Limit is the size of the tmpfs holding the writes, in bytes.
@@ -146,14 +147,14 @@ func (m *Mounter) Build(plan Plan) (*Namespace, error) {
 	var fds []int
 	for _, b := range plan.Binds {
 		w.Binds = append(w.Binds, wireBind{FD: len(fds), Path: b.Path, RO: b.ReadOnly})
-		fds = append(fds, int(b.Source.Fd()))
+		fds = append(fds, b.Source)
 	}
 	for _, o := range plan.Overlays {
 		if o.Limit <= 0 {
 			return nil, fmt.Errorf("overlay %s: limit must be positive", o.Path)
 		}
 		w.Overlays = append(w.Overlays, wireOverlay{FD: len(fds), Path: o.Path, Limit: o.Limit})
-		fds = append(fds, int(o.Lower.Fd()))
+		fds = append(fds, o.Lower)
 	}
 	w.Links = plan.Links
 	msg, err := json.Marshal(w)

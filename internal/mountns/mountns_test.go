@@ -160,15 +160,15 @@ func TestMountNamespace(t *testing.T) {
 	defer m.Close()
 	ns, err := m.Build(Plan{
 		Binds: []Bind{
-			{Source: usrF, Path: "/usr", ReadOnly: true},
-			{Source: nullF, Path: "/dev/null"},
-			{Source: procF, Path: "/proc", ReadOnly: true},
-			{Source: dataF, Path: "/data", ReadOnly: true},
-			{Source: outF, Path: "/out"},
-			{Source: swapF, Path: "/swapped", ReadOnly: true},
-			{Source: fifoF, Path: "/srv/a/fifo", ReadOnly: true},
+			{Source: fd(usrF), Path: "/usr", ReadOnly: true},
+			{Source: fd(nullF), Path: "/dev/null"},
+			{Source: fd(procF), Path: "/proc", ReadOnly: true},
+			{Source: fd(dataF), Path: "/data", ReadOnly: true},
+			{Source: fd(outF), Path: "/out"},
+			{Source: fd(swapF), Path: "/swapped", ReadOnly: true},
+			{Source: fd(fifoF), Path: "/srv/a/fifo", ReadOnly: true},
 		},
-		Overlays: []Overlay{{Lower: dataF, Path: "/work", Limit: 64 << 10}},
+		Overlays: []Overlay{{Lower: fd(dataF), Path: "/work", Limit: 64 << 10}},
 		Links:    HostLinks(),
 	})
 	require.NoError(t, err)
@@ -312,9 +312,9 @@ func buildSimple(t testing.TB) (*Namespace, string, string) {
 	require.NoError(t, err)
 	t.Cleanup(func() { m.Close() })
 	ns, err := m.Build(Plan{
-		Binds: []Bind{{Source: files[0], Path: "/usr", ReadOnly: true}, {Source: files[1], Path: "/proc", ReadOnly: true},
-			{Source: files[2], Path: "/data", ReadOnly: true}},
-		Overlays: []Overlay{{Lower: files[2], Path: "/work", Limit: 1 << 20}},
+		Binds: []Bind{{Source: fd(files[0]), Path: "/usr", ReadOnly: true}, {Source: fd(files[1]), Path: "/proc", ReadOnly: true},
+			{Source: fd(files[2]), Path: "/data", ReadOnly: true}},
+		Overlays: []Overlay{{Lower: fd(files[2]), Path: "/work", Limit: 1 << 20}},
 		Links:    HostLinks(),
 	})
 	require.NoError(t, err)
@@ -340,8 +340,10 @@ func BenchmarkBuild(b *testing.B) {
 	defer m.Close()
 	b.ResetTimer()
 	for range b.N {
-		ns, err := m.Build(Plan{Binds: []Bind{{Source: usr, Path: "/usr", ReadOnly: true}, {Source: f, Path: "/data", ReadOnly: true}}, Links: HostLinks()})
+		ns, err := m.Build(Plan{Binds: []Bind{{Source: fd(usr), Path: "/usr", ReadOnly: true}, {Source: fd(f), Path: "/data", ReadOnly: true}}, Links: HostLinks()})
 		require.NoError(b, err)
 		ns.Close()
 	}
 }
+
+func fd(f *os.File) int { return int(f.Fd()) }
