@@ -58,7 +58,10 @@
 // sample, closed after it unmeasured. Host functions:
 // one job calling a host function n times, each call answered by this
 // command as a JSON Lines client would. Mounts (row 25): trivial jobs given
-// one read-only mount each, against row 1 (a plain trivial job).
+// one read-only mount each, against row 1 (a plain trivial job). Virtual
+// mounts (rows 28, 29): on a pool with confine_self = false, trivial jobs
+// given one read-only mount at /data (a mount namespace each), against
+// plain trivial jobs on the same pool.
 package main
 
 import (
