@@ -91,11 +91,19 @@ const nsNeeds = "a mount namespace of the job's own (built by the pool's mounter
 
 // Mounts reports what kinds of mounts the pool can give its jobs. It
 // reads the machine's state (root, user namespaces, overlayfs) and the
-// pool's own confinement; the mounter itself starts, and proves it can
-// build a namespace, with the first job that needs one.
+// pool's own confinement and, where those allow mount namespaces, starts
+// the pool's mounter (once; otherwise the first job that needs it does)
+// and reports whether it could build its probe namespace (a tmpfs, a
+// bind and an overlay).
 func (p *Pool) Mounts() MountSupport {
 	s := MountSupport{Modes: []MountMode{ReadOnly, ReadWrite}}
-	if why := p.nsObstacles(); len(why) > 0 {
+	why := p.nsObstacles()
+	if len(why) == 0 {
+		if _, err := p.ns.get(); err != nil {
+			why = append(why, err.Error())
+		}
+	}
+	if len(why) > 0 {
 		s.Missing = "virtual paths, overlay mounts and write_bytes_limit need " + nsNeeds + ", but " + strings.Join(why, ", and ")
 	} else {
 		s.Modes = append(s.Modes, Overlay)

@@ -45,9 +45,10 @@ import json, tempfile
 with tempfile.NamedTemporaryFile() as f:
     f.write(b"x")
 print("tmp ok")
+print(os.getcwd() == ` + pyQuote(dir) + `)
 `})
 	requireOK(t, res)
-	require.Equal(t, "input\ndata write EROFS\nchanged\n['in.txt']\ntmp ok\n", res.Stdout)
+	require.Equal(t, "input\ndata write EROFS\nchanged\n['in.txt']\ntmp ok\nTrue\n", res.Stdout)
 	b, err := os.ReadFile(filepath.Join(data, "in.txt"))
 	require.NoError(t, err)
 	require.Equal(t, "input", string(b))

@@ -253,6 +253,21 @@ func (p *Pool) buildNS(pl *plan) *Error {
 		}
 	}
 	plan.Links = mountns.HostLinks()
+	// The pool's working directory (the job's), as an empty directory
+	// unless a bind or a mount shows it, so that the job starts there and
+	// relative paths to its grants resolve as on the host.
+	if cwd := p.cfg.Dir; filepath.IsAbs(cwd) {
+		shown := false
+		for _, b := range kept {
+			shown = shown || beneath(cwd, b.path)
+		}
+		for _, mt := range pl.nsMounts {
+			shown = shown || beneath(cwd, mt.path)
+		}
+		if !shown && cwd != "/" {
+			plan.Dirs = []string{cwd}
+		}
+	}
 	ns, err := m.Build(plan)
 	if err != nil {
 		return newError(KindSandboxSetup, "mounts: the job's mount namespace could not be built: %v; no code ran", err)

@@ -26,7 +26,7 @@
 #
 # Plan: {"binds": [{"fd": i, "path": "/data", "ro": true}],
 #        "overlays": [{"fd": i, "path": "/work", "limit": bytes}],
-#        "links": [["lib", "usr/lib"], ...]}
+#        "links": [["lib", "usr/lib"], ...], "dirs": ["/srv/app"]}
 # where "fd" indexes the descriptors sent with the plan.
 import array
 import ctypes
@@ -143,6 +143,8 @@ def build(plan, fds):
     root = new_fs("tmpfs", [("size", "1m"), ("nr_inodes", "4096"), ("mode", "0755")])
     for name, target in plan.get("links") or []:
         os.symlink(target, name, dir_fd=root)
+    for path in plan.get("dirs") or []:
+        os.close(make_point(root, path, True)[0])
     mounts = []  # (path, is_dir, detached mount)
     for b in plan.get("binds") or []:
         fd = fds[b["fd"]]

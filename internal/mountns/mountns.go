@@ -30,7 +30,6 @@ import (
 	"os"
 	"os/exec"
 	"sync"
-	"syscall"
 
 	"golang.org/x/sys/unix"
 )
@@ -70,6 +69,9 @@ type Plan struct {
 	Binds    []Bind
 	Overlays []Overlay
 	Links    [][2]string
+	// Dirs are empty directories to make in the namespace's root (the
+	// host's working directory, say), outside every bind and overlay.
+	Dirs []string
 }
 
 // Namespace is a built namespace: enter User, then Mount, with setns.
@@ -105,7 +107,10 @@ func Start(python string) (*Mounter, error) {
 	cmd.Env = []string{"LC_ALL=C.UTF-8"}
 	cmd.Dir = "/"
 	cmd.ExtraFiles = []*os.File{theirs}
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	// No parent-death signal: it would follow the OS thread that started
+	// the builder, which the Go runtime may end at any time. The builder
+	// exits at end of file on its socket, which the host's death (or
+	// Close) brings; its builder children die with it.
 	if err := cmd.Start(); err != nil {
 		ours.Close()
 		return nil, fmt.Errorf("starting the mounter: %w", err)
@@ -138,6 +143,7 @@ type wirePlan struct {
 	Binds    []wireBind    `json:"binds"`
 	Overlays []wireOverlay `json:"overlays"`
 	Links    [][2]string   `json:"links"`
+	Dirs     []string      `json:"dirs"`
 }
 
 // Build asks the builder for a namespace holding plan. Requests are
@@ -157,6 +163,7 @@ func (m *Mounter) Build(plan Plan) (*Namespace, error) {
 		fds = append(fds, o.Lower)
 	}
 	w.Links = plan.Links
+	w.Dirs = plan.Dirs
 	msg, err := json.Marshal(w)
 	if err != nil {
 		return nil, err
