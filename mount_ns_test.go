@@ -1,6 +1,7 @@
 package pynox
 
 import (
+	"context"
 	"os"
 	"path/filepath"
 	"testing"
@@ -54,4 +55,33 @@ print(os.getcwd() == ` + pyQuote(dir) + `)
 	require.Equal(t, "input", string(b))
 	require.Equal(t, []MountSpec{{HostPath: data, Path: "/data", Mode: ReadOnly},
 		{HostPath: data, Path: "/work", Mode: Overlay, WriteBytesLimit: DefaultOverlayLimit}}, res.Policy.Mounts)
+}
+
+// A session with an overlay: its writes persist across steps; a dump of
+// it restores into a new process with a new namespace, whose overlay
+// starts from the host directory again (a dump holds __main__, not
+// files), and the host directory never changes.
+func TestMountNamespaceSessionDump(t *testing.T) {
+	t.Parallel()
+	p, data, _ := nsPool(t)
+	job := Job{Mounts: []MountSpec{{HostPath: data, Path: "/work", Mode: Overlay}}}
+	ctx := t.Context()
+	c, err := p.Checkout(ctx, job)
+	require.NoError(t, err)
+	for _, code := range []string{`x = 41; open("/work/new.txt", "w").write("mine")`, `x += 1; print(x, open("/work/new.txt").read())`} {
+		ev, err := c.Feed(ctx, Step{Code: code})
+		require.NoError(t, err)
+		requireOK(t, ev.Result)
+	}
+	d, err := c.Dump(ctx)
+	require.NoError(t, err)
+	require.NoError(t, c.Finish(ctx))
+	c2, err := p.Restore(ctx, job, d.Data)
+	require.NoError(t, err)
+	defer c2.Finish(context.Background())
+	ev, err := c2.Feed(ctx, Step{Code: `import os; print(x, os.path.exists("/work/new.txt"), sorted(os.listdir("/work")))`})
+	require.NoError(t, err)
+	requireOK(t, ev.Result)
+	require.Equal(t, "42 False ['f.txt', 'fifo']\n", ev.Result.Stdout)
+	require.NoFileExists(t, filepath.Join(data, "new.txt"))
 }
