@@ -91,17 +91,17 @@ const nsNeeds = "a mount namespace of the job's own (built by the pool's mounter
 
 // Mounts reports what kinds of mounts the pool can give its jobs. It
 // reads the machine's state (root, user namespaces, overlayfs) and the
-// pool's own confinement and, where those allow mount namespaces, starts
-// the pool's mounter (once; otherwise the first job that needs it does)
-// and reports whether it could build its probe namespace (a tmpfs, a
-// bind and an overlay).
+// pool's own confinement. The pool's mounter starts with the first job
+// that needs a mount namespace and first builds a probe namespace (a
+// tmpfs, a bind and an overlay); if that failed, Mounts says so (and
+// such jobs are refused with SandboxSetupError naming the failure). It
+// does not start the mounter itself: a pool whose jobs never ask for a
+// mount namespace keeps no helper process.
 func (p *Pool) Mounts() MountSupport {
 	s := MountSupport{Modes: []MountMode{ReadOnly, ReadWrite}}
 	why := p.nsObstacles()
-	if len(why) == 0 {
-		if _, err := p.ns.get(); err != nil {
-			why = append(why, err.Error())
-		}
+	if err := p.ns.failed(); err != nil {
+		why = append(why, err.Error())
 	}
 	if len(why) > 0 {
 		s.Missing = "virtual paths, overlay mounts and write_bytes_limit need " + nsNeeds + ", but " + strings.Join(why, ", and ")

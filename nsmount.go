@@ -30,15 +30,21 @@ const nsPython = "/usr/bin/python3"
 // job needs a mount namespace, and proves once, with a namespace of its
 // own, that it can build one (a tmpfs, a bind and an overlay).
 type nsMounter struct {
-	once sync.Once
-	m    *mountns.Mounter
-	err  error
-	mu   sync.Mutex
-	done bool // closed: no more namespaces
+	once     sync.Once
+	m        *mountns.Mounter
+	err      error
+	mu       sync.Mutex
+	done     bool  // closed: no more namespaces
+	startErr error // err, for failed (guarded by mu)
 }
 
 // get returns the running mounter, starting and probing it on first use.
 func (n *nsMounter) get() (*mountns.Mounter, error) {
+	defer func() {
+		n.mu.Lock()
+		n.startErr = n.err
+		n.mu.Unlock()
+	}()
 	n.once.Do(func() {
 		m, err := mountns.Start(nsPython)
 		if err != nil {
@@ -72,6 +78,14 @@ func (n *nsMounter) get() (*mountns.Mounter, error) {
 		n.m = m
 	})
 	return n.m, n.err
+}
+
+// failed returns why the mounter could not start or build its probe
+// namespace, once the first job that needed it tried; nil before that.
+func (n *nsMounter) failed() error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.startErr
 }
 
 // close stops the mounter, if it runs.
