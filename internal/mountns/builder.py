@@ -26,7 +26,9 @@
 #
 # Plan: {"binds": [{"fd": i, "path": "/data", "ro": true}],
 #        "overlays": [{"fd": i, "path": "/work", "limit": bytes}],
-#        "links": [["lib", "usr/lib"], ...], "dirs": ["/srv/app"]}
+#        "links": [["lib", "usr/lib"], ...], "dirs": ["/srv/app"], "root": i}
+# where "root", when present, is a detached tmpfs mount to clone as the
+# root instead of a fresh tmpfs.
 # where "fd" indexes the descriptors sent with the plan.
 import array
 import ctypes
@@ -140,9 +142,18 @@ def make_point(root, path, is_dir):
 
 def build(plan, fds):
     """Runs in the builder child, as real root: returns the detached root."""
-    root = new_fs("tmpfs", [("size", "1m"), ("nr_inodes", "4096"), ("mode", "0755")])
+    if plan.get("root") is not None:
+        # A clone of a tmpfs the host made earlier (a rule of a Landlock
+        # domain may hold its root): mountpoints made in it are shared
+        # with every namespace cloned from it.
+        root = clone_tree(fds[plan["root"]])
+    else:
+        root = new_fs("tmpfs", [("size", "1m"), ("nr_inodes", "4096"), ("mode", "0755")])
     for name, target in plan.get("links") or []:
-        os.symlink(target, name, dir_fd=root)
+        try:
+            os.symlink(target, name, dir_fd=root)
+        except FileExistsError:
+            pass
     for path in plan.get("dirs") or []:
         os.close(make_point(root, path, True)[0])
     mounts = []  # (path, is_dir, detached mount)

@@ -72,6 +72,14 @@ type Plan struct {
 	// Dirs are empty directories to make in the namespace's root (the
 	// host's working directory, say), outside every bind and overlay.
 	Dirs []string
+	// Root is a descriptor of a detached tmpfs mount; see RootSet.
+	Root int
+	// RootSet says Root is a descriptor of a detached tmpfs mount (made
+	// by the host with fsopen and fsmount) that the namespace's root is
+	// a clone of, instead of a fresh tmpfs: a Landlock rule on its root,
+	// made before the host confined itself, then matches every path in
+	// every such namespace. Mountpoints made in it are shared by them.
+	RootSet bool
 }
 
 // Namespace is a built namespace: enter User, then Mount, with setns.
@@ -144,6 +152,7 @@ type wirePlan struct {
 	Overlays []wireOverlay `json:"overlays"`
 	Links    [][2]string   `json:"links"`
 	Dirs     []string      `json:"dirs"`
+	Root     *int          `json:"root,omitempty"`
 }
 
 // Build asks the builder for a namespace holding plan. Requests are
@@ -164,6 +173,11 @@ func (m *Mounter) Build(plan Plan) (*Namespace, error) {
 	}
 	w.Links = plan.Links
 	w.Dirs = plan.Dirs
+	if plan.RootSet {
+		i := len(fds)
+		w.Root = &i
+		fds = append(fds, plan.Root)
+	}
 	msg, err := json.Marshal(w)
 	if err != nil {
 		return nil, err

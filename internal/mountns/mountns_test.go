@@ -60,19 +60,25 @@ def rule(path, acc):
     S(445, rs, 1, ctypes.byref(PB(acc, fd)), 0)
 late = []
 for a in sys.argv[1:]:
-    if a.startswith("pool:"):
+    if a.startswith(("pool:", "poolrw:")):
         # A first domain, like the pool's own (Config.ConfineSelf): read
-        # on the paths listed, enforced at once.
+        # (or everything: poolrw) on the paths listed, enforced at once.
+        acc = R if a.startswith("pool:") else RW
         pool = S(444, ctypes.byref(RA(ALL, 0, 0)), 24, 0)
-        for p in a[5:].split(","):
+        for p in a.split(":", 1)[1].split(","):
             fd = os.open(p, os.O_PATH)
-            S(445, pool, 1, ctypes.byref(PB(R if os.path.isdir(p) else 4, fd)), 0)
+            S(445, pool, 1, ctypes.byref(PB(acc if os.path.isdir(p) else 4, fd)), 0)
         S(446, pool, 0)
     elif a.startswith("+"):
         late.append(a[1:])
     else:
         p, acc = a.split("=")
         rule(p, RW if acc == "rw" else R)
+try:
+    open("/etc/hostname").read()
+    out["host_etc_before"] = "read"
+except OSError as e:
+    out["host_etc_before"] = errno.errorcode.get(e.errno, str(e.errno))
 S(SETNS, 3, 0x10000000)
 out["caps_in_userns"] = eff()
 S(SETNS, 4, 0x00020000)
@@ -282,6 +288,62 @@ func TestMountNamespaceUnderParentDomain(t *testing.T) {
 	require.Equal(t, "EACCES", got["read_data"], "the parent domain's rule on the ceiling does not reach through the bind")
 	require.Equal(t, "EACCES", got["read_work"])
 	require.Equal(t, "[1]", got["import_json"], "a rule on the bound directory itself still matches")
+}
+
+// TestMountNamespaceUnderRootRule shows the way out for a self-confined
+// pool: namespaces whose root is a clone of one tmpfs made before the
+// pool's domain, with a rule of that domain on its root, give the job its
+// mounts (the walk from any path in the namespace ends at that root),
+// overlays included, while the job's own domain still decides.
+func TestMountNamespaceUnderRootRule(t *testing.T) {
+	ns0, data, python := buildSimple(t)
+	ns0.Close()
+	fsfd, err := unix.Fsopen("tmpfs", unix.FSOPEN_CLOEXEC)
+	require.NoError(t, err)
+	require.NoError(t, unix.FsconfigSetString(fsfd, "size", "1m"))
+	require.NoError(t, unix.FsconfigCreate(fsfd))
+	base, err := unix.Fsmount(fsfd, unix.FSMOUNT_CLOEXEC, 0)
+	unix.Close(fsfd)
+	require.NoError(t, err)
+	baseF := os.NewFile(uintptr(base), "base")
+	defer baseF.Close()
+	var files []*os.File
+	for _, p := range []string{"/usr", "/proc", data} {
+		f, err := os.OpenFile(p, unix.O_PATH|unix.O_CLOEXEC, 0)
+		require.NoError(t, err)
+		defer f.Close()
+		files = append(files, f)
+	}
+	m, err := Start(python)
+	require.NoError(t, err)
+	defer m.Close()
+	ns, err := m.Build(Plan{
+		Binds: []Bind{{Source: fd(files[0]), Path: "/usr", ReadOnly: true}, {Source: fd(files[1]), Path: "/proc", ReadOnly: true},
+			{Source: fd(files[2]), Path: "/data", ReadOnly: true}},
+		Overlays: []Overlay{{Lower: fd(files[2]), Path: "/work", Limit: 1 << 20}},
+		Links:    HostLinks(), Root: base, RootSet: true,
+	})
+	require.NoError(t, err)
+	defer ns.Close()
+	// fd 5 in the entering process is the base tmpfs (ExtraFiles[2]).
+	cmd := exec.Command(python, "-I", "-S", "-c", enterScript,
+		"poolrw:/usr,/proc,/proc/self/fd/5", "/usr=r", "/proc=r", data+"=r", "+/work")
+	cmd.ExtraFiles = []*os.File{ns.User, ns.Mount, baseF}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	b, err := cmd.Output()
+	if ee, ok := err.(*exec.ExitError); ok {
+		t.Fatalf("entering process: %v: %s", err, ee.Stderr)
+	}
+	require.NoError(t, err)
+	var got map[string]any
+	require.NoError(t, json.Unmarshal(b, &got), string(b))
+	require.Equal(t, "hello", got["read_data"])
+	require.Equal(t, float64(7), got["write_work"])
+	require.Equal(t, "EROFS", got["write_data"])
+	require.Equal(t, "[1]", got["import_json"])
+	// The rule is on the tmpfs's root, not on the host's: before entering,
+	// the domain denies the host's /etc.
+	require.Equal(t, "EACCES", got["host_etc_before"])
 }
 
 // buildSimple builds a namespace with /usr and /proc read-only, a host
