@@ -57,6 +57,15 @@ type selfPolicy struct {
 	ABI     int            // the ABI the masks were computed at
 	DenyNet bool           // handle (deny) TCP and UDP bind and connect
 	Rules   []sandbox.Rule // sorted by path, one per path
+	// NSRoot is the root of the tmpfs every job mount namespace's root is
+	// a clone of (a /proc/self/fd path), or "". Landlock's path walk in a
+	// job's namespace ends at that root, not at the ancestors of the host
+	// directories bound there, so the rule on it is what lets a job use
+	// its namespace; the namespace holds only what the domain allows
+	// anyway (runtime and system paths, grants within the ceiling, the
+	// job's scratch, /proc and device files, and the job's overlays).
+	NSRoot       string
+	NSRootAccess uint64
 }
 
 // String renders the policy, one rule per line.
@@ -76,6 +85,9 @@ func (s selfPolicy) String() string {
 	fmt.Fprintf(&b, "pool landlock abi=%d tcp=%s scoped=%s\n", s.ABI, tcp, scoped)
 	for _, r := range s.Rules {
 		fmt.Fprintf(&b, "  %s %s\n", r.Path, sandbox.FSRights(r.Access))
+	}
+	if s.NSRoot != "" {
+		fmt.Fprintf(&b, "  (job namespaces' root) %s\n", sandbox.FSRights(s.NSRootAccess))
 	}
 	return b.String()
 }
@@ -186,6 +198,9 @@ func (s selfPolicy) apply() error {
 	for _, r := range s.Rules {
 		rules = append(rules, landlock.PathAccess(landlock.AccessFSSet(r.Access), r.Path))
 	}
+	if s.NSRoot != "" {
+		rules = append(rules, landlock.PathAccess(landlock.AccessFSSet(s.NSRootAccess), s.NSRoot))
+	}
 	return cfg.Restrict(rules...)
 }
 
@@ -213,6 +228,10 @@ func (p *Pool) confineSelf(extraWrite []string) (SelfConfinement, error) {
 		return SelfConfinement{}, fmt.Errorf("confining the pool: %w", err)
 	}
 	pol := p.selfPolicy(abi, runtime, extraWrite)
+	if root := p.ns.rootRule(); root != "" {
+		pol.NSRoot = root
+		pol.NSRootAccess = sandbox.RuntimeAccess(abi) | sandbox.WriteAccess(abi) | sandbox.DeviceAccess(abi, true)
+	}
 	if err := pol.apply(); err != nil {
 		return SelfConfinement{}, fmt.Errorf("confining the pool: %w", err)
 	}

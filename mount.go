@@ -108,7 +108,7 @@ func (p *Pool) Mounts() MountSupport {
 	} else {
 		s.Modes = append(s.Modes, Overlay)
 		s.VirtualPaths, s.WriteBytesLimit = true, true
-		s.Missing = "write_bytes_limit on a read-write mount (file system project quotas); virtual paths and overlays in sessions"
+		s.Missing = "write_bytes_limit on a read-write mount (file system project quotas)"
 	}
 	if p.scratch != nil {
 		s.Scratch = p.scratch.path

@@ -27,57 +27,121 @@ const DefaultOverlayLimit = 64 << 20
 const nsPython = "/usr/bin/python3"
 
 // nsMounter starts the pool's mounter (internal/mountns) the first time a
-// job needs a mount namespace, and proves once, with a namespace of its
-// own, that it can build one (a tmpfs, a bind and an overlay).
+// job needs a mount namespace (or, in a pool that confines itself, before
+// it does), and proves once, with a namespace of its own, that it can
+// build one (a tmpfs, a bind and an overlay).
 type nsMounter struct {
-	once     sync.Once
-	m        *mountns.Mounter
-	err      error
+	once sync.Once
+	m    *mountns.Mounter
+	err  error
+	// base, in a pool that confines itself, is a detached tmpfs mount
+	// made before the pool's Landlock domain, whose root holds a rule of
+	// that domain; every job namespace's root is a clone of it.
+	base    int
+	hasBase bool
+
 	mu       sync.Mutex
 	done     bool  // closed: no more namespaces
 	startErr error // err, for failed (guarded by mu)
 }
 
+// startEarly, in a pool about to confine itself, makes the base tmpfs
+// and starts and probes the mounter, which must run outside the pool's
+// Landlock domain. On failure, jobs that need a namespace are refused,
+// naming it.
+func (n *nsMounter) startEarly() {
+	n.once.Do(func() {
+		base, err := newBaseTmpfs()
+		if err != nil {
+			n.err = fmt.Errorf("making the namespaces' root tmpfs: %w", err)
+			n.setStartErr()
+			return
+		}
+		n.base, n.hasBase = base, true
+		n.start()
+		if n.err != nil {
+			unix.Close(n.base)
+			n.hasBase = false
+		}
+		n.setStartErr()
+	})
+}
+
+// newBaseTmpfs makes a detached tmpfs mount for the namespaces' root.
+func newBaseTmpfs() (int, error) {
+	fsfd, err := unix.Fsopen("tmpfs", unix.FSOPEN_CLOEXEC)
+	if err != nil {
+		return -1, err
+	}
+	defer unix.Close(fsfd)
+	for _, kv := range [][2]string{{"size", "8m"}, {"nr_inodes", "65536"}, {"mode", "0755"}} {
+		if err := unix.FsconfigSetString(fsfd, kv[0], kv[1]); err != nil {
+			return -1, err
+		}
+	}
+	if err := unix.FsconfigCreate(fsfd); err != nil {
+		return -1, err
+	}
+	return unix.Fsmount(fsfd, unix.FSMOUNT_CLOEXEC, 0)
+}
+
+func (n *nsMounter) setStartErr() {
+	n.mu.Lock()
+	n.startErr = n.err
+	n.mu.Unlock()
+}
+
+// rootRule is the path of the base tmpfs's root for the pool's Landlock
+// domain, or "" without one.
+func (n *nsMounter) rootRule() string {
+	if !n.hasBase {
+		return ""
+	}
+	return "/proc/self/fd/" + strconv.Itoa(n.base)
+}
+
 // get returns the running mounter, starting and probing it on first use.
 func (n *nsMounter) get() (*mountns.Mounter, error) {
-	defer func() {
-		n.mu.Lock()
-		n.startErr = n.err
-		n.mu.Unlock()
-	}()
 	n.once.Do(func() {
-		m, err := mountns.Start(nsPython)
-		if err != nil {
-			n.err = err
-			return
-		}
-		root, err := os.OpenFile("/", unix.O_PATH|unix.O_CLOEXEC, 0)
-		if err != nil {
-			m.Close()
-			n.err = err
-			return
-		}
-		defer root.Close()
-		probe, err := m.Build(mountns.Plan{
-			Binds:    []mountns.Bind{{Source: int(root.Fd()), Path: "/probe/bind", ReadOnly: true}},
-			Overlays: []mountns.Overlay{{Lower: int(root.Fd()), Path: "/probe/overlay", Limit: 1 << 20}},
-		})
-		if err != nil {
-			m.Close()
-			n.err = fmt.Errorf("probing the mounter: %w", err)
-			return
-		}
-		probe.Close()
-		n.mu.Lock()
-		defer n.mu.Unlock()
-		if n.done {
-			m.Close()
-			n.err = errors.New("the pool is closed")
-			return
-		}
-		n.m = m
+		n.start()
+		n.setStartErr()
 	})
 	return n.m, n.err
+}
+
+// start starts the mounter and builds a probe namespace.
+func (n *nsMounter) start() {
+	m, err := mountns.Start(nsPython)
+	if err != nil {
+		n.err = err
+		return
+	}
+	root, err := os.OpenFile("/", unix.O_PATH|unix.O_CLOEXEC, 0)
+	if err != nil {
+		m.Close()
+		n.err = err
+		return
+	}
+	defer root.Close()
+	probe, err := m.Build(mountns.Plan{
+		Binds:    []mountns.Bind{{Source: int(root.Fd()), Path: "/probe/bind", ReadOnly: true}},
+		Overlays: []mountns.Overlay{{Lower: int(root.Fd()), Path: "/probe/overlay", Limit: 1 << 20}},
+		Root:     n.base, RootSet: n.hasBase,
+	})
+	if err != nil {
+		m.Close()
+		n.err = fmt.Errorf("probing the mounter: %w", err)
+		return
+	}
+	probe.Close()
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.done {
+		m.Close()
+		n.err = errors.New("the pool is closed")
+		return
+	}
+	n.m = m
 }
 
 // failed returns why the mounter could not start or build its probe
@@ -88,7 +152,7 @@ func (n *nsMounter) failed() error {
 	return n.startErr
 }
 
-// close stops the mounter, if it runs.
+// close stops the mounter, if it runs, and releases the base tmpfs.
 func (n *nsMounter) close() {
 	n.mu.Lock()
 	n.done = true
@@ -97,11 +161,25 @@ func (n *nsMounter) close() {
 	if m != nil {
 		m.Close()
 	}
+	if n.hasBase {
+		unix.Close(n.base) // hasBase stays: it is read without the lock
+	}
 }
 
 // nsObstacles names what, on this machine and in this pool, stands in the
 // way of per-job mount namespaces; none means the pool builds them.
 func (p *Pool) nsObstacles() []string {
+	why := nsMachineObstacles()
+	if p.self.Landlock > 0 && p.ns.rootRule() == "" {
+		why = append(why, "the pool confines itself (confine_self) and its Landlock domain holds no rule on a root for "+
+			"its jobs' namespaces (the mounter could not start before the pool confined itself)")
+	}
+	return why
+}
+
+// nsMachineObstacles names what on this machine stands in the way of
+// per-job mount namespaces.
+func nsMachineObstacles() []string {
 	var why []string
 	if os.Geteuid() != 0 {
 		why = append(why, "the pool does not run as root (the mounter needs CAP_SYS_ADMIN in the initial user namespace)")
@@ -114,10 +192,6 @@ func (p *Pool) nsObstacles() []string {
 	}
 	if _, err := os.Stat(nsPython); err != nil {
 		why = append(why, nsPython+" (the mounter's interpreter) is missing")
-	}
-	if p.self.Landlock > 0 {
-		why = append(why, "the pool confines itself (confine_self): its Landlock domain would deny its jobs every path "+
-			"inside a mount namespace, which this version does not provide for; run the pool with confine_self off")
 	}
 	return why
 }
@@ -267,6 +341,7 @@ func (p *Pool) buildNS(pl *plan) *Error {
 		}
 	}
 	plan.Links = mountns.HostLinks()
+	plan.Root, plan.RootSet = p.ns.base, p.ns.hasBase
 	// The pool's working directory (the job's), as an empty directory
 	// unless a bind or a mount shows it, so that the job starts there and
 	// relative paths to its grants resolve as on the host.

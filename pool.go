@@ -164,7 +164,13 @@ func New(cfg Config) (*Pool, error) {
 		if cfg.SessionIdleDump != "" {
 			selfWritable = append(selfWritable, cfg.SessionIdleDump)
 		}
+		// The mounter of the jobs' mount namespaces must run outside the
+		// domain, and the domain must hold a rule on their root.
+		if len(nsMachineObstacles()) == 0 {
+			p.ns.startEarly()
+		}
 		if p.self, err = p.confineSelf(selfWritable); err != nil {
+			p.ns.close()
 			cg.Close()
 			p.scratch.close()
 			return nil, &Error{Kind: KindSpawn, Type: KindSpawn.String(), Err: &ConfigError{Key: "pool.confine_self", Value: "true",
@@ -189,6 +195,7 @@ func New(cfg Config) (*Pool, error) {
 				t.Close()
 			}
 		}
+		p.ns.close()
 		cg.Close()
 		p.scratch.close()
 		return nil, &Error{Kind: KindSpawn, Type: KindSpawn.String(), Err: startError(cfg, err)}
@@ -198,6 +205,7 @@ func New(cfg Config) (*Pool, error) {
 		for _, t := range tpls {
 			t.Close()
 		}
+		p.ns.close()
 		cg.Close()
 		return nil, &Error{Kind: KindSpawn, Type: KindSpawn.String(), Message: "invalid config", Err: err}
 	}
