@@ -235,15 +235,22 @@
 // its overlays empty like its __main__. Such a job costs a round trip to
 // the mounter and a fork on its path.
 //
+// A pool that confines itself (Config.ConfineSelf, on in `pynox pool`)
+// starts its mounter before it does (a confined process can never mount),
+// and makes a detached tmpfs whose root gets a rule of its own domain:
+// every job namespace's root is a clone of that tmpfs. Landlock matches
+// rules along the path walk, which in a job's namespace goes from a
+// bound host directory up to the namespace's root, skipping the host
+// directory's ancestors (the ceiling's rule) and the mountpoints; without
+// that rule the pool's domain would deny the job its own mounts. The
+// namespace holds only what the domain allows anyway, read-only where it
+// does not allow writes, so the rule adds nothing the domain denied.
+//
 // The pool refuses with SandboxSetupError, naming what is missing, before
 // anything runs and never with something weaker in its place: a virtual
 // path or an overlay where it does not run as root, user namespaces are
-// disabled, the kernel has no overlayfs, or the pool confines itself
-// (Config.ConfineSelf, on in `pynox pool`: the pool's own Landlock domain
-// matches rules along the path walk, which in a job's namespace skips the
-// ceiling above a bound directory, so the domain would deny the job its
-// own mounts; it would take a rule on a namespace root made before the
-// pool confines itself); and any WriteBytesLimit on a read-write mount
+// disabled, the kernel has no overlayfs, or the mounter could not start
+// or build its probe namespace; and any WriteBytesLimit on a read-write mount
 // (bounding writes to a host directory takes file system project
 // quotas). [Pool.Mounts] (the ready event's "mounts") says what the pool
 // enforces; each result's policy lists the job's mounts, with their

@@ -15,8 +15,8 @@ import (
 // host directory never changes, and the writes last for the session's
 // steps and vanish with it. Both take a mount namespace of the session's
 // own, which the pool builds where it runs as root with user namespaces
-// and overlayfs, and without ConfineSelf (see [Pool.Mounts]); elsewhere
-// the checkout is refused with SandboxSetupError.
+// and overlayfs (see [Pool.Mounts]); elsewhere the checkout is refused
+// with SandboxSetupError.
 func ExamplePool_Checkout_mounts() {
 	cfg := exampleConfig()
 	data := filepath.Join(cfg.Dir, "data")

@@ -42,10 +42,10 @@ const (
 // (see the package docs, "Scratch space and mounts"): the job then sees
 // only the interpreter's and the system's paths, its grants, its scratch
 // directory and its mounts, read-only except its write grants, scratch
-// and overlays. Where the pool cannot build one, or for a session (not
-// supported yet), such a mount is refused with SandboxSetupError naming
-// what is missing (see [Pool.Mounts]; nothing weaker is ever put in
-// place silently).
+// and overlays. A session's namespace lasts as long as its process.
+// Where the pool cannot build one, such a mount is refused with
+// SandboxSetupError naming what is missing (see [Pool.Mounts]; nothing
+// weaker is ever put in place silently).
 type MountSpec struct {
 	// HostPath is the directory or file on the host. A relative path
 	// resolves against the pool's working directory (Config.Dir); the
@@ -90,13 +90,13 @@ type MountSupport struct {
 const nsNeeds = "a mount namespace of the job's own (built by the pool's mounter: root, user and mount namespaces, overlayfs)"
 
 // Mounts reports what kinds of mounts the pool can give its jobs. It
-// reads the machine's state (root, user namespaces, overlayfs) and the
-// pool's own confinement. The pool's mounter starts with the first job
-// that needs a mount namespace and first builds a probe namespace (a
-// tmpfs, a bind and an overlay); if that failed, Mounts says so (and
-// such jobs are refused with SandboxSetupError naming the failure). It
-// does not start the mounter itself: a pool whose jobs never ask for a
-// mount namespace keeps no helper process.
+// reads the machine's state (root, user namespaces, overlayfs). The
+// pool's mounter starts before the pool confines itself (ConfineSelf),
+// or else with the first job that needs a mount namespace, and first
+// builds a probe namespace (a tmpfs, a bind and an overlay); if that
+// failed, Mounts says so (and such jobs are refused with
+// SandboxSetupError naming the failure). Mounts does not start the
+// mounter itself.
 func (p *Pool) Mounts() MountSupport {
 	s := MountSupport{Modes: []MountMode{ReadOnly, ReadWrite}}
 	why := p.nsObstacles()
