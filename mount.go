@@ -99,11 +99,7 @@ const nsNeeds = "a mount namespace of the job's own (built by the pool's mounter
 // mounter itself.
 func (p *Pool) Mounts() MountSupport {
 	s := MountSupport{Modes: []MountMode{ReadOnly, ReadWrite}}
-	why := p.nsObstacles()
-	if err := p.ns.failed(); err != nil {
-		why = append(why, err.Error())
-	}
-	if len(why) > 0 {
+	if why := p.nsObstacles(); len(why) > 0 {
 		s.Missing = "virtual paths, overlay mounts and write_bytes_limit need " + nsNeeds + ", but " + strings.Join(why, ", and ")
 	} else {
 		s.Modes = append(s.Modes, Overlay)

@@ -170,9 +170,11 @@ func (n *nsMounter) close() {
 // way of per-job mount namespaces; none means the pool builds them.
 func (p *Pool) nsObstacles() []string {
 	why := nsMachineObstacles()
-	if p.self.Landlock > 0 && p.ns.rootRule() == "" {
+	if err := p.ns.failed(); err != nil {
+		why = append(why, "the pool's mounter failed: "+err.Error())
+	} else if p.self.Landlock > 0 && p.ns.rootRule() == "" {
 		why = append(why, "the pool confines itself (confine_self) and its Landlock domain holds no rule on a root for "+
-			"its jobs' namespaces (the mounter could not start before the pool confined itself)")
+			"its jobs' namespaces (the mounter did not start before the pool confined itself)")
 	}
 	return why
 }
