@@ -456,7 +456,11 @@ func (c *Checkout) Feed(ctx context.Context, step Step) (ev TurnEvent, err error
 	var restore []byte
 	if child == nil {
 		var err error
-		child, err = c.pool.sessionChild(c.pl.network, tctx.Done())
+		if c.pl.needsNS() {
+			child, err = c.pool.sessionNSChild(c.pl, tctx.Done())
+		} else {
+			child, err = c.pool.sessionChild(c.pl.network, tctx.Done())
+		}
 		if err != nil {
 			if err := c.endErr(); err != nil {
 				return TurnEvent{}, err

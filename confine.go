@@ -61,6 +61,15 @@ type selfPolicy struct {
 	DenyNet bool           // handle (deny) TCP and UDP bind and connect
 	Connect []uint16       // TCP ports connect is allowed to when DenyNet
 	Rules   []sandbox.Rule // sorted by path, one per path
+	// NSRoot is the root of the tmpfs every job mount namespace's root is
+	// a clone of (a /proc/self/fd path), or "". Landlock's path walk in a
+	// job's namespace ends at that root, not at the ancestors of the host
+	// directories bound there, so the rule on it is what lets a job use
+	// its namespace; the namespace holds only what the domain allows
+	// anyway (runtime and system paths, grants within the ceiling, the
+	// job's scratch, /proc and device files, and the job's overlays).
+	NSRoot       string
+	NSRootAccess uint64
 }
 
 // String renders the policy, one rule per line.
@@ -85,6 +94,9 @@ func (s selfPolicy) String() string {
 		for _, port := range s.Connect {
 			fmt.Fprintf(&b, "  tcp port %d connect_tcp\n", port)
 		}
+	}
+	if s.NSRoot != "" {
+		fmt.Fprintf(&b, "  (job namespaces' root) %s\n", sandbox.FSRights(s.NSRootAccess))
 	}
 	return b.String()
 }
@@ -203,6 +215,9 @@ func (s selfPolicy) apply() error {
 			rules = append(rules, landlock.ConnectTCP(port))
 		}
 	}
+	if s.NSRoot != "" {
+		rules = append(rules, landlock.PathAccess(landlock.AccessFSSet(s.NSRootAccess), s.NSRoot))
+	}
 	return cfg.Restrict(rules...)
 }
 
@@ -230,6 +245,10 @@ func (p *Pool) confineSelf(extraWrite []string) (SelfConfinement, error) {
 		return SelfConfinement{}, fmt.Errorf("confining the pool: %w", err)
 	}
 	pol := p.selfPolicy(abi, runtime, extraWrite)
+	if root := p.ns.rootRule(); root != "" {
+		pol.NSRoot = root
+		pol.NSRootAccess = sandbox.RuntimeAccess(abi) | sandbox.WriteAccess(abi) | sandbox.DeviceAccess(abi, true)
+	}
 	if err := pol.apply(); err != nil {
 		return SelfConfinement{}, fmt.Errorf("confining the pool: %w", err)
 	}

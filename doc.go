@@ -193,24 +193,68 @@
 // cgroups only the tmpfs's own size bounds it. On a disk (ScratchDir
 // elsewhere) the file system's free space does. A bound that fails
 // writes with ENOSPC needs a sized tmpfs per job in a mount namespace of
-// its own, which this version does not set up (see below).
+// its own, which only overlay mounts get (see below).
 //
 // [Job.Mounts] gives a job host directories or files as [MountSpec]s:
 // [ReadOnly] mounts are read grants and [ReadWrite] mounts write grants,
 // opened, judged and refused exactly as allow_read and allow_write, and
 // fixed when the job or session starts. What a job writes through a
 // read-write mount is untrusted: never execute or import it. A mount at
-// a path other than its host path, an [Overlay] mount and a
-// WriteBytesLimit need a private mount namespace per job (bind mounts,
-// overlayfs, a sized tmpfs), set up before the job's Landlock and seccomp
-// layers; today the template drops its capabilities and attaches its
-// seccomp layer before it forks, and a pool confined by
-// Config.ConfineSelf may not mount at all (Landlock denies a confined
-// process every mount). So the pool refuses such a request with
-// SandboxSetupError naming what is missing, before anything runs, and
-// never puts something weaker in its place. [Pool.Mounts] (the ready
-// event's "mounts") says what the pool enforces; each result's policy
-// lists the job's mounts and its scratch directory.
+// its host path is a Landlock grant and nothing more.
+//
+// A mount at another path (Path "/data"), and an [Overlay] mount, take a
+// mount namespace of the job's own. Landlock denies a confined process
+// every mount, and the template has dropped its capabilities, so the
+// pool starts a mounter (a trusted Python helper, python3 -I -S, that
+// dies with the pool) with the first job that needs one. Per job it
+// assembles a root as a detached mount tree: a small tmpfs holding the
+// host's top-level symlinks and, at their host paths, read-only binds of
+// the paths the job's Landlock rules name (the interpreter's runtime
+// paths, the system paths, four device files, /proc) and its grants and
+// scratch directory (read-write where granted), plus its mounts at their
+// paths: read-only ones remounted read-only (writes fail with EROFS),
+// overlays as overlayfs over the host directory with their writes on a
+// tmpfs of WriteBytesLimit (DefaultOverlayLimit by default; past it
+// writes fail with ENOSPC). Nothing is ever created on the host; the host
+// directories are the descriptors the pool opened when it accepted the
+// request. The mounter pivots into the tree in a new mount namespace,
+// then makes a user namespace (mapping only an id no file has) with a
+// copy of it, and hands the pool both namespaces. The job's process is
+// forked for it alone (no ready spare can serve it: a spare attaches its
+// seccomp job layer ahead of time), enters the two namespaces (the
+// template's seccomp layer allows setns for exactly these two types; the
+// job layer denies setns and capset), drops the capabilities the user
+// namespace gave it and checks they are gone, attaches its job layer,
+// and adds its Landlock rules (per inode, so they match the binds; an
+// overlay's rule is opened inside) before it enforces them. So the job
+// sees nothing of the host it was not given, not even by stat; renames
+// and hard links across mounts fail with EXDEV; a symlink planted in a
+// writable mount resolves inside the namespace. A session keeps its
+// namespace across steps (its overlay writes persist and vanish with
+// it); a replacement process, or one restoring a dump, gets a new one,
+// its overlays empty like its __main__. Such a job costs a round trip to
+// the mounter and a fork on its path.
+//
+// A pool that confines itself (Config.ConfineSelf, on in `pynox pool`)
+// starts its mounter before it does (a confined process can never mount),
+// and makes a detached tmpfs whose root gets a rule of its own domain:
+// every job namespace's root is a clone of that tmpfs. Landlock matches
+// rules along the path walk, which in a job's namespace goes from a
+// bound host directory up to the namespace's root, skipping the host
+// directory's ancestors (the ceiling's rule) and the mountpoints; without
+// that rule the pool's domain would deny the job its own mounts. The
+// namespace holds only what the domain allows anyway, read-only where it
+// does not allow writes, so the rule adds nothing the domain denied.
+//
+// The pool refuses with SandboxSetupError, naming what is missing, before
+// anything runs and never with something weaker in its place: a virtual
+// path or an overlay where it does not run as root, user namespaces are
+// disabled, the kernel has no overlayfs, or the mounter could not start
+// or build its probe namespace; and any WriteBytesLimit on a read-write mount
+// (bounding writes to a host directory takes file system project
+// quotas). [Pool.Mounts] (the ready event's "mounts") says what the pool
+// enforces; each result's policy lists the job's mounts, with their
+// paths, modes and limits, and its scratch directory.
 //
 // # The pool's own confinement
 //
@@ -695,16 +739,17 @@
 //     NotFound and NotHandled do not apply: calls are synchronous, and
 //     only declared names exist in pynox_host, so an undeclared one fails
 //     in the job before it reaches the host.
-//   - OnPrint streaming: not provided; a step's stdout and stderr come
-//     whole with its Result, captured at the descriptors (so C
-//     extensions' output is included), capped by MaxOutput.
+//   - OnPrint streaming: Job.OnOutput and Step.OnOutput (see Streamed
+//     output), captured at the descriptors (so C extensions' output is
+//     included); the Result still carries the whole output, capped by
+//     MaxOutput.
 //   - MountSpec, MountSpecMode: [MountSpec] and [MountMode] on [Job.Mounts]
 //     (see Scratch space and mounts). monty services file access from the
 //     parent because its interpreter has no real OS; pynox runs real
 //     CPython on the real file system, so a mount is a Landlock grant the
-//     kernel enforces: ReadOnly and ReadWrite at the host path. Virtual
-//     paths, Overlay and write_bytes_limit are refused with
-//     SandboxSetupError until the pool sets up a mount namespace per job.
+//     kernel enforces: ReadOnly and ReadWrite at the host path; virtual
+//     paths, Overlay and write_bytes_limit through a mount namespace per
+//     job built by the pool's mounter (see Scratch space and mounts).
 //   - checkout_with_telemetry: Config.TracerProvider and the ctx given
 //     to Run and Feed (see Traces).
 //   - MontyTransport::Websocket: jsonl.Dial (see Remote pools).

@@ -2,7 +2,6 @@ package pynox_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log"
 	"os"
@@ -11,11 +10,13 @@ import (
 	"github.com/pynox/pynox"
 )
 
-// A checkout with a read-only data directory, and the job's private
-// scratch directory (its TMPDIR) to work in. Asking for the data at
-// /data, or for an overlay /work, needs a mount namespace per job, which
-// this version does not set up: the checkout is refused with
-// SandboxSetupError, and nothing runs.
+// A checkout whose code sees a host directory read-only at /data and an
+// overlay of it at /work: it may write /work (at most 1 MiB there), the
+// host directory never changes, and the writes last for the session's
+// steps and vanish with it. Both take a mount namespace of the session's
+// own, which the pool builds where it runs as root with user namespaces
+// and overlayfs (see [Pool.Mounts]); elsewhere the checkout is refused
+// with SandboxSetupError.
 func ExamplePool_Checkout_mounts() {
 	cfg := exampleConfig()
 	data := filepath.Join(cfg.Dir, "data")
@@ -32,32 +33,37 @@ func ExamplePool_Checkout_mounts() {
 	defer pool.Close()
 	ctx := context.Background()
 
-	_, err = pool.Checkout(ctx, pynox.Job{Mounts: []pynox.MountSpec{
+	session, err := pool.Checkout(ctx, pynox.Job{Mounts: []pynox.MountSpec{
 		{HostPath: data, Path: "/data", Mode: pynox.ReadOnly},
-		{HostPath: data, Path: "/work", Mode: pynox.Overlay},
+		{HostPath: data, Path: "/work", Mode: pynox.Overlay, WriteBytesLimit: 1 << 20},
 	}})
-	fmt.Println(errors.Is(err, pynox.ErrSandboxSetup))
-
-	session, err := pool.Checkout(ctx, pynox.Job{Mounts: []pynox.MountSpec{{HostPath: data, Mode: pynox.ReadOnly}}})
 	if err != nil {
 		log.Fatal(err)
 	}
 	defer session.Finish(ctx)
-	ev, err := session.Feed(ctx, pynox.Step{Code: `
-import csv, os, shutil
-work = os.path.join(os.environ["TMPDIR"], "in.csv")
-shutil.copyfile(` + fmt.Sprintf("%q", data) + ` + "/in.csv", work)
-with open(work, "a") as f:
+	for _, code := range []string{`
+import csv
+with open("/work/in.csv", "a") as f:
     f.write("3\n")
-print(sum(int(r["a"]) for r in csv.DictReader(open(work))))
-`})
-	if err != nil {
-		log.Fatal(err)
+print(sum(int(r["a"]) for r in csv.DictReader(open("/work/in.csv"))))
+`, `
+try:
+    open("/data/in.csv", "a")
+except OSError as e:
+    print(type(e).__name__, e.strerror)
+print(open("/work/in.csv").read().split())
+`} {
+		ev, err := session.Feed(ctx, pynox.Step{Code: code})
+		if err != nil {
+			log.Fatal(err)
+		}
+		fmt.Print(ev.Result.Stdout, ev.Result.Stderr)
 	}
-	fmt.Print(ev.Result.Stdout, ev.Result.Stderr)
-	fmt.Println(ev.Result.Policy.Mounts[0].Mode)
+	host, _ := os.ReadFile(filepath.Join(data, "in.csv"))
+	fmt.Printf("host: %q\n", host)
 	// Output:
-	// true
 	// 6
-	// ro
+	// OSError Read-only file system
+	// ['a', '1', '2', '3']
+	// host: "a\n1\n2\n"
 }

@@ -1,8 +1,8 @@
 package pynox
 
 import (
+	"cmp"
 	"fmt"
-	"os"
 	"path/filepath"
 	"strings"
 
@@ -23,21 +23,29 @@ const (
 	// never execute or import it. It is a write grant, checked against the
 	// ceiling's write paths like allow_write.
 	ReadWrite MountMode = "rw"
-	// Overlay would let the job write while the host directory stays
-	// unchanged, its writes vanishing when the job or session ends. It
-	// needs an overlay file system in a private mount namespace per job,
-	// which this pool does not set up: a job asking for it is refused with
-	// SandboxSetupError (see [Pool.Mounts]).
+	// Overlay lets the job write while the host directory stays
+	// unchanged: its writes go to a tmpfs of the mount's WriteBytesLimit
+	// (DefaultOverlayLimit when zero), in the job's own mount namespace,
+	// and vanish when the job ends. It is a read grant of the host
+	// directory. Where the pool cannot build mount namespaces (see
+	// [Pool.Mounts]) a job asking for it is refused with
+	// SandboxSetupError.
 	Overlay MountMode = "overlay"
 )
 
 // MountSpec gives a job a host directory (or file), modelled on
-// monty-pool's MountSpec. It is fixed when the job or session starts.
-// Where a job sees the mount, and how much it may write there, take a
-// mount namespace per job that this pool does not set up: Path must be
-// empty or name the host path, and WriteBytesLimit must be zero, or the
-// job is refused with SandboxSetupError, naming what is missing (see
-// [Pool.Mounts]; nothing weaker is ever put in place silently).
+// monty-pool's MountSpec. It is fixed when the job starts.
+//
+// A mount at its host path is a Landlock grant and nothing more. A mount
+// at another Path, and an Overlay, take a mount namespace of the job's
+// own, built by the pool's mounter before the job's process is confined
+// (see the package docs, "Scratch space and mounts"): the job then sees
+// only the interpreter's and the system's paths, its grants, its scratch
+// directory and its mounts, read-only except its write grants, scratch
+// and overlays. A session's namespace lasts as long as its process.
+// Where the pool cannot build one, such a mount is refused with
+// SandboxSetupError naming what is missing (see [Pool.Mounts]; nothing
+// weaker is ever put in place silently).
 type MountSpec struct {
 	// HostPath is the directory or file on the host. A relative path
 	// resolves against the pool's working directory (Config.Dir); the
@@ -50,8 +58,12 @@ type MountSpec struct {
 	Path string `json:"path,omitempty"`
 	// Mode is ReadOnly (the default), ReadWrite or Overlay.
 	Mode MountMode `json:"mode,omitempty"`
-	// WriteBytesLimit would cap what the job adds through a writable
-	// mount, in bytes. Zero means no cap beyond max_file_size per file.
+	// WriteBytesLimit caps what the job writes through an Overlay mount,
+	// in bytes (the size of the tmpfs its writes go to: past it, writes
+	// fail with ENOSPC inside the job). Zero means DefaultOverlayLimit.
+	// A ReadWrite mount with a limit is refused with SandboxSetupError
+	// (bounding writes to a host directory takes file system project
+	// quotas, which the pool does not set up).
 	WriteBytesLimit Size `json:"write_bytes_limit,omitempty"`
 }
 
@@ -59,13 +71,14 @@ type MountSpec struct {
 // and where its scratch directories are. `pynox pool` reports it in its
 // ready event as "mounts".
 type MountSupport struct {
-	// Modes lists the modes the pool enforces ("ro" and "rw").
+	// Modes lists the modes the pool enforces ("ro" and "rw", and
+	// "overlay" where it builds mount namespaces).
 	Modes []MountMode `json:"modes"`
 	// VirtualPaths is true when a mount may appear at a path other than
 	// its host path.
 	VirtualPaths bool `json:"virtual_paths"`
-	// WriteBytesLimit is true when a mount's write_bytes_limit is
-	// enforced.
+	// WriteBytesLimit is true when an overlay mount's write_bytes_limit
+	// is enforced (a read-write mount's never is).
 	WriteBytesLimit bool `json:"write_bytes_limit"`
 	// Scratch is the directory holding the jobs' scratch directories.
 	Scratch string `json:"scratch"`
@@ -73,33 +86,29 @@ type MountSupport struct {
 	Missing string `json:"missing,omitempty"`
 }
 
-// missingMounts names what virtual paths, overlays and byte limits need.
-const missingMounts = "a private mount namespace per job (user and mount namespaces, set up before the " +
-	"job's Landlock and seccomp layers), which this version of the pool does not set up"
+// nsNeeds names what virtual paths, overlays and byte limits need.
+const nsNeeds = "a mount namespace of the job's own (built by the pool's mounter: root, user and mount namespaces, overlayfs)"
 
-// mountObstacles names what else, on this machine and in this pool,
-// stands in the way of per-job mount namespaces, for the ready event.
-func (p *Pool) mountObstacles() []string {
-	var why []string
-	if b, err := os.ReadFile("/proc/sys/user/max_user_namespaces"); err == nil && strings.TrimSpace(string(b)) == "0" {
-		why = append(why, "user namespaces are disabled (user.max_user_namespaces = 0)")
-	}
-	if p.self.Landlock > 0 {
-		why = append(why, "the pool's own Landlock domain (confine_self) denies every mount to its templates and jobs")
-	}
-	return why
-}
-
-// Mounts reports what kinds of mounts the pool can give its jobs.
+// Mounts reports what kinds of mounts the pool can give its jobs. It
+// reads the machine's state (root, user namespaces, overlayfs). The
+// pool's mounter starts before the pool confines itself (ConfineSelf),
+// or else with the first job that needs a mount namespace, and first
+// builds a probe namespace (a tmpfs, a bind and an overlay); if that
+// failed, Mounts says so (and such jobs are refused with
+// SandboxSetupError naming the failure). Mounts does not start the
+// mounter itself.
 func (p *Pool) Mounts() MountSupport {
 	if p.remote != nil {
 		return p.remoteInfo.mounts
 	}
-	missing := "virtual paths, overlay mounts and write_bytes_limit need " + missingMounts
-	if why := p.mountObstacles(); len(why) > 0 {
-		missing += "; besides, " + strings.Join(why, ", and ")
+	s := MountSupport{Modes: []MountMode{ReadOnly, ReadWrite}}
+	if why := p.nsObstacles(); len(why) > 0 {
+		s.Missing = "virtual paths, overlay mounts and write_bytes_limit need " + nsNeeds + ", but " + strings.Join(why, ", and ")
+	} else {
+		s.Modes = append(s.Modes, Overlay)
+		s.VirtualPaths, s.WriteBytesLimit = true, true
+		s.Missing = "write_bytes_limit on a read-write mount (file system project quotas)"
 	}
-	s := MountSupport{Modes: []MountMode{ReadOnly, ReadWrite}, Missing: missing}
 	if p.scratch != nil {
 		s.Scratch = p.scratch.path
 	}
@@ -133,11 +142,43 @@ func (p *Pool) planMounts(pl *plan, mounts []MountSpec, protected []string) *Err
 		if m.Path != "" && (!filepath.IsAbs(m.Path) || strings.ContainsRune(m.Path, 0)) {
 			return requestErrorf("%s.path: %q is not an absolute path", field, m.Path)
 		}
-		if mode == Overlay {
-			return newError(KindSandboxSetup, "%s: an overlay mount needs %s; no code ran", field, missingMounts)
+		virtual := ""
+		if m.Path != "" {
+			virtual = filepath.Clean(m.Path)
+			if virtual == "/" {
+				return requestErrorf("%s.path: a mount cannot replace /; expected a path such as /data", field)
+			}
 		}
-		if m.WriteBytesLimit != 0 {
-			return newError(KindSandboxSetup, "%s.write_bytes_limit needs %s; no code ran", field, missingMounts)
+		if mode == ReadWrite && m.WriteBytesLimit != 0 {
+			return newError(KindSandboxSetup, "%s.write_bytes_limit: a read-write mount's writes go to the host directory "+
+				"itself, and bounding them would take file system project quotas on the host, which the pool does not set up "+
+				"(use an overlay mount, whose limit is enforced, or no limit); no code ran", field)
+		}
+		if mode == Overlay {
+			if why := p.nsObstacles(); len(why) > 0 {
+				return newError(KindSandboxSetup, "%s: an overlay mount needs %s, but %s; no code ran", field, nsNeeds, strings.Join(why, ", and "))
+			}
+			real, isDir, err := pl.grant(field+".host", p.cfg.Dir, m.HostPath, p.readCeiling, sandbox.ReadAccess(p.info.Landlock.ABI))
+			if err == nil {
+				err = p.coversScratch(field+".host", real)
+			}
+			if err != nil {
+				return err
+			}
+			// The lower directory is the mounter's, not a Landlock grant:
+			// the job sees it only through the overlay.
+			fd := pl.fds[len(pl.fds)-1]
+			pl.fds, pl.accessOf = pl.fds[:len(pl.fds)-1], pl.accessOf[:len(pl.accessOf)-1]
+			limit := int64(m.WriteBytesLimit)
+			if limit == 0 {
+				limit = DefaultOverlayLimit
+			}
+			pl.nsMounts = append(pl.nsMounts, nsMount{fd: fd, path: cmp.Or(virtual, real), overlay: true, limit: limit})
+			if !isDir {
+				return requestErrorf("%s.host: %s is not a directory; an overlay mount takes a directory", field, real)
+			}
+			pl.mounts = append(pl.mounts, MountSpec{HostPath: real, Path: cmp.Or(virtual, real), Mode: mode, WriteBytesLimit: Size(limit)})
+			continue
 		}
 		var real string
 		var err *Error
@@ -164,15 +205,23 @@ func (p *Pool) planMounts(pl *plan, mounts []MountSpec, protected []string) *Err
 		if err != nil {
 			return err
 		}
-		if m.Path != "" {
+		if virtual != "" {
 			abs := m.HostPath
 			if !filepath.IsAbs(abs) {
 				abs = filepath.Join(p.cfg.Dir, abs)
 			}
-			if v := filepath.Clean(m.Path); v != real && v != filepath.Clean(abs) {
-				return newError(KindSandboxSetup, "%s.path: showing %s at %s needs %s; no code ran (leave path empty to see it at its host path)",
-					field, real, m.Path, missingMounts)
+			if virtual == real || virtual == filepath.Clean(abs) {
+				virtual = ""
 			}
+		}
+		if virtual != "" {
+			if why := p.nsObstacles(); len(why) > 0 {
+				return newError(KindSandboxSetup, "%s.path: showing %s at %s needs %s, but %s; no code ran (leave path empty to see it at its host path)",
+					field, real, m.Path, nsNeeds, strings.Join(why, ", and "))
+			}
+			pl.nsMounts = append(pl.nsMounts, nsMount{fd: pl.fds[len(pl.fds)-1], path: virtual, ro: mode == ReadOnly})
+			pl.mounts = append(pl.mounts, MountSpec{HostPath: real, Path: virtual, Mode: mode})
+			continue
 		}
 		pl.mounts = append(pl.mounts, MountSpec{HostPath: real, Path: real, Mode: mode})
 	}

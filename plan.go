@@ -15,6 +15,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/pynox/pynox/internal/mountns"
 	"github.com/pynox/pynox/internal/sandbox"
 	"github.com/pynox/pynox/internal/worker"
 )
@@ -55,6 +56,9 @@ type plan struct {
 	scratch     string       // its name in scratchRoot
 
 	collect []collectPattern // Job.Collect, checked
+
+	nsMounts []nsMount          // mounts that need the job's own mount namespace (nsmount.go)
+	ns       *mountns.Namespace // that namespace, once built
 }
 
 // scratchDir is the path of the plan's scratch directory, or "".
@@ -86,6 +90,7 @@ func (pl *plan) closeGrants() {
 		unix.Close(fd)
 	}
 	pl.fds = nil
+	pl.closeNS()
 }
 
 // closeAfter is close for a job that ran in child: the scratch directory

@@ -51,6 +51,9 @@ type Pool struct {
 	// system lists the system paths every job loads (see
 	// protectedSystemPaths), which no write grant may cover either.
 	system []string
+	// ns starts and holds the mounter that builds the jobs' mount
+	// namespaces (see nsmount.go).
+	ns nsMounter
 
 	mu       sync.Mutex
 	closed   bool               // no new work is accepted (Shutdown or Close)
@@ -180,7 +183,13 @@ func New(cfg Config) (*Pool, error) {
 		if cfg.SessionIdleDump != "" {
 			selfWritable = append(selfWritable, cfg.SessionIdleDump)
 		}
+		// The mounter of the jobs' mount namespaces must run outside the
+		// domain, and the domain must hold a rule on their root.
+		if len(nsMachineObstacles()) == 0 {
+			p.ns.startEarly()
+		}
 		if p.self, err = p.confineSelf(selfWritable); err != nil {
+			p.ns.close()
 			cg.Close()
 			p.scratch.close()
 			return nil, &Error{Kind: KindSpawn, Type: KindSpawn.String(), Err: &ConfigError{Key: "pool.confine_self", Value: "true",
@@ -205,6 +214,7 @@ func New(cfg Config) (*Pool, error) {
 				t.Close()
 			}
 		}
+		p.ns.close()
 		cg.Close()
 		p.scratch.close()
 		return nil, &Error{Kind: KindSpawn, Type: KindSpawn.String(), Err: startError(cfg, err)}
@@ -214,6 +224,7 @@ func New(cfg Config) (*Pool, error) {
 		for _, t := range tpls {
 			t.Close()
 		}
+		p.ns.close()
 		cg.Close()
 		return nil, &Error{Kind: KindSpawn, Type: KindSpawn.String(), Message: "invalid config", Err: err}
 	}
@@ -509,6 +520,11 @@ func (p *Pool) runJob(ctx context.Context, job Job) (_ *Result, refill func(), _
 	if (len(job.Functions) > 0 || len(job.Tools) > 0) && job.Host == nil {
 		return p.refuse(&job, requestErrorf("functions are declared but the job has no Host to answer them")), refill, nil
 	}
+	if pl.needsNS() {
+		if err := p.buildNS(pl); err != nil {
+			return p.refuse(&job, err), refill, nil
+		}
+	}
 	pl.job.Host = p.traceHost(trace.SpanFromContext(ctx), job.ID, "", checkedHost(pl.sigs, p.hostAdapter(job.ID, "", job.Host)))
 	pl.job.Output = p.outputAdapter(job.ID, "", job.OnOutput)
 	pl.job.Display = p.displayAdapter(job.ID, "", job.OnDisplay)
@@ -551,7 +567,7 @@ func (p *Pool) runJob(ctx context.Context, job Job) (_ *Result, refill func(), _
 			p.finish(&job, res)
 			return res, refill, nil
 		}
-		child, err := tpl.Take(pl.network, runCtx.Done())
+		child, err := p.takeFor(tpl, pl, runCtx.Done())
 		if err != nil {
 			if runCtx.Err() != nil {
 				return nil, refill, stopped()
@@ -644,6 +660,7 @@ func (p *Pool) Close() error {
 	if err := p.cg.Close(); err != nil {
 		p.log.Error("removing the pool's cgroups failed", "err", err)
 	}
+	p.ns.close()
 	if err := p.scratch.close(); err != nil {
 		p.log.Error("removing the pool's scratch directory failed", "dir", p.scratch.path, "err", err)
 	}

@@ -397,7 +397,11 @@ var apiTests = []struct {
 		require.Equal(t, 2, p.Workers())
 		require.Empty(t, p.Preloaded())
 		require.Contains(t, []string{"v1", "v2", "none"}, p.Cgroups())
-		require.Equal(t, []pynox.MountMode{pynox.ReadOnly, pynox.ReadWrite}, p.Mounts().Modes)
+		want := []pynox.MountMode{pynox.ReadOnly, pynox.ReadWrite}
+		if p.Mounts().VirtualPaths { // per-job mount namespaces (as root with user namespaces and overlayfs)
+			want = append(want, pynox.Overlay)
+		}
+		require.Equal(t, want, p.Mounts().Modes)
 		require.NotEmpty(t, p.Mounts().Scratch)
 	}},
 	{"Stats", func(t *testing.T, p *pynox.Pool) {

@@ -181,6 +181,8 @@ func newReport() *Report {
 	add("25", lat, "pynox ro-mount   trivial     gap=G", "1")
 	add("26", lat, "pynox            chart-job   gap=G", "")
 	add("27", lat, "pynox+pyplot     chart-job   gap=G", "26")
+	add("28", lat, "pynox unconfined trivial     gap=G", "")
+	add("29", lat, "pynox ro-mount /data trivial gap=G", "28")
 	addLimit := func(id, name, measure, pynoxRow, limitRow string) {
 		r.Limit = append(r.Limit, &LimitRow{ID: id, Name: name, Measure: measure, PynoxRow: pynoxRow, LimitRow: limitRow})
 	}

@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -176,6 +177,9 @@ func bench(ctx context.Context, o options) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := virtualMountRows(ctx, rep, bin, pynoxArgs(""), work, o, skip, logf); err != nil {
+		return nil, err
+	}
 
 	// The limit of the design, right after pynox.
 	if err := limitRows(ctx, rep, o, py.Path, "", tmp, work, "L1", "L2", "L5", logf, gapRows); err != nil {
@@ -340,6 +344,41 @@ func (s *server) mountLatency(row *Row, work string, n, warm int, gap time.Durat
 	}
 	job := pynox.Job{Code: trivialCode, Mounts: []pynox.MountSpec{{HostPath: dir, Mode: pynox.ReadOnly}}}
 	return s.series(row, n, warm, gap, func(int) (*pynox.Result, time.Duration, error) {
+		return s.run(job, trivialOut)
+	})
+}
+
+// virtualMountRows measures rows 28 and 29 on a pool started with
+// confine_self = false (a self-confined pool refuses virtual paths): a
+// plain trivial job, and the same job given one read-only mount at a
+// virtual path (/data), which takes a mount namespace of its own and a
+// process forked for it. Both rows are skipped, saying why, where the
+// pool reports that it cannot build mount namespaces.
+func virtualMountRows(ctx context.Context, rep *Report, bin string, args []string, work string, o options,
+	skip func(string, ...string), logf func(string, ...any)) error {
+	cfg := filepath.Join(work, "unconfined.toml")
+	if err := os.WriteFile(cfg, []byte("[pool]\nconfine_self = false\n"), 0o644); err != nil {
+		return err
+	}
+	logf("pynox pool (confine_self = false)")
+	s, err := startServer(ctx, rep, "pynox-unconfined", bin, append(slices.Clone(args), "--config="+cfg), work, nil)
+	if err != nil {
+		return err
+	}
+	defer s.close()
+	if m := s.c.Ready().Mounts; !m.VirtualPaths {
+		skip("the pool cannot build mount namespaces: "+m.Missing, "28", "29")
+		return nil
+	}
+	if err := s.latency(rep.row("28"), trivialCode, trivialOut, o.n, o.warm, o.gap); err != nil {
+		return err
+	}
+	dir := filepath.Join(work, "vmnt")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	job := pynox.Job{Code: trivialCode, Mounts: []pynox.MountSpec{{HostPath: dir, Path: "/data", Mode: pynox.ReadOnly}}}
+	return s.series(rep.row("29"), o.n, o.warm, o.gap, func(int) (*pynox.Result, time.Duration, error) {
 		return s.run(job, trivialOut)
 	})
 }

@@ -131,7 +131,9 @@
 // mount family and the new mount API (fsopen, open_tree, listmount,
 // statmount); unshare, setns, chroot, pivot_root; open_by_handle_at;
 // kexec, modules, reboot, swap, clock setting, syslog, acct, quotactl;
-// the setuid family and capset; mlock, mlock2 and mlockall (mmap's
+// the setuid family and capset (the template layer allows capset, and
+// setns with nstype CLONE_NEWUSER or CLONE_NEWNS only, for a spare that
+// enters its job's mount namespace before its job layer); mlock, mlock2 and mlockall (mmap's
 // MAP_LOCKED fails too: the runner sets RLIMIT_MEMLOCK to 0); sync and
 // syncfs.
 package seccomp
@@ -207,12 +209,16 @@ var (
 	allowedPrctls = []uint32{
 		unix.PR_SET_PDEATHSIG, unix.PR_GET_PDEATHSIG, unix.PR_GET_DUMPABLE, unix.PR_SET_NAME, unix.PR_GET_NAME,
 		unix.PR_GET_SECCOMP, unix.PR_SET_SECCOMP, unix.PR_CAPBSET_READ, unix.PR_SET_NO_NEW_PRIVS,
-		unix.PR_GET_NO_NEW_PRIVS,
+		unix.PR_GET_NO_NEW_PRIVS, unix.PR_CAPBSET_DROP,
 	}
+	// setnsTypes are the namespace types setns may enter in the template
+	// layer (the job layer denies setns): a spare enters its job's user
+	// and mount namespaces (see internal/mountns).
+	setnsTypes = []uint32{unix.CLONE_NEWUSER, unix.CLONE_NEWNS}
 	// jobDeniedPrctls are the options of allowedPrctls the job layer
 	// denies: the spare sets its parent-death signal and attaches the job
 	// layer itself, and a job may do neither.
-	jobDeniedPrctls = []uint32{unix.PR_SET_PDEATHSIG, unix.PR_SET_SECCOMP}
+	jobDeniedPrctls = []uint32{unix.PR_SET_PDEATHSIG, unix.PR_SET_SECCOMP, unix.PR_CAPBSET_DROP}
 	// socketTypeFlags are the flags socket and socketpair accept in their
 	// type argument besides the type itself.
 	socketTypeFlags uint32 = unix.SOCK_NONBLOCK | unix.SOCK_CLOEXEC
@@ -586,6 +592,8 @@ func buildTemplate(t *archTable) (Program, error) {
 	for _, nr := range []uint32{unix.SYS_CLOCK_GETTIME, unix.SYS_CLOCK_GETRES, unix.SYS_CLOCK_NANOSLEEP, unix.SYS_TIMER_CREATE} {
 		b.ownClock(nr, 0)
 	}
+	// setns(fd, nstype): a user or mount namespace only, named exactly.
+	b.argIn(unix.SYS_SETNS, 1, setnsTypes)
 	// getsid(pid) and getpgid(pid): the caller's own only (pid 0).
 	b.argsAreZero(unix.SYS_GETSID, 0)
 	b.argsAreZero(unix.SYS_GETPGID, 0)

@@ -637,6 +637,7 @@ func TestBuildChunkedAllowList(t *testing.T) {
 	for _, e := range tbl.argFiltered() {
 		special[e.nr] = true
 	}
+	special[unix.SYS_SETNS] = true // filtered by nstype
 	for nr := uint32(0); len(tbl.allow) < 3*maxChunk+17; nr++ {
 		if !special[nr] && nr%3 != 0 {
 			tbl.allow = append(tbl.allow, sysEntry{fmt.Sprintf("sys%d", nr), nr})
@@ -887,6 +888,15 @@ func TestLayersSplit(t *testing.T) {
 			{"template: socket AF_INET", l.Template, call(unix.SYS_SOCKET, unix.AF_INET, unix.SOCK_STREAM, 0), ActionAllow},
 			{"template: foreign arch", l.Template, Data{Nr: 20, Arch: unix.AUDIT_ARCH_I386}, ActionKillProcess},
 			{"job: fork", l.Job, fork, eperm},
+			{"template: setns CLONE_NEWUSER", l.Template, call(unix.SYS_SETNS, 3, unix.CLONE_NEWUSER), ActionAllow},
+			{"template: setns CLONE_NEWNS", l.Template, call(unix.SYS_SETNS, 3, unix.CLONE_NEWNS), ActionAllow},
+			{"template: setns 0 (any type)", l.Template, call(unix.SYS_SETNS, 3, 0), eperm},
+			{"template: setns CLONE_NEWNET", l.Template, call(unix.SYS_SETNS, 3, unix.CLONE_NEWNET), eperm},
+			{"template: setns CLONE_NEWPID", l.Template, call(unix.SYS_SETNS, 3, unix.CLONE_NEWPID), eperm},
+			{"template: setns CLONE_NEWUSER|CLONE_NEWNS", l.Template, call(unix.SYS_SETNS, 3, unix.CLONE_NEWUSER|unix.CLONE_NEWNS), eperm},
+			{"job: setns CLONE_NEWNS", l.Job, call(unix.SYS_SETNS, 3, unix.CLONE_NEWNS), eperm},
+			{"template: PR_CAPBSET_DROP", l.Template, call(unix.SYS_PRCTL, unix.PR_CAPBSET_DROP, 21), ActionAllow},
+			{"job: PR_CAPBSET_DROP", l.Job, call(unix.SYS_PRCTL, unix.PR_CAPBSET_DROP, 21), eperm},
 			{"job: read", l.Job, call(unix.SYS_READ, 0, 0x1000, 1), ActionAllow},
 			{"job: foreign arch", l.Job, Data{Nr: 20, Arch: unix.AUDIT_ARCH_I386}, ActionKillProcess},
 		} {
@@ -895,10 +905,14 @@ func TestLayersSplit(t *testing.T) {
 			require.Equalf(t, tc.want, got, "%s %s: want %s, got %s", pol.name, tc.name, retName(tc.want), retName(got))
 		}
 		for _, e := range nativeTable.jobDeny {
-			got, err := l.Template.Run(call(e.nr))
+			d := call(e.nr)
+			if e.nr == unix.SYS_SETNS {
+				d = call(e.nr, 3, unix.CLONE_NEWNS)
+			}
+			got, err := l.Template.Run(d)
 			require.NoError(t, err)
 			require.Equal(t, ActionAllow, got, "template: %s", e.name)
-			got, err = l.Job.Run(call(e.nr))
+			got, err = l.Job.Run(d)
 			require.NoError(t, err)
 			require.Equal(t, eperm, got, "job: %s", e.name)
 		}

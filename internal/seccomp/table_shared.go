@@ -187,10 +187,16 @@ var sharedAllow = []sysEntry{
 // template or a spare before its job layer needs it, and the job layer
 // denies: pidfd_open (the template opens its children's pidfds) and
 // seccomp (the kernel test installs the job layer with it; a job may not
-// install filters of its own).
+// install filters of its own); setns (only with nstype CLONE_NEWUSER or
+// CLONE_NEWNS in the template layer) and capset: a spare whose job has
+// a mount namespace enters it, and drops the capabilities it holds in
+// its user namespace, before it attaches its job layer (capset can
+// never add to the permitted set, which the template emptied).
 var sharedJobDeny = []sysEntry{
 	{"pidfd_open", unix.SYS_PIDFD_OPEN},
 	{"seccomp", unix.SYS_SECCOMP},
+	{"setns", unix.SYS_SETNS},
+	{"capset", unix.SYS_CAPSET},
 }
 
 // sharedNetOnly lists the socket calls the job layer allows only with the
@@ -287,7 +293,6 @@ var sharedDeny = []sysEntry{
 	{"statmount", unix.SYS_STATMOUNT},
 	{"listns", unix.SYS_LISTNS},
 	{"unshare", unix.SYS_UNSHARE},
-	{"setns", unix.SYS_SETNS},
 	{"chroot", unix.SYS_CHROOT},
 	{"pivot_root", unix.SYS_PIVOT_ROOT},
 	// File handles bypass path-based confinement.
@@ -319,7 +324,6 @@ var sharedDeny = []sysEntry{
 	{"adjtimex", unix.SYS_ADJTIMEX},
 	// Credentials and capabilities (a change of credentials would also
 	// clear the parent-death signal).
-	{"capset", unix.SYS_CAPSET},
 	{"setuid", unix.SYS_SETUID},
 	{"setgid", unix.SYS_SETGID},
 	{"setreuid", unix.SYS_SETREUID},

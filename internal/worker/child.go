@@ -327,6 +327,10 @@ func (c *Child) Run(job *Job, cancel <-chan struct{}) *Outcome {
 		fds[i] = g.Fd
 		f.Rules[i] = g.Access
 	}
+	if ns := job.Namespace; ns != nil {
+		fds = append(fds, ns.User, ns.Mount)
+		f.NS, f.NSRules = true, ns.Rules
+	}
 	if job.Restore != nil {
 		mfd, err := dumpMemfd(job.Restore)
 		if err != nil {

@@ -84,6 +84,8 @@ _prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong,
 PR_SET_PDEATHSIG = 1
 PR_GET_PDEATHSIG = 2
 PR_SET_SECCOMP = 22
+CLONE_NEWNS = 0x00020000
+CLONE_NEWUSER = 0x10000000
 PR_CAPBSET_DROP = 24
 PR_SET_NO_NEW_PRIVS = 38
 PR_GET_NO_NEW_PRIVS = 39
@@ -162,6 +164,9 @@ def _split(buf):
 # json module and its objects; these frames touch almost none.
 _STARTED = _frame(b'{"t":"started"}')  # a spare's "started" report
 _FORK_KINDS = {b'{"t":"fork","kind":"deny"}': "deny", b'{"t":"fork","kind":"allow"}': "allow"}
+# The fork requests of a spare for a job with a mount namespace (see
+# Spare.enter_namespace), forked for that job alone.
+_FORK_NS_KINDS = {b'{"t":"fork","kind":"deny","ns":true}': "deny", b'{"t":"fork","kind":"allow","ns":true}': "allow"}
 
 
 def _recv(fd):
@@ -423,10 +428,12 @@ class Template:
                         payload, buf = _split(buf)
                         if payload is None:
                             break
-                        kind = _FORK_KINDS.get(payload)
+                        kind, ns = _FORK_KINDS.get(payload), False
+                        if kind is None:
+                            kind, ns = _FORK_NS_KINDS.get(payload), True
                         if kind is None:
                             self.fatal("unexpected frame from the host: %r" % payload[:200])
-                        pidfd = self.fork_spare(kind)
+                        pidfd = self.fork_spare(kind, ns)
                         if pidfd is not None:
                             poller.register(pidfd, select.POLLIN)
                 else:
@@ -518,7 +525,7 @@ class Template:
             self.ll_args = (nr["landlock_create_ruleset"], attrs, size, nr["landlock_add_rule"], rules)
         return self.ll_args
 
-    def fork_spare(self, kind):
+    def fork_spare(self, kind, ns=False):
         a, b = _socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)  # no socket.socket objects
         ctl_parent, ctl_child = a.detach(), b.detach()
         out_r, out_w = os.pipe()
@@ -533,7 +540,7 @@ class Template:
             try:
                 try:
                     self.sock.detach()
-                    Spare(self, kind, parent, ctl_child, out_w, err_w, bell_w).main()
+                    Spare(self, kind, parent, ctl_child, out_w, err_w, bell_w, ns).main()
                 except BaseException:  # noqa: BLE001
                     traceback.print_exc()
             finally:
@@ -582,9 +589,13 @@ class CapData(ctypes.Structure):
 # ---------------------------------------------------------------- job child
 
 class Spare:
-    def __init__(self, tpl, kind, parent, ctl, out_w, err_w, bell_w):
+    def __init__(self, tpl, kind, parent, ctl, out_w, err_w, bell_w, ns=False):
         self.tpl = tpl
         self.kind = kind
+        # A spare forked for a job with a mount namespace: it enters the
+        # namespace when the job arrives, and attaches its job layer only
+        # then (the job layer denies setns and capset).
+        self.ns = ns
         self.parent = parent
         self.vm = 0
         self.nr = tpl.cfg["syscalls"]
@@ -867,6 +878,10 @@ class Spare:
         # It comes after PR_SET_PDEATHSIG above and denies it (and
         # PR_SET_SECCOMP): from here on nothing in this process can clear
         # the parent-death signal, which is checked once more.
+        if not self.ns:
+            self.job_layer()
+
+    def job_layer(self):
         prog, _buf = self.tpl.seccomp[self.kind]
         _check(_prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.addressof(prog), 0, 0), "seccomp (job layer)")
         sig = ctypes.c_int(0)
@@ -942,6 +957,25 @@ class Spare:
                 os.close(fd)
         self.globals = None
 
+    def enter_namespace(self, user_fd, mnt_fd):
+        """Enters the job's user and then mount namespace (built by the
+        pool's mounter, internal/mountns), drops the capabilities the user
+        namespace gave (its owner holds them all there; it maps no id a
+        host file has), proves them gone, and attaches the job layer, which
+        denies setns and capset from then on. The working directory stays
+        the template's where the namespace shows it, else /."""
+        cwd = os.getcwd()
+        _check(_syscall(self.nr["setns"], user_fd, CLONE_NEWUSER), "setns(user namespace)")
+        _check(_syscall(self.nr["setns"], mnt_fd, CLONE_NEWNS), "setns(mount namespace)")
+        os.close(user_fd)
+        os.close(mnt_fd)
+        try:
+            os.chdir(cwd)
+        except OSError:
+            os.chdir("/")
+        drop_capabilities(self.tpl.cfg["cap_last"], self.nr)
+        self.job_layer()
+
     # Request-dependent steps, done when the job arrives.
     def confine(self, job, fds):
         # 1. descriptors: the grants' O_PATH descriptors stay only until the
@@ -975,12 +1009,28 @@ class Spare:
         # 4. Landlock: add the request's grants and enforce.
         if bool(job.get("network")) != (self.kind == "allow"):
             raise SetupError("a %s spare cannot serve a job with network=%r" % (self.kind, job.get("network")))
+        if bool(job.get("ns")) != self.ns:
+            raise SetupError("a spare %s a mount namespace cannot serve a job %s one" % (
+                ("for", "without") if self.ns else ("without", "with")))
+        if self.ns:
+            if len(fds) < 2:
+                raise SetupError("mount namespace descriptors missing")
+            self.enter_namespace(fds[-2], fds[-1])
+            fds = fds[:-2]
         ruleset = self.ruleset
         rules = job.get("rules") or []
         if len(rules) != len(fds):
             raise SetupError("grant descriptors missing: %d rules, %d descriptors" % (len(rules), len(fds)))
         for fd, access in zip(fds, rules):
             self.add_rule(ruleset, fd, access)
+        # The namespace's own mounts (overlays), whose file systems no
+        # descriptor of the host names: opened here, after entering.
+        for path, access in job.get("ns_rules") or []:
+            fd = os.open(path, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC)
+            try:
+                self.add_rule(ruleset, fd, access)
+            finally:
+                os.close(fd)
         if job.get("session"):
             # Where descriptors 1 and 2 point between steps.
             self.null_w = os.open("/dev/null", os.O_WRONLY | os.O_CLOEXEC)

@@ -431,6 +431,7 @@ func (t *Template) policy(h hello, opts Options) (map[string]any, error) {
 			"landlock_restrict_self":  unix.SYS_LANDLOCK_RESTRICT_SELF,
 			"capset":                  unix.SYS_CAPSET,
 			"capget":                  unix.SYS_CAPGET,
+			"setns":                   unix.SYS_SETNS,
 		},
 	}, nil
 }

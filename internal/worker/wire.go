@@ -70,6 +70,12 @@ type Job struct {
 	// Step.Interrupt); nil for none.
 	Interrupt <-chan struct{}
 
+	// Namespace, when set, holds the user and mount namespace the child
+	// enters before its Landlock and seccomp job layers (a child taken
+	// with Template.TakeNS); the caller keeps the descriptors open until
+	// Run returns.
+	Namespace *Namespace
+
 	// Restore is a session dump's pickle (Child.Dump's output) that the
 	// process loads into its __main__, inside its sandbox, before the
 	// first code runs; nil for none. It travels in a sealed memfd.
@@ -204,6 +210,12 @@ type jobFrame struct {
 
 	Inputs  json.RawMessage `json:"inputs,omitempty"`
 	Restore bool            `json:"restore,omitempty"` // the last descriptor is a dump to load
+
+	// NS: the two descriptors after the grants are the job's user and
+	// mount namespaces (Job.Namespace); NSRules are Landlock rules on
+	// paths inside it, opened after entering it.
+	NS      bool     `json:"ns,omitempty"`
+	NSRules []NSRule `json:"ns_rules,omitempty"`
 }
 
 type stepFrame struct {

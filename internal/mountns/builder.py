@@ -1,0 +1,284 @@
+# pynox mount-namespace builder ("mounter"). Run as: python3 -I -S -c <this>
+# with descriptor 3 a SOCK_SEQPACKET (or stream) Unix socket to the host.
+#
+# It is trusted and unconfined (it must run outside any Landlock domain:
+# a Landlock-confined process can never mount), started by the host, and
+# it serves one request per message: a JSON plan plus the descriptors the
+# plan names (O_PATH descriptors the host opened when it accepted the
+# request), and answers with a JSON reply plus two descriptors: the new
+# user namespace and the new mount namespace.
+#
+# Per request it forks a builder child that, as real root in the host's
+# namespaces, assembles the job's root as a detached mount tree (a small
+# tmpfs, read-only once built, holding the host's top-level symlinks, the
+# binds and the overlays at their paths: nothing is ever created or changed
+# on the host), unshares a mount namespace, attaches the tree and
+# pivot_roots into it, then unshares a user namespace with a new mount
+# namespace (a copy, whose mounts become locked) that the parent maps
+# (see MAP). The host keeps the two
+# namespace descriptors; a capability-less root process of the host (a
+# spare) can enter them (the owner of a user namespace holds every
+# capability in it), must drop the capabilities it regains there, and then
+# sees exactly the tree. The child exits; the descriptors keep the
+# namespaces alive, and nothing the job can reach is ever touched by the
+# builder: the tree exists before the job and is dropped with the
+# descriptors.
+#
+# Plan: {"binds": [{"fd": i, "path": "/data", "ro": true}],
+#        "overlays": [{"fd": i, "path": "/work", "limit": bytes}],
+#        "links": [["lib", "usr/lib"], ...], "dirs": ["/srv/app"], "root": i}
+# where "root", when present, is a detached tmpfs mount to clone as the
+# root instead of a fresh tmpfs.
+# where "fd" indexes the descriptors sent with the plan.
+import array
+import ctypes
+import json
+import os
+import signal
+import socket
+import sys
+
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
+NR = {"x86_64": dict(open_tree=428, move_mount=429, fsopen=430, fsconfig=431, fsmount=432, mount_setattr=442,
+                     pivot_root=155, unshare=272),
+      "aarch64": dict(open_tree=428, move_mount=429, fsopen=430, fsconfig=431, fsmount=432, mount_setattr=442,
+                      pivot_root=41, unshare=97)}[os.uname().machine]
+OPEN_TREE_CLONE = 1
+AT_EMPTY_PATH = 0x1000
+AT_RECURSIVE = 0x8000
+AT_FDCWD = -100
+O_CLOEXEC = 0o2000000
+MOVE_MOUNT_F_EMPTY_PATH = 4
+FSCONFIG_SET_STRING = 1
+FSCONFIG_CMD_CREATE = 6
+MOUNT_ATTR_RDONLY = 1
+MOUNT_ATTR_NOSUID = 2
+MOUNT_ATTR_NODEV = 4
+MS_REC = 0x4000
+MS_PRIVATE = 0x40000
+MNT_DETACH = 2
+CLONE_NEWNS = 0x00020000
+CLONE_NEWUSER = 0x10000000
+PR_SET_PDEATHSIG = 1
+# The user namespace maps one id only, and one no file has: uid and gid 0
+# inside are 4294967294 outside. The process entering it keeps its own
+# (unmapped) ids, so that the capabilities it holds there until it drops
+# them, or that anything else entering it would hold, apply to no inode of
+# the host (capabilities over an inode need its owner mapped).
+MAP = "0 4294967294 1"
+
+
+class MountAttr(ctypes.Structure):
+    _fields_ = [("set", ctypes.c_uint64), ("clr", ctypes.c_uint64), ("prop", ctypes.c_uint64),
+                ("userns", ctypes.c_uint64)]
+
+
+def sys_(name, *args):
+    r = libc.syscall(NR[name], *args)
+    if r < 0:
+        e = ctypes.get_errno()
+        raise OSError(e, "%s: %s" % (name, os.strerror(e)))
+    return r
+
+
+def clone_tree(fd):
+    return sys_("open_tree", fd, b"", OPEN_TREE_CLONE | AT_EMPTY_PATH | AT_RECURSIVE | O_CLOEXEC)
+
+
+def set_attr(fd, flags, recursive):
+    ma = MountAttr(flags, 0, 0, 0)
+    sys_("mount_setattr", fd, b"", AT_EMPTY_PATH | (AT_RECURSIVE if recursive else 0), ctypes.byref(ma),
+         ctypes.sizeof(ma))
+
+
+def new_fs(fstype, opts):
+    f = sys_("fsopen", fstype.encode(), 1)
+    try:
+        for k, v in opts:
+            sys_("fsconfig", f, FSCONFIG_SET_STRING, k.encode(), v.encode(), 0)
+        sys_("fsconfig", f, FSCONFIG_CMD_CREATE, None, None, 0)
+        return sys_("fsmount", f, 1, 0)  # FSMOUNT_CLOEXEC
+    finally:
+        os.close(f)
+
+
+def attach(src, dfd, path):
+    sys_("move_mount", src, b"", dfd, path.encode(), MOVE_MOUNT_F_EMPTY_PATH)
+
+
+def rel(path):
+    parts = [p for p in path.split("/") if p]
+    if not path.startswith("/") or not parts or any(p in (".", "..") for p in parts):
+        raise ValueError("path %r: expected an absolute path without . or .. components" % path)
+    return parts
+
+
+def make_point(root, path, is_dir):
+    """Creates the mountpoint for path inside the detached root tmpfs,
+    relative to its descriptor (never on the host). A component that is a
+    symlink in the tree (one of the host's top-level links) is refused."""
+    parts = rel(path)
+    d = os.dup(root)
+    try:
+        for i, p in enumerate(parts):
+            last = i == len(parts) - 1
+            try:
+                if last and not is_dir:
+                    os.close(os.open(p, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644, dir_fd=d))
+                else:
+                    os.mkdir(p, 0o755, dir_fd=d)
+            except FileExistsError:
+                pass
+            if not last:
+                n = os.open(p, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=d)
+                os.close(d)
+                d = n
+        return d, parts[-1]
+    except BaseException:
+        os.close(d)
+        raise
+
+
+def build(plan, fds):
+    """Runs in the builder child, as real root: returns the detached root."""
+    if plan.get("root") is not None:
+        # A clone of a tmpfs the host made earlier (a rule of a Landlock
+        # domain may hold its root): mountpoints made in it are shared
+        # with every namespace cloned from it.
+        root = clone_tree(fds[plan["root"]])
+    else:
+        root = new_fs("tmpfs", [("size", "1m"), ("nr_inodes", "4096"), ("mode", "0755")])
+    for name, target in plan.get("links") or []:
+        try:
+            os.symlink(target, name, dir_fd=root)
+        except FileExistsError:
+            pass
+    for path in plan.get("dirs") or []:
+        os.close(make_point(root, path, True)[0])
+    mounts = []  # (path, is_dir, detached mount)
+    for b in plan.get("binds") or []:
+        fd = fds[b["fd"]]
+        m = clone_tree(fd)
+        flags = MOUNT_ATTR_NOSUID | (MOUNT_ATTR_RDONLY if b.get("ro") else 0)
+        set_attr(m, flags, True)
+        mounts.append((b["path"], os.path.isdir("/proc/self/fd/%d" % fd), m))
+    for o in plan.get("overlays") or []:
+        fd = fds[o["fd"]]
+        up = new_fs("tmpfs", [("size", str(o["limit"])), ("mode", "0755")])
+        os.mkdir("upper", 0o755, dir_fd=up)
+        os.mkdir("work", 0o755, dir_fd=up)
+        m = new_fs("overlay", [("lowerdir", "/proc/self/fd/%d" % fd),
+                               ("upperdir", "/proc/self/fd/%d/upper" % up),
+                               ("workdir", "/proc/self/fd/%d/work" % up)])
+        os.close(up)
+        set_attr(m, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV, False)
+        mounts.append((o["path"], True, m))
+    # Shallow paths first, so that a mount inside another one's path lands
+    # on top of it.
+    for path, is_dir, m in sorted(mounts, key=lambda x: len(rel(x[0]))):
+        d, last = make_point(root, path, is_dir)
+        try:
+            try:
+                attach(m, d, last)
+            except OSError as e:
+                raise OSError(e.errno, "%s at %s" % (e.strerror, path)) from None
+        finally:
+            os.close(d)
+            os.close(m)
+    # The tmpfs itself (mountpoints and links) is read-only from now on;
+    # the mounts on it keep their own flags.
+    set_attr(root, MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV, False)
+    return root
+
+
+def child(plan, fds, w, r):
+    libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    root = build(plan, fds)
+    sys_("unshare", CLONE_NEWNS)
+    if libc.mount(b"none", b"/", None, MS_REC | MS_PRIVATE, None) != 0:
+        raise OSError(ctypes.get_errno(), "mount(/, MS_REC|MS_PRIVATE)")
+    attach(root, AT_FDCWD, "/tmp")
+    os.chdir("/tmp")
+    sys_("pivot_root", b".", b".")
+    if libc.umount2(b".", MNT_DETACH) != 0:
+        raise OSError(ctypes.get_errno(), "umount2(old root)")
+    os.chdir("/")
+    sys_("unshare", CLONE_NEWUSER | CLONE_NEWNS)
+    os.write(w, b"u")  # map me
+    os.read(r, 1)      # the parent holds the namespaces: done
+
+
+def serve_one(plan, fds):
+    """Returns the reply, the descriptors to send with it, and a function
+    that lets the builder child exit and reaps it: called after the reply
+    is sent, as tearing down the child's first mount namespace waits for
+    the kernel (RCU grace periods) and the host need not."""
+    r1, w1 = os.pipe()
+    r2, w2 = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        code = 0
+        try:
+            os.close(r1)
+            os.close(w2)
+            child(plan, fds, w1, r2)
+        except BaseException as e:  # noqa: BLE001
+            try:
+                os.write(w1, b"e" + str(e).encode()[:3000])
+            except OSError:
+                pass
+            code = 1
+        os._exit(code)
+    os.close(w1)
+    os.close(r2)
+
+    def reap():
+        os.close(w2)
+        os.close(r1)
+        os.waitpid(pid, 0)
+    try:
+        msg = os.read(r1, 4096)
+        if not msg.startswith(b"u"):
+            return {"error": msg[1:].decode(errors="replace") or "the builder died"}, [], reap
+        for f in ("uid_map", "gid_map"):
+            with open("/proc/%d/%s" % (pid, f), "w") as fh:
+                fh.write(MAP)
+        return {"ok": True}, [os.open("/proc/%d/ns/user" % pid, os.O_RDONLY | os.O_CLOEXEC),
+                              os.open("/proc/%d/ns/mnt" % pid, os.O_RDONLY | os.O_CLOEXEC)], reap
+    except OSError as e:
+        return {"error": str(e)}, [], reap
+
+
+def main():
+    libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    sock = socket.socket(fileno=3)
+    while True:
+        fdarr = array.array("i")
+        msg, anc, _flags, _addr = sock.recvmsg(1 << 16, socket.CMSG_SPACE(64 * fdarr.itemsize))
+        if not msg:
+            return  # the host closed the socket: it is gone
+        for level, typ, data in anc:
+            if level == socket.SOL_SOCKET and typ == socket.SCM_RIGHTS:
+                fdarr.frombytes(data[:len(data) - len(data) % fdarr.itemsize])
+        fds = list(fdarr)
+        reap = None
+        try:
+            reply, out, reap = serve_one(json.loads(msg), fds)
+        except Exception as e:  # noqa: BLE001
+            reply, out = {"error": "%s: %s" % (type(e).__name__, e)}, []
+        finally:
+            for fd in fds:
+                os.close(fd)
+        data = json.dumps(reply).encode()
+        if out:
+            sock.sendmsg([data], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", out))])
+            for fd in out:
+                os.close(fd)
+        else:
+            sock.send(data)
+        if reap is not None:
+            reap()
+
+
+main()

@@ -1,0 +1,247 @@
+// Package mountns builds private mount namespaces for jobs: a root holding
+// read-only and read-write binds of host directories at paths of the
+// host's choosing and overlay mounts whose writes go to a sized tmpfs.
+//
+// A Landlock-confined process, and everything it forks, can never mount,
+// so the namespaces are built by a helper, the mounter, that the host
+// starts before it confines itself: a trusted, unconfined Python process
+// (python3 -I -S, running the embedded builder.py) that dies with its host
+// (parent-death signal, and end of file on its socket). Per request it
+// assembles the tree as a detached mount tree (nothing is ever created on
+// the host), pivot_roots into it in a new mount namespace, and hands back
+// a user namespace and a mount namespace that a capability-less root
+// process can enter with setns (the owner of a user namespace holds every
+// capability in it; the entering process must drop them again).
+//
+// Verified on Linux 6.18 (see mountns_test.go): detached assembly
+// (fsopen, fsmount, open_tree, move_mount onto a detached tmpfs), overlayfs
+// over a host directory with its upper layer on a sized tmpfs (writes past
+// the size fail with ENOSPC, the host directory is unchanged), read-only
+// binds (EROFS), and entry by a process that has no capabilities, has
+// no_new_privs and holds a pending Landlock ruleset whose rules, being per
+// inode, match the bind-mounted host directories.
+package mountns
+
+import (
+	_ "embed"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"sync"
+
+	"golang.org/x/sys/unix"
+)
+
+//go:embed builder.py
+var builder string
+
+// Bind asks for a host directory or file at Path.
+type Bind struct {
+	// Source is an O_PATH (or any) descriptor of the host directory or
+	// file, opened by the host when it accepted the request; it stays the
+	// caller's (the mounter gets a copy).
+	Source int
+	// Path is where the namespace shows it: absolute, without "." or
+	// ".." components.
+	Path string
+	// ReadOnly makes the bind read-only (writes fail with EROFS).
+	ReadOnly bool
+}
+
+// Overlay asks for an overlay mount of a host directory at Path: the
+// namespace may write there, the host directory never changes, and the
+// writes (at most Limit bytes) vanish with the namespace.
+type Overlay struct {
+	// Lower is a descriptor of the host directory; it stays the caller's.
+	Lower int
+	// Path is where the namespace shows it.
+	Path string
+	// Limit is the size of the tmpfs holding the writes, in bytes.
+	Limit int64
+}
+
+// Plan is what one namespace holds besides the host's top-level symbolic
+// links (Links: name to target, as on the host, so that /lib and /bin
+// resolve as they do outside).
+type Plan struct {
+	Binds    []Bind
+	Overlays []Overlay
+	Links    [][2]string
+	// Dirs are empty directories to make in the namespace's root (the
+	// host's working directory, say), outside every bind and overlay.
+	Dirs []string
+	// Root is a descriptor of a detached tmpfs mount; see RootSet.
+	Root int
+	// RootSet says Root is a descriptor of a detached tmpfs mount (made
+	// by the host with fsopen and fsmount) that the namespace's root is
+	// a clone of, instead of a fresh tmpfs: a Landlock rule on its root,
+	// made before the host confined itself, then matches every path in
+	// every such namespace. Mountpoints made in it are shared by them.
+	RootSet bool
+}
+
+// Namespace is a built namespace: enter User, then Mount, with setns.
+// Closing both releases it (the builder process is gone already).
+type Namespace struct {
+	User  *os.File
+	Mount *os.File
+}
+
+// Close releases the namespace's descriptors.
+func (n *Namespace) Close() error {
+	return errors.Join(n.User.Close(), n.Mount.Close())
+}
+
+// Mounter is a running builder process.
+type Mounter struct {
+	mu   sync.Mutex
+	cmd  *exec.Cmd
+	sock *os.File
+}
+
+// Start starts the builder with python (an absolute path to the trusted
+// interpreter). It must be called before the calling process confines
+// itself with Landlock.
+func Start(python string) (*Mounter, error) {
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("mounter socketpair: %w", err)
+	}
+	ours, theirs := os.NewFile(uintptr(fds[0]), "mounter"), os.NewFile(uintptr(fds[1]), "mounter-child")
+	defer theirs.Close()
+	cmd := exec.Command(python, "-I", "-S", "-c", builder)
+	cmd.Env = []string{"LC_ALL=C.UTF-8"}
+	cmd.Dir = "/"
+	cmd.ExtraFiles = []*os.File{theirs}
+	// No parent-death signal: it would follow the OS thread that started
+	// the builder, which the Go runtime may end at any time. The builder
+	// exits at end of file on its socket, which the host's death (or
+	// Close) brings; its builder children die with it.
+	if err := cmd.Start(); err != nil {
+		ours.Close()
+		return nil, fmt.Errorf("starting the mounter: %w", err)
+	}
+	return &Mounter{cmd: cmd, sock: ours}, nil
+}
+
+// Close stops the builder (end of file on its socket) and waits for it.
+func (m *Mounter) Close() error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.sock.Close()
+	_ = m.cmd.Wait()
+	return nil
+}
+
+type wireBind struct {
+	FD   int    `json:"fd"`
+	Path string `json:"path"`
+	RO   bool   `json:"ro,omitempty"`
+}
+
+type wireOverlay struct {
+	FD    int    `json:"fd"`
+	Path  string `json:"path"`
+	Limit int64  `json:"limit"`
+}
+
+type wirePlan struct {
+	Binds    []wireBind    `json:"binds"`
+	Overlays []wireOverlay `json:"overlays"`
+	Links    [][2]string   `json:"links"`
+	Dirs     []string      `json:"dirs"`
+	Root     *int          `json:"root,omitempty"`
+}
+
+// Build asks the builder for a namespace holding plan. Requests are
+// served one at a time.
+func (m *Mounter) Build(plan Plan) (*Namespace, error) {
+	var w wirePlan
+	var fds []int
+	for _, b := range plan.Binds {
+		w.Binds = append(w.Binds, wireBind{FD: len(fds), Path: b.Path, RO: b.ReadOnly})
+		fds = append(fds, b.Source)
+	}
+	for _, o := range plan.Overlays {
+		if o.Limit <= 0 {
+			return nil, fmt.Errorf("overlay %s: limit must be positive", o.Path)
+		}
+		w.Overlays = append(w.Overlays, wireOverlay{FD: len(fds), Path: o.Path, Limit: o.Limit})
+		fds = append(fds, o.Lower)
+	}
+	w.Links = plan.Links
+	w.Dirs = plan.Dirs
+	if plan.RootSet {
+		i := len(fds)
+		w.Root = &i
+		fds = append(fds, plan.Root)
+	}
+	msg, err := json.Marshal(w)
+	if err != nil {
+		return nil, err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var oob []byte
+	if len(fds) > 0 {
+		oob = unix.UnixRights(fds...)
+	}
+	if err := unix.Sendmsg(int(m.sock.Fd()), msg, oob, nil, 0); err != nil {
+		return nil, fmt.Errorf("mounter: %w", err)
+	}
+	buf := make([]byte, 8192)
+	rb := make([]byte, unix.CmsgSpace(2*4))
+	n, oobn, _, _, err := unix.Recvmsg(int(m.sock.Fd()), buf, rb, unix.MSG_CMSG_CLOEXEC)
+	if err != nil {
+		return nil, fmt.Errorf("mounter: %w", err)
+	}
+	if n == 0 {
+		return nil, errors.New("mounter: the builder process is gone")
+	}
+	var got []int
+	if oobn > 0 {
+		cms, err := unix.ParseSocketControlMessage(rb[:oobn])
+		if err == nil {
+			for _, c := range cms {
+				if r, err := unix.ParseUnixRights(&c); err == nil {
+					got = append(got, r...)
+				}
+			}
+		}
+	}
+	var reply struct {
+		OK    bool   `json:"ok"`
+		Error string `json:"error"`
+	}
+	if err := json.Unmarshal(buf[:n], &reply); err != nil || !reply.OK || len(got) != 2 {
+		for _, fd := range got {
+			unix.Close(fd)
+		}
+		if reply.Error != "" {
+			return nil, fmt.Errorf("mounter: %s", reply.Error)
+		}
+		return nil, fmt.Errorf("mounter: bad reply %q", buf[:n])
+	}
+	return &Namespace{User: os.NewFile(uintptr(got[0]), "userns"), Mount: os.NewFile(uintptr(got[1]), "mntns")}, nil
+}
+
+// HostLinks lists the symbolic links at the top of the host's root
+// (/lib -> usr/lib on a merged-/usr system), to recreate in a namespace.
+func HostLinks() [][2]string {
+	ents, err := os.ReadDir("/")
+	if err != nil {
+		return nil
+	}
+	var links [][2]string
+	for _, e := range ents {
+		if e.Type()&os.ModeSymlink == 0 {
+			continue
+		}
+		if t, err := os.Readlink("/" + e.Name()); err == nil {
+			links = append(links, [2]string{e.Name(), t})
+		}
+	}
+	return links
+}

@@ -1,0 +1,407 @@
+package pynox
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/pynox/pynox/internal/mountns"
+	"github.com/pynox/pynox/internal/sandbox"
+	"github.com/pynox/pynox/internal/worker"
+)
+
+// DefaultOverlayLimit is what an Overlay mount without a WriteBytesLimit
+// may hold: the size of the tmpfs its writes go to.
+const DefaultOverlayLimit = 64 << 20
+
+// nsPython is the interpreter the mounter runs on: the system's, started
+// with -I -S, as the mounter imports nothing but the standard library's
+// core modules and must not read a user's site-packages.
+const nsPython = "/usr/bin/python3"
+
+// nsMounter starts the pool's mounter (internal/mountns) the first time a
+// job needs a mount namespace (or, in a pool that confines itself, before
+// it does), and proves once, with a namespace of its own, that it can
+// build one (a tmpfs, a bind and an overlay).
+type nsMounter struct {
+	once sync.Once
+	m    *mountns.Mounter
+	err  error
+	// base, in a pool that confines itself, is a detached tmpfs mount
+	// made before the pool's Landlock domain, whose root holds a rule of
+	// that domain; every job namespace's root is a clone of it.
+	base    int
+	hasBase bool
+
+	mu       sync.Mutex
+	done     bool  // closed: no more namespaces
+	startErr error // err, for failed (guarded by mu)
+}
+
+// startEarly, in a pool about to confine itself, makes the base tmpfs
+// and starts and probes the mounter, which must run outside the pool's
+// Landlock domain. On failure, jobs that need a namespace are refused,
+// naming it.
+func (n *nsMounter) startEarly() {
+	n.once.Do(func() {
+		base, err := newBaseTmpfs()
+		if err != nil {
+			n.err = fmt.Errorf("making the namespaces' root tmpfs: %w", err)
+			n.setStartErr()
+			return
+		}
+		n.base, n.hasBase = base, true
+		n.start()
+		if n.err != nil {
+			unix.Close(n.base)
+			n.hasBase = false
+		}
+		n.setStartErr()
+	})
+}
+
+// newBaseTmpfs makes a detached tmpfs mount for the namespaces' root.
+func newBaseTmpfs() (int, error) {
+	fsfd, err := unix.Fsopen("tmpfs", unix.FSOPEN_CLOEXEC)
+	if err != nil {
+		return -1, err
+	}
+	defer unix.Close(fsfd)
+	for _, kv := range [][2]string{{"size", "8m"}, {"nr_inodes", "65536"}, {"mode", "0755"}} {
+		if err := unix.FsconfigSetString(fsfd, kv[0], kv[1]); err != nil {
+			return -1, err
+		}
+	}
+	if err := unix.FsconfigCreate(fsfd); err != nil {
+		return -1, err
+	}
+	return unix.Fsmount(fsfd, unix.FSMOUNT_CLOEXEC, 0)
+}
+
+func (n *nsMounter) setStartErr() {
+	n.mu.Lock()
+	n.startErr = n.err
+	n.mu.Unlock()
+}
+
+// rootRule is the path of the base tmpfs's root for the pool's Landlock
+// domain, or "" without one.
+func (n *nsMounter) rootRule() string {
+	if !n.hasBase {
+		return ""
+	}
+	return "/proc/self/fd/" + strconv.Itoa(n.base)
+}
+
+// get returns the running mounter, starting and probing it on first use.
+func (n *nsMounter) get() (*mountns.Mounter, error) {
+	n.once.Do(func() {
+		n.start()
+		n.setStartErr()
+	})
+	return n.m, n.err
+}
+
+// start starts the mounter and builds a probe namespace.
+func (n *nsMounter) start() {
+	m, err := mountns.Start(nsPython)
+	if err != nil {
+		n.err = err
+		return
+	}
+	root, err := os.OpenFile("/", unix.O_PATH|unix.O_CLOEXEC, 0)
+	if err != nil {
+		m.Close()
+		n.err = err
+		return
+	}
+	defer root.Close()
+	probe, err := m.Build(mountns.Plan{
+		Binds:    []mountns.Bind{{Source: int(root.Fd()), Path: "/probe/bind", ReadOnly: true}},
+		Overlays: []mountns.Overlay{{Lower: int(root.Fd()), Path: "/probe/overlay", Limit: 1 << 20}},
+		Root:     n.base, RootSet: n.hasBase,
+	})
+	if err != nil {
+		m.Close()
+		n.err = fmt.Errorf("probing the mounter: %w", err)
+		return
+	}
+	probe.Close()
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.done {
+		m.Close()
+		n.err = errors.New("the pool is closed")
+		return
+	}
+	n.m = m
+}
+
+// failed returns why the mounter could not start or build its probe
+// namespace, once the first job that needed it tried; nil before that.
+func (n *nsMounter) failed() error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.startErr
+}
+
+// close stops the mounter, if it runs, and releases the base tmpfs.
+func (n *nsMounter) close() {
+	n.mu.Lock()
+	n.done = true
+	m := n.m
+	n.mu.Unlock()
+	if m != nil {
+		m.Close()
+	}
+	if n.hasBase {
+		unix.Close(n.base) // hasBase stays: it is read without the lock
+	}
+}
+
+// nsObstacles names what, on this machine and in this pool, stands in the
+// way of per-job mount namespaces; none means the pool builds them.
+func (p *Pool) nsObstacles() []string {
+	why := nsMachineObstacles()
+	if err := p.ns.failed(); err != nil {
+		why = append(why, "the pool's mounter failed: "+err.Error())
+	} else if p.self.Landlock > 0 && p.ns.rootRule() == "" {
+		why = append(why, "the pool confines itself (confine_self) and its Landlock domain holds no rule on a root for "+
+			"its jobs' namespaces (the mounter did not start before the pool confined itself)")
+	}
+	return why
+}
+
+// nsMachineObstacles names what on this machine stands in the way of
+// per-job mount namespaces.
+func nsMachineObstacles() []string {
+	var why []string
+	if os.Geteuid() != 0 {
+		why = append(why, "the pool does not run as root (the mounter needs CAP_SYS_ADMIN in the initial user namespace)")
+	}
+	if b, err := os.ReadFile("/proc/sys/user/max_user_namespaces"); err == nil && strings.TrimSpace(string(b)) == "0" {
+		why = append(why, "user namespaces are disabled (user.max_user_namespaces = 0)")
+	}
+	if b, err := os.ReadFile("/proc/filesystems"); err != nil || !strings.Contains(string(b), "\toverlay\n") {
+		why = append(why, "the kernel offers no overlay file system")
+	}
+	if _, err := os.Stat(nsPython); err != nil {
+		why = append(why, nsPython+" (the mounter's interpreter) is missing")
+	}
+	return why
+}
+
+// nsMount is a mount a job sees in its own mount namespace.
+type nsMount struct {
+	fd      int    // the host directory or file (O_PATH)
+	path    string // where the job sees it
+	ro      bool
+	overlay bool
+	limit   int64 // an overlay's size
+}
+
+// needsNS reports whether the plan needs a mount namespace.
+func (pl *plan) needsNS() bool { return len(pl.nsMounts) > 0 }
+
+// closeNS releases the namespace's descriptors and the overlays' lower
+// directories.
+func (pl *plan) closeNS() {
+	pl.dropNS()
+	for _, m := range pl.nsMounts {
+		if m.overlay {
+			unix.Close(m.fd)
+		}
+	}
+	pl.nsMounts = nil
+}
+
+// dropNS releases the namespace's descriptors (a process that entered it
+// keeps it).
+func (pl *plan) dropNS() {
+	if pl.ns != nil {
+		pl.ns.Close()
+		pl.ns = nil
+	}
+	pl.job.Namespace = nil
+}
+
+// buildNS builds the plan's mount namespace (a new one, when it had one): the host paths the job's
+// Landlock rules name, at their host paths (the interpreter's runtime
+// paths, the system paths, the devices, /proc read-only, and the job's
+// grants and scratch directory), the host's top-level symbolic links, and
+// the job's mounts at their paths. Nothing else of the host is in it.
+func (p *Pool) buildNS(pl *plan) *Error {
+	pl.dropNS()
+	m, err := p.ns.get()
+	if err != nil {
+		return newError(KindSandboxSetup, "mounts: the pool's mounter could not start: %v; no code ran", err)
+	}
+	var plan mountns.Plan
+	var opened []*os.File
+	defer func() {
+		for _, f := range opened {
+			f.Close()
+		}
+	}()
+	type hostBind struct {
+		path string
+		fd   int
+		ro   bool
+	}
+	var binds []hostBind
+	addPath := func(path string, ro bool) {
+		fd, err := unix.Open(path, unix.O_PATH|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return // a runtime or system path that does not exist grants nothing either
+		}
+		opened = append(opened, os.NewFile(uintptr(fd), path))
+		real, err := os.Readlink("/proc/self/fd/" + strconv.Itoa(fd))
+		if err != nil || !filepath.IsAbs(real) {
+			return
+		}
+		binds = append(binds, hostBind{real, fd, ro})
+		// A system file that is itself a link (/etc/localtime) is shown
+		// at its own path too, when its directory is no link (a linked
+		// directory, /lib, is one of the host's top-level links, which
+		// the namespace has too).
+		var st unix.Stat_t
+		if real != path && unix.Fstat(fd, &st) == nil && st.Mode&unix.S_IFMT != unix.S_IFDIR {
+			if dir, err := filepath.EvalSymlinks(filepath.Dir(path)); err == nil && dir == filepath.Dir(path) {
+				binds = append(binds, hostBind{path, fd, ro})
+			}
+		}
+	}
+	for _, path := range p.info.RuntimePaths {
+		addPath(path, true)
+	}
+	for _, path := range worker.SystemPaths() {
+		addPath(path, true)
+	}
+	for _, path := range []string{"/dev/null", "/dev/zero", "/dev/urandom", "/dev/random"} {
+		addPath(path, false)
+	}
+	addPath("/proc", true)
+	virtual := map[int]bool{}
+	for _, mt := range pl.nsMounts {
+		virtual[mt.fd] = true
+	}
+	writeBits := sandbox.WriteAccess(p.info.Landlock.ABI) &^ sandbox.ReadAccess(p.info.Landlock.ABI)
+	for i, fd := range pl.fds {
+		if virtual[fd] {
+			continue
+		}
+		real, err := os.Readlink("/proc/self/fd/" + strconv.Itoa(fd))
+		if err != nil || !filepath.IsAbs(real) {
+			return newError(KindSandboxSetup, "mounts: a grant's descriptor cannot be resolved; no code ran")
+		}
+		binds = append(binds, hostBind{real, fd, pl.accessOf[i]&writeBits == 0})
+	}
+	// A host path inside another is seen through the outer bind (and its
+	// Landlock rule, being on the inode, still matches): binding it again
+	// would make its mountpoint inside a host directory.
+	slices.SortStableFunc(binds, func(a, b hostBind) int { return strings.Compare(a.path, b.path) })
+	var kept []hostBind
+	for _, b := range binds {
+		if len(kept) > 0 && beneath(b.path, kept[len(kept)-1].path) {
+			if b.path == kept[len(kept)-1].path && !b.ro {
+				kept[len(kept)-1].ro = false
+			}
+			continue
+		}
+		kept = append(kept, b)
+	}
+	for _, b := range kept {
+		plan.Binds = append(plan.Binds, mountns.Bind{Source: b.fd, Path: b.path, ReadOnly: b.ro})
+	}
+	var rules []worker.NSRule
+	for _, mt := range pl.nsMounts {
+		for _, b := range kept {
+			if beneath(mt.path, b.path) || beneath(b.path, mt.path) {
+				return newError(KindSandboxSetup, "mounts: %s overlaps %s, which the job sees from the host; "+
+					"choose a path outside it; no code ran", mt.path, b.path)
+			}
+		}
+		if mt.overlay {
+			plan.Overlays = append(plan.Overlays, mountns.Overlay{Lower: mt.fd, Path: mt.path, Limit: mt.limit})
+			rules = append(rules, worker.NSRule{Path: mt.path, Access: sandbox.WriteAccess(p.info.Landlock.ABI)})
+		} else {
+			plan.Binds = append(plan.Binds, mountns.Bind{Source: mt.fd, Path: mt.path, ReadOnly: mt.ro})
+		}
+	}
+	for i, a := range pl.nsMounts {
+		for _, b := range pl.nsMounts[i+1:] {
+			if beneath(a.path, b.path) || beneath(b.path, a.path) {
+				return newError(KindSandboxSetup, "mounts: %s and %s overlap; no code ran", a.path, b.path)
+			}
+		}
+	}
+	plan.Links = mountns.HostLinks()
+	plan.Root, plan.RootSet = p.ns.base, p.ns.hasBase
+	// The pool's working directory (the job's), as an empty directory
+	// unless a bind or a mount shows it, so that the job starts there and
+	// relative paths to its grants resolve as on the host.
+	if cwd := p.cfg.Dir; filepath.IsAbs(cwd) {
+		shown := false
+		for _, b := range kept {
+			shown = shown || beneath(cwd, b.path)
+		}
+		for _, mt := range pl.nsMounts {
+			shown = shown || beneath(cwd, mt.path)
+		}
+		if !shown && cwd != "/" {
+			plan.Dirs = []string{cwd}
+		}
+	}
+	ns, err := m.Build(plan)
+	if err != nil {
+		return newError(KindSandboxSetup, "mounts: the job's mount namespace could not be built: %v; no code ran", err)
+	}
+	pl.ns = ns
+	pl.job.Namespace = &worker.Namespace{User: int(ns.User.Fd()), Mount: int(ns.Mount.Fd()), Rules: rules}
+	return nil
+}
+
+// takeFor takes the child a job's plan needs from tpl: the template's
+// ready spare, or, for a job with a mount namespace, one forked for it.
+func (p *Pool) takeFor(tpl *worker.Template, pl *plan, cancel <-chan struct{}) (*worker.Child, error) {
+	if pl.needsNS() {
+		return tpl.TakeNS(pl.network, cancel)
+	}
+	return tpl.Take(pl.network, cancel)
+}
+
+// sessionNSChild returns a new process for a session whose mounts need a
+// mount namespace: a namespace built for it (a replacement process gets
+// a new one, its overlays empty, as its __main__ is) and a process
+// forked for it alone, which enters the namespace before its job layer.
+func (p *Pool) sessionNSChild(pl *plan, cancel <-chan struct{}) (*worker.Child, error) {
+	if err := p.buildNS(pl); err != nil {
+		return nil, err
+	}
+	var lastErr error
+	for attempt := 0; attempt < 2; attempt++ {
+		w, tpl := p.sessionTemplate(pl.network)
+		if tpl == nil {
+			var err error
+			if tpl, err = w.template(); err != nil {
+				return nil, err
+			}
+		}
+		child, err := tpl.TakeNS(pl.network, cancel)
+		if err == nil {
+			return child, nil
+		}
+		if isDone(cancel) {
+			return nil, err
+		}
+		lastErr = err
+	}
+	return nil, lastErr
+}
