@@ -94,3 +94,39 @@ func TestScratchReleaseEmptyAndFullSubdirs(t *testing.T) {
 	require.NoError(t, unix.Close(fd))
 	require.Equal(t, name, again, "the emptied directory is reused")
 }
+
+// release removes an empty outputs directory in one call before it lists
+// the scratch directory; whatever else stands at its place (a directory
+// with files, a file, a symlink to a directory outside) is removed by the
+// listing, following no symlink, and the directory is reused empty.
+func TestScratchReleaseOutputsFastPath(t *testing.T) {
+	t.Parallel()
+	s, err := newScratchRoot(t.TempDir())
+	require.NoError(t, err)
+	defer s.close()
+	victim := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(victim, "f"), []byte("precious"), 0o600))
+	for _, setup := range []func(out string){
+		func(out string) { require.NoError(t, os.Mkdir(out, 0o700)) },
+		func(out string) {
+			require.NoError(t, os.Mkdir(out, 0o700))
+			require.NoError(t, os.WriteFile(filepath.Join(out, "a"), nil, 0o600))
+		},
+		func(out string) { require.NoError(t, os.WriteFile(out, []byte("x"), 0o600)) },
+		func(out string) { require.NoError(t, os.Symlink(victim, out)) },
+	} {
+		name, fd, err := s.create()
+		require.NoError(t, err)
+		require.NoError(t, unix.Close(fd))
+		d := s.dir(name)
+		setup(filepath.Join(d, OutputsDir))
+		require.NoError(t, os.WriteFile(filepath.Join(d, "other"), nil, 0o600))
+		require.NoError(t, s.release(name))
+		ents, err := os.ReadDir(d)
+		require.NoError(t, err)
+		require.Empty(t, ents)
+		b, err := os.ReadFile(filepath.Join(victim, "f"))
+		require.NoError(t, err)
+		require.Equal(t, "precious", string(b))
+	}
+}
