@@ -87,6 +87,9 @@ type Child struct {
 	// next step's base (see stepBase); nil when unknown, or when a dump
 	// ran since.
 	lastUsage *Usage
+	// procFiles are the one-shot job's /proc/<pid>/stat and status,
+	// opened by jobBase and closed by noteUsage (see procFiles).
+	procFiles procFiles
 
 	// The child's cgroup, set before the child is handed out (see
 	// Template.deliver); cgErr says why joining one failed, which fails
