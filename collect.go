@@ -271,12 +271,19 @@ func (c *collector) collectOutputs(dir string) {
 		return
 	}
 	defer unix.Close(ofd)
+	// Listed first: an empty directory (most jobs write no outputs) needs
+	// no permission check, as nothing is attached from it. The names of
+	// one the job may not list are dropped unused.
+	names := c.names(ofd, "*")
+	if len(names) == 0 {
+		return
+	}
 	var st unix.Stat_t
 	if unix.Fstat(ofd, &st) != nil || !jobMayStat(ofd, &st, 5) { // search and read (list)
 		return
 	}
 	prefix := dir + "/" + OutputsDir + "/"
-	for _, name := range c.names(ofd, "*") {
+	for _, name := range names {
 		c.add(ofd, name, prefix+name)
 	}
 }
