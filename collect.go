@@ -215,19 +215,30 @@ func (c *collector) list(dirfd int, pattern string) []string {
 	if err != nil {
 		return nil
 	}
-	f := os.NewFile(uintptr(fd), "collect")
-	defer f.Close()
+	defer unix.Close(fd)
+	return c.names(fd, pattern)
+}
+
+// names returns the names in the directory open for reading at fd that
+// match pattern, in order, within the scan budget. It lists the directory
+// with plain getdents calls (an os.File would add a descriptor-flags
+// call, and a Stat_t per entry is not needed).
+func (c *collector) names(fd int, pattern string) []string {
 	var names []string
+	buf := make([]byte, 8192)
 	for c.scanned < collectScan {
-		ents, err := f.ReadDir(min(256, collectScan-c.scanned))
+		n, err := unix.Getdents(fd, buf)
+		if err != nil || n <= 0 {
+			break
+		}
+		// ParseDirent leaves out "." and "..", as ReadDir does.
+		var ents []string
+		_, _, ents = unix.ParseDirent(buf[:n], collectScan-c.scanned, nil)
 		c.scanned += len(ents)
 		for _, e := range ents {
-			if ok, _ := filepath.Match(pattern, e.Name()); ok && !strings.HasPrefix(e.Name(), ".") {
-				names = append(names, e.Name())
+			if ok, _ := filepath.Match(pattern, e); ok && !strings.HasPrefix(e, ".") {
+				names = append(names, e)
 			}
-		}
-		if err != nil || len(ents) == 0 {
-			break
 		}
 	}
 	if c.scanned >= collectScan {
@@ -235,6 +246,46 @@ func (c *collector) list(dirfd int, pattern string) []string {
 	}
 	slices.Sort(names)
 	return names
+}
+
+// collectOutputs adds the files directly in the job's outputs directory
+// beneath the scratch directory dir: what collect does for the pattern
+// OutputsDir/* there, with the same checks (the directory reached beneath
+// the root with no symlink, no magic link and no mount crossing, and
+// searchable and readable by the job), but in fewer system calls, as
+// every job pays for it and most leave the directory empty: the directory
+// is opened once, for reading (not O_PATH, then "." again), its
+// permissions come from one fstat, and it is listed with plain getdents.
+func (c *collector) collectOutputs(dir string) {
+	fd, err := openRoot(dir)
+	if err != nil {
+		return
+	}
+	defer unix.Close(fd)
+	if c.scanned++; c.scanned > collectScan {
+		c.truncated = true
+		return
+	}
+	ofd, err := openBeneath(fd, OutputsDir, unix.O_RDONLY|unix.O_DIRECTORY)
+	if err != nil {
+		return
+	}
+	defer unix.Close(ofd)
+	// Listed first: an empty directory (most jobs write no outputs) needs
+	// no permission check, as nothing is attached from it. The names of
+	// one the job may not list are dropped unused.
+	names := c.names(ofd, "*")
+	if len(names) == 0 {
+		return
+	}
+	var st unix.Stat_t
+	if unix.Fstat(ofd, &st) != nil || !jobMayStat(ofd, &st, 5) { // search and read (list)
+		return
+	}
+	prefix := dir + "/" + OutputsDir + "/"
+	for _, name := range names {
+		c.add(ofd, name, prefix+name)
+	}
 }
 
 // add attaches the file name in dirfd, if it is a regular file with a
@@ -323,7 +374,7 @@ func (p *Pool) collectFiles(pl *plan, pats []collectPattern, removeOutputs bool)
 		c.collect(pat)
 	}
 	if dir := pl.scratchDir(); dir != "" {
-		c.collect(collectPattern{root: dir, parts: []string{OutputsDir, "*"}})
+		c.collectOutputs(dir)
 		if removeOutputs {
 			c.removeOutputs(dir)
 		}
@@ -385,8 +436,14 @@ func jobMay(fd int, perm uint32) bool {
 	if unix.Fstat(fd, &st) != nil {
 		return false
 	}
+	return jobMayStat(fd, &st, perm)
+}
+
+// jobMayStat is jobMay for the descriptor fd whose fstat is st. perm may
+// name several permissions (5: read and search): the job must have each.
+func jobMayStat(fd int, st *unix.Stat_t, perm uint32) bool {
 	if st.Uid == uint32(os.Geteuid()) {
-		return st.Mode&(perm<<6) != 0
+		return st.Mode&(perm<<6) == perm<<6
 	}
 	if n, err := unix.Getxattr("/proc/self/fd/"+strconv.Itoa(fd), "system.posix_acl_access", nil); err == nil || n > 0 ||
 		(!errors.Is(err, unix.ENODATA) && !errors.Is(err, unix.EOPNOTSUPP)) {
@@ -394,7 +451,7 @@ func jobMay(fd int, perm uint32) bool {
 	}
 	groups, _ := os.Getgroups()
 	if st.Gid == uint32(os.Getegid()) || slices.Contains(groups, int(st.Gid)) {
-		return st.Mode&(perm<<3) != 0
+		return st.Mode&(perm<<3) == perm<<3
 	}
-	return st.Mode&perm != 0
+	return st.Mode&perm == perm
 }

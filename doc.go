@@ -368,7 +368,11 @@
 // them: a one-shot job's are its process's rusage, which the template
 // reads with wait4 when it reaps it (so the pool waits for that report,
 // which follows the job's end at once, before answering), less its
-// counters at the hand-over; a session
+// counters at the hand-over (or, when the job reported its end, what
+// /proc/<pid>/stat and status say then: the pool opens those two files
+// once before the hand-over and reads them again with pread, so a read
+// after the process is gone fails instead of reading another process
+// that took its pid); a session
 // step's are what the process's counters in /proc (CPU clock, minflt,
 // VmHWM), read by the pool through the pidfd's pid while the process is
 // stopped, grew by during the step (those read after one step are the

@@ -194,6 +194,14 @@ func (s *scratchRoot) release(name string) error {
 	if s.closed {
 		return nil // removed with the root
 	}
+	// The job's outputs directory, when it is empty (the usual case), goes
+	// first, in one call: the listing below then finds the directory
+	// empty at once rather than removing it and listing again. The path
+	// is safe to resolve: name is the pool's own directory in the root,
+	// which the job cannot rename or replace, and unlinkat follows no
+	// symlink in its last component. Anything else (files in it, a
+	// symlink or file in its place) is left to the listing.
+	unix.Unlinkat(s.fd, name+"/"+OutputsDir, unix.AT_REMOVEDIR)
 	fd, err := openDirNoFollow(s.fd, name)
 	if err == nil {
 		var moved []string
@@ -264,6 +272,12 @@ func (s *scratchRoot) removeAt(dirfd int, name string, depth int) (moved []strin
 	}
 	if !errors.Is(err, unix.EISDIR) && !errors.Is(err, unix.EPERM) {
 		return nil, err
+	}
+	// An empty directory (a job's outputs directory, most often) goes in
+	// one call; any failure (not empty, a mount point, permissions the
+	// job took away) takes the long way below, which fixes them.
+	if unix.Unlinkat(dirfd, name, unix.AT_REMOVEDIR) == nil {
+		return nil, nil
 	}
 	if depth >= scratchDepth {
 		up := "d" + strconv.FormatUint(s.n.Add(1), 10)

@@ -87,6 +87,9 @@ type Child struct {
 	// next step's base (see stepBase); nil when unknown, or when a dump
 	// ran since.
 	lastUsage *Usage
+	// procFiles are the one-shot job's /proc/<pid>/stat and status,
+	// opened by jobBase and closed by noteUsage (see procFiles).
+	procFiles procFiles
 
 	// The child's cgroup, set before the child is handed out (see
 	// Template.deliver); cgErr says why joining one failed, which fails
@@ -99,15 +102,16 @@ type Child struct {
 // newChild takes the spare's descriptors as the template sent them:
 // control socket, stdout and stderr read ends, pidfd, bell read end. nsPid
 // is the pid the template reported, in its own namespace.
+// The descriptors are close-on-exec already (see Template.readLoop).
 func newChild(t *Template, nsPid, kind int, fds []int) (*Child, error) {
-	for _, fd := range fds {
-		unix.CloseOnExec(fd)
-	}
 	tv := unix.NsecToTimeval(ctlSendTimeout.Nanoseconds())
 	err := unix.SetsockoptTimeval(fds[0], unix.SOL_SOCKET, unix.SO_SNDTIMEO, &tv)
 	for _, fd := range []int{fds[1], fds[2], fds[4]} {
 		if err == nil {
-			err = unix.SetNonblock(fd, true)
+			// Pipe read ends the template made with pipe2(O_CLOEXEC):
+			// their only status flag is O_RDONLY, so one F_SETFL sets
+			// O_NONBLOCK without the F_GETFL of unix.SetNonblock.
+			_, err = unix.FcntlInt(uintptr(fd), unix.F_SETFL, unix.O_NONBLOCK)
 		}
 	}
 	if err != nil {

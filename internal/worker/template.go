@@ -712,6 +712,15 @@ func (t *Template) readLoop() {
 		n, oobn = max(n, 0), max(oobn, 0) // a failed read may report -1
 		if oobn > 0 {
 			got, perr := parseRights(oob[:oobn])
+			if flags&unix.MSG_CMSG_CLOEXEC == 0 {
+				// The kernel reports MSG_CMSG_CLOEXEC back when it set
+				// close-on-exec as it installed the descriptors (Go's
+				// ReadMsgUnix asks for it on Linux): otherwise it is set
+				// here, before anything can fork and exec.
+				for _, fd := range got {
+					unix.CloseOnExec(fd)
+				}
+			}
 			fds = append(fds, got...)
 			if perr != nil {
 				closeAll(fds)

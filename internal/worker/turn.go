@@ -480,7 +480,7 @@ func (t *turn) handle(m *childMsg) {
 			// report the runner waits for the kill): the result does not
 			// wait for its template to report the reap (see noteUsage).
 			if !isClosed(c.reaped) {
-				if u, err := procUsage(c.Pid()); err == nil && !isClosed(c.reaped) {
+				if u, err := c.doneUsage(); err == nil && !isClosed(c.reaped) {
 					o.doneUsage = &u
 				}
 			}

@@ -51,17 +51,7 @@ func readUsage(pid int, peak bool) (Usage, error) {
 	if err != nil {
 		return u, err
 	}
-	// The command name (field 2) is the job's to choose and may hold
-	// spaces and parentheses: the fields are counted from its last ')'.
-	i := bytes.LastIndexByte(stat, ')')
-	if i < 0 {
-		return u, errors.New("malformed " + p + "/stat")
-	}
-	f := bytes.Fields(stat[i+1:])
-	if len(f) < 8 { // state is field 3, minflt field 10
-		return u, errors.New("malformed " + p + "/stat")
-	}
-	if u.MinorFaults, err = strconv.ParseInt(string(f[7]), 10, 64); err != nil {
+	if u.MinorFaults, err = parseMinorFaults(stat); err != nil {
 		return u, err
 	}
 	if !peak {
@@ -71,19 +61,8 @@ func readUsage(pid int, peak bool) (Usage, error) {
 	if err != nil {
 		return u, err
 	}
-	for line := range bytes.Lines(status) {
-		if v, ok := bytes.CutPrefix(line, []byte("VmHWM:")); ok {
-			kb, err := strconv.ParseInt(string(bytes.TrimSuffix(bytes.TrimSpace(v), []byte(" kB"))), 10, 64)
-			if err != nil {
-				return u, err
-			}
-			u.MaxRSS = kb << 10
-		}
-	}
-	if u.MaxRSS == 0 {
-		// A zombie has no memory left to count: its figures are its
-		// template's to report.
-		return u, errors.New(p + "/status has no VmHWM: the process has exited")
+	if u.MaxRSS, err = parsePeakRSS(status); err != nil {
+		return u, err
 	}
 	return u, nil
 }
@@ -159,11 +138,150 @@ func (c *Child) stepBase() *Usage {
 // RSS is the process's whole life's. Nil when they cannot be read: the
 // job's figures are then its process's totals.
 func (c *Child) jobBase() *Usage {
-	u, err := readUsage(c.Pid(), false)
-	if err != nil || c.Gone() {
+	pid := c.Pid()
+	f, err := openProcFiles(pid)
+	if err != nil {
 		return nil
 	}
+	u, err := f.read(pid, false)
+	if err != nil || c.Gone() {
+		f.close()
+		return nil
+	}
+	c.procFiles = f
 	return &u
+}
+
+// procFiles are a process's /proc/<pid>/stat and /proc/<pid>/status,
+// opened once, while the process is known to be alive, and read with
+// pread: a one-shot job's counters are read twice (before the hand-over
+// and at its report), and reopening them would cost an open and a close
+// each time. A read through them after the process was reaped fails
+// (ESRCH): it never reads another process that took its pid. A zero
+// procFiles (stat 0) holds nothing.
+type procFiles struct{ stat, status int }
+
+// openProcFiles opens the /proc files of the live process pid.
+func openProcFiles(pid int) (procFiles, error) {
+	if pid <= 0 {
+		return procFiles{}, unix.ESRCH
+	}
+	p := "/proc/" + strconv.Itoa(pid)
+	stat, err := unix.Open(p+"/stat", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return procFiles{}, err
+	}
+	status, err := unix.Open(p+"/status", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		unix.Close(stat)
+		return procFiles{}, err
+	}
+	return procFiles{stat: stat, status: status}, nil
+}
+
+func (f procFiles) held() bool { return f.stat > 0 }
+
+func (f procFiles) close() {
+	if f.held() {
+		unix.Close(f.stat)
+		unix.Close(f.status)
+	}
+}
+
+// read is readUsage through the files (of the process pid, whose CPU
+// clock is read).
+func (f procFiles) read(pid int, peak bool) (Usage, error) {
+	var u Usage
+	var ts unix.Timespec
+	if err := unix.ClockGettime(processCPUClock(pid), &ts); err != nil {
+		return u, err
+	}
+	u.CPU = time.Duration(ts.Nano())
+	var buf [procBufSize]byte
+	stat, err := preadProcFile(f.stat, buf[:])
+	if err != nil {
+		return u, err
+	}
+	if u.MinorFaults, err = parseMinorFaults(stat); err != nil {
+		return u, err
+	}
+	if !peak {
+		return u, nil
+	}
+	status, err := preadProcFile(f.status, buf[:])
+	if err != nil {
+		return u, err
+	}
+	if u.MaxRSS, err = parsePeakRSS(status); err != nil {
+		return u, err
+	}
+	return u, nil
+}
+
+// preadProcFile reads the whole /proc file open at fd from its start into
+// buf, growing it when the file is longer.
+func preadProcFile(fd int, buf []byte) ([]byte, error) {
+	n := 0
+	for {
+		if n == len(buf) {
+			buf = append(buf, make([]byte, len(buf))...)
+		}
+		m, err := unix.Pread(fd, buf[n:], int64(n))
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		if m == 0 {
+			return buf[:n], nil
+		}
+		n += m
+	}
+}
+
+// parseMinorFaults takes the minor faults from a /proc/<pid>/stat.
+func parseMinorFaults(stat []byte) (int64, error) {
+	// The command name (field 2) is the job's to choose and may hold
+	// spaces and parentheses: the fields are counted from its last ')'.
+	i := bytes.LastIndexByte(stat, ')')
+	if i < 0 {
+		return 0, errors.New("malformed /proc/<pid>/stat")
+	}
+	f := bytes.Fields(stat[i+1:])
+	if len(f) < 8 { // state is field 3, minflt field 10
+		return 0, errors.New("malformed /proc/<pid>/stat")
+	}
+	return strconv.ParseInt(string(f[7]), 10, 64)
+}
+
+// parsePeakRSS takes VmHWM, in bytes, from a /proc/<pid>/status.
+func parsePeakRSS(status []byte) (int64, error) {
+	var rss int64
+	for line := range bytes.Lines(status) {
+		if v, ok := bytes.CutPrefix(line, []byte("VmHWM:")); ok {
+			kb, err := strconv.ParseInt(string(bytes.TrimSuffix(bytes.TrimSpace(v), []byte(" kB"))), 10, 64)
+			if err != nil {
+				return 0, err
+			}
+			rss = kb << 10
+		}
+	}
+	if rss == 0 {
+		// A zombie has no memory left to count: its figures are its
+		// template's to report.
+		return 0, errors.New("/proc/<pid>/status has no VmHWM: the process has exited")
+	}
+	return rss, nil
+}
+
+// doneUsage reads a one-shot job's counters at its report: through the
+// files jobBase opened when it could, from /proc/<pid> otherwise.
+func (c *Child) doneUsage() (Usage, error) {
+	if c.procFiles.held() {
+		return c.procFiles.read(c.Pid(), true)
+	}
+	return procUsage(c.Pid())
 }
 
 // noteUsage sets o.Usage once the turn has ended: for a process that
@@ -180,6 +298,12 @@ func (c *Child) noteUsage(o *Outcome, base *Usage, session bool) {
 	}
 	var u Usage
 	c.lastUsage = nil
+	if !session {
+		defer func() {
+			c.procFiles.close()
+			c.procFiles = procFiles{}
+		}()
+	}
 	if o.Alive {
 		var err error
 		if u, err = procUsage(c.Pid()); err != nil || c.Gone() {
@@ -197,7 +321,7 @@ func (c *Child) noteUsage(o *Outcome, base *Usage, session bool) {
 			// reap, which would hold the result back (the process, alive
 			// or a zombie, keeps its pid until that report: the template
 			// reaps and reports before it forks again).
-			if r, err := readUsage(c.Pid(), true); err == nil && !isClosed(c.reaped) {
+			if r, err := c.doneUsage(); err == nil && !isClosed(c.reaped) {
 				u, read = r, true
 			}
 		}
