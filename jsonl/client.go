@@ -152,6 +152,7 @@ func wireRequest(job pynox.Job) request {
 
 // result sends req and decodes its answer as a result.
 func (c *Client) result(ctx context.Context, req *request, host pynox.HostFunc) (*pynox.Result, error) {
+	injectTrace(ctx, req)
 	line, err := c.roundTrip(ctx, req, host)
 	if err != nil {
 		return nil, err
