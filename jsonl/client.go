@@ -129,6 +129,10 @@ func (c *Client) Ready() Ready { return c.ready }
 // OnOutput that waits for another answer of the same Client (a Run inside
 // it) waits forever.
 //
+// When ctx carries an OpenTelemetry span, the request carries its W3C
+// traceparent and tracestate: the server's span of the job is a child of
+// the caller's (job runs and session steps alike).
+//
 // Run returns an error when no result can come: the connection ended, a
 // write failed, or ctx ended first (ctx.Err(); the job is then cancelled
 // on the server with a "cancel" request, and its result is dropped).

@@ -3,6 +3,9 @@ package main
 import (
 	"context"
 	"encoding/hex"
+	"io"
+	"net/http"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -11,6 +14,7 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
+	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
 
 	"github.com/pynox/pynox"
 	"github.com/pynox/pynox/jsonl"
@@ -105,4 +109,60 @@ func TestRemoteClientPropagatesTrace(t *testing.T) {
 		}
 		require.True(t, found, "%s: no server span in the caller's trace; spans: %v", name, recv.spans)
 	}
+}
+
+// TestServeRunTraceparentHeader: POST /v1/run takes the W3C traceparent
+// (and tracestate) HTTP header as the job span's parent; a traceparent
+// field in the body wins over the header; a malformed header is ignored
+// (the job runs, its span starts a trace of its own).
+func TestServeRunTraceparentHeader(t *testing.T) {
+	recv := newOTLPReceiver(t)
+	t.Setenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", recv.srv.URL+"/v1/traces")
+	t.Setenv("OTEL_BSP_SCHEDULE_DELAY", "100")
+	s := startServe(t, t.TempDir(), "--workers=1")
+	post := func(body string, header map[string]string) string {
+		req, err := http.NewRequest("POST", s.base+"/v1/run", strings.NewReader(body))
+		require.NoError(t, err)
+		req.Header.Set("Content-Type", "application/json")
+		for k, v := range header {
+			req.Header.Set(k, v)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		require.NoError(t, err)
+		require.Equal(t, 200, resp.StatusCode, string(b))
+		require.NotContains(t, string(b), `"error":{`, "the job ran")
+		return string(b)
+	}
+	post(`{"id": "hdr", "code": "print(1)"}`, map[string]string{
+		"traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", "tracestate": "vendor=abc"})
+	post(`{"id": "both", "code": "print(1)", "traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}`,
+		map[string]string{"traceparent": "00-11111111111111111111111111111111-2222222222222222-01"})
+	post(`{"id": "bad", "code": "print(1)"}`, map[string]string{"traceparent": "not a traceparent"})
+	require.NoError(t, s.cmd.Process.Signal(syscall.SIGTERM))
+	require.NoError(t, s.cmd.Wait(), "stderr: %s", s.stderr.String())
+
+	recv.mu.Lock()
+	defer recv.mu.Unlock()
+	byID := map[string]*tracepb.Span{}
+	for _, sp := range recv.spans {
+		byID[otlpAttrs(sp)["pynox.id"]] = sp
+	}
+	for id, want := range map[string][2]string{
+		"hdr":  {"4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"},
+		"both": {"0af7651916cd43dd8448eb211c80319c", "b7ad6b7169203331"},
+		"bad":  {"", ""},
+	} {
+		sp := byID[id]
+		require.NotNil(t, sp, "%s: spans %v; stderr: %s", id, recv.spans, s.stderr.String())
+		if want[0] == "" {
+			require.Empty(t, sp.ParentSpanId, id)
+			continue
+		}
+		require.Equal(t, want[0], hex.EncodeToString(sp.TraceId), id)
+		require.Equal(t, want[1], hex.EncodeToString(sp.ParentSpanId), id)
+	}
+	require.Equal(t, "vendor=abc", byID["hdr"].TraceState)
 }
