@@ -143,6 +143,8 @@ var protocolCases = []struct {
 		c.send(t, fmt.Sprintf(`{"reply": {"call_id": %v, "error": "no index"}}`, call["call_id"]))
 		r, _ = awaitID(t, c, "h2")
 		require.Contains(t, r["stdout"], "no index")
+		// A reply to no call is refused, once.
+		exactlyOne(t, c, `{"reply": {"call_id": 999999, "result": 1}}`, "<nil>", "reply: no call 999999")
 	}},
 	{"streamed output", func(t *testing.T, c lineConn) {
 		c.send(t, `{"id": "st", "stream": true, "code": "import sys\nprint('a', flush=True)\nprint('b', file=sys.stderr, flush=True)"}`)
