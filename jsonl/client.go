@@ -23,7 +23,8 @@ import (
 // of the client's own, and a reader goroutine hands every answer to the
 // call waiting for its id, whatever order they come in. The host calls of
 // a request are answered by its Host, each on a goroutine of its own, so
-// that other answers keep flowing while a HostFunc runs.
+// that other answers keep flowing while a HostFunc runs; at most
+// [MaxHostCalls] at once, a call beyond them is refused with an error.
 //
 // A line the client cannot use does not stop it: a call event it cannot
 // decode is answered with an error (the job sees HostError), a result it
@@ -46,6 +47,8 @@ type Client struct {
 	closed  bool                // Close was called
 	done    chan struct{}       // closed when the reader has ended
 	exitErr error               // the started process's exit (after done, with cmd)
+
+	calls chan struct{} // a slot per host call being answered (MaxHostCalls)
 }
 
 // pending is a request waiting for its answer.
@@ -66,7 +69,8 @@ var ErrClientClosed = errors.New("jsonl: the client's connection to the pool has
 // that writes requests to w and reads answers from r. Close closes w when
 // it is an io.Closer, which tells the server that no more requests come.
 func NewClient(r io.Reader, w io.Writer) (*Client, error) {
-	c := &Client{in: bufio.NewReaderSize(r, 64<<10), w: w, waiting: map[string]*pending{}, done: make(chan struct{})}
+	c := &Client{in: bufio.NewReaderSize(r, 64<<10), w: w, waiting: map[string]*pending{}, done: make(chan struct{}),
+		calls: make(chan struct{}, MaxHostCalls)}
 	if cl, ok := w.(io.Closer); ok {
 		c.closer = cl
 	}
@@ -129,6 +133,10 @@ func (c *Client) Ready() Ready { return c.ready }
 // OnOutput that waits for another answer of the same Client (a Run inside
 // it) waits forever.
 //
+// When ctx carries an OpenTelemetry span, the request carries its W3C
+// traceparent and tracestate: the server's span of the job is a child of
+// the caller's (job runs and session steps alike).
+//
 // Run returns an error when no result can come: the connection ended, a
 // write failed, or ctx ended first (ctx.Err(); the job is then cancelled
 // on the server with a "cancel" request, and its result is dropped).
@@ -152,6 +160,7 @@ func wireRequest(job pynox.Job) request {
 
 // result sends req and decodes its answer as a result.
 func (c *Client) result(ctx context.Context, req *request, host pynox.HostFunc) (*pynox.Result, error) {
+	injectTrace(ctx, req)
 	line, err := c.roundTrip(ctx, req, host)
 	if err != nil {
 		return nil, err
@@ -486,7 +495,7 @@ func (c *Client) dispatch(line []byte) {
 			return
 		}
 		p := c.lookup(h.ID)
-		go c.answerCall(p, &call)
+		c.spawnCall(call.ID, func() { c.answerCall(p, &call) })
 	case h.Event == "output":
 		// On the reader, before the lines that follow: the request's
 		// result comes after its output.
@@ -562,7 +571,7 @@ func (c *Client) unreadable(line []byte, err error) {
 	if m := callPrefix.FindSubmatch(line); m != nil {
 		if id, perr := strconv.ParseInt(string(m[1]), 10, 64); perr == nil {
 			// Off the reader, which must not wait for the server to read.
-			go c.reply(id, nil, "the client could not read the call ("+what+")")
+			c.spawnCall(id, func() { c.reply(id, nil, "the client could not read the call ("+what+")") })
 		}
 		return
 	}

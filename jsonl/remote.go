@@ -587,7 +587,7 @@ func (co *remoteCheckout) Feed(ctx context.Context, step pynox.Step) (pynox.Turn
 	co.running = t
 	co.mu.Unlock()
 	go func() {
-		res, err := co.sess.Run(co.life, step)
+		res, err := co.sess.Run(withSpanOf(co.life, ctx), step)
 		t.done() // Shutdown waits for the step, not for its caller
 		co.mu.Lock()
 		if co.running == t {

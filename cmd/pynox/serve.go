@@ -696,7 +696,7 @@ func (s *httpServer) serveRun(w http.ResponseWriter, r *http.Request) {
 			line = bytes.ReplaceAll(line, []byte("\n"), []byte(" "))
 		}
 	}
-	out, err := jsonl.RunLine(r.Context(), s.p, line)
+	out, err := jsonl.RunLine(runContext(r), s.p, line)
 	if err != nil {
 		writeJSON(w, http.StatusInternalServerError, map[string]any{"error": err.Error()})
 		return
