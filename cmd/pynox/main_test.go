@@ -37,9 +37,17 @@ var (
 // testenv.MinParallel at a time (each starts its own `pynox pool` or
 // `pynox serve` in its own directory, on port 0, and mostly waits on it),
 // and removes the package's one build of the command at the end.
+//
+// When the whole package runs (no -run), the build starts at once in the
+// background, so that the sequential tests that need no binary run while
+// it links.
 func TestMain(m *testing.M) {
 	testenv.RaiseParallel()
+	if testenv.RunsAll() {
+		go buildOnce.Do(buildBinary)
+	}
 	code := m.Run()
+	buildOnce.Do(func() {}) // waits for a build still under way
 	if binPath != "" {
 		os.RemoveAll(filepath.Dir(binPath))
 	}
@@ -61,21 +69,23 @@ func pynoxBinary(t *testing.T) string {
 // tests that need no sandbox; every other test uses pynoxBinary.
 func builtBinary(t *testing.T) string {
 	t.Helper()
-	buildOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "pynox-bin")
-		if err != nil {
-			buildErr = err
-			return
-		}
-		binPath = filepath.Join(dir, "pynox")
-		out, err := exec.Command("go", "build", "-o", binPath, ".").CombinedOutput()
-		if err != nil {
-			buildErr = err
-			t.Log(string(out))
-		}
-	})
+	buildOnce.Do(buildBinary)
 	require.NoError(t, buildErr)
 	return binPath
+}
+
+// buildBinary builds this command into a new temporary directory, once
+// (buildOnce): binPath, or buildErr with go build's output.
+func buildBinary() {
+	dir, err := os.MkdirTemp("", "pynox-bin")
+	if err != nil {
+		buildErr = err
+		return
+	}
+	binPath = filepath.Join(dir, "pynox")
+	if out, err := exec.Command("go", "build", "-o", binPath, ".").CombinedOutput(); err != nil {
+		buildErr = fmt.Errorf("go build ./cmd/pynox: %v: %s", err, out)
+	}
 }
 
 type poolProc struct {
