@@ -8,8 +8,13 @@ import (
 )
 
 // TestMain runs the package's parallel tests at least
-// testenv.MinParallel at a time: they mostly wait on pools.
+// testenv.MinParallel at a time: they mostly wait on pools. The remote
+// tests' build of pynox starts at once, in the background, while the
+// tests before them run.
 func TestMain(m *testing.M) {
 	testenv.RaiseParallel()
-	os.Exit(m.Run())
+	testenv.PrebuildPynox()
+	code := m.Run()
+	testenv.RemovePynox()
+	os.Exit(code)
 }

@@ -22,6 +22,11 @@ import (
 // The Go API's tests, run both ways: on a local pool (pynox.New) and on a
 // remote one (Dial) talking to a real `pynox serve` binary on a loopback
 // port, with the same configuration.
+//
+// Each test starts its own server on port 0 and most run in parallel;
+// TestRemoteDialRefusals and TestRemoteDisconnectMidTurn do not: they
+// reuse the address of a server they killed, which a parallel test's new
+// server could take meanwhile.
 
 // remoteServer is a running `pynox serve`.
 type remoteServer = testenv.Server
@@ -422,6 +427,7 @@ var apiTests = []struct {
 // TestGoAPILocalAndRemote runs apiTests on a local pool and on a remote
 // one served by `pynox serve` with the same settings.
 func TestGoAPILocalAndRemote(t *testing.T) {
+	t.Parallel()
 	requireSandbox(t)
 	dir := t.TempDir()
 	local := newTestPool(t, pynox.Config{Workers: 2, Dir: dir})
@@ -533,6 +539,7 @@ func TestRemoteDisconnectMidTurn(t *testing.T) {
 // TestRemoteClose: Close under a running job fails it with ErrClosed (not
 // ErrDisconnected), and later calls fail with ErrClosed.
 func TestRemoteClose(t *testing.T) {
+	t.Parallel()
 	requireSandbox(t)
 	dir := t.TempDir()
 	srv := startRemoteServer(t, dir, "127.0.0.1:0", writeTokenFile(t))
@@ -638,6 +645,7 @@ func (fp *faultProxy) url() string { return "ws://" + fp.ln.Addr().String() + "/
 // while the server lives on; the job fails with ErrDisconnected and the
 // pool's next job goes over a new connection to the same server.
 func TestRemoteConnectionCutMidTurn(t *testing.T) {
+	t.Parallel()
 	requireSandbox(t)
 	dir := t.TempDir()
 	srv := startRemoteServer(t, dir, "127.0.0.1:0", writeTokenFile(t))
@@ -667,6 +675,7 @@ func TestRemoteConnectionCutMidTurn(t *testing.T) {
 // end (a peer gone without a word) is ended by the keepalive, and the job
 // in flight fails with ErrDisconnected instead of waiting for good.
 func TestRemoteSilentPeer(t *testing.T) {
+	t.Parallel()
 	requireSandbox(t)
 	dir := t.TempDir()
 	srv := startRemoteServer(t, dir, "127.0.0.1:0", writeTokenFile(t))
@@ -692,6 +701,7 @@ func TestRemoteSilentPeer(t *testing.T) {
 // TestRemoteShutdown: Shutdown refuses new work at once, lets the job in
 // flight finish with its result, then closes.
 func TestRemoteShutdown(t *testing.T) {
+	t.Parallel()
 	requireSandbox(t)
 	dir := t.TempDir()
 	srv := startRemoteServer(t, dir, "127.0.0.1:0", writeTokenFile(t))
@@ -739,6 +749,7 @@ func TestRemoteShutdown(t *testing.T) {
 // with ErrExhausted, and a remote checkout's first Feed does (the server
 // sees the session then); the session can be opened once one is finished.
 func TestExhaustedLocalAndRemote(t *testing.T) {
+	t.Parallel()
 	requireSandbox(t)
 	dir := t.TempDir()
 	local := newTestPool(t, pynox.Config{Workers: 1, Dir: dir, MaxSessions: 1})
@@ -776,6 +787,7 @@ func TestExhaustedLocalAndRemote(t *testing.T) {
 // TestRemoteDialClient: the protocol Client over a server's WebSocket runs
 // jobs and session steps, and Close ends the connection.
 func TestRemoteDialClient(t *testing.T) {
+	t.Parallel()
 	requireSandbox(t)
 	dir := t.TempDir()
 	srv := startRemoteServer(t, dir, "127.0.0.1:0", writeTokenFile(t))
@@ -804,6 +816,7 @@ func TestRemoteDialClient(t *testing.T) {
 // server (a cancel request), which counts it as a CancelledError, rather
 // than letting it run on for nobody.
 func TestRemoteRunCancelled(t *testing.T) {
+	t.Parallel()
 	requireSandbox(t)
 	dir := t.TempDir()
 	srv := startRemoteServer(t, dir, "127.0.0.1:0", writeTokenFile(t), "--workers=1")

@@ -9,12 +9,18 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/pynox/pynox/internal/testenv"
 )
 
 // TestOnlyServe: --only=serve measures the WebSocket rows (a real pynox
 // serve on loopback, the same jsonl.Client over /v1/pool) and the pipe
 // rows they compare to, in one run, and prints no other row.
 func TestOnlyServe(t *testing.T) {
+	// ~4 CPU-s (a build of pynox serve and a tiny run of each row);
+	// TestLimitLoopIsConfined and TestBadFlags run in the quick suite, and
+	// serve's WebSocket is probed by cmd/pynox's and jsonl's tests.
+	testenv.RequireLong(t, "the bench's serve rows")
 	requireBenchable(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
@@ -45,6 +51,8 @@ func TestOnlyServe(t *testing.T) {
 // TestOnlyMemory: --only=memory samples the templates, spares, job
 // children and an idle session's process, and prints only those rows.
 func TestOnlyMemory(t *testing.T) {
+	// ~4 CPU-s of pools sampled for memory; a speed check, like the tiny runs.
+	testenv.RequireLong(t, "the bench's memory rows")
 	requireBenchable(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()

@@ -18,6 +18,7 @@ import (
 // and a pool killed while a request waits. The client must keep serving,
 // or fail every request with PoolError, and never hang.
 func TestAgentToolHostileStream(t *testing.T) {
+	t.Parallel()
 	bin := pynoxBinary(t)
 	python, err := exec.LookPath("/usr/bin/python3")
 	if err != nil {

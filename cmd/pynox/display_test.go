@@ -16,6 +16,7 @@ import (
 // Debian's matplotlib reads /etc/matplotlibrc), and a chart job returns a
 // PNG of the figure's size, streamed to OnDisplay too.
 func TestPoolPreloadMatplotlibChart(t *testing.T) {
+	t.Parallel()
 	requireSandboxOrSkip(t)
 	if exec.Command("/usr/bin/python3", "-c", "import matplotlib").Run() != nil {
 		t.Skip("/usr/bin/python3 cannot import matplotlib")

@@ -162,6 +162,7 @@ func requireSandboxOrSkip(t *testing.T) {
 // what is expected; the library's error kind ("Spawn") never shows
 // (issue 10 item 3).
 func TestPoolStartErrorsNameTheSetting(t *testing.T) {
+	t.Parallel()
 	bin := pynoxBinary(t) // skips where jobs cannot run confined
 	dir := t.TempDir()
 	write := func(name, content string) string {
@@ -212,6 +213,7 @@ func TestPoolStartErrorsNameTheSetting(t *testing.T) {
 // or the key: the pool runs in a mount namespace without cgroup file
 // systems.
 func TestPoolCgroupsRequireUnmetNamesTheSetting(t *testing.T) {
+	t.Parallel()
 	bin := pynoxBinary(t)
 	if os.Geteuid() != 0 {
 		t.Skip("a mount namespace needs root here")
@@ -258,6 +260,7 @@ func TestPoolCgroupsRequireUnmetNamesTheSetting(t *testing.T) {
 // --config=examples/pynox.toml, profile analysis grants examples/data;
 // the job's os.listdir('data') fails and the hint says what to open.
 func TestExamplesProfilePathHint(t *testing.T) {
+	t.Parallel()
 	pynoxBinary(t)
 	root, err := filepath.Abs("../..")
 	require.NoError(t, err)

@@ -44,6 +44,7 @@ func TestPoolConfigInWorkingDirectory(t *testing.T) {
 // any sandbox. Now such a grant is refused; a directory beside the binary
 // is still writable.
 func TestPoolOwnBinaryNotWritable(t *testing.T) {
+	t.Parallel()
 	src := pynoxBinary(t)
 	root := t.TempDir()
 	app := filepath.Join(root, "app")

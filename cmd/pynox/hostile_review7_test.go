@@ -29,6 +29,7 @@ import (
 // the same session; each gets its own process, and neither can read,
 // run code in, interrupt, close or dump the other's.
 func TestServeReview7SessionsPerConnection(t *testing.T) {
+	t.Parallel()
 	s := startServe(t, t.TempDir())
 	a, _, err := dialPool(t, s, "")
 	require.NoError(t, err)
@@ -62,6 +63,7 @@ func TestServeReview7SessionsPerConnection(t *testing.T) {
 // with localhost or 127.0.0.1, a userinfo Origin, Origin "null") are
 // refused.
 func TestServeReview7HostAndOriginSpellings(t *testing.T) {
+	t.Parallel()
 	s := startServe(t, t.TempDir())
 	port := s.base[strings.LastIndex(s.base, ":")+1:]
 	send := func(host, origin string) int {
@@ -110,6 +112,7 @@ func TestServeReview7HostAndOriginSpellings(t *testing.T) {
 // header after a bad first one all get 401, on every /v1 path, MCP
 // included.
 func TestServeReview7TokenSpellings(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	tokens := filepath.Join(t.TempDir(), "tokens") // outside the read ceiling (the working directory)
 	require.NoError(t, os.WriteFile(tokens, []byte("# not-a-token\nsecret-token-1\n"), 0o600))
@@ -163,6 +166,7 @@ func TestServeReview7TokenSpellings(t *testing.T) {
 // empty list), a restore, a dump, a reply, a cancel or an interrupt are
 // refused by name, each with one answer, and the server serves on.
 func TestServeReview7RunRefusesStreamFields(t *testing.T) {
+	t.Parallel()
 	s := startServe(t, t.TempDir())
 	for field, line := range map[string]string{
 		"session":   `{"id": 1, "code": "x = 1", "session": "s"}`,
@@ -275,6 +279,7 @@ func TestServeReview7EpollWatchesExhausted(t *testing.T) {
 // file beneath a path a job may read; with tokens kept outside, a job
 // with the network that calls the server gets 401.
 func TestServeReview7JobsCannotBeClients(t *testing.T) {
+	t.Parallel()
 	testenv.RequireSandbox(t)
 	refused := func(t *testing.T, dir string, args ...string) string {
 		t.Helper()

@@ -48,6 +48,7 @@ func waitGone(pids []int) []int {
 // one-shot job sleeping past its timeout, and a session stopped between
 // steps, which nobody would ever resume.
 func TestPoolSIGKILLJobClearedPdeathsig(t *testing.T) {
+	t.Parallel()
 	p := startPool(t, "--workers=1")
 	const clear = `import ctypes, os\nctypes.CDLL(None).prctl(1, 0, 0, 0, 0)\n`
 	// The session reports its pid as the pool's namespace knows it.
@@ -110,6 +111,7 @@ func zombies(pid int) []int {
 // are orphaned when templates have no PID namespace) leave none, with and
 // without PID namespaces for the templates.
 func TestPoolAsPID1NoZombies(t *testing.T) {
+	t.Parallel()
 	if os.Geteuid() != 0 {
 		t.Skip("needs root to start the pool in a PID namespace of its own")
 	}

@@ -33,15 +33,29 @@ var (
 	buildErr  error
 )
 
+// TestMain runs the package's parallel tests at least
+// testenv.MinParallel at a time (each starts its own `pynox pool` or
+// `pynox serve` in its own directory, on port 0, and mostly waits on it),
+// and removes the package's one build of the command at the end.
+//
+// When the whole package runs (no -run), the build starts at once in the
+// background, so that the sequential tests that need no binary run while
+// it links.
 func TestMain(m *testing.M) {
+	testenv.RaiseParallel()
+	if testenv.RunsAll() {
+		go buildOnce.Do(buildBinary)
+	}
 	code := m.Run()
+	buildOnce.Do(func() {}) // waits for a build still under way
 	if binPath != "" {
 		os.RemoveAll(filepath.Dir(binPath))
 	}
 	os.Exit(code)
 }
 
-// pynoxBinary builds this command once per test run.
+// pynoxBinary builds this command once per test run: the first caller
+// builds it, parallel tests that call meanwhile wait for that build.
 func pynoxBinary(t *testing.T) string {
 	t.Helper()
 	if _, err := sandbox.ABI(); err != nil {
@@ -55,21 +69,23 @@ func pynoxBinary(t *testing.T) string {
 // tests that need no sandbox; every other test uses pynoxBinary.
 func builtBinary(t *testing.T) string {
 	t.Helper()
-	buildOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "pynox-bin")
-		if err != nil {
-			buildErr = err
-			return
-		}
-		binPath = filepath.Join(dir, "pynox")
-		out, err := exec.Command("go", "build", "-o", binPath, ".").CombinedOutput()
-		if err != nil {
-			buildErr = err
-			t.Log(string(out))
-		}
-	})
+	buildOnce.Do(buildBinary)
 	require.NoError(t, buildErr)
 	return binPath
+}
+
+// buildBinary builds this command into a new temporary directory, once
+// (buildOnce): binPath, or buildErr with go build's output.
+func buildBinary() {
+	dir, err := os.MkdirTemp("", "pynox-bin")
+	if err != nil {
+		buildErr = err
+		return
+	}
+	binPath = filepath.Join(dir, "pynox")
+	if out, err := exec.Command("go", "build", "-o", binPath, ".").CombinedOutput(); err != nil {
+		buildErr = fmt.Errorf("go build ./cmd/pynox: %v: %s", err, out)
+	}
 }
 
 type poolProc struct {
@@ -167,6 +183,7 @@ func (p *poolProc) next(t *testing.T) map[string]any {
 }
 
 func TestPoolEOFDrainsAndExitsZero(t *testing.T) {
+	t.Parallel()
 	p := startPool(t, "--workers=2")
 	p.send(t, `{"id": "a", "code": "import time; time.sleep(0.3); print('a')"}`)
 	p.send(t, `{"id": "b", "code": "print('b')"}`)
@@ -234,6 +251,7 @@ func alive(pid int) bool {
 }
 
 func TestPoolSIGKILLLeavesNoProcess(t *testing.T) {
+	t.Parallel()
 	p := startPool(t, "--workers=2")
 	// Two jobs running (one spinning, one sleeping) so that templates and
 	// running jobs exist at the moment of the kill (a worker forks its next
@@ -277,6 +295,7 @@ func TestPoolSIGKILLLeavesNoProcess(t *testing.T) {
 // TestPoolSIGKILLLeavesNoCgroup: a pool killed with SIGKILL cannot remove
 // its cgroups; the next pool removes them, and only them.
 func TestPoolSIGKILLLeavesNoCgroup(t *testing.T) {
+	t.Parallel()
 	l := cgroup.Probe()
 	if l.Backend == cgroup.None || os.Geteuid() != 0 {
 		t.Skipf("no per-job cgroups for this process: %s", l.Reason)
@@ -338,6 +357,7 @@ func TestPoolBadArguments(t *testing.T) {
 }
 
 func TestPoolConfigFileAndJSONLog(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	for _, d := range []string{"etc", "data", "work"} {
 		require.NoError(t, os.Mkdir(filepath.Join(dir, d), 0o755))
@@ -406,6 +426,7 @@ allow_write = ["../work"]
 }
 
 func TestPoolRefusesConfigBeneathItsWriteGrant(t *testing.T) {
+	t.Parallel()
 	bin := pynoxBinary(t)
 	dir := t.TempDir()
 	cfgPath := filepath.Join(dir, "pynox.toml")
@@ -430,6 +451,7 @@ func TestPoolRefusesConfigBeneathItsWriteGrant(t *testing.T) {
 
 // The README's first command: the pool over the sample request file.
 func TestExamplesRequestsFile(t *testing.T) {
+	t.Parallel()
 	bin := pynoxBinary(t)
 	root, err := filepath.Abs("../..")
 	require.NoError(t, err)
@@ -464,6 +486,7 @@ func TestExamplesRequestsFile(t *testing.T) {
 }
 
 func TestExamplesConfigAndPythonClient(t *testing.T) {
+	t.Parallel()
 	bin := pynoxBinary(t)
 	root, err := filepath.Abs("../..")
 	require.NoError(t, err)

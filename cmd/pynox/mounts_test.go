@@ -21,6 +21,7 @@ import (
 // namespaces' root); elsewhere the ready event's "mounts" says why they
 // are refused, and they are.
 func TestPoolScratchAndMountsConfined(t *testing.T) {
+	t.Parallel()
 	requireSandboxOrSkip(t)
 	if _, err := sandbox.ABI(); err != nil {
 		t.Skipf("kernel lacks Landlock: %v", err)
@@ -61,6 +62,7 @@ func TestPoolScratchAndMountsConfined(t *testing.T) {
 // mapped to 0, no capability over the initial mount namespace), like a
 // pool in an unprivileged container: its mounter cannot make a tmpfs.
 func TestPoolMountsWithoutNamespaces(t *testing.T) {
+	t.Parallel()
 	requireSandboxOrSkip(t)
 	if os.Geteuid() != 0 {
 		t.Skip("mapping uid 0 into a child user namespace needs root")

@@ -23,6 +23,7 @@ import (
 // network. With [pool] confine_self = false the same probe gets through,
 // which shows the probe works and what the layer stops.
 func TestPoolConfinesItself(t *testing.T) {
+	t.Parallel()
 	abi, err := sandbox.ABI()
 	if err != nil {
 		t.Skipf("kernel lacks Landlock: %v", err)

@@ -81,6 +81,7 @@ func TestServeMaxInFlightPerConn(t *testing.T) {
 // connection that sends nothing for --idle-timeout is closed by the
 // server, and its --max-conns place is free again.
 func TestServeIdleTimeoutClosesSilentConnection(t *testing.T) {
+	t.Parallel()
 	s := startServe(t, t.TempDir(), "--idle-timeout=1s", "--max-conns=1")
 	a, _, err := dialPool(t, s, "")
 	require.NoError(t, err)
@@ -116,6 +117,7 @@ func mcpInitialize(t *testing.T, s *serveProc, token string) (int, string) {
 // 503 naming the flag, and another token still opens sessions (before,
 // 256 sessions of one token refused every other token's).
 func TestServeMCPSessionsPerToken(t *testing.T) {
+	t.Parallel()
 	tokens := filepath.Join(t.TempDir(), "tokens")
 	require.NoError(t, os.WriteFile(tokens, []byte("tok-a\ntok-b\n"), 0o600))
 	s := startServe(t, t.TempDir(), "--token-file="+tokens, "--max-mcp-sessions-per-token=3")
@@ -147,6 +149,7 @@ func TestServeUsageNamesHardeningFlags(t *testing.T) {
 // --write-timeout has passed, and its --max-conns place (the only one)
 // then serves another request.
 func TestServeRunSlowBodyLetGo(t *testing.T) {
+	t.Parallel()
 	s := startServe(t, t.TempDir(), "--max-conns=1", "--write-timeout=1s")
 	c, err := net.Dial("tcp", strings.TrimPrefix(s.base, "http://"))
 	require.NoError(t, err)

@@ -70,6 +70,7 @@ func requirePNGContent(t *testing.T, ctx context.Context, cs *mcp.ClientSession)
 // token cannot use a client's MCP session id; the web-page refusals of /v1/*
 // apply; and SIGTERM with clients connected ends the process with exit 0.
 func TestServeMCP(t *testing.T) {
+	t.Parallel()
 	testenv.RequireSandbox(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -180,6 +181,7 @@ func TestServeMCP(t *testing.T) {
 // and a Host a web page could own (DNS rebinding) get 403 before the
 // MCP handler sees the request.
 func TestServeMCPRefusesWebPages(t *testing.T) {
+	t.Parallel()
 	s := startServe(t, t.TempDir())
 	port := s.base[strings.LastIndex(s.base, ":")+1:]
 	for _, tc := range []struct{ host, origin, says string }{

@@ -71,6 +71,7 @@ next:
 // scrapes GET /metrics: it needs a token like /v1/*, parses with
 // Prometheus' text parser, and its counters match the stats event.
 func TestServeMetrics(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	tokens := filepath.Join(t.TempDir(), "tokens")
 	require.NoError(t, os.WriteFile(tokens, []byte("tok-m\n"), 0o600))
@@ -174,6 +175,7 @@ func TestServeMetrics(t *testing.T) {
 // only) serves /metrics without a token, but, as /v1/*, not to a request
 // for another Host (DNS rebinding) or from another Origin.
 func TestServeMetricsWithoutTokens(t *testing.T) {
+	t.Parallel()
 	s := startServe(t, t.TempDir(), "--workers=1")
 	fams := scrape(t, s, "")
 	require.Contains(t, fams, "pynox_jobs_queued")
@@ -199,6 +201,7 @@ func TestServeMetricsWithoutTokens(t *testing.T) {
 // TestServeMetricsWhileDraining: after SIGTERM, /readyz and /v1/* answer
 // 503 but /metrics still answers, showing the job the drain waits for.
 func TestServeMetricsWhileDraining(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	s := startServe(t, dir, "--workers=1", "--allow-write="+dir)
 	ws, _, err := dialPool(t, s, "")

@@ -57,6 +57,7 @@ func review5Initialize(t *testing.T, s *serveProc) (int, string) {
 // held; the next is refused with 503 saying why, and the server keeps
 // serving (an MCP session ended frees a place).
 func TestServeReview5MCPSessionFlood(t *testing.T) {
+	t.Parallel()
 	s := startServe(t, t.TempDir())
 	before := review5RSS(t, s.cmd.Process.Pid)
 	const n = 3 * maxMCPSessions
@@ -157,6 +158,7 @@ func TestServeReview5MCPSlowBody(t *testing.T) {
 // TestServeReview5MCPCallLongerThanWriteTimeout: the bound on reading a
 // POST /v1/mcp's body does not end a tool call that runs longer.
 func TestServeReview5MCPCallLongerThanWriteTimeout(t *testing.T) {
+	t.Parallel()
 	testenv.RequireLong(t, "a tool call of 2.5 s")
 	s := startServe(t, t.TempDir(), "--write-timeout=1s")
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)

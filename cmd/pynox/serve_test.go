@@ -187,6 +187,7 @@ func normalize(v any) {
 // for line (ready event, jobs, refusals, a session's steps, a host call
 // and its reply, stats), and each message is one line.
 func TestServeWebSocketIsThePipe(t *testing.T) {
+	t.Parallel()
 	requests := []string{
 		`{"id": 1, "code": "print(6 * 7)"}`,
 		`{"id": "err", "code": "1/0"}`,
@@ -222,6 +223,7 @@ func TestServeWebSocketIsThePipe(t *testing.T) {
 // connection that opened it; another connection does not see it, and
 // closing the connection ends it.
 func TestServeSessionsEndWithTheirConnection(t *testing.T) {
+	t.Parallel()
 	s := startServe(t, t.TempDir())
 	a, _, err := dialPool(t, s, "")
 	require.NoError(t, err)
@@ -244,6 +246,7 @@ func TestServeSessionsEndWithTheirConnection(t *testing.T) {
 // TestServeRun: POST /v1/run answers one request with one result, and
 // refuses what needs the stream, naming the field.
 func TestServeRun(t *testing.T) {
+	t.Parallel()
 	s := startServe(t, t.TempDir())
 	code, body := s.do(t, "POST", "/v1/run", "", `{"id": 1, "code": "print(6 * 7)"}`)
 	require.Equal(t, 200, code, body)
@@ -283,6 +286,7 @@ func TestServeRun(t *testing.T) {
 // beyond loopback; with one, /v1/* need a listed bearer token (the
 // probes do not), and SIGHUP rereads the file.
 func TestServeTokens(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	var errb bytes.Buffer
 	cmd := exec.Command(pynoxBinary(t), "serve", "--listen=0.0.0.0:0", "--python="+testenv.Python())
@@ -355,6 +359,7 @@ func TestServeTokens(t *testing.T) {
 // once, lets the job in flight finish and answers it, then the process
 // exits 0.
 func TestServeSIGTERMDrains(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	s := startServe(t, dir, "--workers=1", "--allow-write="+dir)
 	ws, _, err := dialPool(t, s, "")
@@ -399,6 +404,7 @@ func TestServeSIGTERMDrains(t *testing.T) {
 // TestServeSecondSIGTERMKills: a second SIGTERM ends the drain: the job
 // still running is killed and answered, and the process exits 0.
 func TestServeSecondSIGTERMKills(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	s := startServe(t, dir, "--workers=1", "--allow-write="+dir)
 	ws, _, err := dialPool(t, s, "")
@@ -439,6 +445,7 @@ func vmRSS(t *testing.T, pid int) int64 {
 // below the 60 MB (and more, encoded) the results would take; when the
 // client reads at last, every result arrives whole.
 func TestServeClientThatDoesNotRead(t *testing.T) {
+	t.Parallel()
 	const n = 60
 	s := startServe(t, t.TempDir(), "--workers=1", "--write-timeout=10m")
 	stats, _, err := dialPool(t, s, "")
@@ -518,6 +525,7 @@ func TestServeHelpAndFlagErrors(t *testing.T) {
 // at once, a message beyond the line cap closes its connection with
 // status 1009, and a binary message with 1003.
 func TestServeLimits(t *testing.T) {
+	t.Parallel()
 	s := startServe(t, t.TempDir(), "--max-conns=1")
 	a, _, err := dialPool(t, s, "")
 	require.NoError(t, err)
@@ -559,6 +567,7 @@ func TestServeLimits(t *testing.T) {
 // name of its own that resolves to the loopback address (DNS
 // rebinding), which a server without tokens refuses by its Host header.
 func TestServeRefusesWebPages(t *testing.T) {
+	t.Parallel()
 	s := startServe(t, t.TempDir())
 	job := `{"id": 1, "code": "print(6 * 7)"}`
 	send := func(host, origin, ctype string) (int, string) {
@@ -615,6 +624,7 @@ func TestServeRefusesWebPages(t *testing.T) {
 // for another; the stalled client then finds its connection ended (not
 // held open with results pending).
 func TestServeStalledClientIsLetGo(t *testing.T) {
+	t.Parallel()
 	const n = 40
 	s := startServe(t, t.TempDir(), "--workers=1", "--write-timeout=1s", "--max-conns=1")
 	slow, _, err := dialPool(t, s, "")

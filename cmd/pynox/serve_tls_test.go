@@ -61,6 +61,7 @@ func writeSelfSigned(t *testing.T, dir, cn string) (certPath, keyPath string, ce
 // WebSocket work over TLS; SIGHUP rereads both files and new connections
 // get the new certificate.
 func TestServeTLS(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	// Outside the working directory, the read ceiling.
 	tlsDir := t.TempDir()
@@ -131,6 +132,7 @@ func TestServeTLS(t *testing.T) {
 // file that is missing or not PEM is named by its flag before anything
 // starts.
 func TestServeTLSFlagErrors(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	certPath, keyPath, _ := writeSelfSigned(t, dir, "x")
 	bad := filepath.Join(dir, "bad.pem")

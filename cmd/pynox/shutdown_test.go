@@ -29,6 +29,7 @@ func awaitMarkFile(t *testing.T, path string) {
 // running session step finish, refuses the step queued behind it, and
 // the pool exits 0.
 func TestPoolSIGTERMShutsDownGracefully(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	p := startPoolIn(t, dir, "--workers=1", "--allow-write="+dir)
 	mark := filepath.Join(dir, "job")
@@ -56,6 +57,7 @@ func TestPoolSIGTERMShutsDownGracefully(t *testing.T) {
 // TestPoolSecondSIGTERMKills: a second SIGTERM ends the drain: the job
 // still running is killed and answered, and the pool exits 0.
 func TestPoolSecondSIGTERMKills(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	p := startPoolIn(t, dir, "--workers=1", "--allow-write="+dir)
 	mark := filepath.Join(dir, "job")

@@ -30,6 +30,7 @@ func fdFlags(t *testing.T, pid, fd int) int64 {
 // no thread sits in read(2) between requests), and leaves the description
 // it inherited, which its parent may share, in blocking mode.
 func TestPoolReadsStdinThroughThePoller(t *testing.T) {
+	t.Parallel()
 	p := startPool(t)
 	pid := p.cmd.Process.Pid
 	const nonblock = 0o4000

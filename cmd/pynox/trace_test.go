@@ -121,6 +121,7 @@ func endPool(t *testing.T, p *poolProc) {
 // and nothing of the code or the output is in what was sent. The JSON log
 // line carries the trace id.
 func TestPoolExportsTraces(t *testing.T) {
+	t.Parallel()
 	recv := newOTLPReceiver(t)
 	_, port, err := net.SplitHostPort(strings.TrimPrefix(recv.srv.URL, "http://"))
 	require.NoError(t, err)
@@ -193,6 +194,7 @@ func TestPoolExportsTraces(t *testing.T) {
 // would flush its spans, and a traceparent's trace id still reaches the
 // log line.
 func TestPoolWithoutExporterConnectsNowhere(t *testing.T) {
+	t.Parallel()
 	var conns sync.WaitGroup
 	var mu sync.Mutex
 	accepted := 0
@@ -256,6 +258,7 @@ func TestPoolWithoutExporterConnectsNowhere(t *testing.T) {
 // A malformed OTLP endpoint stops `pynox pool` at start with a message
 // naming the variable.
 func TestPoolBadOTLPEndpoint(t *testing.T) {
+	t.Parallel()
 	cmd := exec.Command(pynoxBinary(t), "pool", "--workers=1")
 	cmd.Dir = t.TempDir()
 	cmd.Env = envWithout("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT=localhost:4318")
@@ -272,6 +275,7 @@ func TestPoolBadOTLPEndpoint(t *testing.T) {
 // session's steps, each under its request's traceparent, and flushes them
 // when SIGTERM ends it.
 func TestServeExportsTraces(t *testing.T) {
+	t.Parallel()
 	recv := newOTLPReceiver(t)
 	cmd := exec.Command(pynoxBinary(t), "serve", "--listen=127.0.0.1:0", "--workers=1", "--python="+testenv.Python())
 	cmd.Dir = t.TempDir()

@@ -24,20 +24,43 @@ var (
 // cannot import package main) and returns its path.
 func PynoxBinary(t testing.TB) string {
 	t.Helper()
-	binOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "pynox-testenv-bin")
-		if err != nil {
-			binErr = err
-			return
-		}
-		binPath = filepath.Join(dir, "pynox")
-		out, err := exec.Command("go", "build", "-o", binPath, "github.com/pynox/pynox/cmd/pynox").CombinedOutput()
-		if err != nil {
-			binErr = fmt.Errorf("go build ./cmd/pynox: %v: %s", err, out)
-		}
-	})
+	binOnce.Do(buildPynox)
 	require.NoError(t, binErr)
 	return binPath
+}
+
+// buildPynox builds cmd/pynox into a new temporary directory: binPath, or
+// binErr with go build's output. It runs once (binOnce).
+func buildPynox() {
+	dir, err := os.MkdirTemp("", "pynox-testenv-bin")
+	if err != nil {
+		binErr = err
+		return
+	}
+	binPath = filepath.Join(dir, "pynox")
+	out, err := exec.Command("go", "build", "-o", binPath, "github.com/pynox/pynox/cmd/pynox").CombinedOutput()
+	if err != nil {
+		binErr = fmt.Errorf("go build ./cmd/pynox: %v: %s", err, out)
+	}
+}
+
+// PrebuildPynox starts PynoxBinary's build in the background when the
+// whole package runs (RunsAll), so that the tests before the first one
+// that needs the binary run while it links. A package's TestMain calls it
+// before m.Run, and RemovePynox after.
+func PrebuildPynox() {
+	if RunsAll() {
+		go binOnce.Do(buildPynox)
+	}
+}
+
+// RemovePynox waits for a build PrebuildPynox started, then removes
+// PynoxBinary's build, if any. A package's TestMain calls it after m.Run.
+func RemovePynox() {
+	binOnce.Do(func() {})
+	if binPath != "" {
+		_ = os.RemoveAll(filepath.Dir(binPath))
+	}
 }
 
 // Server is a running `pynox serve`, killed when the test ends.

@@ -71,6 +71,20 @@ func RaiseParallel() {
 	}
 }
 
+// RunsAll reports whether the test binary runs all of its package's
+// tests: no -test.run (nor -test.list) narrows them.
+func RunsAll() bool {
+	if !flag.Parsed() {
+		flag.Parse()
+	}
+	for _, name := range []string{"test.run", "test.list"} {
+		if f := flag.Lookup(name); f != nil && f.Value.String() != "" {
+			return false
+		}
+	}
+	return true
+}
+
 // Python is the interpreter tests use: Debian's when present (it has the
 // python3-numpy and python3-pandas packages), else "" (the first python3).
 func Python() string {
