@@ -250,6 +250,17 @@ func (t *turn) run(cancel <-chan struct{}) *Outcome {
 		case <-t.poll:
 			t.readCtl()
 		case r := <-t.replies:
+			// An interrupt asked for before this answer goes first: the
+			// runner holds SIGINT while it waits, so the step takes the
+			// KeyboardInterrupt as the answer is in. Left to the select's
+			// random choice, the answer could win, and the step end before
+			// the signal was sent.
+			select {
+			case <-interrupt:
+				interrupt = nil
+				grace = t.interruptNow(grace)
+			default:
+			}
 			t.reply(r)
 		case <-pipesWait:
 			pipesDone = true
@@ -273,14 +284,7 @@ func (t *turn) run(cancel <-chan struct{}) *Outcome {
 			t.checkCPU()
 		case <-interrupt:
 			interrupt = nil
-			if !o.Done && !t.killed {
-				o.Interrupted = true
-				if t.c.signal(unix.SIGINT) != nil {
-					t.kill()
-				} else {
-					grace = t.newTimer(InterruptGrace)
-				}
-			}
+			grace = t.interruptNow(grace)
 		case <-grace:
 			grace = nil
 			if !o.Done && !t.killed {
@@ -305,6 +309,21 @@ func (t *turn) run(cancel <-chan struct{}) *Outcome {
 	}
 	o.End = time.Now()
 	return o
+}
+
+// interruptNow sends the step SIGINT (or kills it when the signal cannot
+// be sent) and returns the grace timer after which it is killed; grace
+// is returned unchanged when the step is over.
+func (t *turn) interruptNow(grace <-chan time.Time) <-chan time.Time {
+	if t.o.Done || t.killed {
+		return grace
+	}
+	t.o.Interrupted = true
+	if t.c.signal(unix.SIGINT) != nil {
+		t.kill()
+		return grace
+	}
+	return t.newTimer(InterruptGrace)
 }
 
 // known reports whether the turn's outcome is known: the child's own
