@@ -250,12 +250,18 @@ def serve_one(plan, fds):
         return {"error": str(e)}, [], reap
 
 
+# What one request may carry: the plan's JSON, and its descriptors (the
+# kernel's SCM_MAX_FD); the host checks both before it sends.
+MAX_PLAN = 1 << 16
+MAX_FDS = 253
+
+
 def main():
     libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
     sock = socket.socket(fileno=3)
     while True:
         fdarr = array.array("i")
-        msg, anc, _flags, _addr = sock.recvmsg(1 << 16, socket.CMSG_SPACE(64 * fdarr.itemsize))
+        msg, anc, flags, _addr = sock.recvmsg(MAX_PLAN, socket.CMSG_SPACE(MAX_FDS * fdarr.itemsize))
         if not msg:
             return  # the host closed the socket: it is gone
         for level, typ, data in anc:
@@ -264,6 +270,9 @@ def main():
         fds = list(fdarr)
         reap = None
         try:
+            if flags & (socket.MSG_TRUNC | socket.MSG_CTRUNC):
+                # Part of the plan or of its descriptors was cut off.
+                raise ValueError("the plan is over %d bytes or %d descriptors" % (MAX_PLAN, MAX_FDS))
             reply, out, reap = serve_one(json.loads(msg), fds)
         except Exception as e:  # noqa: BLE001
             reply, out = {"error": "%s: %s" % (type(e).__name__, e)}, []
