@@ -9,6 +9,9 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
+
+	"github.com/pynox/pynox/internal/mountns"
 )
 
 // An outside review of per-job mount namespaces (issue 13): each test is
@@ -488,4 +491,67 @@ t("data", lambda: sorted(os.listdir("/srv/a/data")))
 	requireOK(t, res)
 	requireLines(t, res.Stdout, "dir descriptors []", "list root EACCES", "list srv EACCES", "list cwd EACCES",
 		"up from cwd ENOENT", "data ['f.txt', 'fifo']")
+}
+
+// Probe 19: in a pool that confines itself every namespace's root is a
+// clone of one shared tmpfs (65536 inodes), and the mountpoints the
+// mounter made in it for a request stayed there for good: three requests
+// with a mount path of 32000 components filled it (here: four of 300, in
+// a tmpfs of 1024 inodes), and every later
+// namespace that needed a new mountpoint (a new virtual path, a new
+// scratch directory) failed with ENOSPC for every tenant. Now the
+// mounter removes the mountpoints no live namespace uses (at its next
+// request), never one a live namespace still uses.
+func TestHostileReviewNS2SharedRootInodes(t *testing.T) {
+	if why := nsMachineObstacles(); len(why) > 0 {
+		t.Skipf("no mount namespaces here: %v", why)
+	}
+	// Like the pool's (newBaseTmpfs), with fewer inodes, to fill it fast.
+	fsfd, err := unix.Fsopen("tmpfs", unix.FSOPEN_CLOEXEC)
+	require.NoError(t, err)
+	require.NoError(t, unix.FsconfigSetString(fsfd, "nr_inodes", "1024"))
+	require.NoError(t, unix.FsconfigCreate(fsfd))
+	base, err := unix.Fsmount(fsfd, unix.FSMOUNT_CLOEXEC, 0)
+	unix.Close(fsfd)
+	require.NoError(t, err)
+	defer unix.Close(base)
+	m, err := mountns.Start(nsPython)
+	require.NoError(t, err)
+	defer m.Close()
+	src, err := unix.Open(t.TempDir(), unix.O_PATH|unix.O_CLOEXEC, 0)
+	require.NoError(t, err)
+	defer unix.Close(src)
+	build := func(path string) (*mountns.Namespace, error) {
+		return m.Build(mountns.Plan{Binds: []mountns.Bind{{Source: src, Path: path, ReadOnly: true}}, Root: base, RootSet: true})
+	}
+	exists := func(rel string) bool {
+		var st unix.Stat_t
+		return unix.Fstatat(base, rel, &st, unix.AT_SYMLINK_NOFOLLOW) == nil
+	}
+	// A live namespace's mountpoints stay, whatever comes after.
+	keep, err := build("/keep/x")
+	require.NoError(t, err)
+	for _, c := range "abcd" {
+		ns, err := build("/" + string(c) + strings.Repeat("/a", 300))
+		if err == nil {
+			ns.Close()
+		}
+	}
+	ns, err := build("/fresh")
+	require.NoError(t, err, "a new mountpoint after deep requests")
+	ns.Close()
+	var st unix.Statfs_t
+	require.NoError(t, unix.Fstatfs(base, &st))
+	require.Greater(t, st.Ffree, uint64(1000), "inodes of the shared root left in use")
+	require.True(t, exists("keep/x"), "a live namespace's mountpoint was removed")
+	require.False(t, exists("a"), "a gone namespace's mountpoints stayed")
+	// Once the namespace is gone its mountpoints go too (at a later
+	// request; the kernel frees a namespace when its last user is gone).
+	keep.Close()
+	for i := 0; i < 50 && exists("keep"); i++ {
+		ns, err := build("/other")
+		require.NoError(t, err)
+		ns.Close()
+	}
+	require.False(t, exists("keep"), "a gone namespace's mountpoint stayed")
 }
