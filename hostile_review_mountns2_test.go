@@ -2,7 +2,9 @@ package pynox
 
 import (
 	"bytes"
+	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -545,9 +547,39 @@ func TestHostileReviewNS2SharedRootInodes(t *testing.T) {
 	require.Greater(t, st.Ffree, uint64(1000), "inodes of the shared root left in use")
 	require.True(t, exists("keep/x"), "a live namespace's mountpoint was removed")
 	require.False(t, exists("a"), "a gone namespace's mountpoints stayed")
+	// A process in the namespace keeps it (and its mountpoints) after the
+	// descriptors are closed, as a job's process does after the pool's.
+	cmd := exec.Command(nsPython, "-I", "-S", "-c", `
+import ctypes, os, sys
+libc = ctypes.CDLL(None, use_errno=True)
+for fd, kind in ((3, 0x10000000), (4, 0x00020000)):
+    if libc.setns(fd, kind) != 0:
+        sys.exit("setns: %d" % ctypes.get_errno())
+os.close(3); os.close(4)
+print(os.path.isdir("/keep/x"), flush=True)
+sys.stdin.read()
+`)
+	cmd.ExtraFiles = []*os.File{keep.User, keep.Mount}
+	stdin, err := cmd.StdinPipe()
+	require.NoError(t, err)
+	stdout, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	require.NoError(t, cmd.Start())
+	line := make([]byte, 5)
+	_, err = io.ReadFull(stdout, line)
+	require.NoError(t, err)
+	require.Equal(t, "True\n", string(line))
+	keep.Close()
+	for range 3 {
+		ns, err := build("/other")
+		require.NoError(t, err)
+		ns.Close()
+	}
+	require.True(t, exists("keep/x"), "the mountpoint of a namespace a process is in was removed")
 	// Once the namespace is gone its mountpoints go too (at a later
 	// request; the kernel frees a namespace when its last user is gone).
-	keep.Close()
+	stdin.Close()
+	require.NoError(t, cmd.Wait())
 	for i := 0; i < 50 && exists("keep"); i++ {
 		ns, err := build("/other")
 		require.NoError(t, err)
