@@ -32,10 +32,14 @@
 # where "fd" indexes the descriptors sent with the plan.
 import array
 import ctypes
+import errno
+import fcntl
 import json
 import os
 import signal
 import socket
+import stat
+import struct
 import sys
 
 libc = ctypes.CDLL(None, use_errno=True)
@@ -192,6 +196,159 @@ def build(plan, fds):
     return root
 
 
+# Mountpoints made in a shared root (see "root" in the plan), which every
+# namespace cloned from it sees, are removed once no namespace that used
+# them is left, so that requests with ever new paths cannot fill its
+# inodes (and so fail every later namespace of the pool). TREE mirrors
+# the entries made there: a node is [live namespaces using it, {name:
+# node}]; LIVE lists each live namespace's id with the nodes it uses. A
+# node's count is never below a descendant's, so a node at zero is
+# removed with everything beneath it. (The shared root holds nothing else
+# but the host's top-level links, never in TREE.)
+TREE = [1, {}]
+LIVE = []
+NS_GET_MNTNS_ID = 0x8008B705  # _IOR(0xb7, 5, __u64)
+LISTMOUNT = {"x86_64": 458, "aarch64": 458}[os.uname().machine]
+LSMT_ROOT = 0xFFFFFFFFFFFFFFFF
+
+
+def ns_id(fd):
+    b = bytearray(8)
+    fcntl.ioctl(fd, NS_GET_MNTNS_ID, b)
+    return struct.unpack("Q", b)[0]
+
+
+def ns_alive(nsid):
+    """Whether the mount namespace with this id still exists (listmount
+    of its root: ENOENT once it is gone)."""
+    req = struct.pack("IIQQQ", 32, 0, LSMT_ROOT, 0, nsid)
+    buf = (ctypes.c_uint64 * 1)()
+    if libc.syscall(LISTMOUNT, req, buf, 1, 0) >= 0:
+        return True
+    return ctypes.get_errno() != errno.ENOENT
+
+
+def shared_nodes(base, path):
+    """The TREE nodes of path's entries in the shared root, up to the
+    first that is missing or a symbolic link (nothing is followed), made
+    as needed. One descriptor at a time: a path may be deep."""
+    try:
+        parts = rel(path)
+    except ValueError:
+        return []
+    out = []
+    node = TREE
+    d = os.dup(base)
+    try:
+        for p in parts:
+            try:
+                st = os.stat(p, dir_fd=d, follow_symlinks=False)
+            except OSError:
+                break
+            if stat.S_ISLNK(st.st_mode):
+                break
+            node = node[1].setdefault(p, [0, {}])
+            out.append(node)
+            if not stat.S_ISDIR(st.st_mode):
+                break
+            n = os.open(p, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=d)
+            os.close(d)
+            d = n
+    finally:
+        os.close(d)
+    return out
+
+
+def remove_tree(parent, name):
+    """Removes name (a file, or a directory and everything beneath it)
+    from the directory parent, one descriptor at a time; gives up on an
+    error (the entry stays)."""
+    try:
+        try:
+            os.rmdir(name, dir_fd=parent)
+            return
+        except NotADirectoryError:
+            os.unlink(name, dir_fd=parent)
+            return
+        except OSError as e:
+            if e.errno != errno.ENOTEMPTY:
+                return
+        names = [name]
+        cur = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=parent)
+    except OSError:
+        return
+    try:
+        while names:
+            ents = os.listdir(cur)
+            if not ents:
+                up = os.open("..", os.O_RDONLY | os.O_DIRECTORY, dir_fd=cur)
+                os.close(cur)
+                cur = up
+                os.rmdir(names.pop(), dir_fd=cur)
+                continue
+            e = ents[0]
+            try:
+                os.rmdir(e, dir_fd=cur)
+                continue
+            except NotADirectoryError:
+                os.unlink(e, dir_fd=cur)
+                continue
+            except OSError as x:
+                if x.errno != errno.ENOTEMPTY:
+                    return
+            n = os.open(e, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=cur)
+            os.close(cur)
+            cur = n
+            names.append(e)
+    except OSError:
+        pass
+    finally:
+        os.close(cur)
+
+
+def collect(base):
+    """Removes, from the shared root base, what no live namespace uses
+    (one a namespace still uses is never removed: that would detach its
+    mount there)."""
+    live = []
+    for nsid, used in LIVE:
+        if ns_alive(nsid):
+            live.append((nsid, used))
+        else:
+            for node in used:
+                node[0] -= 1
+    LIVE[:] = live
+    cur = os.dup(base)
+    stack = [iter(list(TREE[1].items()))]
+    parents = [TREE]
+    try:
+        while stack:
+            nxt = next(stack[-1], None)
+            if nxt is None:
+                stack.pop()
+                parents.pop()
+                if stack:
+                    up = os.open("..", os.O_PATH | os.O_DIRECTORY, dir_fd=cur)
+                    os.close(cur)
+                    cur = up
+                continue
+            name, kid = nxt
+            if kid[0] <= 0:
+                remove_tree(cur, name)
+                del parents[-1][1][name]
+            elif kid[1]:
+                try:
+                    n = os.open(name, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=cur)
+                except OSError:
+                    continue
+                os.close(cur)
+                cur = n
+                stack.append(iter(list(kid[1].items())))
+                parents.append(kid)
+    finally:
+        os.close(cur)
+
+
 def child(plan, fds, w, r):
     libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
     root = build(plan, fds)
@@ -213,7 +370,32 @@ def serve_one(plan, fds):
     """Returns the reply, the descriptors to send with it, and a function
     that lets the builder child exit and reaps it: called after the reply
     is sent, as tearing down the child's first mount namespace waits for
-    the kernel (RCU grace periods) and the host need not."""
+    the kernel (RCU grace periods) and the host need not. With a shared
+    root, the mountpoints of namespaces gone are removed first, and the
+    new namespace's are counted."""
+    if plan.get("root") is None:
+        return serve_build(plan, fds)
+    base = fds[plan["root"]]
+    collect(base)
+    reply, out, reap = serve_build(plan, fds)
+    # What the build made (or found) in the shared root, failed or not:
+    # a failed build's entries are removed at the next request.
+    used = {}
+    for path in [m["path"] for m in (plan.get("binds") or []) + (plan.get("overlays") or [])] + (plan.get("dirs") or []):
+        for node in shared_nodes(base, path):
+            used[id(node)] = node
+    used = list(used.values())
+    if out:
+        for node in used:
+            node[0] += 1
+        try:
+            LIVE.append((ns_id(out[1]), used))
+        except OSError:
+            pass  # no id (an older kernel): its entries are kept for good
+    return reply, out, reap
+
+
+def serve_build(plan, fds):
     r1, w1 = os.pipe()
     r2, w2 = os.pipe()
     pid = os.fork()
@@ -250,12 +432,18 @@ def serve_one(plan, fds):
         return {"error": str(e)}, [], reap
 
 
+# What one request may carry: the plan's JSON, and its descriptors (the
+# kernel's SCM_MAX_FD); the host checks both before it sends.
+MAX_PLAN = 1 << 16
+MAX_FDS = 253
+
+
 def main():
     libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
     sock = socket.socket(fileno=3)
     while True:
         fdarr = array.array("i")
-        msg, anc, _flags, _addr = sock.recvmsg(1 << 16, socket.CMSG_SPACE(64 * fdarr.itemsize))
+        msg, anc, flags, _addr = sock.recvmsg(MAX_PLAN, socket.CMSG_SPACE(MAX_FDS * fdarr.itemsize))
         if not msg:
             return  # the host closed the socket: it is gone
         for level, typ, data in anc:
@@ -264,6 +452,9 @@ def main():
         fds = list(fdarr)
         reap = None
         try:
+            if flags & (socket.MSG_TRUNC | socket.MSG_CTRUNC):
+                # Part of the plan or of its descriptors was cut off.
+                raise ValueError("the plan is over %d bytes or %d descriptors" % (MAX_PLAN, MAX_FDS))
             reply, out, reap = serve_one(json.loads(msg), fds)
         except Exception as e:  # noqa: BLE001
             reply, out = {"error": "%s: %s" % (type(e).__name__, e)}, []

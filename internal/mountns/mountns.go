@@ -155,6 +155,14 @@ type wirePlan struct {
 	Root     *int          `json:"root,omitempty"`
 }
 
+// maxPlan and maxFDs are what one request to the builder may carry: its
+// JSON plan, and its descriptors (the kernel's SCM_MAX_FD); builder.py's
+// MAX_PLAN and MAX_FDS.
+const (
+	maxPlan = 1 << 16
+	maxFDs  = 253
+)
+
 // Build asks the builder for a namespace holding plan. Requests are
 // served one at a time.
 func (m *Mounter) Build(plan Plan) (*Namespace, error) {
@@ -181,6 +189,10 @@ func (m *Mounter) Build(plan Plan) (*Namespace, error) {
 	msg, err := json.Marshal(w)
 	if err != nil {
 		return nil, err
+	}
+	if len(msg) > maxPlan || len(fds) > maxFDs {
+		return nil, fmt.Errorf("mounter: the plan is %d bytes with %d descriptors; at most %d bytes and %d descriptors fit one request",
+			len(msg), len(fds), maxPlan, maxFDs)
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()

@@ -184,7 +184,10 @@ def _recv(fd):
 
 def _recv_with_fds(sock, fd):
     """Reads one frame whose first bytes may carry SCM_RIGHTS descriptors."""
-    data, fds, _flags, _addr = socket.recv_fds(sock, 65536, 64)
+    # As many descriptors as one message can carry (the kernel's
+    # SCM_MAX_FD): a job's 64 grants come with its scratch directory and
+    # its mount namespace's two, and a shorter list would be cut off.
+    data, fds, _flags, _addr = socket.recv_fds(sock, 65536, 253)
     if not data:
         return None, fds
     if len(data) < 4:
