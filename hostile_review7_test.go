@@ -176,7 +176,9 @@ for name, path in [("template_mem", "/proc/1/mem"), ("template_environ", "/proc/
     attempt("open_" + name, lambda: os.close(os.open(path, os.O_RDWR if name.endswith("mem") else os.O_RDONLY)))
 attempt("list_dev_shm", lambda: os.listdir("/dev/shm"))
 attempt("list_scratch_root", lambda: os.listdir(os.path.dirname(os.environ["TMPDIR"])))
-attempt("list_sibling_scratch", lambda: os.listdir(os.path.join(os.path.dirname(os.environ["TMPDIR"]), "j1")))
+own = os.path.basename(os.environ["TMPDIR"].rstrip("/"))
+sibling = "j1" if own != "j1" else "j0"  # the job's own scratch may be j1
+attempt("list_sibling_scratch", lambda: os.listdir(os.path.join(os.path.dirname(os.environ["TMPDIR"]), sibling)))
 attempt("shm_open", lambda: os.close(os.open("/dev/shm/pynox-review7", os.O_RDWR | os.O_CREAT, 0o600)))
 `)})
 	got := advProbes(t, r)
