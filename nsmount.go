@@ -368,6 +368,23 @@ func (p *Pool) buildNS(pl *plan) *Error {
 	return nil
 }
 
+// buildNSAsync starts buildNS for pl and returns a function that waits
+// for it and returns its error (the same one on every call). Until it
+// returns, pl's namespace fields are the builder's: the caller sets
+// nothing else of pl.job's namespace and runs no child with pl.job.
+func (p *Pool) buildNSAsync(pl *plan) func() *Error {
+	done := make(chan struct{})
+	var err *Error
+	go func() {
+		defer close(done)
+		err = p.buildNS(pl)
+	}()
+	return func() *Error {
+		<-done
+		return err
+	}
+}
+
 // takeFor takes the child a job's plan needs from tpl: the template's
 // ready spare, or, for a job with a mount namespace, one forked for it.
 func (p *Pool) takeFor(tpl *worker.Template, pl *plan, cancel <-chan struct{}) (*worker.Child, error) {

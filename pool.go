@@ -510,7 +510,12 @@ func (p *Pool) runJob(ctx context.Context, job Job) (_ *Result, refill func(), _
 		return p.refuse(&job, rerr), refill, nil
 	}
 	var ran *worker.Child // the child the job ran in, if any
+	// built, for a job with a mount namespace, waits for the namespace,
+	// which the mounter builds while the pool waits for a worker and the
+	// template forks the job's process (see buildNSAsync).
+	built := func() *Error { return nil }
 	defer func() {
+		built()
 		if ran != nil {
 			pl.closeAfter(ran)
 		} else {
@@ -521,8 +526,13 @@ func (p *Pool) runJob(ctx context.Context, job Job) (_ *Result, refill func(), _
 		return p.refuse(&job, requestErrorf("functions are declared but the job has no Host to answer them")), refill, nil
 	}
 	if pl.needsNS() {
-		if err := p.buildNS(pl); err != nil {
-			return p.refuse(&job, err), refill, nil
+		if p.ns.failed() != nil {
+			// No mounter: refused at once, as no namespace can come.
+			if err := p.buildNS(pl); err != nil {
+				return p.refuse(&job, err), refill, nil
+			}
+		} else {
+			built = p.buildNSAsync(pl)
 		}
 	}
 	pl.job.Host = p.traceHost(trace.SpanFromContext(ctx), job.ID, "", checkedHost(pl.sigs, p.hostAdapter(job.ID, "", job.Host)))
@@ -578,6 +588,10 @@ func (p *Pool) runJob(ctx context.Context, job Job) (_ *Result, refill func(), _
 			res := p.failed(&job, pl, KindCrashed, "template failed: "+err.Error(), accepted)
 			p.finish(&job, res)
 			return res, refill, nil
+		}
+		if err := built(); err != nil {
+			child.Close()
+			return p.refuse(&job, err), refill, nil
 		}
 		if p.waiting.Load() > 0 {
 			child.RefillNow()
