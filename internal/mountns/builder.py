@@ -118,15 +118,23 @@ def rel(path):
     return parts
 
 
-def make_point(root, path, is_dir):
+def make_point(root, path, is_dir, cache=None):
     """Creates the mountpoint for path inside the detached root tmpfs,
     relative to its descriptor (never on the host). A component that is a
-    symlink in the tree (one of the host's top-level links) is refused."""
+    symlink in the tree (one of the host's top-level links) is refused.
+    cache, when given, maps the components of directories opened before
+    (in this tree, on no mount made since: see forget) to their
+    descriptors, which it keeps; the caller closes them."""
     parts = rel(path)
     d = os.dup(root)
     try:
         for i, p in enumerate(parts):
             last = i == len(parts) - 1
+            key = tuple(parts[:i + 1])
+            if not last and cache is not None and key in cache:
+                os.close(d)
+                d = os.dup(cache[key])
+                continue
             try:
                 if last and not is_dir:
                     os.close(os.open(p, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644, dir_fd=d))
@@ -138,10 +146,21 @@ def make_point(root, path, is_dir):
                 n = os.open(p, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=d)
                 os.close(d)
                 d = n
+                if cache is not None:
+                    cache[key] = os.dup(n)
         return d, parts[-1]
     except BaseException:
         os.close(d)
         raise
+
+
+def forget(cache, path):
+    """Drops the cached directories at or beneath path, on which a mount
+    now sits (a descriptor opened before it names the directory under
+    it)."""
+    parts = tuple(rel(path))
+    for key in [k for k in cache if k[:len(parts)] == parts]:
+        os.close(cache.pop(key))
 
 
 def build(plan, fds):
@@ -166,7 +185,7 @@ def build(plan, fds):
         m = clone_tree(fd)
         flags = MOUNT_ATTR_NOSUID | (MOUNT_ATTR_RDONLY if b.get("ro") else 0)
         set_attr(m, flags, True)
-        mounts.append((b["path"], os.path.isdir("/proc/self/fd/%d" % fd), m))
+        mounts.append((b["path"], stat.S_ISDIR(os.fstat(fd).st_mode), m))
     for o in plan.get("overlays") or []:
         fd = fds[o["fd"]]
         up = new_fs("tmpfs", [("size", str(o["limit"])), ("mode", "0755")])
@@ -180,16 +199,22 @@ def build(plan, fds):
         mounts.append((o["path"], True, m))
     # Shallow paths first, so that a mount inside another one's path lands
     # on top of it.
-    for path, is_dir, m in sorted(mounts, key=lambda x: len(rel(x[0]))):
-        d, last = make_point(root, path, is_dir)
-        try:
+    cache = {}
+    try:
+        for path, is_dir, m in sorted(mounts, key=lambda x: len(rel(x[0]))):
+            d, last = make_point(root, path, is_dir, cache)
             try:
-                attach(m, d, last)
-            except OSError as e:
-                raise OSError(e.errno, "%s at %s" % (e.strerror, path)) from None
-        finally:
-            os.close(d)
-            os.close(m)
+                try:
+                    attach(m, d, last)
+                except OSError as e:
+                    raise OSError(e.errno, "%s at %s" % (e.strerror, path)) from None
+            finally:
+                os.close(d)
+                os.close(m)
+            forget(cache, path)
+    finally:
+        for fd in cache.values():
+            os.close(fd)
     # The tmpfs itself (mountpoints and links) is read-only from now on;
     # the mounts on it keep their own flags.
     set_attr(root, MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV, False)
