@@ -9,11 +9,11 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// TestBuildAfterRefusal checks the mounter's pre-forked builders: a
-// request the builder refuses (a path with a ".." component) gets exactly
-// one answer, an error naming the path, and the next request is served by
-// a new builder; namespaces built one after another are distinct, and
-// Close returns (the waiting builder exits at end of file).
+// TestBuildAfterRefusal checks the mounter's builders: a request the
+// builder refuses (a path with a ".." component) gets exactly one answer,
+// an error naming the path, and the next request is served by a new
+// builder; namespaces built one after another are distinct, and Close
+// returns.
 func TestBuildAfterRefusal(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("the mounter needs root (CAP_SYS_ADMIN in the initial user namespace)")
