@@ -69,7 +69,7 @@ Flags (each overrides the configuration file's key in brackets):
   --python=PATH        the interpreter (default the first python3 on PATH)      [pool] python
   --cgroups=MODE       per-job cgroups: auto (default), require or off          [pool] cgroups
   --log=json           one JSON line per finished job on stderr                 [pool] log
-  --pin-cpus[=false]   pin each template and its jobs to one CPU of the
+  --pin-cpus=BOOL      pin each template and its jobs to one CPU of the
                        process's allowed set, round robin (default true)       [pool] pin_cpus
   -h, --help           show this help
 
