@@ -354,13 +354,16 @@ func (p *Pool) PIDNamespace() bool { return p.info.PIDNamespace }
 
 // PinnedCPUs returns, per worker, the CPU its template and everything
 // it forks are pinned to (Config.PinCPUs), or nil when the pool pins
-// nothing: PinCPUs is false, the process may run on one CPU only, or a
-// template's pinning failed (the kernel's refusal is logged).
+// nothing: PinCPUs is false, the process may run on one CPU only, a
+// running template's pinning failed (the kernel's refusal is logged),
+// or the pool is remote.
 func (p *Pool) PinnedCPUs() []int {
 	var out []int
 	for _, w := range p.workers {
-		t := w.live.Load()
-		if len(w.cpus) != 1 || t == nil || !slices.Equal(t.Info().CPUs, w.cpus) {
+		if len(w.cpus) != 1 {
+			return nil
+		}
+		if t := w.live.Load(); t != nil && !slices.Equal(t.Info().CPUs, w.cpus) {
 			return nil
 		}
 		out = append(out, w.cpus[0])
@@ -438,6 +441,9 @@ func (w *poolWorker) template() (*worker.Template, error) {
 	if err != nil {
 		w.pool.templateRestartFailures.Add(1)
 		return nil, err
+	}
+	if e := t.Info().PinErr; e != "" {
+		w.pool.log.Warn("template not pinned to its CPU", "cpus", w.cpus, "err", e)
 	}
 	w.tpl = t
 	w.live.Store(t)
