@@ -154,6 +154,24 @@ type Config struct {
 	// never can (their own domain denies all TCP). Each port must be 1 to
 	// 65535. It changes nothing when the domain allows TCP anyway.
 	ConfineSelfConnectTCP []uint16
+	// PinCPUs pins each template, and so every spare, job and session it
+	// forks, to one CPU: template i gets the i-th CPU, round robin, of
+	// the set the calling process may run on when New starts (its
+	// sched_getaffinity, which a cpuset or taskset bounds), and a
+	// replaced template gets its predecessor's. It never names a CPU
+	// outside that set, and does nothing when the set holds one CPU. The
+	// template pins itself before it imports its preloads, so a wake-up
+	// between a template, its spare and its job never crosses CPUs (each
+	// such crossing costs tens of microseconds on a small VM); the price
+	// is that the scheduler may not move a busy job or session to an idle
+	// CPU. Sessions are spread over the templates, hence over the CPUs.
+	// A job may widen its own affinity again, within its cpuset (its
+	// seccomp filter allows sched_setaffinity on itself): pinning is a
+	// performance setting, not a confinement. False (the zero value)
+	// leaves the affinity alone, since an embedding program's scheduling
+	// is not the pool's to choose; `pynox pool` and `pynox serve` set it
+	// unless [pool] pin_cpus = false or --pin-cpus=false.
+	PinCPUs bool
 	// ScratchDir is the directory in which the pool makes its private
 	// scratch directory, which holds one directory per job and session
 	// (see the package docs, "Scratch space and mounts"). Empty means

@@ -106,6 +106,23 @@
 // is in its template's group until its setsid and in a session of its own
 // after it, so this never takes a status os/exec waits for.
 //
+// # CPU affinity
+//
+// With Config.PinCPUs (off in the library, on in `pynox pool` and `pynox
+// serve` unless [pool] pin_cpus = false or --pin-cpus=false), template i
+// pins itself, before it imports its preloads, to the i-th CPU, round
+// robin, of the CPUs the pool process may run on at New (never another:
+// with one allowed CPU nothing is pinned), and every spare, job and
+// session it forks inherits that CPU; a replacement template gets its
+// predecessor's. The wake-ups between a template, its spare and its job
+// then never cross CPUs, which on a small VM cost tens of microseconds
+// each. The price is that the scheduler may no longer move a busy job or
+// session to an idle CPU: sessions are spread over the templates, so a
+// long CPU-bound step shares its template's CPU with that worker's jobs.
+// Pool.PinnedCPUs and the ready event's pinned_cpus report the CPUs. A
+// job may widen its own affinity within its cpuset (its seccomp filter
+// allows sched_setaffinity on itself): pinning is not a confinement.
+//
 // # Confinement
 //
 // Each job, before its first line runs, has gone through these steps.

@@ -95,6 +95,9 @@ type Pool struct {
 // poolWorker is one template and the job slot it serves.
 type poolWorker struct {
 	pool *Pool
+	// cpus is the affinity its templates give themselves
+	// (Config.PinCPUs); nil for none.
+	cpus []int
 	mu   sync.Mutex
 	tpl  *worker.Template
 	// live is tpl, for the metrics to read without waiting for mu (held
@@ -201,10 +204,11 @@ func New(cfg Config) (*Pool, error) {
 	// Start the templates in parallel: with heavy preloads each takes a
 	// noticeable fraction of a second.
 	tpls := make([]*worker.Template, cfg.Workers)
+	pins := pinPlan(cfg.PinCPUs, cfg.Workers)
 	var g errgroup.Group
 	for i := range tpls {
 		g.Go(func() (err error) {
-			tpls[i], err = worker.Start(p.templateOptions())
+			tpls[i], err = worker.Start(p.templateOptions(pins[i]))
 			return err
 		})
 	}
@@ -228,8 +232,11 @@ func New(cfg Config) (*Pool, error) {
 		cg.Close()
 		return nil, &Error{Kind: KindSpawn, Type: KindSpawn.String(), Message: "invalid config", Err: err}
 	}
-	for _, t := range tpls {
-		w := &poolWorker{pool: p, tpl: t}
+	for i, t := range tpls {
+		if e := t.Info().PinErr; e != "" {
+			p.log.Warn("template not pinned to its CPU", "cpus", pins[i], "err", e)
+		}
+		w := &poolWorker{pool: p, tpl: t, cpus: pins[i]}
 		w.live.Store(t)
 		p.workers = append(p.workers, w)
 		p.idle <- w
@@ -290,8 +297,9 @@ func startError(cfg Config, err error) error {
 	return err
 }
 
-func (p *Pool) templateOptions() worker.Options {
+func (p *Pool) templateOptions(cpus []int) worker.Options {
 	return worker.Options{
+		CPUs:         cpus,
 		Python:       p.python,
 		Dir:          p.cfg.Dir,
 		Env:          p.env,
@@ -343,6 +351,25 @@ func (p *Pool) Preloaded() []string { return append([]string(nil), p.info.Preloa
 // namespaces of their own (Config.PIDNamespace), so that every job and
 // session process dies with its template, whatever it does.
 func (p *Pool) PIDNamespace() bool { return p.info.PIDNamespace }
+
+// PinnedCPUs returns, per worker, the CPU its template and everything
+// it forks are pinned to (Config.PinCPUs), or nil when the pool pins
+// nothing: PinCPUs is false, the process may run on one CPU only, a
+// running template's pinning failed (the kernel's refusal is logged),
+// or the pool is remote.
+func (p *Pool) PinnedCPUs() []int {
+	var out []int
+	for _, w := range p.workers {
+		if len(w.cpus) != 1 {
+			return nil
+		}
+		if t := w.live.Load(); t != nil && !slices.Equal(t.Info().CPUs, w.cpus) {
+			return nil
+		}
+		out = append(out, w.cpus[0])
+	}
+	return out
+}
 
 // SelfConfinement says how the pool's own process is confined.
 func (p *Pool) SelfConfinement() SelfConfinement { return p.self }
@@ -410,10 +437,13 @@ func (w *poolWorker) template() (*worker.Template, error) {
 	if isDone(w.pool.closing) {
 		return nil, errClosed()
 	}
-	t, err := worker.Start(w.pool.templateOptions())
+	t, err := worker.Start(w.pool.templateOptions(w.cpus))
 	if err != nil {
 		w.pool.templateRestartFailures.Add(1)
 		return nil, err
+	}
+	if e := t.Info().PinErr; e != "" {
+		w.pool.log.Warn("template not pinned to its CPU", "cpus", w.cpus, "err", e)
 	}
 	w.tpl = t
 	w.live.Store(t)

@@ -33,6 +33,11 @@ type File struct {
 	// (Config.ConfineSelf, which LoadConfig leaves false for programs that
 	// embed the library).
 	ConfineSelf bool
+	// PinCPUs is the [pool] pin_cpus setting, true unless the file sets
+	// it to false: whether `pynox pool` pins each template and its jobs
+	// to one CPU (Config.PinCPUs, which LoadConfig leaves false for
+	// programs that embed the library).
+	PinCPUs bool
 
 	lines map[string]int // dotted key -> the line that sets it
 }
@@ -64,6 +69,7 @@ type fileSchema struct {
 		Python      *string         `toml:"python"`
 		Cgroups     *string         `toml:"cgroups"`
 		ConfineSelf *bool           `toml:"confine_self"`
+		PinCPUs     *bool           `toml:"pin_cpus"`
 		ScratchDir  *string         `toml:"scratch_dir"`
 		Limits      limitSchema     `toml:"limits"`
 	} `toml:"pool"`
@@ -167,9 +173,12 @@ func LoadConfig(path string) (*File, error) {
 		}
 		return out
 	}
-	f := &File{Path: real, ConfineSelf: true, lines: lines}
+	f := &File{Path: real, ConfineSelf: true, PinCPUs: true, lines: lines}
 	if s.Pool.ConfineSelf != nil {
 		f.ConfineSelf = *s.Pool.ConfineSelf
+	}
+	if s.Pool.PinCPUs != nil {
+		f.PinCPUs = *s.Pool.PinCPUs
 	}
 	c := &f.Config
 	c.Source = real

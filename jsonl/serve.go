@@ -79,6 +79,10 @@ type Ready struct {
 	// Mounts says which kinds of mounts requests may ask for, and where
 	// the jobs' scratch directories are (see [pynox.Pool.Mounts]).
 	Mounts pynox.MountSupport `json:"mounts"`
+	// PinnedCPUs is, per worker, the CPU its template and every process
+	// it forks are pinned to ([pynox.Pool.PinnedCPUs]); empty when the
+	// pool pins nothing.
+	PinnedCPUs []int `json:"pinned_cpus"`
 }
 
 type statsEvent struct {
@@ -119,7 +123,10 @@ func ServeWith(ctx context.Context, p *pynox.Pool, r io.Reader, w io.Writer, o S
 	ready := Ready{Event: "ready", Workers: cfg.Workers, Runtime: "pynox",
 		PreloadedModules: nonNilStrings(p.Preloaded()), PackageDirs: nonNilStrings(cfg.PackageDirs),
 		Profiles: cfg.ProfileNames(), PIDNamespace: p.PIDNamespace(), Cgroups: p.Cgroups(),
-		SelfConfinement: p.SelfConfinement(), Mounts: p.Mounts()}
+		SelfConfinement: p.SelfConfinement(), Mounts: p.Mounts(), PinnedCPUs: p.PinnedCPUs()}
+	if ready.PinnedCPUs == nil {
+		ready.PinnedCPUs = []int{}
+	}
 	if cfg.Source != "" {
 		src := cfg.Source
 		ready.Config = &src

@@ -69,6 +69,8 @@ Flags (each overrides the configuration file's key in brackets):
   --python=PATH        the interpreter (default the first python3 on PATH)      [pool] python
   --cgroups=MODE       per-job cgroups: auto (default), require or off          [pool] cgroups
   --log=json           one JSON line per finished job on stderr                 [pool] log
+  --pin-cpus=BOOL      pin each template and its jobs to one CPU of the
+                       process's allowed set, round robin (default true)       [pool] pin_cpus
   -h, --help           show this help
 
 Paths given as flags, and relative paths in requests, resolve against the
@@ -90,6 +92,7 @@ var keyFlags = map[string]string{
 	"pool.python":             "python",
 	"pool.cgroups":            "cgroups",
 	"pool.log":                "log",
+	"pool.pin_cpus":           "pin-cpus",
 }
 
 func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
@@ -242,6 +245,7 @@ func withPool(cmd, help string, args []string, stdout, stderr io.Writer, flags f
 	python := fs.String("python", "", "the interpreter (default: the first python3 on PATH)")
 	logFmt := fs.String("log", "", `"json": one line per finished job on stderr`)
 	cgroups := fs.String("cgroups", "", `per-job cgroups: "auto" (default), "require" or "off"`)
+	pinCPUs := fs.Bool("pin-cpus", true, "pin each template and its jobs to one CPU of the allowed set (default true)")
 	if flags != nil {
 		flags(fs)
 	}
@@ -265,7 +269,8 @@ func withPool(cmd, help string, args []string, stdout, stderr io.Writer, flags f
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	// The command confines its own process (and so every template and
 	// job) unless the configuration file says confine_self = false.
-	cfg := pynox.Config{ConfineSelf: true}
+	// It pins each template to a CPU unless told not to (PinCPUs).
+	cfg := pynox.Config{ConfineSelf: true, PinCPUs: true}
 	var file *jsonl.File
 	logMode := ""
 	if *configPath != "" {
@@ -277,6 +282,10 @@ func withPool(cmd, help string, args []string, stdout, stderr io.Writer, flags f
 		file = f
 		cfg, logMode = f.Config, f.Log
 		cfg.ConfineSelf = f.ConfineSelf
+		cfg.PinCPUs = f.PinCPUs
+	}
+	if set["pin-cpus"] {
+		cfg.PinCPUs = *pinCPUs
 	}
 	// The command line overrides [pool].
 	if set["workers"] {
@@ -432,6 +441,11 @@ func describeFlagError(err error) string {
 	}
 	if name, ok := strings.CutPrefix(msg, "flag needs an argument: "); ok {
 		return fmt.Sprintf("--%s needs a value, as in --%s=VALUE", strings.TrimLeft(name, "-"), strings.TrimLeft(name, "-"))
+	}
+	// invalid boolean value "x" for -pin-cpus: parse error
+	var bval, bname string
+	if _, err := fmt.Sscanf(msg, "invalid boolean value %q for %s", &bval, &bname); err == nil {
+		return fmt.Sprintf("--%s=%s: expected true or false", strings.TrimSuffix(strings.TrimLeft(bname, "-"), ":"), bval)
 	}
 	// invalid value "x" for flag -workers: parse error
 	var value, name string

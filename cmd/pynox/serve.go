@@ -87,7 +87,7 @@ Flags of the server:
 
 Every flag of pynox pool (run "pynox pool --help"): --config, --workers,
 --preload, --package-dir, --allow-read, --allow-write, --python, --cgroups,
---log, with the same configuration file.
+--log, --pin-cpus, with the same configuration file.
 `
 
 // serveOptions are the flags of `pynox serve` beyond the pool's.

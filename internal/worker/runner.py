@@ -284,6 +284,7 @@ class Template:
         msg = _recv(FD)
         if msg is None:
             os._exit(0)
+        pin_error = _pin_cpus(msg.get("cpus"))
         self.job_files = _raise_files_limit()
         if msg.get("t") != "init" or msg.get("v") != PROTO:
             self.fatal("protocol version mismatch: template speaks %d, host sent %r" % (PROTO, msg.get("v")))
@@ -322,6 +323,7 @@ class Template:
             "python": "%d.%d.%d" % sys.version_info[:3],
             "executable": os.path.realpath(sys.executable),
             "paths": paths, "preloaded": preloaded,
+            "cpus": sorted(os.sched_getaffinity(0)), "pin_error": pin_error,
         })
         cfg = _recv(FD)
         if cfg is None:
@@ -1801,6 +1803,22 @@ def _restore_globals(data, main):
     if type(names) is not dict or any(type(k) is not str for k in names):
         raise ValueError("the dump's globals are not a dict of names")
     main.update(names)
+
+
+def _pin_cpus(cpus):
+    """Sets the template's CPU affinity to cpus (when the host sent any)
+    before it imports a preload or could start a thread, so that every
+    spare, job and session it forks inherits it. The host picks them from
+    its own allowed set; a refusal (a cpuset changed since) leaves the
+    inherited affinity and is returned, for the host to report: pinning is
+    a performance setting, not a confinement step."""
+    if not cpus:
+        return ""
+    try:
+        os.sched_setaffinity(0, cpus)
+    except (OSError, ValueError, TypeError) as e:
+        return "sched_setaffinity(%r): %s" % (cpus, e)
+    return ""
 
 
 def _raise_files_limit():

@@ -81,6 +81,14 @@ type Options struct {
 	// Memory is the job allowance a spare's cgroup is sized for until its
 	// job brings its own (the pool's ceiling); see MemoryMargin.
 	Memory int64
+	// CPUs, when not empty, is the CPU affinity the template gives itself
+	// first thing, before it imports its preloads or could start a
+	// thread, so that every spare, job and session it forks inherits it.
+	// The caller picks CPUs from its own allowed set: the kernel refuses
+	// a CPU outside the cpuset, and the template then keeps the affinity
+	// it inherited (Info.CPUs says which it has). Empty leaves the
+	// inherited affinity alone.
+	CPUs []int
 }
 
 // PID namespace modes (Options.PIDNamespace).
@@ -125,6 +133,12 @@ type Info struct {
 	// can copy of the pages it shares with the template) plus
 	// MemoryOverhead.
 	MemoryMargin int64
+	// CPUs is the template's CPU affinity once it has applied
+	// Options.CPUs (its inherited one when it had none to apply, or the
+	// kernel refused them), in ascending order; its children inherit it.
+	CPUs []int
+	// PinErr is the kernel's refusal of Options.CPUs, when it refused.
+	PinErr string
 }
 
 // MemoryOverhead is the part of a job cgroup's memory limit that covers
@@ -254,6 +268,8 @@ type hello struct {
 	Paths      []string `json:"paths"`
 	Preloaded  []string `json:"preloaded"`
 	Msg        string   `json:"msg"`
+	CPUs       []int    `json:"cpus"`
+	PinErr     string   `json:"pin_error"`
 }
 
 // RefusedError is a template's refusal to start, in the runner's words:
@@ -272,7 +288,7 @@ func (t *Template) handshake(opts Options) error {
 	defer t.conn.SetDeadline(time.Time{})
 	r := frame.NewReader(t.conn, 1<<20)
 	if err := t.send(map[string]any{"t": "init", "v": Proto, "preload": nonNil(opts.Preload),
-		"package_dirs": nonNil(opts.PackageDirs), "tmp": opts.PreloadTmp}); err != nil {
+		"package_dirs": nonNil(opts.PackageDirs), "tmp": opts.PreloadTmp, "cpus": nonNilInts(opts.CPUs)}); err != nil {
 		return t.startErr("send init", err)
 	}
 	var h hello
@@ -288,6 +304,7 @@ func (t *Template) handshake(opts Options) error {
 	// h.Pid is the template's pid in its own namespace (1 in a PID
 	// namespace of its own); the host knows it by cmd.Process.Pid.
 	t.info.Python, t.info.Executable, t.info.Preloaded = h.Python, h.Executable, nonNil(h.Preloaded)
+	t.info.CPUs, t.info.PinErr = h.CPUs, h.PinErr
 
 	policy, err := t.policy(h, opts)
 	if err != nil {
@@ -962,6 +979,13 @@ func readJSON(r *frame.Reader, v any) error {
 		return err
 	}
 	return json.Unmarshal(b, v)
+}
+
+func nonNilInts(s []int) []int {
+	if s == nil {
+		return []int{}
+	}
+	return s
 }
 
 func nonNil(s []string) []string {
