@@ -113,9 +113,18 @@ func (s *server) memory(rep *Report, tplID, spareID, jobID, totalID string) erro
 	root := s.cmd.Process.Pid
 	var tpl, spare *procInfo
 	before := map[int]bool{}
-	for _, p := range descendants(root) {
+	tree := descendants(root)
+	// A template is a child with children of its own (spares): the pool's
+	// other children (its mounter, the interpreter probes) have none.
+	parents := map[int]bool{}
+	for _, p := range tree {
+		if p.depth == 2 {
+			parents[p.ppid] = true
+		}
+	}
+	for _, p := range tree {
 		switch {
-		case p.depth == 1 && tpl == nil:
+		case p.depth == 1 && tpl == nil && parents[p.pid]:
 			tpl = &p
 		case p.depth == 2:
 			before[p.pid] = true
