@@ -221,6 +221,12 @@ print("watches", n, len(eps))
 // on that: it retries, and serves again once the sessions are gone.
 func TestServeReview7EpollWatchesExhausted(t *testing.T) {
 	testenv.RequireLong(t, "two sessions registering ~5.5 million epoll watches")
+	if os.Getenv("PYNOX_UIDWIDE") != "1" {
+		// While it runs, every process of the uid fails to register a
+		// descriptor with epoll: the other packages' tests, run at the same
+		// time by go test ./..., saw their jobs' pipes break (BrokenPipeError).
+		t.Skip("exhausts the uid's epoll watches machine-wide, breaking any test running beside it; .ci/run runs it alone with PYNOX_UIDWIDE=1")
+	}
 	b, err := os.ReadFile("/proc/sys/fs/epoll/max_user_watches")
 	require.NoError(t, err)
 	var max int
