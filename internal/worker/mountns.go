@@ -2,7 +2,6 @@ package worker
 
 import (
 	"fmt"
-	"time"
 
 	"github.com/pynox/pynox/internal/frame"
 )
@@ -60,26 +59,5 @@ func (t *Template) TakeNS(network bool, cancel <-chan struct{}) (*Child, error) 
 		t.fail(fmt.Errorf("request fork: %w", err))
 		return nil, err
 	}
-	timer := time.NewTimer(t.spareTimeout)
-	defer timer.Stop()
-	select {
-	case c := <-w.ch:
-		return c, nil
-	case <-t.done:
-		err = t.Err()
-	case <-cancel:
-		err = errCanceled
-	case <-timer.C:
-		err = fmt.Errorf("template forked no spare in %s", t.spareTimeout)
-		t.fail(err)
-	}
-	t.mu.Lock()
-	w.abandoned = true
-	t.mu.Unlock()
-	select {
-	case c := <-w.ch:
-		c.Close()
-	default:
-	}
-	return nil, err
+	return t.awaitFork(w, cancel)
 }

@@ -673,6 +673,14 @@ func (t *Template) TakeSession(network bool, cancel <-chan struct{}) (*Child, er
 		t.fail(fmt.Errorf("request fork: %w", err))
 		return nil, err
 	}
+	return t.awaitFork(w, cancel)
+}
+
+// awaitFork waits for the child a fork request routed to w, for at most
+// the spare timeout (after which the template is declared wedged), until
+// the template dies or cancel closes.
+func (t *Template) awaitFork(w *sessionWait, cancel <-chan struct{}) (*Child, error) {
+	var err error
 	timer := time.NewTimer(t.spareTimeout)
 	defer timer.Stop()
 	select {
