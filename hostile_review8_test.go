@@ -1,0 +1,273 @@
+package pynox
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// An eighth outside review, of the code changed in the last hours: CPU
+// pinning, the namespace built while the job's process is forked
+// (buildNSAsync), the spare's descriptors (MSG_CMSG_CLOEXEC), the usage
+// read through /proc files held open. Real python3 under the real
+// sandbox; the probes that found nothing stay as regression tests.
+
+// fdProbe prints, per descriptor the job holds, "fd <n> <cloexec> <target>".
+const fdProbe = `
+import fcntl, os, stat
+for n in range(4096):
+    try:
+        fl = fcntl.fcntl(n, fcntl.F_GETFD)
+        st = os.fstat(n)
+    except OSError:
+        continue
+    print("fd", n, fl & fcntl.FD_CLOEXEC, "%o:%d:%d" % (stat.S_IFMT(st.st_mode), st.st_dev, st.st_ino))
+`
+
+// nsFDs counts this process's descriptors on namespaces and pidfds
+// (what buildNS and the mounter hand around).
+func nsFDs(t *testing.T) map[string]int {
+	t.Helper()
+	ents, err := os.ReadDir("/proc/self/fd")
+	require.NoError(t, err)
+	out := map[string]int{}
+	for _, e := range ents {
+		tgt, err := os.Readlink("/proc/self/fd/" + e.Name())
+		if err != nil {
+			continue
+		}
+		for _, k := range []string{"user:[", "mnt:[", "anon_inode:[pidfd]"} {
+			if strings.HasPrefix(tgt, k) {
+				out[k]++
+			}
+		}
+	}
+	return out
+}
+
+// ourChildren lists the pids whose parent is this process.
+func ourChildren() map[int]bool {
+	out := map[int]bool{}
+	ents, _ := os.ReadDir("/proc")
+	me := strconv.Itoa(os.Getpid())
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		s := string(b)
+		f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+		if len(f) > 1 && f[1] == me {
+			out[pid] = true
+		}
+	}
+	return out
+}
+
+// eventually polls cond for up to 10 s (the pool closes descriptors once
+// the template has reported a child's exit, which is asynchronous).
+func eventually(cond func() bool) bool {
+	for i := 0; i < 200; i++ {
+		if cond() {
+			return true
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return cond()
+}
+
+// Probe 1: namespace jobs running at once, each with its own host
+// directory at the same virtual path, each see only their own: the
+// asynchronous build never hands one job's namespace to another.
+func TestHostileReview8NSConcurrentOwn(t *testing.T) {
+	t.Parallel()
+	p := newTestPool(t, Config{Workers: 2})
+	requireNS(t, p)
+	const n = 8
+	dirs := make([]string, n)
+	for i := range dirs {
+		dirs[i] = filepath.Join(p.Config().Dir, fmt.Sprintf("d%d", i))
+		require.NoError(t, os.Mkdir(dirs[i], 0o755))
+		require.NoError(t, os.WriteFile(filepath.Join(dirs[i], "marker"), []byte(strconv.Itoa(i)), 0o644))
+	}
+	var wg sync.WaitGroup
+	outs := make([]*Result, n)
+	for i := 0; i < n; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			mode := ReadOnly
+			if i%2 == 1 {
+				mode = Overlay
+			}
+			outs[i] = run(t, p, Job{Mounts: []MountSpec{{HostPath: dirs[i], Path: "/data", Mode: mode}}, Code: `
+import os
+print("marker", open("/data/marker").read())
+print("data", sorted(os.listdir("/data")))
+for i in range(` + strconv.Itoa(n) + `):
+    if os.path.exists("` + p.Config().Dir + `/d%d" % i):
+        print("sees host dir", i)
+`})
+		}()
+	}
+	wg.Wait()
+	for i, res := range outs {
+		requireOK(t, res)
+		requireLines(t, res.Stdout, "marker "+strconv.Itoa(i), "data ['marker']")
+		require.NotContains(t, res.Stdout, "sees host dir", "job %d", i)
+	}
+}
+
+// Probe 2: requests canceled while their namespace is being built (and
+// while they wait for a worker) leak no namespace descriptor, no pidfd,
+// no process and no worker slot: afterwards both workers still run
+// namespace jobs at once.
+func TestHostileReview8NSCancelMidBuild(t *testing.T) {
+	p := newTestPool(t, Config{Workers: 2})
+	requireNS(t, p)
+	data := filepath.Join(p.Config().Dir, "data")
+	require.NoError(t, os.Mkdir(data, 0o755))
+	job := Job{Mounts: []MountSpec{{HostPath: data, Path: "/data", Mode: Overlay}}, Code: "print(len(__import__('os').listdir('/data')))"}
+	requireOK(t, run(t, p, job)) // the mounter and every lazy descriptor are up
+	base := nsFDs(t)
+	var wg sync.WaitGroup
+	for i := 0; i < 16; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ctx, cancel := context.WithTimeout(context.Background(), time.Duration(i%8)*time.Millisecond)
+			defer cancel()
+			p.Run(ctx, job) // an error or a result: both are fine
+		}()
+	}
+	wg.Wait()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	var wg2 sync.WaitGroup
+	for i := 0; i < 2; i++ {
+		wg2.Add(1)
+		go func() {
+			defer wg2.Done()
+			res, err := p.Run(ctx, Job{Mounts: job.Mounts, Code: "import time; time.sleep(0.3); print('ok')"})
+			require.NoError(t, err, "a worker slot leaked")
+			requireOK(t, res)
+		}()
+	}
+	wg2.Wait()
+	require.True(t, eventually(func() bool {
+		now := nsFDs(t)
+		for k, v := range now {
+			if v > base[k] {
+				return false
+			}
+		}
+		return true
+	}), "namespace descriptors leaked: before %v, after %v", base, nsFDs(t))
+}
+
+// Probe 3: closing the pool while namespace jobs are being built and
+// forked returns, answers every Run, and leaves no process of the pool's
+// and no namespace descriptor behind.
+func TestHostileReview8NSCloseMidBuild(t *testing.T) {
+	before := ourChildren()
+	baseFDs := nsFDs(t)
+	p := newTestPool(t, Config{Workers: 2})
+	requireNS(t, p)
+	data := filepath.Join(p.Config().Dir, "data")
+	require.NoError(t, os.Mkdir(data, 0o755))
+	var wg sync.WaitGroup
+	for i := 0; i < 8; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			p.Run(ctx, Job{Mounts: []MountSpec{{HostPath: data, Path: fmt.Sprintf("/v%d", i)}}, Code: "import time; time.sleep(5)"})
+		}()
+	}
+	time.Sleep(20 * time.Millisecond)
+	require.NoError(t, p.Close())
+	wg.Wait() // every Run answered
+	require.True(t, eventually(func() bool {
+		for pid := range ourChildren() {
+			if !before[pid] {
+				return false
+			}
+		}
+		return true
+	}), "processes outlived the pool: %v (before %v)", ourChildren(), before)
+	require.True(t, eventually(func() bool {
+		now := nsFDs(t)
+		for k, v := range now {
+			if v > baseFDs[k] {
+				return false
+			}
+		}
+		return true
+	}), "descriptors outlived the pool: before %v, after %v", baseFDs, nsFDs(t))
+}
+
+// Probe 4: a job holds no descriptor beyond its standard streams and the
+// ones the runner documents, each close-on-exec but 0-2, with no grant,
+// with grants, and with a mount namespace: no grant's, namespace's or
+// spare hand-over's descriptor reaches it.
+func TestHostileReview8JobFDs(t *testing.T) {
+	t.Parallel()
+	p := newTestPool(t, Config{Workers: 1})
+	dir := p.Config().Dir
+	data := filepath.Join(dir, "data")
+	require.NoError(t, os.Mkdir(data, 0o755))
+	jobs := map[string]Job{
+		"plain":  {Code: fdProbe},
+		"grants": {Code: fdProbe, AllowRead: []string{data}, AllowWrite: []string{dir}},
+	}
+	if len(p.nsObstacles()) == 0 {
+		jobs["ns"] = Job{Code: fdProbe, Mounts: []MountSpec{{HostPath: data, Path: "/data", Mode: Overlay}}}
+	}
+	for name, job := range jobs {
+		res := run(t, p, job)
+		requireOK(t, res)
+		requireFDsClean(t, name, res.Stdout)
+		sj := job
+		sj.Code = ""
+		co, err := p.Checkout(context.Background(), sj)
+		require.NoError(t, err, name)
+		for i := 0; i < 2; i++ { // the first step and a later one
+			ev, err := co.Feed(context.Background(), Step{Code: fdProbe})
+			require.NoError(t, err, name)
+			require.NotNil(t, ev.Result, name)
+			requireOK(t, ev.Result)
+			requireFDsClean(t, name+" session", ev.Result.Stdout)
+		}
+		require.NoError(t, co.Finish(context.Background()))
+	}
+}
+
+// requireFDsClean checks fdProbe's output: no directory or regular file
+// (a grant's descriptor, a namespace's, a /proc file) and every
+// descriptor past 2 close-on-exec.
+func requireFDsClean(t *testing.T, name, out string) {
+	t.Helper()
+	for _, l := range strings.Split(strings.TrimSpace(out), "\n") {
+		f := strings.Fields(l)
+		require.Len(t, f, 4, l)
+		fd, _ := strconv.Atoi(f[1])
+		typ := strings.SplitN(f[3], ":", 2)[0]
+		require.NotContains(t, []string{"40000", "100000"}, typ, "%s: job holds a directory or file: %s\n%s", name, l, out)
+		if fd > 2 {
+			require.Equal(t, "1", f[2], "%s: descriptor without close-on-exec: %s", name, l)
+		}
+	}
+}
