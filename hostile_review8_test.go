@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
 )
 
 // An eighth outside review, of the code changed in the last hours: CPU
@@ -269,5 +270,122 @@ func requireFDsClean(t *testing.T, name, out string) {
 		if fd > 2 {
 			require.Equal(t, "1", f[2], "%s: descriptor without close-on-exec: %s", name, l)
 		}
+	}
+}
+
+// Probe 5: on a pool that pins its templates, a job's scheduling calls
+// reach itself only. It may widen or change its own affinity (pinning is
+// a performance setting), but not another process's (its template's
+// included, by pid or by thread id), not gain a real-time or deadline
+// policy or a negative nice value, and not renice its process group or
+// uid. The next job and the next session from the same template are
+// still pinned and at nice 0, and the template is untouched.
+func TestHostileReview8SchedulingSelfOnly(t *testing.T) {
+	t.Parallel()
+	p := newTestPool(t, Config{Workers: 1, PinCPUs: true})
+	pinned := p.PinnedCPUs()
+	if len(pinned) != 1 {
+		t.Skip("the pool pins nothing here (a single CPU allowed)")
+	}
+	tpl := p.workers[0].live.Load().Pid()
+	want := fmt.Sprintf("[%d]", pinned[0])
+	res := run(t, p, Job{Code: nsProbePrelude + `
+import struct, threading
+T = ` + strconv.Itoa(tpl) + `
+print("aff", sorted(os.sched_getaffinity(0)))
+mask = ctypes.c_ulonglong(0xffffffffffffffff)
+raw("setaff template", 203, T, 8, ctypes.byref(mask))
+raw("setaff pid1", 203, 1, 8, ctypes.byref(mask))
+raw("setaff self", 203, 0, 8, ctypes.byref(mask))
+prio = ctypes.c_int(1)
+raw("fifo self", 144, 0, 1, ctypes.byref(prio))
+raw("rr self", 144, 0, 2, ctypes.byref(prio))
+raw("fifo template", 144, T, 1, ctypes.byref(prio))
+raw("idle template", 144, T, 5, ctypes.byref(ctypes.c_int(0)))
+raw("param template", 142, T, ctypes.byref(ctypes.c_int(0)))
+# struct sched_attr: size, policy, flags, nice, priority, runtime, deadline, period
+dl = struct.pack("IIQiIQQQ", 48, 6, 0, 0, 0, 10**6, 10**7, 10**7)
+buf = ctypes.create_string_buffer(dl)
+raw("deadline self", 314, 0, buf, 0)
+nice = struct.pack("IIQiIQQQ", 48, 0, 0, 19, 0, 0, 0, 0)
+raw("attr nice template", 314, T, ctypes.create_string_buffer(nice), 0)
+raw("nice -5 self", 141, 0, 0, ctypes.c_int(-5))
+raw("nice pgrp", 141, 1, 0, 19)
+raw("nice user", 141, 2, 0, 19)
+raw("nice template", 141, 0, T, 19)
+def th():
+    raw("setaff template from thread", 203, T, 8, ctypes.byref(mask))
+x = threading.Thread(target=th); x.start(); x.join()
+os.nice(19)
+`})
+	requireOK(t, res)
+	requireLines(t, res.Stdout, "aff "+want, "setaff template EPERM", "setaff pid1 EPERM", "setaff self ok",
+		"fifo self EPERM", "rr self EPERM", "fifo template EPERM", "idle template EPERM", "param template EPERM",
+		"deadline self EPERM", "attr nice template EPERM", "nice -5 self EACCES", "nice pgrp EPERM", "nice user EPERM",
+		"nice template EPERM", "setaff template from thread EPERM")
+	check := "import os\nprint('aff', sorted(os.sched_getaffinity(0)), 'nice', os.getpriority(os.PRIO_PROCESS, 0), os.sched_getscheduler(0))"
+	res = run(t, p, Job{Code: check})
+	requireOK(t, res)
+	requireLines(t, res.Stdout, "aff "+want+" nice 0 0")
+	co, err := p.Checkout(context.Background(), Job{})
+	require.NoError(t, err)
+	ev, err := co.Feed(context.Background(), Step{Code: check})
+	require.NoError(t, err)
+	requireOK(t, ev.Result)
+	requireLines(t, ev.Result.Stdout, "aff "+want+" nice 0 0")
+	require.NoError(t, co.Finish(context.Background()))
+	require.Equal(t, p.workers[0].live.Load().Pid(), tpl, "the template was replaced")
+	require.Equal(t, pinned, cpusAllowed(t, tpl))
+	n, err := unix.Getpriority(unix.PRIO_PROCESS, tpl)
+	require.NoError(t, err)
+	require.Equal(t, 20, n, "the template's nice value changed (getpriority returns 20-nice)")
+}
+
+// Probe 6: a job's usage is read from /proc/<pid>/stat and status opened
+// before the hand-over. A job that renames itself to forge their fields
+// (a ")" with made-up numbers for stat, a newline with a made-up VmHWM
+// for status), while another job runs beside it, gets its own true
+// figures, and the other job's are untouched.
+func TestHostileReview8UsageForgedName(t *testing.T) {
+	t.Parallel()
+	p := newTestPool(t, Config{Workers: 2})
+	forge := `
+import ctypes, threading
+libc = ctypes.CDLL(None, use_errno=True)
+libc.prctl(15, NAME, 0, 0, 0)
+got = ctypes.create_string_buffer(16)
+libc.prctl(16, got, 0, 0, 0)
+print("renamed", got.value == NAME)
+def th():
+    libc.prctl(15, b"q) Z 1 1 1 1 1 1 777777777", 0, 0, 0)
+x = threading.Thread(target=th); x.start(); x.join()
+`
+	var wg sync.WaitGroup
+	res := make([]*Result, 4)
+	for i := range res {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			code := "x = bytearray(1 << 20)\nprint('plain')"
+			switch i {
+			case 0:
+				code = "NAME = b'x) R 9 9 9 9 99'" + forge // the stat line
+			case 2:
+				code = "NAME = b'\\nVmHWM:\\t999999'" + forge // the status file
+			}
+			res[i] = run(t, p, Job{Code: code})
+		}()
+	}
+	wg.Wait()
+	for i, r := range res {
+		requireOK(t, r)
+		if i%2 == 0 {
+			requireLines(t, r.Stdout, "renamed True")
+		}
+		require.NotNil(t, r.Usage, "job %d has no usage", i)
+		require.Less(t, r.Usage.MaxRSSBytes, int64(512<<20), "job %d: %+v", i, r.Usage)
+		require.Greater(t, r.Usage.MaxRSSBytes, int64(0), "job %d: %+v", i, r.Usage)
+		require.Less(t, r.Usage.MinorFaults, int64(10_000_000), "job %d: %+v", i, r.Usage)
+		require.GreaterOrEqual(t, r.Usage.MinorFaults, int64(0), "job %d: %+v", i, r.Usage)
 	}
 }
