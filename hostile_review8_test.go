@@ -389,3 +389,32 @@ x = threading.Thread(target=th); x.start(); x.join()
 		require.GreaterOrEqual(t, r.Usage.MinorFaults, int64(0), "job %d: %+v", i, r.Usage)
 	}
 }
+
+// Probe 7: every job reads the interpreter's paths (with Debian's
+// python3, all of /usr), which Pool.RuntimePaths reports, so that pynox
+// serve refuses a token file or TLS key beneath them
+// (TestServeReview8SecretUnderInterpreterPaths).
+func TestHostileReview8RuntimePathsReadable(t *testing.T) {
+	t.Parallel()
+	p := newTestPool(t, Config{Workers: 1})
+	if os.Geteuid() != 0 || !slicesContains(p.RuntimePaths(), "/usr") {
+		t.Skipf("needs root and an interpreter under /usr (runtime paths %v)", p.RuntimePaths())
+	}
+	base, err := os.MkdirTemp("/usr/local/share", "pynox-review8-")
+	require.NoError(t, err)
+	t.Cleanup(func() { os.RemoveAll(base) })
+	secret := filepath.Join(base, "secret")
+	require.NoError(t, os.WriteFile(secret, []byte("s3cret"), 0o644))
+	res := run(t, p, Job{Code: "print(open(" + pyQuote(secret) + ").read())"})
+	requireOK(t, res)
+	require.Equal(t, "s3cret\n", res.Stdout)
+}
+
+func slicesContains(s []string, v string) bool {
+	for _, x := range s {
+		if x == v {
+			return true
+		}
+	}
+	return false
+}
