@@ -418,3 +418,19 @@ func slicesContains(s []string, v string) bool {
 	}
 	return false
 }
+
+// Probe 8: Stats.Errors holds at most 256 error types, but a job names
+// its exception class, and a name has no length bound of its own: 256
+// classes of a megabyte each kept 256 MB in the pool for its life. Now
+// a type name longer than maxStatsErrorTypeLen counts under "(other)".
+func TestHostileReview8StatsErrorTypeLength(t *testing.T) {
+	t.Parallel()
+	p := newTestPool(t, Config{Workers: 1})
+	res := run(t, p, Job{Code: `raise type("A" * 1000000, (Exception,), {})("x")`})
+	require.NotNil(t, res.Error)
+	errs := p.Stats().Errors
+	for k := range errs {
+		require.LessOrEqual(t, len(k), maxStatsErrorTypeLen, "Stats.Errors holds a %d-byte key", len(k))
+	}
+	require.Equal(t, int64(1), errs[statsOtherErrors], "%d keys", len(errs))
+}
