@@ -6,6 +6,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -68,4 +71,62 @@ func TestServeReview8SecretHardLinked(t *testing.T) {
 	require.NoError(t, os.Link(tokens, filepath.Join(dir, "copy")))
 	msg := serveRefused(t, dir, "--token-file="+tokens)
 	require.Contains(t, msg, "--token-file="+tokens+" has 2 hard links")
+}
+
+// childrenOf lists the pids whose parent is pid.
+func childrenOf(pid int) []int {
+	var out []int
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		c, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		s := string(b)
+		f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+		if len(f) > 1 && f[1] == strconv.Itoa(pid) {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// The readers of the token file and TLS key run outside the server's
+// confinement: killed with SIGKILL, the server leaves none of them
+// behind (each ends at EOF on its request pipe), and a job cannot
+// signal them (they are outside its Landlock domain and pid namespace).
+func TestServeReview8SecretReadersEndWithServer(t *testing.T) {
+	t.Parallel()
+	testenv.RequireSandbox(t)
+	dir, outside := t.TempDir(), t.TempDir()
+	tokens := filepath.Join(outside, "tokens")
+	require.NoError(t, os.WriteFile(tokens, []byte("tok-a\n"), 0o600))
+	certPath, keyPath, _ := writeSelfSigned(t, outside, "pynox-review8")
+	s := startServe(t, dir, "--token-file="+tokens, "--tls-cert="+certPath, "--tls-key="+keyPath)
+	var readers []int
+	for _, c := range childrenOf(s.cmd.Process.Pid) {
+		if b, err := os.ReadFile("/proc/" + strconv.Itoa(c) + "/cmdline"); err == nil && bytes.Contains(b, []byte(tokenReaderArg)) {
+			readers = append(readers, c)
+		}
+	}
+	require.Len(t, readers, 3, "expected a reader each for the tokens, the certificate and the key")
+	require.NoError(t, s.cmd.Process.Signal(syscall.SIGKILL))
+	_ = s.cmd.Wait()
+	deadline := time.Now().Add(10 * time.Second)
+	// A reader that exited is gone or a zombie (empty cmdline) until
+	// whoever it was reparented to reaps it.
+	alive := func(r int) bool {
+		b, err := os.ReadFile("/proc/" + strconv.Itoa(r) + "/cmdline")
+		return err == nil && bytes.Contains(b, []byte(tokenReaderArg))
+	}
+	for _, r := range readers {
+		for alive(r) && time.Now().Before(deadline) {
+			time.Sleep(20 * time.Millisecond)
+		}
+		require.False(t, alive(r), "reader %d outlived the server", r)
+	}
 }
