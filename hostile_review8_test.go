@@ -434,3 +434,72 @@ func TestHostileReview8StatsErrorTypeLength(t *testing.T) {
 	}
 	require.Equal(t, int64(1), errs[statsOtherErrors], "%d keys", len(errs))
 }
+
+// childrenOfPid counts the processes whose parent is pid.
+func childrenOfPid(pid int) int {
+	n := 0
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		if _, err := strconv.Atoi(e.Name()); err != nil {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		s := string(b)
+		f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+		if len(f) > 1 && f[1] == strconv.Itoa(pid) {
+			n++
+		}
+	}
+	return n
+}
+
+// Probe 9: a namespace the mounter refuses (two mounts that overlap,
+// found only as the namespace is built, after the job's process was
+// forked for it) is refused with SandboxSetupError and no code runs; the
+// process forked for it ends, the templates keep only their spares, and
+// both worker slots still serve.
+func TestHostileReview8NSRefusedAfterFork(t *testing.T) {
+	t.Parallel()
+	p := newTestPool(t, Config{Workers: 2})
+	requireNS(t, p)
+	dir := p.Config().Dir
+	a, b := filepath.Join(dir, "a"), filepath.Join(dir, "b")
+	require.NoError(t, os.Mkdir(a, 0o755))
+	require.NoError(t, os.Mkdir(b, 0o755))
+	flag := filepath.Join(dir, "ran")
+	requireOK(t, run(t, p, Job{Mounts: []MountSpec{{HostPath: a, Path: "/x"}}, Code: "pass"}))
+	tpls := []int{p.workers[0].live.Load().Pid(), p.workers[1].live.Load().Pid()}
+	base := childrenOfPid(tpls[0]) + childrenOfPid(tpls[1])
+	var wg sync.WaitGroup
+	for i := 0; i < 8; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			res := run(t, p, Job{Mounts: []MountSpec{{HostPath: a, Path: "/x"}, {HostPath: b, Path: "/x/y"}},
+				AllowWrite: []string{dir}, Code: "open(" + pyQuote(flag) + ", 'w').write('x')"})
+			requireErrorType(t, res, "SandboxSetupError")
+		}()
+	}
+	wg.Wait()
+	_, err := os.Stat(flag)
+	require.True(t, os.IsNotExist(err), "the refused job's code ran")
+	var wg2 sync.WaitGroup
+	for i := 0; i < 2; i++ {
+		wg2.Add(1)
+		go func() {
+			defer wg2.Done()
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			res, err := p.Run(ctx, Job{Mounts: []MountSpec{{HostPath: a, Path: "/x"}}, Code: "import time; time.sleep(0.2)"})
+			require.NoError(t, err)
+			requireOK(t, res)
+		}()
+	}
+	wg2.Wait()
+	require.Equal(t, tpls, []int{p.workers[0].live.Load().Pid(), p.workers[1].live.Load().Pid()}, "a template was replaced")
+	require.True(t, eventually(func() bool { return childrenOfPid(tpls[0])+childrenOfPid(tpls[1]) <= base }),
+		"processes forked for refused jobs remain: %d, was %d", childrenOfPid(tpls[0])+childrenOfPid(tpls[1]), base)
+}
