@@ -503,3 +503,32 @@ func TestHostileReview8NSRefusedAfterFork(t *testing.T) {
 	require.True(t, eventually(func() bool { return childrenOfPid(tpls[0])+childrenOfPid(tpls[1]) <= base }),
 		"processes forked for refused jobs remain: %d, was %d", childrenOfPid(tpls[0])+childrenOfPid(tpls[1]), base)
 }
+
+// Probe 10: an interrupt asked for while a step waits for a host call's
+// answer, with the answer arriving right after it, ends the step with
+// KeyboardInterrupt before any of its code after the call runs (the
+// turn sends SIGINT before it passes the answer on), each time.
+func TestHostileReview8InterruptBeforeAnswer(t *testing.T) {
+	t.Parallel()
+	p := newTestPool(t, Config{Workers: 1})
+	ctx := context.Background()
+	entered := make(chan struct{}, 1)
+	release := make(chan struct{})
+	host := func(ctx context.Context, call *Call) (any, error) {
+		entered <- struct{}{}
+		<-release
+		return 1, nil
+	}
+	co, err := p.Checkout(ctx, Job{Timeout: 30 * time.Second, Functions: []string{"f"}, Host: host})
+	require.NoError(t, err)
+	for i := 0; i < 8; i++ {
+		ch := feedAsync(ctx, co, Step{Code: "from pynox_host import f\nf()\nprint('after')"})
+		<-entered
+		require.True(t, co.Interrupt())
+		release <- struct{}{}
+		ev := <-ch
+		requireErrorType(t, ev.Result, "KeyboardInterrupt")
+		require.NotContains(t, ev.Result.Stdout, "after", "round %d", i)
+		require.False(t, ev.Result.SessionEnded, "round %d", i)
+	}
+}
