@@ -37,8 +37,9 @@ type Stats struct {
 	// counted for the jobs and steps, in milliseconds.
 	CPUMSTotal float64 `json:"cpu_ms_total"`
 	// Errors counts failed jobs by error type. A job can name its own
-	// exception classes, so the map holds at most 256 names: failures of
-	// any further type count under "(other)".
+	// exception classes, so the map holds at most 256 names of at most
+	// 128 bytes: failures of any further or longer type count under
+	// "(other)".
 	Errors map[string]int64 `json:"errors"`
 }
 
@@ -46,8 +47,13 @@ type Stats struct {
 // get a key of their own, the rest count under statsOtherErrors.
 const maxStatsErrorTypes = 256
 
-// statsOtherErrors is Stats.Errors' key for error types past the bound
-// (not a valid Python class name, so no job's type can take it).
+// maxStatsErrorTypeLen bounds the length of Stats.Errors' keys: a job
+// names its exception class, with no length bound of its own, so a
+// longer type counts under statsOtherErrors.
+const maxStatsErrorTypeLen = 128
+
+// statsOtherErrors is Stats.Errors' key for error types past the bounds
+// (a job may name a class so too, and then counts under it).
 const statsOtherErrors = "(other)"
 
 type statsCounters struct {
@@ -75,7 +81,7 @@ func (c *statsCounters) record(r *Result) {
 			c.s.Errors = map[string]int64{}
 		}
 		key := r.Error.Type
-		if _, seen := c.s.Errors[key]; !seen && len(c.s.Errors) >= maxStatsErrorTypes {
+		if _, seen := c.s.Errors[key]; len(key) > maxStatsErrorTypeLen || !seen && len(c.s.Errors) >= maxStatsErrorTypes {
 			key = statsOtherErrors // a job names its own exception classes: bound the map
 		}
 		c.s.Errors[key]++

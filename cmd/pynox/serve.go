@@ -194,7 +194,7 @@ func serve(args []string, stdout, stderr io.Writer) int {
 		return 0, true
 	}
 	return withPool("serve", serveUsage, args, stdout, stderr, flags, before, func(p *pynox.Pool) int {
-		if msg := jobsReachServer(p.Config(), tokens, certs); msg != "" {
+		if msg := jobsReachServer(p.Config(), p.RuntimePaths(), tokens, certs); msg != "" {
 			ln.Close()
 			fmt.Fprintf(stderr, "pynox serve: %s\n", msg)
 			return 1
@@ -211,8 +211,9 @@ func serve(args []string, stdout, stderr io.Writer) int {
 // grant); and a job that may read the token file (beneath the read or
 // write ceiling, a package dir, or the system paths every job may read;
 // the read ceiling is the working directory by default) learns every
-// client's token; the same holds for the TLS private key.
-func jobsReachServer(cfg pynox.Config, tokens *tokenSet, certs *certSource) string {
+// client's token; the same holds for the TLS private key. runtime are the
+// interpreter's paths (Pool.RuntimePaths), which every job reads too.
+func jobsReachServer(cfg pynox.Config, runtime []string, tokens *tokenSet, certs *certSource) string {
 	network := cfg.Limits.AllowNetwork
 	for _, pr := range cfg.Profiles {
 		network = network || pr.AllowNetwork
@@ -222,25 +223,30 @@ func jobsReachServer(cfg pynox.Config, tokens *tokenSet, certs *certSource) stri
 			"without --token-file it could send requests of its own with any grant of the ceiling; give --token-file=FILE (outside every path a job may read)"
 	}
 	if tokens != nil {
-		if msg := secretReadable(cfg, "--token-file", tokens.path, "every client's token"); msg != "" {
+		if msg := secretReadable(cfg, runtime, "--token-file", tokens.path, "every client's token"); msg != "" {
 			return msg
 		}
 	}
 	if certs != nil {
-		return secretReadable(cfg, "--tls-key", certs.keyPath, "the server's TLS private key")
+		return secretReadable(cfg, runtime, "--tls-key", certs.keyPath, "the server's TLS private key")
 	}
 	return ""
 }
 
 // secretReadable says why a job could read the file a flag names (path),
-// or returns "".
-func secretReadable(cfg pynox.Config, flag, path, what string) string {
+// or returns "". A file with more than one hard link is refused: another
+// link may lie where jobs read, and the check cannot find it.
+func secretReadable(cfg pynox.Config, runtime []string, flag, path, what string) string {
 	abs, err := filepath.Abs(path)
 	if err != nil {
 		return fmt.Sprintf("%s=%s: %v", flag, path, err)
 	}
 	if real, err := filepath.EvalSymlinks(abs); err == nil {
 		abs = real
+	}
+	var st syscall.Stat_t
+	if err := syscall.Stat(abs, &st); err == nil && st.Nlink > 1 {
+		return fmt.Sprintf("%s=%s has %d hard links, and a job could read %s through one beneath a path it may read; expected a file with a single link, outside every path a job may read", flag, path, st.Nlink, what)
 	}
 	for _, g := range []struct {
 		what  string
@@ -250,6 +256,7 @@ func secretReadable(cfg pynox.Config, flag, path, what string) string {
 		{"the write ceiling ([pool.limits] allow_write, --allow-write)", cfg.Limits.AllowWrite},
 		{"a package dir ([pool] package_dirs, --package-dir)", cfg.PackageDirs},
 		{"the system paths every job may read", worker.SystemPaths()},
+		{"the interpreter's paths every job may read (its prefix, sys.path, the preloads)", runtime},
 	} {
 		for _, d := range g.paths {
 			d = filepath.Clean(d)
