@@ -271,9 +271,9 @@ func (s *server) session(req request) {
 		s.sessions[req.Session] = ns
 		go s.runSession(ns)
 	}
-	if ns.pending >= MaxPendingSteps {
+	if pending := ns.pending; pending >= MaxPendingSteps {
 		s.mu.Unlock()
-		s.refuseSession(req, requestErrorf("session %q has %d requests pending; wait for their results", req.Session, ns.pending))
+		s.refuseSession(req, requestErrorf("session %q has %d requests pending; wait for their results", req.Session, pending))
 		return
 	}
 	ns.pending++
