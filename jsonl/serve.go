@@ -194,7 +194,7 @@ func ServeWith(ctx context.Context, p *pynox.Pool, r io.Reader, w io.Writer, o S
 		if l.err != nil {
 			return nil, true // a read error ends input like EOF
 		}
-		if len(bytes.TrimSpace(l.line)) == 0 {
+		if len(bytes.Trim(l.line, jsonSpace)) == 0 {
 			return nil, false
 		}
 		req, err := decodeRequest(l.line)
@@ -323,6 +323,11 @@ func refuse(p *pynox.Pool, j *pynox.Job, e *pynox.Error) *pynox.Result {
 // Keys must match the protocol's field names exactly, and no object may
 // repeat a key (see checkKeys): encoding/json alone would take "CODE" or
 // "ſession" for a field and keep the last of two "code" keys.
+// jsonSpace is JSON's whitespace (RFC 8259): a form feed or a Unicode
+// space is not, so a line ending in one is refused as trailing data, and a
+// line holding only one is refused rather than skipped as blank.
+const jsonSpace = " \t\r\n"
+
 func decodeRequest(line []byte) (request, *pynox.Error) {
 	var req request
 	var err error
@@ -333,7 +338,7 @@ func decodeRequest(line []byte) (request, *pynox.Error) {
 		dec.DisallowUnknownFields()
 		dec.UseNumber()
 		err = dec.Decode(&req)
-		if err == nil && len(bytes.TrimSpace(line[dec.InputOffset():])) > 0 {
+		if err == nil && len(bytes.Trim(line[dec.InputOffset():], jsonSpace)) > 0 {
 			err = errors.New("trailing data after the JSON object")
 		}
 	}
