@@ -324,6 +324,14 @@ func TestServeReview7JobsCannotBeClients(t *testing.T) {
 		msg := refused(t, t.TempDir(), "--allow-write="+w, "--token-file="+filepath.Join(w, "tokens"))
 		require.Contains(t, msg, "lies beneath the write ceiling")
 	})
+	t.Run("token file beneath a ceiling named through a symlink", func(t *testing.T) {
+		real := t.TempDir()
+		require.NoError(t, os.WriteFile(filepath.Join(real, "tokens"), []byte("tok\n"), 0o600))
+		link := filepath.Join(t.TempDir(), "ceiling")
+		require.NoError(t, os.Symlink(real, link))
+		msg := refused(t, t.TempDir(), "--allow-read="+link, "--token-file="+filepath.Join(real, "tokens"))
+		require.Contains(t, msg, "lies beneath the read ceiling")
+	})
 	t.Run("TLS key in the read ceiling", func(t *testing.T) {
 		dir := t.TempDir()
 		certPath, keyPath, _ := writeSelfSigned(t, dir, "pynox-key-readable")
