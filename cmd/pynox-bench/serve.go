@@ -2,18 +2,14 @@ package main
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"fmt"
-	"io"
 	"os/exec"
 	"slices"
 	"strconv"
 	"strings"
 	"syscall"
 	"time"
-
-	"github.com/coder/websocket"
 
 	"github.com/pynox/pynox"
 	"github.com/pynox/pynox/jsonl"
@@ -169,20 +165,13 @@ func startServe(ctx context.Context, rep *Report, bin string, args []string, dir
 		_ = cmd.Wait()
 		return nil, nil, fmt.Errorf("pynox serve did not start; its stderr: %s", s.stderr.String())
 	}
-	c, _, err := websocket.Dial(ctx, "ws://"+a+"/v1/pool", &websocket.DialOptions{CompressionMode: websocket.CompressionDisabled})
+	// The protocol client the remote Go pool uses, on one connection; no
+	// keepalive stats request lands among the measured ones.
+	s.c, err = jsonl.DialClient(ctx, "ws://"+a+"/v1/pool", jsonl.DialOptions{Keepalive: -1})
 	if err != nil {
 		_ = cmd.Process.Kill()
 		_ = cmd.Wait()
-		return nil, nil, fmt.Errorf("pynox serve: dialing ws://%s/v1/pool: %v", a, err)
-	}
-	c.SetReadLimit(64 << 20)
-	conn := &wsLines{c: c}
-	s.c, err = jsonl.NewClient(conn, conn)
-	if err != nil {
-		c.CloseNow()
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-		return nil, nil, fmt.Errorf("pynox serve: %v; its stderr: %s", err, s.stderr.String())
+		return nil, nil, fmt.Errorf("pynox serve: dialing ws://%s/v1/pool: %v; its stderr: %s", a, err, s.stderr.String())
 	}
 	s.ready = time.Since(t0)
 	rep.StartupMS[s.name] = float64(s.ready.Microseconds()) / 1000
@@ -247,49 +236,4 @@ func (s *server) sessionMemory(row *MemRow) error {
 		return s.failed(err)
 	}
 	return nil
-}
-
-// wsLines is a WebSocket as the line stream jsonl.Client reads and
-// writes: each text message is one line.
-type wsLines struct {
-	c   *websocket.Conn
-	buf []byte
-	out bytes.Buffer
-}
-
-// Read returns the next message's bytes, with a newline after each
-// message (io.Reader).
-func (w *wsLines) Read(p []byte) (int, error) {
-	for len(w.buf) == 0 {
-		_, msg, err := w.c.Read(context.Background())
-		if err != nil {
-			return 0, io.EOF
-		}
-		w.buf = append(msg, '\n')
-	}
-	n := copy(p, w.buf)
-	w.buf = w.buf[n:]
-	return n, nil
-}
-
-// Write sends each complete line as one text message (io.Writer); the
-// client writes whole lines, one writer at a time.
-func (w *wsLines) Write(p []byte) (int, error) {
-	w.out.Write(p)
-	for {
-		line, err := w.out.ReadBytes('\n')
-		if err != nil {
-			w.out.Write(line) // a partial line waits for its end
-			return len(p), nil
-		}
-		if err := w.c.Write(context.Background(), websocket.MessageText, bytes.TrimSuffix(line, []byte("\n"))); err != nil {
-			return 0, err
-		}
-	}
-}
-
-// Close ends the connection normally (io.Closer): the server answers what
-// it holds, then closes its side.
-func (w *wsLines) Close() error {
-	return w.c.Close(websocket.StatusNormalClosure, "")
 }
