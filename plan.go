@@ -415,6 +415,10 @@ func (pl *plan) grant(field, dir, path string, ceiling []string, access uint64) 
 		unix.Close(fd)
 		return "", false, requestErrorf("%s: %s: cannot resolve", field, path)
 	}
+	if !hostFile(fd, real) {
+		unix.Close(fd)
+		return "", false, requestErrorf("%s: %s: %s", field, path, notHostFile(real))
+	}
 	if !beneathAny(real, ceiling) {
 		unix.Close(fd)
 		return "", false, requestErrorf("%s: %s is outside the pool's ceiling (%s)", field, real, ceilingList(ceiling))
@@ -431,6 +435,31 @@ func (pl *plan) grant(field, dir, path string, ceiling []string, access uint64) 
 	pl.fds = append(pl.fds, fd)
 	pl.accessOf = append(pl.accessOf, access)
 	return real, isDir, nil
+}
+
+// hostFile reports whether real, the link text of the pool's descriptor
+// fd in /proc/self/fd, names that same file in the pool's own file tree
+// now. A path through /proc's magic links (/proc/<pid>/root/...,
+// /proc/<pid>/fd/<n>) reaches files no path of the host names: another
+// job's, in its mount namespace, or one it unlinked, or a detached mount's;
+// their link text still reads as an absolute path ("/v", "/dir/f
+// (deleted)"), which may lie beneath a ceiling by its letters alone.
+// Such a file is never judged by that text: it is refused.
+func hostFile(fd int, real string) bool {
+	if !filepath.IsAbs(real) {
+		return false
+	}
+	var a, b unix.Stat_t
+	if unix.Fstat(fd, &a) != nil || unix.Lstat(real, &b) != nil {
+		return false
+	}
+	return a.Dev == b.Dev && a.Ino == b.Ino
+}
+
+// notHostFile says why a path that hostFile refused is refused.
+func notHostFile(real string) string {
+	return fmt.Sprintf("resolves to %q, which is not that file on the host (a file of another mount namespace, "+
+		"an unlinked file or a detached mount's); expected a path of the host's file tree", real)
 }
 
 // readScript reads a script file for a job: the pool reads it, so it must
@@ -455,6 +484,9 @@ func readScript(dir, path string, ceiling []string) (string, *Error) {
 	real, err := os.Readlink(fdPath)
 	if err != nil {
 		return "", requestErrorf("script: %s: cannot resolve", path)
+	}
+	if !hostFile(fd, real) {
+		return "", requestErrorf("script: %s: %s", path, notHostFile(real))
 	}
 	if !beneathAny(real, ceiling) {
 		return "", requestErrorf("script: %s is outside the pool's ceiling (%s)", real, ceilingList(ceiling))
