@@ -39,6 +39,10 @@ type nsMounter struct {
 	// that domain; every job namespace's root is a clone of it.
 	base    int
 	hasBase bool
+	// links are the host's top-level symbolic links, read before the
+	// pool confines itself (its Landlock domain may deny listing "/");
+	// nil means read them when needed.
+	links [][2]string
 
 	mu       sync.Mutex
 	done     bool  // closed: no more namespaces
@@ -58,6 +62,7 @@ type nsMounter struct {
 // naming it.
 func (n *nsMounter) startEarly() {
 	n.once.Do(func() {
+		n.links = mountns.HostLinks()
 		base, err := newBaseTmpfs()
 		if err != nil {
 			n.err = fmt.Errorf("making the namespaces' root tmpfs: %w", err)
@@ -280,7 +285,10 @@ func (b *nsBase) plan(n *nsMounter) mountns.Plan {
 
 // nsBaseOf computes the pool's namespace base (see nsBase).
 func (p *Pool) nsBaseOf() *nsBase {
-	b := &nsBase{links: mountns.HostLinks()}
+	b := &nsBase{links: p.ns.links}
+	if b.links == nil {
+		b.links = mountns.HostLinks()
+	}
 	var binds []hostBind
 	addPath := func(path string, ro bool) {
 		fd, err := unix.Open(path, unix.O_PATH|unix.O_CLOEXEC, 0)

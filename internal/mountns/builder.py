@@ -665,7 +665,10 @@ def attach_job(mnt, plan, fds):
                 cache = {}
                 try:
                     for path, is_dir, m in sorted(mounts, key=lambda x: len(rel(x[0]))):
-                        d, last = make_point(root, path, is_dir, cache, dev)
+                        try:
+                            d, last = make_point(root, path, is_dir, cache, dev)
+                        except OSError as e:
+                            raise OSError(e.errno, "mountpoint %s: %s" % (path, e.strerror)) from None
                         try:
                             attach(m, d, last)
                         except OSError as e:
