@@ -24,6 +24,15 @@
 # builder: the tree exists before the job and is dropped with the
 # descriptors.
 #
+# Prepared namespaces: a request {"op": "prepare", "n": n, <base plan>}
+# gives the mounter the part of every namespace no request changes (it
+# keeps the descriptors); it then keeps n namespaces built from it (their
+# root tmpfs still writable) ready, each rebuilt in the background after
+# one is taken, and a request {"op": "attach", <the job's binds, overlays
+# and dirs>} attaches the job's mounts to one of them without a fork (see
+# serve_attach). A request without "op" builds a whole namespace as
+# above.
+#
 # Plan: {"binds": [{"fd": i, "path": "/data", "ro": true}],
 #        "overlays": [{"fd": i, "path": "/work", "limit": bytes}],
 #        "links": [["lib", "usr/lib"], ...], "dirs": ["/srv/app"], "root": i}

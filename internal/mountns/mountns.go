@@ -13,6 +13,24 @@
 // process can enter with setns (the owner of a user namespace holds every
 // capability in it; the entering process must drop them again).
 //
+// Prepared namespaces (Mounter.Prepare): given the part of every
+// namespace no request changes, the mounter keeps a few namespaces built
+// from it ready, in the background, and a request only attaches its own
+// mounts to one of them, without a fork: the mounter (real root in the
+// initial user namespace, holding every capability over the prepared
+// namespace's user namespace) clones the request's sources in its own
+// mount namespace, setns-es into the prepared mount namespace, makes the
+// mountpoints (never off its root tmpfs), move_mounts the clones there,
+// makes the root read-only and setns-es back. Verified on Linux 6.18
+// (prepared_test.go): the job sees the base and exactly its own mounts,
+// two namespaces never share one, an attach that fails drops the
+// namespace. Mounts attached this way are not locked (MNT_LOCKED marks
+// only the mounts a namespace copied when it was made for a less
+// privileged user namespace), nor is the root's read-only flag: a process
+// holding capabilities in the namespace could unmount or remount them.
+// The pool's jobs hold none there (they drop them on entry) and their
+// seccomp layer denies every mount call (hostile_nsprep_test.go).
+//
 // Verified on Linux 6.18 (see mountns_test.go): detached assembly
 // (fsopen, fsmount, open_tree, move_mount onto a detached tmpfs), overlayfs
 // over a host directory with its upper layer on a sized tmpfs (writes past

@@ -270,17 +270,24 @@ func TestPrepareRefusals(t *testing.T) {
 }
 
 // buildLatency builds namespaces like a job with one read-only virtual
-// mount (/data) on top of /usr and /proc, with m prepared or not, and
-// returns the median and the spread of the round trips.
+// mount (/data) on top of a pool's base, with m prepared or not, and
+// reports the median and the spread of the round trips.
 func buildLatency(b *testing.B, prepared bool) {
 	requireMounter(b)
 	m, err := Start("/usr/bin/python3")
 	require.NoError(b, err)
 	defer m.Close()
-	usr, proc := openPath(b, "/usr"), openPath(b, "/proc")
 	data := openPath(b, dataDir(b, "A"))
-	base := Plan{Binds: []Bind{{Source: usr, Path: "/usr", ReadOnly: true}, {Source: proc, Path: "/proc", ReadOnly: true}},
-		Links: HostLinks(), Dirs: []string{"/srv/app"}}
+	// Like a pool's base: the runtime, /proc, the devices and the system
+	// files a job may read.
+	base := Plan{Links: HostLinks(), Dirs: []string{"/srv/app"}}
+	for _, p := range []string{"/usr", "/proc", "/dev/null", "/dev/zero", "/dev/urandom", "/dev/random", "/etc/hosts",
+		"/etc/resolv.conf", "/etc/nsswitch.conf", "/etc/host.conf", "/etc/gai.conf", "/etc/services", "/etc/protocols",
+		"/etc/ld.so.cache", "/etc/ssl/certs"} {
+		if _, err := os.Stat(p); err == nil {
+			base.Binds = append(base.Binds, Bind{Source: openPath(b, p), Path: p, ReadOnly: !strings.HasPrefix(p, "/dev/")})
+		}
+	}
 	job := Plan{Binds: []Bind{{Source: data, Path: "/data", ReadOnly: true}}}
 	if prepared {
 		require.NoError(b, m.Prepare(base, 2))
