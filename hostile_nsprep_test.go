@@ -213,3 +213,28 @@ print(open("/data/f.txt").read(), os.path.exists("/ok"))`})
 	requireOK(t, res)
 	require.Equal(t, "hello False\n", res.Stdout)
 }
+
+// A grant above paths of the pool's base (/etc, above the system files
+// the base binds) is mounted over them in a prepared namespace: the job
+// sees the host's /etc through its grant (a file no base bind shows
+// too), as a whole build would show it, and its mount beside it.
+func TestNSPrepGrantOverBase(t *testing.T) {
+	t.Parallel()
+	if _, err := os.Stat("/etc/hostname"); err != nil {
+		t.Skip("no /etc/hostname")
+	}
+	dir := t.TempDir()
+	data := filepath.Join(dir, "data")
+	require.NoError(t, os.Mkdir(data, 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(data, "f.txt"), []byte("hello"), 0o644))
+	p := newTestPool(t, Config{Workers: 1, Dir: dir, Limits: Limits{AllowRead: []string{"/etc", dir}}})
+	requireNS(t, p)
+	want, err := os.ReadFile("/etc/hostname")
+	require.NoError(t, err)
+	for range 3 {
+		res := run(t, p, Job{Mounts: []MountSpec{{HostPath: data, Path: "/data"}}, AllowRead: []string{"/etc"},
+			Code: `print(open("/etc/hostname").read() == ` + pyQuote(string(want)) + `, open("/data/f.txt").read())`})
+		requireOK(t, res)
+		require.Equal(t, "True hello\n", res.Stdout)
+	}
+}
