@@ -247,7 +247,8 @@ def build(plan, fds, ro_root=True):
 # node}]; LIVE lists each live namespace's id with the nodes it uses. A
 # node's count is never below a descendant's, so a node at zero is
 # removed with everything beneath it. (The shared root holds nothing else
-# but the host's top-level links, never in TREE.)
+# but the host's top-level links, never in TREE.) After a "prepare", the
+# base plan's entries hold one count for good (see serve_prepare).
 TREE = [1, {}]
 LIVE = []
 NS_GET_MNTNS_ID = 0x8008B705  # _IOR(0xb7, 5, __u64)
@@ -532,6 +533,15 @@ def serve_prepare(plan, fds):
         rel(path)
     BASE = {"plan": plan, "fds": list(fds), "n": n}
     fds.clear()  # BASE's now
+    if base_root() is not None:
+        # The base's entries in the shared root are never collected: a
+        # namespace being built in the background uses them before any
+        # count says so (removing one there would detach its mount).
+        for path in plan_paths(plan):
+            node = TREE
+            for p in rel(path):
+                node = node[1].setdefault(p, [0, {}])
+                node[0] += 1
     return {"ok": True}, [], None
 
 

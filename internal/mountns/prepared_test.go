@@ -327,3 +327,40 @@ func buildLatency(b *testing.B, prepared bool) {
 // builder process forked for it) or attached to a prepared namespace.
 func BenchmarkBuildWhole(b *testing.B)    { buildLatency(b, false) }
 func BenchmarkBuildPrepared(b *testing.B) { buildLatency(b, true) }
+
+// In a shared root, the mounter's collection of unused mountpoints (at
+// each request) never removes the base's, which a prepared namespace
+// being built in the background needs even while no live namespace
+// uses them (the stock taken, every job's namespace gone): jobs one
+// right after another, each closing its namespace at once, all get one
+// with the base's mounts.
+func TestPreparedSharedRootBaseKept(t *testing.T) {
+	requireMounter(t)
+	fsfd, err := unix.Fsopen("tmpfs", unix.FSOPEN_CLOEXEC)
+	require.NoError(t, err)
+	require.NoError(t, unix.FsconfigCreate(fsfd))
+	base, err := unix.Fsmount(fsfd, unix.FSMOUNT_CLOEXEC, 0)
+	unix.Close(fsfd)
+	require.NoError(t, err)
+	defer unix.Close(base)
+	m := preparedMounter(t, 1, base, true)
+	src := openPath(t, dataDir(t, "A"))
+	job := Plan{Binds: []Bind{{Source: src, Path: "/data", ReadOnly: true}}}
+	for i := range 12 {
+		settle(t, m, 1+1)
+		// The first takes the stock and the mounter starts building the
+		// next; once the first is gone, the second's request comes while
+		// that build runs (a while after it started: i/4 ms).
+		ns, err := m.Build(job)
+		require.NoError(t, err, "job %d", i)
+		ns.Close()
+		time.Sleep(time.Duration(i) * time.Millisecond / 4)
+		ns, err = m.Build(job)
+		require.NoError(t, err, "job %d", i)
+		got := look(t, ns, "/data/f.txt")
+		ns.Close()
+		require.Equal(t, "A", got["read /data/f.txt"], "job %d", i)
+		require.ElementsMatch(t, []any{"/", "/usr", "/proc", "/data"}, got["mounts"], "job %d", i)
+		require.Contains(t, got["root"], "srv", "job %d", i)
+	}
+}
