@@ -252,6 +252,20 @@
 // its overlays empty like its __main__. Such a job costs a round trip to
 // the mounter and a fork on its path.
 //
+// The part of that tree no request changes (the runtime and system
+// paths, the devices, /proc, the host's links, the working directory) is
+// the pool's base, computed once: at the first job that needs a
+// namespace the pool hands it to the mounter, which from then on keeps a
+// few namespaces built from it ready (one per worker, at least two, each
+// rebuilt in the background after it is taken). A job's request then
+// only attaches its own part (grants, scratch, mounts) to one of them:
+// clones of its sources moved into the prepared namespace with setns and
+// move_mount, the root then made read-only, no fork on the request's
+// path. These mounts are not locked to the namespace as the base's are;
+// the job's dropped capabilities and its seccomp layer keep it from
+// unmounting or remounting them (see SECURITY.md). A pool whose jobs never
+// use mounts prepares nothing.
+//
 // A pool that confines itself (Config.ConfineSelf, on in `pynox pool`)
 // starts its mounter before it does (a confined process can never mount),
 // and makes a detached tmpfs whose root gets a rule of its own domain:
