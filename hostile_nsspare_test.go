@@ -14,6 +14,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/pynox/pynox/internal/worker"
 )
 
@@ -181,4 +183,105 @@ func TestHostileNSSpareLifecycle(t *testing.T) {
 	for _, q := range kids {
 		require.False(t, processAlive(q), "process %d outlived Close", q)
 	}
+}
+
+// Probe 2: a ready ns spare that died (killed from outside) costs the
+// next mount job nothing but a retry in the next one, as a dead spare
+// does; a template that dies takes its ns spare along, and its
+// replacement keeps none until its own first mount job; Shutdown leaves
+// no process behind.
+func TestHostileNSSpareDeadAndRestart(t *testing.T) {
+	p := newTestPool(t, Config{Workers: 1})
+	requireNS(t, p)
+	job := nsSpareJob(t, p)
+	requireOK(t, run(t, p, job))
+	tpl := p.workers[0].live.Load()
+	dead := nsSparePid(t, tpl)
+	require.NoError(t, unix.Kill(dead, unix.SIGKILL))
+	res := run(t, p, job)
+	requireOK(t, res)
+	require.NotEqual(t, "hello "+strconv.Itoa(dead)+"\n", res.Stdout)
+	require.Equal(t, tpl, p.workers[0].live.Load(), "the template was replaced")
+	ns := nsSparePid(t, tpl, dead)
+
+	require.NoError(t, unix.Kill(tpl.Pid(), unix.SIGKILL))
+	newPid := awaitNewTemplate(t, p, tpl.Pid())
+	require.True(t, eventually(func() bool { return !processAlive(ns) }), "the ns spare outlived its template")
+	requireOK(t, run(t, p, Job{Code: "print(1)"}))
+	tpl = p.workers[0].live.Load()
+	require.Equal(t, newPid, tpl.Pid())
+	require.True(t, eventually(func() bool { return len(templateKids(newPid)) == 1 }),
+		"a new template without mount jobs: children %v, want its one spare", templateKids(newPid))
+	require.False(t, tpl.HasNSSpare(false))
+	requireOK(t, run(t, p, job))
+	ns = nsSparePid(t, tpl)
+
+	kids := append(templateKids(newPid), newPid)
+	require.Contains(t, kids, ns)
+	require.NoError(t, p.Shutdown(t.Context()))
+	for _, q := range kids {
+		require.False(t, processAlive(q), "process %d outlived Shutdown", q)
+	}
+}
+
+// Probe 3: each ns spare is in a job cgroup of its own, as every spare
+// is, with the tasks limit of one job: it holds none of another job's
+// tasks, so a plain job of a pool with an ns spare ready still starts as
+// many threads as a pool without one lets it.
+func TestHostileNSSpareCgroup(t *testing.T) {
+	p := newCgroupPool(t, Config{Workers: 1, Limits: Limits{Threads: 8}})
+	requireNS(t, p)
+	job := nsSpareJob(t, p)
+	requireOK(t, run(t, p, job))
+	tpl := p.workers[0].live.Load()
+	ns := nsSparePid(t, tpl)
+	var spare int
+	for _, q := range templateKids(tpl.Pid()) {
+		if q != ns {
+			spare = q
+		}
+	}
+	require.NotZero(t, spare)
+	groupOf := func(pid int) string {
+		b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cgroup")
+		require.NoError(t, err)
+		for _, l := range strings.Split(string(b), "\n") {
+			f := strings.SplitN(l, ":", 3)
+			if len(f) == 3 && (strings.Contains(","+f[1]+",", ",pids,") || f[1] == "") {
+				return f[2]
+			}
+		}
+		return ""
+	}
+	var dir string
+	require.True(t, eventually(func() bool {
+		for _, d := range cgroupJobDirs(t, p) {
+			if strings.HasSuffix(d, groupOf(ns)) {
+				dir = d
+			}
+		}
+		return dir != ""
+	}), "the ns spare %d is in no job cgroup (%s)", ns, groupOf(ns))
+	t.Logf("ns spare %d in %s", ns, dir)
+	require.NotEqual(t, groupOf(ns), groupOf(spare), "the ns spare shares the spare's cgroup")
+	procs, err := os.ReadFile(filepath.Join(dir, "cgroup.procs"))
+	require.NoError(t, err)
+	require.Equal(t, strconv.Itoa(ns), strings.TrimSpace(string(procs)))
+	if max, err := os.ReadFile(filepath.Join(dir, "pids.max")); err == nil {
+		require.Equal(t, "8", strings.TrimSpace(string(max)))
+	}
+	threads := `import threading
+ev = threading.Event()
+ts = [threading.Thread(target=ev.wait) for _ in range(7)]
+for t in ts: t.start()
+ev.set()
+for t in ts: t.join()
+print("7 threads")
+`
+	r := run(t, p, Job{Code: threads})
+	requireOK(t, r)
+	require.Equal(t, "7 threads\n", r.Stdout)
+	r = run(t, p, Job{Code: threads, Mounts: job.Mounts})
+	requireOK(t, r)
+	require.Equal(t, "7 threads\n", r.Stdout)
 }
