@@ -119,7 +119,8 @@ func nsSpareJob(t *testing.T, p *Pool) Job {
 // Probe 1: a pool whose jobs need no namespace holds no ns spare; the
 // first job with a mount leaves one behind, confined as a spare is but
 // for its seccomp job layer (the template's layer, no_new_privs, no
-// capability); the next job with a mount runs in it, and a new one
+// capability); the next job with a mount runs in it, with both seccomp
+// layers (setns denied: EPERM) and no capability, and a new one
 // replaces it; a session with a mount takes the ready one too and its
 // replacement comes after its first step; the metric counts it; and
 // Close leaves no process of the template's behind.
@@ -158,10 +159,30 @@ func TestHostileNSSpareLifecycle(t *testing.T) {
 	}
 
 	// The next mount job runs in it (its /proc is the host's, so
-	// /proc/self names it by the host's pid).
-	res = run(t, p, job)
+	// /proc/self names it by the host's pid), under both seccomp layers
+	// from its first line on, with no capability and no way into
+	// another namespace.
+	done := make(chan *Result, 1)
+	go func() {
+		done <- run(t, p, Job{Mounts: job.Mounts, Code: `import ctypes, errno, os, time
+libc = ctypes.CDLL(None, use_errno=True)
+r = libc.setns(0, 0)
+print(open("/data/f.txt").read(), os.readlink("/proc/self"), r, errno.errorcode[ctypes.get_errno()], flush=True)
+time.sleep(0.5)`})
+	}()
+	require.True(t, eventually(func() bool {
+		b, err := os.ReadFile("/proc/" + strconv.Itoa(first) + "/status")
+		return err == nil && strings.Contains(string(b), "\nSeccomp_filters:\t2\n")
+	}), "the job's process never attached its job layer")
+	for _, f := range []string{"CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb"} {
+		require.Equal(t, "0000000000000000", procStatus(t, first, f), f)
+	}
+	require.Equal(t, "1", procStatus(t, first, "NoNewPrivs"))
+	res = <-done
 	requireOK(t, res)
-	require.Equal(t, "hello "+strconv.Itoa(first)+"\n", res.Stdout)
+	// setns is denied by the job layer (EPERM), not refused for its
+	// descriptor (EINVAL).
+	require.Equal(t, "hello "+strconv.Itoa(first)+" -1 EPERM\n", res.Stdout)
 	second := nsSparePid(t, tpl, first)
 	require.NotEqual(t, first, second)
 	require.True(t, eventually(func() bool { return len(templateKids(tpl.Pid())) == 2 }),
