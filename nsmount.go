@@ -505,7 +505,9 @@ func (p *Pool) buildNSAsync(pl *plan) func() *Error {
 }
 
 // takeFor takes the child a job's plan needs from tpl: the template's
-// ready spare, or, for a job with a mount namespace, one forked for it.
+// ready spare, or, for a job with a mount namespace, its ready ns spare
+// (worker.Template.TakeNS), which the template keeps from its first job
+// with a mount namespace on.
 func (p *Pool) takeFor(tpl *worker.Template, pl *plan, cancel <-chan struct{}) (*worker.Child, error) {
 	if pl.needsNS() {
 		return tpl.TakeNS(pl.network, cancel)
@@ -515,23 +517,31 @@ func (p *Pool) takeFor(tpl *worker.Template, pl *plan, cancel <-chan struct{}) (
 
 // sessionNSChild returns a new process for a session whose mounts need a
 // mount namespace: a namespace built for it (a replacement process gets
-// a new one, its overlays empty, as its __main__ is) and a process
-// forked for it alone, which enters the namespace before its job layer.
+// a new one, its overlays empty, as its __main__ is) and a template's
+// ready ns spare, or else a process forked for it alone (see
+// worker.Template.TakeNSSession), which enters the namespace before its
+// job layer. The replacement of a ready ns spare taken is asked for as
+// sessionChild's is.
 func (p *Pool) sessionNSChild(pl *plan, cancel <-chan struct{}) (*worker.Child, error) {
 	if err := p.buildNS(pl); err != nil {
 		return nil, err
 	}
 	var lastErr error
 	for attempt := 0; attempt < 2; attempt++ {
-		w, tpl := p.sessionTemplate(pl.network)
+		w, tpl := p.sessionNSTemplate(pl.network)
 		if tpl == nil {
 			var err error
 			if tpl, err = w.template(); err != nil {
 				return nil, err
 			}
 		}
-		child, err := tpl.TakeNS(pl.network, cancel)
+		child, err := tpl.TakeNSSession(pl.network, cancel)
 		if err == nil {
+			if p.waiting.Load() > 0 {
+				// Jobs wait for a worker: the template's next ns spare
+				// is needed now, not after the session's first step.
+				child.RefillNow()
+			}
 			return child, nil
 		}
 		if isDone(cancel) {
@@ -540,4 +550,29 @@ func (p *Pool) sessionNSChild(pl *plan, cancel <-chan struct{}) (*worker.Child, 
 		lastErr = err
 	}
 	return nil, lastErr
+}
+
+// sessionNSTemplate picks the template a session with a mount namespace
+// takes its process from, as sessionTemplate does, preferring one that
+// holds a ready ns spare (worker.Template.HasNSSpare).
+func (p *Pool) sessionNSTemplate(network bool) (*poolWorker, *worker.Template) {
+	n := len(p.workers)
+	first := int(p.sessionSeq.Add(1) % uint64(n))
+	var live *worker.Template
+	for i := range n {
+		w := p.workers[(first+i)%n]
+		w.mu.Lock()
+		t := w.tpl
+		w.mu.Unlock()
+		if t == nil || isDone(t.Done()) {
+			continue
+		}
+		if t.HasNSSpare(network) {
+			return w, t
+		}
+		if live == nil {
+			live = t
+		}
+	}
+	return p.workers[first], live
 }

@@ -67,6 +67,7 @@ type Child struct {
 	pidMu      sync.Mutex    // guards pidfd against a signal racing its close
 	closed     chan struct{} // closed by Close
 	kind       int           // kindDeny or kindAllow
+	nsSpare    bool          // the template's ready ns spare: its replacement is one too
 
 	// The bell is read by one goroutine for the child's whole life; each
 	// turn's watcher takes its rings from here.
@@ -290,7 +291,7 @@ func (c *Child) Close() {
 			}()
 		}
 		if !c.holdRefill.Load() {
-			c.refillOnce.Do(func() { c.tpl.refill(c.kind) })
+			c.refillOnce.Do(func() { c.tpl.refillChild(c) })
 		}
 	})
 }
@@ -307,7 +308,7 @@ func (c *Child) HoldRefill() { c.holdRefill.Store(true) }
 func (c *Child) RefillNow() {
 	c.refillOnce.Do(func() {
 		c.tpl.unhold(c)
-		c.tpl.refill(c.kind)
+		c.tpl.refillChild(c)
 	})
 }
 
