@@ -83,6 +83,8 @@ _prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong,
 
 PR_SET_PDEATHSIG = 1
 PR_GET_PDEATHSIG = 2
+PR_GET_DUMPABLE = 3
+PR_SET_DUMPABLE = 4
 PR_SET_SECCOMP = 22
 CLONE_NEWNS = 0x00020000
 CLONE_NEWUSER = 0x10000000
@@ -359,6 +361,16 @@ class Template:
             _check(_prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "prctl(PR_SET_NO_NEW_PRIVS)")
             if _prctl(PR_GET_NO_NEW_PRIVS, 0, 0, 0, 0) != 1:
                 raise SetupError("no_new_privs is not set")
+            # Not dumpable: a crash (SIGSEGV, SIGABRT, seccomp's SIGSYS)
+            # must not reach the host's core handler. RLIMIT_CORE=0 stops
+            # core files only; a core_pattern that pipes to a program
+            # (systemd-coredump, apport) ignores it, and the kernel runs
+            # that program as root outside every sandbox, reading the
+            # crashed job's memory. Inherited by every spare across fork;
+            # seccomp denies PR_SET_DUMPABLE, so no job can undo it.
+            _check(_prctl(PR_SET_DUMPABLE, 0, 0, 0, 0), "prctl(PR_SET_DUMPABLE)")
+            if _prctl(PR_GET_DUMPABLE, 0, 0, 0, 0) != 0:
+                raise SetupError("the process is still dumpable")
             # A write beyond RLIMIT_FSIZE must fail with EFBIG, not kill the
             # job (CPython ignores SIGXFSZ already; this does not rely on it).
             signal.signal(signal.SIGXFSZ, signal.SIG_IGN)

@@ -1,0 +1,123 @@
+package pynox
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// A tenth outside review: what a job can reach beyond the paths,
+// system calls and descriptors the earlier reviews probed. Real python3
+// under the real sandbox; each probe asserts the safe outcome and that
+// the pool serves the next job.
+
+// crashPrelude reports the process's dumpable flag and whether it can
+// set it back, then names the process comm (the name the kernel prints
+// when it hands a crash to the host's core handler).
+const crashPrelude = `import ctypes, os, sys
+libc = ctypes.CDLL(None, use_errno=True)
+libc.prctl.restype = ctypes.c_int
+print("dumpable", libc.prctl(3, 0, 0, 0, 0))
+r = libc.prctl(4, 1, 0, 0, 0)
+print("set_dumpable", "ok" if r == 0 else os.strerror(ctypes.get_errno()))
+print("dumpable_after", libc.prctl(3, 0, 0, 0, 0), flush=True)
+libc.prctl(15, sys.argv[1].encode(), 0, 0, 0)
+`
+
+// uniqueComm returns a process name no other process on the machine is
+// likely to have (at most 15 bytes, the kernel's TASK_COMM_LEN).
+func uniqueComm(t *testing.T) string {
+	var b [5]byte
+	_, err := rand.Read(b[:])
+	require.NoError(t, err)
+	return "rt10" + hex.EncodeToString(b[:])
+}
+
+// kmsgMentions reports whether the kernel log names comm in a core
+// dump line, or "" when the log cannot be read.
+func kmsgMentions(t *testing.T, comm string) (bool, string) {
+	out, err := exec.Command("dmesg").CombinedOutput()
+	if err != nil {
+		return false, "dmesg: " + err.Error()
+	}
+	for _, l := range strings.Split(string(out), "\n") {
+		if strings.Contains(l, "("+comm+")") && strings.Contains(strings.ToLower(l), "core") {
+			return true, l
+		}
+	}
+	return false, ""
+}
+
+// Probe 1: a crashing job (SIGABRT, SIGSEGV, seccomp's SIGSYS on a
+// foreign-architecture system call) never reaches the host's core
+// handler. RLIMIT_CORE=0 stops core files only: with a core_pattern that
+// pipes to a program (systemd-coredump, apport; "|/x" on the machine this
+// was found on) the kernel ignores RLIMIT_CORE and runs that program as
+// root in the initial namespaces, outside every sandbox, with the crashed
+// job's memory on its stdin, once per crash. Before, every job was
+// dumpable (PR_GET_DUMPABLE 1) and each crash logged "coredump:
+// N(<comm>): |/x pipe failed". Now the template makes itself, and so
+// every spare, job and session, non-dumpable, and seccomp denies
+// PR_SET_DUMPABLE, so a job cannot undo it.
+func TestHostileReview10NoCoreDumps(t *testing.T) {
+	p := newTestPool(t, Config{Workers: 1})
+	pattern, _ := os.ReadFile("/proc/sys/kernel/core_pattern")
+	piped := strings.HasPrefix(string(pattern), "|") || strings.HasPrefix(string(pattern), "@")
+	crashes := map[string]string{
+		"abort":  "os.abort()",
+		"segv":   "ctypes.string_at(0)",
+		"sigsys": "import signal\nsignal.signal(signal.SIGSYS, signal.SIG_DFL)\nos.kill(os.getpid(), signal.SIGSYS)",
+	}
+	for name, crash := range crashes {
+		t.Run(name, func(t *testing.T) {
+			comm := uniqueComm(t)
+			res := run(t, p, Job{Code: crashPrelude + crash + "\nprint('survived')", Args: []string{comm}})
+			require.Contains(t, res.Stdout, "dumpable 0\n")
+			require.Contains(t, res.Stdout, "set_dumpable Operation not permitted\n")
+			require.Contains(t, res.Stdout, "dumpable_after 0\n")
+			require.NotContains(t, res.Stdout, "survived")
+			requireErrorType(t, res, "SignalError")
+			if piped {
+				found, line := kmsgMentions(t, comm)
+				require.False(t, found, "the crash reached the host's core handler (%q): %s", strings.TrimSpace(string(pattern)), line)
+			}
+		})
+	}
+	// A session's process, forked the same way.
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	co, err := p.Checkout(ctx, Job{})
+	require.NoError(t, err)
+	defer co.Finish(context.Background())
+	comm := uniqueComm(t)
+	ev, err := co.Feed(ctx, Step{Code: "import sys\nsys.argv = ['x', " + "'" + comm + "']\n" + crashPrelude + "os.abort()"})
+	require.NoError(t, err)
+	require.NotNil(t, ev.Result)
+	require.Contains(t, ev.Result.Stdout, "dumpable 0\n")
+	requireErrorType(t, ev.Result, "SignalError")
+	if piped {
+		found, line := kmsgMentions(t, comm)
+		require.False(t, found, "a session's crash reached the host's core handler: %s", line)
+	}
+	advServes(t, p)
+}
+
+// Probe 1b: a job in a mount namespace (a user namespace entered with
+// setns, which changes credentials) is not dumpable either.
+func TestHostileReview10NoCoreDumpsInNamespace(t *testing.T) {
+	p, data, _ := nsPool(t)
+	comm := uniqueComm(t)
+	res := run(t, p, Job{Mounts: []MountSpec{{HostPath: data, Path: "/data"}}, Args: []string{comm},
+		Code: crashPrelude + "os.abort()"})
+	require.Contains(t, res.Stdout, "dumpable 0\n")
+	require.Contains(t, res.Stdout, "dumpable_after 0\n")
+	requireErrorType(t, res, "SignalError")
+	advServes(t, p)
+}
