@@ -6,11 +6,13 @@ import (
 	"encoding/hex"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
 )
 
 // A tenth outside review: what a job can reach beyond the paths,
@@ -119,5 +121,44 @@ func TestHostileReview10NoCoreDumpsInNamespace(t *testing.T) {
 	require.Contains(t, res.Stdout, "dumpable 0\n")
 	require.Contains(t, res.Stdout, "dumpable_after 0\n")
 	requireErrorType(t, res, "SignalError")
+	advServes(t, p)
+}
+
+// Probe 2: out-of-band data. A job may make an AF_UNIX stream
+// socketpair and holds its control socket, both unix stream sockets,
+// whose MSG_OOB code is kernel surface no job needs and through which a
+// use-after-free was reached from Chrome's renderer sandbox
+// (CVE-2025-38236). Before, send and recv with MSG_OOB worked on the
+// pair and on descriptor 3. Now every send and receive call with
+// MSG_OOB fails with EPERM (seccomp's template layer), with or without
+// the network, while ordinary sends and receives work.
+func TestHostileReview10NoOutOfBandData(t *testing.T) {
+	p := newTestPool(t, Config{Workers: 1, Limits: Limits{AllowNetwork: true}})
+	body := `
+import socket, array
+a, b = socket.socketpair()
+attempt("pair_send", lambda: a.send(b"x"))
+attempt("pair_recv", lambda: b.recv(1))
+attempt("pair_send_oob", lambda: a.send(b"y", socket.MSG_OOB))
+sc("pair_sendto_oob", SYS_SENDTO, a.fileno(), b"y", 1, socket.MSG_OOB, 0, 0)
+attempt("pair_sendmsg_oob", lambda: a.sendmsg([b"y"], [], socket.MSG_OOB))
+attempt("pair_recv_oob", lambda: b.recv(1, socket.MSG_OOB | socket.MSG_DONTWAIT))
+attempt("pair_recvmsg_oob", lambda: b.recvmsg(1, 0, socket.MSG_OOB | socket.MSG_DONTWAIT))
+ctl = socket.socket(fileno=3)
+attempt("ctl_send_oob", lambda: ctl.send(b"\x00", socket.MSG_OOB))
+ctl.detach()
+`
+	for _, network := range []bool{false, true} {
+		code := strings.ReplaceAll(advCode(body), "SYS_SENDTO", strconv.Itoa(unix.SYS_SENDTO))
+		res := run(t, p, Job{AllowNetwork: network, Code: code})
+		requireOK(t, res)
+		got := advProbes(t, res)
+		ok, eperm := []string{"ok"}, []string{"EPERM"}
+		advExpect(t, got, map[string][]string{
+			"pair_send": ok, "pair_recv": ok,
+			"pair_send_oob": eperm, "pair_sendto_oob": eperm, "pair_sendmsg_oob": eperm,
+			"pair_recv_oob": eperm, "pair_recvmsg_oob": eperm, "ctl_send_oob": eperm,
+		})
+	}
 	advServes(t, p)
 }

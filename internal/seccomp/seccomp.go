@@ -104,6 +104,12 @@
 //     bounds the timers it can create.) CPython sends no real-time
 //     signal; glibc uses SIGRTMIN and SIGRTMIN+1 for pthread_cancel and
 //     the set*id broadcast, neither of which a job can use anyway.
+//   - sendto, recvfrom, sendmsg, recvmsg, sendmmsg and recvmmsg fail
+//     when their flags hold MSG_OOB: out-of-band data on a unix stream
+//     socket (every job's socketpair and control socket) is kernel code
+//     no job needs, through which a use-after-free was reached from
+//     Chrome's renderer sandbox (CVE-2025-38236); TCP urgent data is
+//     refused with it.
 //   - fallocate is allowed only with mode 0 (posix_fallocate, bounded by
 //     RLIMIT_FSIZE) and FALLOC_FL_PUNCH_HOLE|FALLOC_FL_KEEP_SIZE (which
 //     frees blocks); every other mode, FALLOC_FL_KEEP_SIZE above all
@@ -196,6 +202,20 @@ const (
 	// posix_fallocate emulates mode 0 on it) or skip the hint.
 	retEOPNOTSUPP = ActionErrno | uint32(unix.EOPNOTSUPP)
 )
+
+// oobCall is a send or receive call and the index of its flags argument.
+type oobCall struct{ nr, arg uint32 }
+
+// oobCalls are the calls whose flags may not hold MSG_OOB: out-of-band
+// data on unix stream sockets (the socketpair every job may make, its
+// control socket) is code no job needs and has been a way into the
+// kernel from sandboxes (CVE-2025-38236, a use-after-free reached with
+// MSG_OOB from Chrome's renderer); TCP's urgent data is as rare.
+var oobCalls = []oobCall{
+	{unix.SYS_SENDTO, 3}, {unix.SYS_RECVFROM, 3},
+	{unix.SYS_SENDMSG, 2}, {unix.SYS_RECVMSG, 2},
+	{unix.SYS_SENDMMSG, 3}, {unix.SYS_RECVMMSG, 3},
+}
 
 // The argument values the filters allow (or, in the job layer, deny).
 var (
@@ -406,8 +426,9 @@ func tableFor(goarch string) (*archTable, error) {
 type Layers struct {
 	// Template is everything that the template process itself may live
 	// under: the architecture checks, the x32 ABI, the allow list, the
-	// argument filters (clone3, socket, socketpair, ioctl, fcntl, prctl,
-	// prlimit64, personality, the scheduling calls, kill and tgkill,
+	// argument filters (clone3, socket, socketpair, ioctl, fcntl, the
+	// send and receive calls' MSG_OOB, prctl, prlimit64, personality,
+	// the scheduling calls, kill and tgkill,
 	// fallocate, the clocks and timer_create, getsid and getpgid) and the
 	// default EPERM. It also allows what only the template and a spare's
 	// preparation need (clone without CLONE_THREAD, fork, pidfd_open,
@@ -546,6 +567,10 @@ func buildTemplate(t *archTable) (Program, error) {
 	// as an unsigned int.
 	b.argIn(t.ioctl, 1, t.ioctls)
 	b.argIn(t.fcntl, 1, allowedFcntls)
+	// send and receive calls (flags is an int): never MSG_OOB.
+	for _, c := range oobCalls {
+		b.argFlagsClear(c.nr, c.arg, unix.MSG_OOB)
+	}
 	// prctl(option, ...): option is an int.
 	b.argIn(t.prctl, 0, allowedPrctls)
 	// clone3 fails with ENOSYS, so that the C library falls back to
@@ -610,6 +635,20 @@ func (b *asm) argIn(sys, i uint32, values []uint32) { b.argMatch(sys, i, values,
 // argInRet is argIn with deny as the answer for the other values.
 func (b *asm) argInRet(sys, i uint32, values []uint32, deny uint32) {
 	b.argMatch(sys, i, values, retAllow, deny)
+}
+
+// argFlagsClear emits: if nr == sys { EPERM iff the low 32 bits of
+// args[i] have any bit of flags set, else allow }. The accumulator must
+// hold nr.
+func (b *asm) argFlagsClear(sys, i, flags uint32) {
+	skip, deny := b.label(), b.label()
+	b.jumpL(unix.BPF_JMP|unix.BPF_JEQ|unix.BPF_K, sys, next, skip)
+	b.loadArgLo(i)
+	b.jumpL(unix.BPF_JMP|unix.BPF_JSET|unix.BPF_K, flags, deny, next)
+	b.ret(retAllow)
+	b.bind(deny)
+	b.ret(retEPERM)
+	b.bind(skip)
 }
 
 // argNotIn emits: if nr == sys { EPERM iff the low 32 bits of args[i] are

@@ -334,6 +334,19 @@ func policyCases(t *testing.T, p Policy) []vmCase {
 		{"tgkill SIGRTMIN+1", call(unix.SYS_TGKILL, 5, 6, 33), eperm},
 		{"tgkill -2", call(unix.SYS_TGKILL, 5, 6, 0xfffffffffffffffe), eperm},
 		{"tkill", call(unix.SYS_TKILL, 5, uint64(unix.SIGTERM)), eperm},
+		// The send and receive calls: any flags but MSG_OOB.
+		{"sendto MSG_DONTWAIT", call(unix.SYS_SENDTO, 3, 0, 1, unix.MSG_DONTWAIT), ActionAllow},
+		{"sendto MSG_OOB", call(unix.SYS_SENDTO, 3, 0, 1, unix.MSG_OOB), eperm},
+		{"recvfrom MSG_OOB|MSG_PEEK", call(unix.SYS_RECVFROM, 3, 0, 1, unix.MSG_OOB|unix.MSG_PEEK), eperm},
+		{"sendmsg 0", call(unix.SYS_SENDMSG, 3, 0, 0), ActionAllow},
+		{"sendmsg MSG_OOB", call(unix.SYS_SENDMSG, 3, 0, unix.MSG_OOB), eperm},
+		{"sendmsg MSG_OOB, high bits", call(unix.SYS_SENDMSG, 3, 0, unix.MSG_OOB|1<<32), eperm},
+		{"sendmsg MSG_OOB only in the high bits", call(unix.SYS_SENDMSG, 3, 0, unix.MSG_OOB<<32), ActionAllow},
+		{"recvmsg MSG_CMSG_CLOEXEC", call(unix.SYS_RECVMSG, 3, 0, unix.MSG_CMSG_CLOEXEC), ActionAllow},
+		{"recvmsg MSG_OOB", call(unix.SYS_RECVMSG, 3, 0, unix.MSG_OOB), eperm},
+		{"sendmmsg MSG_OOB", call(unix.SYS_SENDMMSG, 3, 0, 1, unix.MSG_OOB), eperm},
+		{"recvmmsg MSG_OOB", call(unix.SYS_RECVMMSG, 3, 0, 1, unix.MSG_OOB), eperm},
+		{"recvmmsg MSG_WAITFORONE", call(unix.SYS_RECVMMSG, 3, 0, 1, unix.MSG_WAITFORONE), ActionAllow},
 		// fallocate: mode 0 and PUNCH_HOLE|KEEP_SIZE only.
 		{"fallocate 0", call(unix.SYS_FALLOCATE, 3, 0, 0, 1<<20), ActionAllow},
 		{"fallocate PUNCH_HOLE|KEEP_SIZE", call(unix.SYS_FALLOCATE, 3, 3, 0, 1<<20), ActionAllow},
@@ -461,6 +474,12 @@ func TestPolicyVMExhaustive(t *testing.T) {
 		switch {
 		case nativeTable.x32 && nr >= x32SyscallBit:
 			return eperm
+		case slices.ContainsFunc(oobCalls, func(c oobCall) bool { return c.nr == nr }):
+			i := slices.IndexFunc(oobCalls, func(c oobCall) bool { return c.nr == nr })
+			if lo(int(oobCalls[i].arg))&unix.MSG_OOB != 0 {
+				return eperm
+			}
+			return ActionAllow
 		case allowed[nr]:
 			return ActionAllow
 		case jobDenied[nr]:
@@ -557,6 +576,9 @@ func TestPolicyVMExhaustive(t *testing.T) {
 		{unix.PR_SET_SECCOMP, unix.FS_IOC_SETFLAGS},
 		{unix.PR_SET_NAME, unix.TCGETS | 0xffffffff00000000},
 		{3, unix.F_NOTIFY},
+		// The flags of the send and receive calls (arg 2 or 3).
+		{3, 0, unix.MSG_OOB, unix.MSG_OOB},
+		{3, 0, unix.MSG_DONTWAIT | unix.MSG_OOB<<32, unix.MSG_PEEK | unix.MSG_OOB<<32},
 		// Signals (kill's arg 1, tgkill's arg 2), fallocate modes (arg 1)
 		// and clock ids (arg 0).
 		{0, 31, 31},
@@ -638,6 +660,9 @@ func TestBuildChunkedAllowList(t *testing.T) {
 		special[e.nr] = true
 	}
 	special[unix.SYS_SETNS] = true // filtered by nstype
+	for _, c := range oobCalls {
+		special[c.nr] = true // filtered by MSG_OOB
+	}
 	for nr := uint32(0); len(tbl.allow) < 3*maxChunk+17; nr++ {
 		if !special[nr] && nr%3 != 0 {
 			tbl.allow = append(tbl.allow, sysEntry{fmt.Sprintf("sys%d", nr), nr})
