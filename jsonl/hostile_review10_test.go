@@ -24,7 +24,7 @@ import (
 // checks the bound on every run; this probe moves 56 MiB through the
 // server, ~14 s on a loaded 2-CPU machine, so it runs with PYNOX_LONG).
 func TestHostileReview10LargeDumpKeepsConnection(t *testing.T) {
-	requireLong(t)
+	requireLong(t, "moves a 56 MiB dump through a pynox serve")
 	t.Parallel()
 	s := startRemoteServer(t, t.TempDir(), "127.0.0.1:0", writeTokenFile(t))
 	p := dialTest(t, s)
