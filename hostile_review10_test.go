@@ -162,3 +162,69 @@ ctl.detach()
 	}
 	advServes(t, p)
 }
+
+// Probe 3: descriptors in flight. Descriptors sent with SCM_RIGHTS and
+// not yet received are counted per uid across the whole machine, and a
+// process without CAP_SYS_RESOURCE may pass more only while that count
+// is within its own descriptor limit: a session holding ~4,000 in flight
+// on its own socketpair (review 7) made every other process of the pool's
+// uid with a lower limit fail to pass descriptors, and each such message
+// feeds the unix sockets' garbage collector, a long source of kernel
+// bugs (CVE-2021-0920 was exploited in the wild). Before, a job without
+// the network could do it: its sendmsg worked. Now sendmsg and sendmmsg,
+// the only calls that carry descriptors, need the network like connect
+// and bind (seccomp's job layer); plain sends on the pair still work.
+// With the network the limit of SECURITY.md stays.
+func TestHostileReview10NoDescriptorsInFlight(t *testing.T) {
+	p := newTestPool(t, Config{Workers: 1, Limits: Limits{AllowNetwork: true}})
+	body := `
+import array, socket
+a, b = socket.socketpair()
+attempt("send", lambda: a.send(b"x"))
+attempt("recv", lambda: b.recv(1))
+attempt("sendmsg_plain", lambda: a.sendmsg([b"y"]))
+attempt("sendmsg_rights", lambda: a.sendmsg([b"z"], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [0] * 253))]))
+attempt("sendmmsg", lambda: sc("sendmmsg_raw", SYS_SENDMMSG, a.fileno(), 0, 0, 0))
+ctl = socket.socket(fileno=3)
+attempt("ctl_sendmsg_rights", lambda: ctl.sendmsg([b""], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [0, 1, 2]))]))
+ctl.detach()
+`
+	code := strings.ReplaceAll(advCode(body), "SYS_SENDMMSG", strconv.Itoa(unix.SYS_SENDMMSG))
+	res := run(t, p, Job{Code: code})
+	requireOK(t, res)
+	ok, eperm := []string{"ok"}, []string{"EPERM"}
+	advExpect(t, advProbes(t, res), map[string][]string{
+		"send": ok, "recv": ok, "sendmsg_plain": eperm, "sendmsg_rights": eperm,
+		"sendmmsg": ok, "sendmmsg_raw": eperm, "ctl_sendmsg_rights": eperm,
+	})
+
+	// A session, stopped between steps, holds nothing in flight either.
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	co, err := p.Checkout(ctx, Job{})
+	require.NoError(t, err)
+	defer co.Finish(context.Background())
+	ev, err := co.Feed(ctx, Step{Code: `
+import array, socket
+a, b = socket.socketpair()
+n = 0
+try:
+    for i in range(20):
+        a.sendmsg([b"x"], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [0] * 253))])
+        n += 253
+except PermissionError:
+    pass
+print("in flight", n)
+`})
+	require.NoError(t, err)
+	requireOK(t, ev.Result)
+	require.Equal(t, "in flight 0\n", ev.Result.Stdout)
+
+	// A job granted the network may still use sendmsg (UDP resolvers do).
+	res = run(t, p, Job{AllowNetwork: true, Code: code})
+	requireOK(t, res)
+	got := advProbes(t, res)
+	require.Equal(t, "ok", got["sendmsg_plain"])
+	require.Equal(t, "ok", got["sendmsg_rights"])
+	advServes(t, p)
+}

@@ -65,7 +65,12 @@
 //     job layer's.)
 //   - socket is denied for every domain, unless Policy.AllowNetwork is set, in
 //     which case AF_INET and AF_INET6 sockets are allowed; connect, bind,
-//     listen, accept and accept4 need the network too. socketpair is
+//     listen, accept and accept4 need the network too, and so do sendmsg
+//     and sendmmsg, the only calls that put descriptors in flight
+//     (SCM_RIGHTS): without the network a job passes no descriptor
+//     (counted per uid across the machine while in flight, and food for
+//     the unix sockets' garbage collector), and sends with send and
+//     write. socketpair is
 //     allowed only as AF_UNIX with SOCK_STREAM (SOCK_NONBLOCK and
 //     SOCK_CLOEXEC aside): a datagram pair could sendto a host socket by
 //     path, and after connect(AF_UNSPEC) bind an abstract name; other
@@ -155,8 +160,8 @@ import (
 // Policy selects the variant of the filter.
 type Policy struct {
 	// AllowNetwork, when true, allows socket() for the AF_INET and AF_INET6
-	// domains, and connect, bind, listen, accept and accept4; when false
-	// all of them fail with EPERM. socketpair() is allowed as an AF_UNIX
+	// domains, and connect, bind, listen, accept, accept4, sendmsg and
+	// sendmmsg; when false all of them fail with EPERM. socketpair() is allowed as an AF_UNIX
 	// stream pair either way.
 	AllowNetwork bool
 }
@@ -438,7 +443,8 @@ type Layers struct {
 	// Job is what only a job is denied: clone unless it creates a thread
 	// in no new namespace, fork (amd64), pidfd_open, seccomp,
 	// PR_SET_PDEATHSIG and PR_SET_SECCOMP, and without AllowNetwork every
-	// socket, connect, bind, listen, accept and accept4.
+	// socket, connect, bind, listen, accept, accept4, sendmsg and
+	// sendmmsg.
 	Job Program
 }
 
