@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -226,5 +227,52 @@ print("in flight", n)
 	got := advProbes(t, res)
 	require.Equal(t, "ok", got["sendmsg_plain"])
 	require.Equal(t, "ok", got["sendmsg_rights"])
+	advServes(t, p)
+}
+
+// Probe 4: set-user-ID files. The job runs as the pool's uid (root, on
+// CI and many servers) without CAP_FSETID, and may not chmod; but open's
+// own mode was not filtered, and os.open("x", O_CREAT, 0o4755) in a write
+// grant made an empty set-user-ID root file on the host. The kernel
+// clears the bit at the job's first write or truncation, not at a write
+// by a process holding CAP_FSETID: a root program on the host writing
+// over that name (shutil.copyfile truncates and keeps the mode) leaves a
+// set-user-ID root program behind, which every local user who reaches
+// the directory may run. Now open, creat and openat with S_ISUID or
+// S_ISGID in their mode fail with EPERM, and openat2 (whose mode seccomp
+// cannot read) with ENOSYS, as before Linux 5.6.
+func TestHostileReview10NoSetIDFiles(t *testing.T) {
+	p := newTestPool(t, Config{Workers: 1})
+	dir := p.Config().Dir
+	code := strings.ReplaceAll(advCode(`
+attempt("create_0644", lambda: os.close(os.open("plain", os.O_CREAT | os.O_WRONLY, 0o644)))
+attempt("create_01755", lambda: os.close(os.open("sticky", os.O_CREAT | os.O_WRONLY, 0o1755)))
+attempt("create_04755", lambda: os.close(os.open("suid", os.O_CREAT | os.O_WRONLY, 0o4755)))
+attempt("create_02755", lambda: os.close(os.open("sgid", os.O_CREAT | os.O_WRONLY, 0o2755)))
+attempt("create_06777", lambda: os.close(os.open("both", os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o6777)))
+attempt("tmpfile_04755", lambda: os.close(os.open(".", os.O_TMPFILE | os.O_RDWR, 0o4755)))
+sc("openat2", SYS_OPENAT2, -100, b"plain", 0, 0)
+attempt("builtin_open", lambda: open("text", "w").write("ok"))
+attempt("mkdir_06755", lambda: os.mkdir("d", 0o6755))
+`), "SYS_OPENAT2", strconv.Itoa(unix.SYS_OPENAT2))
+	res := run(t, p, Job{AllowWrite: []string{"."}, Code: code})
+	requireOK(t, res)
+	ok, eperm := []string{"ok"}, []string{"EPERM"}
+	advExpect(t, advProbes(t, res), map[string][]string{
+		"create_0644": ok, "create_01755": ok, "builtin_open": ok, "mkdir_06755": ok,
+		"create_04755": eperm, "create_02755": eperm, "create_06777": eperm, "tmpfile_04755": eperm,
+		"openat2": {"ENOSYS"},
+	})
+	ents, err := os.ReadDir(dir)
+	require.NoError(t, err)
+	for _, e := range ents {
+		fi, err := os.Lstat(filepath.Join(dir, e.Name()))
+		require.NoError(t, err)
+		require.Zero(t, fi.Mode()&(os.ModeSetuid|os.ModeSetgid), "%s is %v on the host", e.Name(), fi.Mode())
+	}
+	for _, name := range []string{"suid", "sgid", "both"} {
+		_, err := os.Lstat(filepath.Join(dir, name))
+		require.ErrorIs(t, err, os.ErrNotExist, name)
+	}
 	advServes(t, p)
 }

@@ -115,6 +115,12 @@
 //     no job needs, through which a use-after-free was reached from
 //     Chrome's renderer sandbox (CVE-2025-38236); TCP urgent data is
 //     refused with it.
+//   - open, creat and openat fail when their mode holds S_ISUID or
+//     S_ISGID: a job (the pool's uid, often root, without CAP_FSETID)
+//     could otherwise leave an empty set-user-ID root file in a write
+//     grant, which keeps the bit when a privileged host program writes
+//     over it. openat2, whose mode the filter cannot read, fails with
+//     ENOSYS (as before Linux 5.6) so that callers fall back to openat.
 //   - fallocate is allowed only with mode 0 (posix_fallocate, bounded by
 //     RLIMIT_FSIZE) and FALLOC_FL_PUNCH_HOLE|FALLOC_FL_KEEP_SIZE (which
 //     frees blocks); every other mode, FALLOC_FL_KEEP_SIZE above all
@@ -210,6 +216,31 @@ const (
 
 // oobCall is a send or receive call and the index of its flags argument.
 type oobCall struct{ nr, arg uint32 }
+
+// setIDModeBits are the mode bits no file a job creates may carry:
+// S_ISUID and S_ISGID. The job runs as the pool's uid (often root)
+// without CAP_FSETID: the kernel clears them at the job's own first write
+// or truncation, but not at a write by a process that holds the
+// capability, so an empty set-user-ID file left in a write grant becomes
+// a set-user-ID root program once a privileged host program writes over
+// it by name.
+const setIDModeBits = unix.S_ISUID | unix.S_ISGID
+
+// openModeCalls returns the calls that create a file with a mode of
+// their argument, and the index of that argument, that the table has
+// (open and creat exist on amd64 only).
+func (t *archTable) openModeCalls() []oobCall {
+	var out []oobCall
+	for _, c := range []struct {
+		name string
+		arg  uint32
+	}{{"open", 2}, {"creat", 1}, {"openat", 3}} {
+		if nr, ok := t.lookup(c.name); ok {
+			out = append(out, oobCall{nr, c.arg})
+		}
+	}
+	return out
+}
 
 // oobCalls are the calls whose flags may not hold MSG_OOB: out-of-band
 // data on unix stream sockets (the socketpair every job may make, its
@@ -432,7 +463,8 @@ type Layers struct {
 	// Template is everything that the template process itself may live
 	// under: the architecture checks, the x32 ABI, the allow list, the
 	// argument filters (clone3, socket, socketpair, ioctl, fcntl, the
-	// send and receive calls' MSG_OOB, prctl, prlimit64, personality,
+	// send and receive calls' MSG_OOB, the set-ID bits of open, creat
+	// and openat, openat2's ENOSYS, prctl, prlimit64, personality,
 	// the scheduling calls, kill and tgkill,
 	// fallocate, the clocks and timer_create, getsid and getpgid) and the
 	// default EPERM. It also allows what only the template and a spare's
@@ -577,6 +609,15 @@ func buildTemplate(t *archTable) (Program, error) {
 	for _, c := range oobCalls {
 		b.argFlagsClear(c.nr, c.arg, unix.MSG_OOB)
 	}
+	// open, creat and openat (mode is an unsigned int): no set-user-ID
+	// or set-group-ID bit in a new file's mode. openat2 takes its mode in
+	// a structure the filter cannot read, so it fails with ENOSYS, as on
+	// a kernel before 5.6: callers fall back to openat.
+	for _, c := range t.openModeCalls() {
+		b.argFlagsClear(c.nr, c.arg, setIDModeBits)
+	}
+	b.jeq(unix.SYS_OPENAT2, 0, 1)
+	b.ret(retENOSYS)
 	// prctl(option, ...): option is an int.
 	b.argIn(t.prctl, 0, allowedPrctls)
 	// clone3 fails with ENOSYS, so that the C library falls back to

@@ -192,6 +192,13 @@ func policyCases(t *testing.T, p Policy) []vmCase {
 		{"futex", call(unix.SYS_FUTEX, 0x1000, 0, 1), ActionAllow},
 		{"getpid", call(unix.SYS_GETPID), ActionAllow},
 		{"openat", call(unix.SYS_OPENAT, uint64(0xffffff9c), 0x1000, 0), ActionAllow},
+		{"openat O_CREAT 0666", call(unix.SYS_OPENAT, uint64(0xffffff9c), 0x1000, unix.O_CREAT|unix.O_WRONLY, 0o666), ActionAllow},
+		{"openat O_CREAT 01777", call(unix.SYS_OPENAT, uint64(0xffffff9c), 0x1000, unix.O_CREAT|unix.O_WRONLY, 0o1777), ActionAllow},
+		{"openat O_CREAT 04755", call(unix.SYS_OPENAT, uint64(0xffffff9c), 0x1000, unix.O_CREAT|unix.O_WRONLY, 0o4755), eperm},
+		{"openat O_TMPFILE 02755", call(unix.SYS_OPENAT, uint64(0xffffff9c), 0x1000, unix.O_TMPFILE|unix.O_RDWR, 0o2755), eperm},
+		{"openat 04755, high bits", call(unix.SYS_OPENAT, uint64(0xffffff9c), 0x1000, unix.O_CREAT, 0o4755|1<<32), eperm},
+		{"openat 0644, S_ISUID in the high bits", call(unix.SYS_OPENAT, uint64(0xffffff9c), 0x1000, unix.O_CREAT, 0o644|0o4000<<32), ActionAllow},
+		{"openat2", call(unix.SYS_OPENAT2, uint64(0xffffff9c), 0x1000, 0x2000, 24), enosys},
 		{"exit_group", call(unix.SYS_EXIT_GROUP, 0), ActionAllow},
 		{"fchmod", call(unix.SYS_FCHMOD, 3, 0o600), eperm},
 		{"landlock_create_ruleset", call(unix.SYS_LANDLOCK_CREATE_RULESET, 0x1000, 16, 0), ActionAllow},
@@ -475,6 +482,15 @@ func TestPolicyVMExhaustive(t *testing.T) {
 		switch {
 		case nativeTable.x32 && nr >= x32SyscallBit:
 			return eperm
+		case nr == unix.SYS_OPENAT2:
+			return enosys
+		case slices.ContainsFunc(nativeTable.openModeCalls(), func(c oobCall) bool { return c.nr == nr }):
+			calls := nativeTable.openModeCalls()
+			i := slices.IndexFunc(calls, func(c oobCall) bool { return c.nr == nr })
+			if lo(int(calls[i].arg))&setIDModeBits != 0 {
+				return eperm
+			}
+			return ActionAllow
 		case slices.ContainsFunc(oobCalls, func(c oobCall) bool { return c.nr == nr }):
 			i := slices.IndexFunc(oobCalls, func(c oobCall) bool { return c.nr == nr })
 			if lo(int(oobCalls[i].arg))&unix.MSG_OOB != 0 || (netOnly[nr] && !p.AllowNetwork) {
@@ -577,6 +593,9 @@ func TestPolicyVMExhaustive(t *testing.T) {
 		{unix.PR_SET_SECCOMP, unix.FS_IOC_SETFLAGS},
 		{unix.PR_SET_NAME, unix.TCGETS | 0xffffffff00000000},
 		{3, unix.F_NOTIFY},
+		// The modes of open (arg 2), creat (arg 1) and openat (arg 3).
+		{0xffffff9c, 0o4755, 0o2755, 0o4755},
+		{0xffffff9c, 0o755 | 0o4000<<32, 0o6000 << 32, 0o644 | 0o4000<<32},
 		// The flags of the send and receive calls (arg 2 or 3).
 		{3, 0, unix.MSG_OOB, unix.MSG_OOB},
 		{3, 0, unix.MSG_DONTWAIT | unix.MSG_OOB<<32, unix.MSG_PEEK | unix.MSG_OOB<<32},
@@ -664,6 +683,10 @@ func TestBuildChunkedAllowList(t *testing.T) {
 	for _, c := range oobCalls {
 		special[c.nr] = true // filtered by MSG_OOB
 	}
+	for _, c := range tbl.openModeCalls() {
+		special[c.nr] = true // filtered by mode
+	}
+	special[unix.SYS_OPENAT2] = true // ENOSYS
 	for nr := uint32(0); len(tbl.allow) < 3*maxChunk+17; nr++ {
 		if !special[nr] && nr%3 != 0 {
 			tbl.allow = append(tbl.allow, sysEntry{fmt.Sprintf("sys%d", nr), nr})
