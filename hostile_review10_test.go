@@ -276,3 +276,68 @@ attempt("mkdir_06755", lambda: os.mkdir("d", 0o6755))
 	}
 	advServes(t, p)
 }
+
+// Probe 5 (held): what a job reaches that the earlier reviews did not
+// try. It can get a pidfd of the process at the other end of its control
+// socket (SO_PEERPIDFD; SO_PASSPIDFD would bring the pool's with each
+// frame), but nothing takes one: signalling, waiting, entering its
+// namespaces, its ioctls (PIDFD_GET_INFO) and taking its descriptors all
+// fail. A hard link to a set-user-ID program of the runtime (/usr/bin/su)
+// fails with EXDEV (Landlock's refer right); alarm timers (CAP_WAKE_ALARM),
+// poisoning pages (MADV_HWPOISON), moving other processes' pages
+// (MPOL_MF_MOVE_ALL), SCHED_DEADLINE and raising the hard descriptor or
+// core limits fail.
+func TestHostileReview10HeldKernelSurface(t *testing.T) {
+	p := newTestPool(t, Config{Workers: 1})
+	nr := map[string]int{
+		"SYS_PIDFD_SEND_SIGNAL": unix.SYS_PIDFD_SEND_SIGNAL, "SYS_WAITID": unix.SYS_WAITID,
+		"SYS_SETNS": unix.SYS_SETNS, "SYS_IOCTL": unix.SYS_IOCTL, "SYS_PIDFD_GETFD": unix.SYS_PIDFD_GETFD,
+		"SYS_TIMERFD_CREATE": unix.SYS_TIMERFD_CREATE, "SYS_MADVISE": unix.SYS_MADVISE,
+		"SYS_MBIND": unix.SYS_MBIND, "SYS_SCHED_SETATTR": unix.SYS_SCHED_SETATTR,
+	}
+	code := advCode(`
+import mmap, resource, socket, struct
+ctl = socket.socket(fileno=3)
+pidfd = -1
+def peer():
+    global pidfd
+    pidfd = struct.unpack("i", ctl.getsockopt(socket.SOL_SOCKET, 77, 4))[0]
+attempt("peer_pidfd", peer)
+ctl.detach()
+if pidfd >= 0:
+    sc("pidfd_send_signal", SYS_PIDFD_SEND_SIGNAL, pidfd, 0, 0, 0)
+    sc("waitid_pidfd", SYS_WAITID, 3, pidfd, ctypes.create_string_buffer(128), 4 | 1, 0)
+    sc("setns_pidfd", SYS_SETNS, pidfd, 0)
+    sc("pidfd_get_info", SYS_IOCTL, pidfd, 0xc050ff0b, ctypes.create_string_buffer(128))
+    sc("pidfd_getfd", SYS_PIDFD_GETFD, pidfd, 0, 0)
+attempt("link_su", lambda: os.link("/usr/bin/su", "su"))
+sc("timerfd_alarm", SYS_TIMERFD_CREATE, 8, 0)
+m = mmap.mmap(-1, 4096)
+addr = ctypes.addressof(ctypes.c_char.from_buffer(m))
+sc("madv_hwpoison", SYS_MADVISE, addr, 4096, 100)
+sc("mbind_move_all", SYS_MBIND, addr, 4096, 0, 0, 0, 4)
+attr = struct.pack("IIQiIQQQ", 48, 6, 0, 0, 0, 10**6, 10**7, 10**7)
+sc("sched_deadline", SYS_SCHED_SETATTR, 0, ctypes.create_string_buffer(attr), 0)
+attempt("raise_nofile", lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (1 << 20, 1 << 20)))
+attempt("raise_core", lambda: resource.setrlimit(resource.RLIMIT_CORE, (1 << 20, 1 << 20)))
+`)
+	for k, v := range nr {
+		code = strings.ReplaceAll(code, k, strconv.Itoa(v))
+	}
+	res := run(t, p, Job{AllowWrite: []string{"."}, Code: code})
+	requireOK(t, res)
+	eperm := []string{"EPERM"}
+	advExpect(t, advProbes(t, res), map[string][]string{
+		"peer_pidfd":        {"ok", "ENOPROTOOPT"}, // SO_PEERPIDFD is Linux 6.5
+		"pidfd_send_signal": eperm, "waitid_pidfd": {"ECHILD"}, "setns_pidfd": eperm,
+		"pidfd_get_info": eperm, "pidfd_getfd": eperm,
+		"link_su":        {"EXDEV", "ENOENT"},
+		"timerfd_alarm":  eperm,
+		"madv_hwpoison":  {"EPERM", "EINVAL"}, // EINVAL without CONFIG_MEMORY_FAILURE
+		"mbind_move_all": eperm,
+		"sched_deadline": eperm,
+		"raise_nofile":   {"ValueError", "EPERM"},
+		"raise_core":     {"ValueError", "EPERM"},
+	})
+	advServes(t, p)
+}
