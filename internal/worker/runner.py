@@ -95,6 +95,10 @@ PR_CAP_AMBIENT = 47
 PR_CAP_AMBIENT_CLEAR_ALL = 4
 SECCOMP_MODE_FILTER = 2
 LANDLOCK_RULE_PATH_BENEATH = 1
+# landlock_restrict_self's flags (ABI 7): no audit record of the job's
+# own denials, nor of the domains it may nest under its own.
+LANDLOCK_RESTRICT_SELF_LOG_SAME_EXEC_OFF = 1 << 0
+LANDLOCK_RESTRICT_SELF_LOG_SUBDOMAINS_OFF = 1 << 2
 SIGKILL = int(signal.SIGKILL)  # a plain int: a spare touches no enum objects
 
 
@@ -1051,7 +1055,15 @@ class Spare:
         if job.get("session"):
             # Where descriptors 1 and 2 point between steps.
             self.null_w = os.open("/dev/null", os.O_WRONLY | os.O_CLOEXEC)
-        _check(_syscall(self.nr["landlock_restrict_self"], ruleset, 0), "landlock_restrict_self")
+        # Where the kernel audits Landlock (ABI 7) and the host runs with
+        # audit enabled, every access a job is denied would be an audit
+        # record of the host, as many as the job likes (a loop of denied
+        # opens floods the audit log, overflows its backlog and drops
+        # the host's own records). A job's denials are its own business.
+        flags = 0
+        if self.tpl.cfg["landlock"].get("abi", 0) >= 7:
+            flags = LANDLOCK_RESTRICT_SELF_LOG_SAME_EXEC_OFF | LANDLOCK_RESTRICT_SELF_LOG_SUBDOMAINS_OFF
+        _check(_syscall(self.nr["landlock_restrict_self"], ruleset, flags), "landlock_restrict_self")
         for fd in [ruleset] + list(fds):
             os.close(fd)
         if job.get("functions"):
