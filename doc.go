@@ -190,7 +190,10 @@
 // directory per job or session (mode 0700), opened with O_PATH and given
 // to that job alone as a write grant: two jobs never see each other's,
 // and no request may be granted the pool's scratch directory or anything
-// beneath it. A session keeps its directory across steps. When a job
+// beneath it. A session keeps its directory across the steps of one
+// process; a replacement process (Result.Restarted, or an idle session
+// restored from its file) finds it empty, since what the ended process
+// wrote there was charged to that process's memory cgroup. When a job
 // ends, the pool empties its directory once the template has reported
 // the process gone, and keeps it for the next job (making and removing a
 // directory costs a journal commit on ext4); a session's is removed when

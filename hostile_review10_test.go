@@ -419,3 +419,79 @@ print(n)
 		require.False(t, strings.Contains(l, "type=1423") && strings.Contains(l, comm), "a job's denial was audited: %s", l)
 	}
 }
+
+// Probe 7: a session's scratch directory across its processes. What a
+// process writes to its scratch (a tmpfs by default) is charged to its
+// own memory cgroup, which goes with the process. A session's checkout
+// outlives its process: the next step after an exit, a crash, a timeout
+// or a failed dump runs in a replacement (Result.Restarted; the MCP
+// server and the library's callers go on this way), and an idle session
+// kept in a file (session_idle_dump) gets a new process at its next
+// step. The scratch directory went on to the next process with its
+// files, charged to no live limit: a session under "memory": "64m" that
+// wrote 60 MiB and exited, four times, held 240 MiB of host memory, and
+// would have gone on for ever. Now the next process starts with an empty
+// scratch directory (its outputs directory made again), as with empty
+// variables; within one process a session keeps its files across steps.
+func TestHostileReview10SessionScratchAcrossProcesses(t *testing.T) {
+	fill := `
+import os
+d = os.environ["TMPDIR"]
+block = b"x" * (1 << 20)
+with open(os.path.join(d, "f%d" % len(os.listdir(d))), "wb") as f:
+    for i in range(40):
+        f.write(block)
+print(sorted(os.listdir(d)), os.path.isdir(os.environ["PYNOX_OUTPUTS"]))
+`
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	feed := func(co *Checkout, code string) *Result {
+		t.Helper()
+		ev, err := co.Feed(ctx, Step{Code: code})
+		require.NoError(t, err)
+		require.NotNil(t, ev.Result)
+		return ev.Result
+	}
+	t.Run("exit and failed dump", func(t *testing.T) {
+		p := newTestPool(t, Config{Workers: 1})
+		co, err := p.Checkout(ctx, Job{Memory: 64 << 20})
+		require.NoError(t, err)
+		defer co.Finish(context.Background())
+		res := feed(co, fill)
+		requireOK(t, res)
+		require.Equal(t, "['f1', 'outputs'] True\n", res.Stdout)
+		res = feed(co, fill) // the same process keeps its files
+		requireOK(t, res)
+		require.Equal(t, "['f1', 'f2', 'outputs'] True\n", res.Stdout)
+		res = feed(co, "import os\nos._exit(0)")
+		require.True(t, res.SessionEnded)
+		for i := 0; i < 3; i++ {
+			res = feed(co, fill+"\nclass Boom:\n    def __reduce__(self):\n        os._exit(3)\nboom = Boom()\n")
+			requireOK(t, res)
+			require.True(t, res.Restarted)
+			require.Equal(t, "['f1', 'outputs'] True\n", res.Stdout, "the ended process's files reached its replacement")
+			_, err := co.Dump(ctx)
+			require.Error(t, err) // __reduce__ ends the process
+		}
+	})
+	t.Run("idle session kept in a file", func(t *testing.T) {
+		dumps := t.TempDir()
+		p := newTestPool(t, Config{Workers: 1, SessionIdle: 300 * time.Millisecond, SessionIdleDump: dumps})
+		co, err := p.Checkout(ctx, Job{Memory: 64 << 20})
+		require.NoError(t, err)
+		defer co.Finish(context.Background())
+		for i := 0; i < 3; i++ {
+			res := feed(co, fill+"\nkept = True\n")
+			requireOK(t, res)
+			require.Equal(t, "['f1', 'outputs'] True\n", res.Stdout, "round %d: an earlier process's files reached the restored one", i)
+			require.Equal(t, i > 0, res.Restored)
+			require.Eventually(t, func() bool {
+				kept, _ := filepath.Glob(filepath.Join(dumps, "*.dump"))
+				return len(kept) == 1
+			}, 30*time.Second, 20*time.Millisecond, "the session was not kept in the idle-dump directory")
+		}
+		res := feed(co, "print(kept)")
+		requireOK(t, res)
+		require.Equal(t, "True\n", res.Stdout)
+	})
+}
