@@ -40,8 +40,9 @@ type DialOptions struct {
 	// ReadLimit is the largest message accepted from the server, in
 	// bytes; zero means 96 MiB, which holds the largest answer the
 	// protocol sends whatever a job does: a session's dump of
-	// pynox.MaxDumpSize bytes, as base64 (about 85 MiB). A result carries up to the server's
-	// max_output of each stream, escaped as JSON, so a server with a
+	// pynox.MaxDumpSize bytes, as base64 (about 85 MiB). A result
+	// carries up to the server's max_output of each stream, escaped as
+	// JSON, so a server with a
 	// larger output ceiling needs a larger limit. A larger message ends
 	// the connection (its work in flight fails with KindDisconnected).
 	ReadLimit int64
