@@ -144,7 +144,9 @@
 //     descriptors;
 //  3. every capability dropped, bounding and ambient sets included, and
 //     no_new_privs — CI and many servers run as root, and root without
-//     capabilities is just a user;
+//     capabilities is just a user — and not dumpable, so that a crash
+//     never reaches the host's core handler (a core_pattern pipe ignores
+//     RLIMIT_CORE);
 //  4. Landlock, at the newest ABI the kernel offers: read and execute on the
 //     interpreter's runtime paths and a few system paths (shared libraries,
 //     zoneinfo, certificates, name-service files), read on allow_read and
@@ -154,7 +156,9 @@
 //  5. seccomp (built in Go, internal/seccomp), an allow list: every system
 //     call it does not name fails with EPERM, new and unknown numbers
 //     included. No process creation, no exec, no sockets unless the network
-//     is granted (then IPv4/IPv6 only), socketpair only as an AF_UNIX
+//     is granted (then IPv4/IPv6 only), no descriptors passed (sendmsg)
+//     unless the network is granted, no out-of-band data, no set-ID bits
+//     in a new file's mode, socketpair only as an AF_UNIX
 //     stream pair, ioctl, fcntl and prctl only for a short list of
 //     requests, and the architecture checked. It comes in two layers,
 //     because attaching a filter costs the kernel time in proportion to its
@@ -186,7 +190,10 @@
 // directory per job or session (mode 0700), opened with O_PATH and given
 // to that job alone as a write grant: two jobs never see each other's,
 // and no request may be granted the pool's scratch directory or anything
-// beneath it. A session keeps its directory across steps. When a job
+// beneath it. A session keeps its directory across the steps of one
+// process; a replacement process (Result.Restarted, or an idle session
+// restored from its file) finds it empty, since what the ended process
+// wrote there was charged to that process's memory cgroup. When a job
 // ends, the pool empties its directory once the template has reported
 // the process gone, and keeps it for the next job (making and removing a
 // directory costs a journal commit on ext4); a session's is removed when

@@ -83,6 +83,8 @@ _prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong,
 
 PR_SET_PDEATHSIG = 1
 PR_GET_PDEATHSIG = 2
+PR_GET_DUMPABLE = 3
+PR_SET_DUMPABLE = 4
 PR_SET_SECCOMP = 22
 CLONE_NEWNS = 0x00020000
 CLONE_NEWUSER = 0x10000000
@@ -93,6 +95,10 @@ PR_CAP_AMBIENT = 47
 PR_CAP_AMBIENT_CLEAR_ALL = 4
 SECCOMP_MODE_FILTER = 2
 LANDLOCK_RULE_PATH_BENEATH = 1
+# landlock_restrict_self's flags (ABI 7): no audit record of the job's
+# own denials, nor of the domains it may nest under its own.
+LANDLOCK_RESTRICT_SELF_LOG_SAME_EXEC_OFF = 1 << 0
+LANDLOCK_RESTRICT_SELF_LOG_SUBDOMAINS_OFF = 1 << 2
 SIGKILL = int(signal.SIGKILL)  # a plain int: a spare touches no enum objects
 
 
@@ -359,6 +365,16 @@ class Template:
             _check(_prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "prctl(PR_SET_NO_NEW_PRIVS)")
             if _prctl(PR_GET_NO_NEW_PRIVS, 0, 0, 0, 0) != 1:
                 raise SetupError("no_new_privs is not set")
+            # Not dumpable: a crash (SIGSEGV, SIGABRT, seccomp's SIGSYS)
+            # must not reach the host's core handler. RLIMIT_CORE=0 stops
+            # core files only; a core_pattern that pipes to a program
+            # (systemd-coredump, apport) ignores it, and the kernel runs
+            # that program as root outside every sandbox, reading the
+            # crashed job's memory. Inherited by every spare across fork;
+            # seccomp denies PR_SET_DUMPABLE, so no job can undo it.
+            _check(_prctl(PR_SET_DUMPABLE, 0, 0, 0, 0), "prctl(PR_SET_DUMPABLE)")
+            if _prctl(PR_GET_DUMPABLE, 0, 0, 0, 0) != 0:
+                raise SetupError("the process is still dumpable")
             # A write beyond RLIMIT_FSIZE must fail with EFBIG, not kill the
             # job (CPython ignores SIGXFSZ already; this does not rely on it).
             signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
@@ -1039,7 +1055,15 @@ class Spare:
         if job.get("session"):
             # Where descriptors 1 and 2 point between steps.
             self.null_w = os.open("/dev/null", os.O_WRONLY | os.O_CLOEXEC)
-        _check(_syscall(self.nr["landlock_restrict_self"], ruleset, 0), "landlock_restrict_self")
+        # Where the kernel audits Landlock (ABI 7) and the host runs with
+        # audit enabled, every access a job is denied would be an audit
+        # record of the host, as many as the job likes (a loop of denied
+        # opens floods the audit log, overflows its backlog and drops
+        # the host's own records). A job's denials are its own business.
+        flags = 0
+        if self.tpl.cfg["landlock"].get("abi", 0) >= 7:
+            flags = LANDLOCK_RESTRICT_SELF_LOG_SAME_EXEC_OFF | LANDLOCK_RESTRICT_SELF_LOG_SUBDOMAINS_OFF
+        _check(_syscall(self.nr["landlock_restrict_self"], ruleset, flags), "landlock_restrict_self")
         for fd in [ruleset] + list(fds):
             os.close(fd)
         if job.get("functions"):
