@@ -30,6 +30,7 @@
 #
 # Host functions: a job that declares them gets a `pynox_host` module whose
 # functions send a "call" frame and block until Go writes the "reply".
+import _signal
 import _socket
 import _thread
 import _ast
@@ -94,6 +95,7 @@ PR_CAP_AMBIENT_CLEAR_ALL = 4
 SECCOMP_MODE_FILTER = 2
 LANDLOCK_RULE_PATH_BENEATH = 1
 SIGKILL = int(signal.SIGKILL)  # a plain int: a spare touches no enum objects
+SIGINT = int(signal.SIGINT)
 
 
 class SetupError(Exception):
@@ -868,7 +870,9 @@ class Spare:
         resource.setrlimit(resource.RLIMIT_MEMLOCK, (0, 0))
         # The pool's interrupt: see on_sigint.
         self.main_ident = _thread.get_ident()
-        signal.signal(signal.SIGINT, self.on_sigint)
+        # (_signal's own function: signal.signal converts the old handler
+        # to an enum member, a failing lookup and an exception each time.)
+        _signal.signal(SIGINT, self.on_sigint)
         # Address space set aside to report a MemoryError with when the job
         # used up its allowance (RLIMIT_AS counts address space, so an
         # untouched mapping is enough, and costs no page faults).
