@@ -546,7 +546,6 @@ class Template:
             # may define __notes__ or its class's names as properties).
             try:
                 try:
-                    self.sock.detach()
                     Spare(self, kind, parent, ctl_child, out_w, err_w, bell_w, ns).main()
                 except BaseException:  # noqa: BLE001
                     traceback.print_exc()
@@ -677,8 +676,10 @@ class Spare:
             # Descriptor 3 may still be the template's channel: say nothing
             # on it. The host sees the spare die before its job started.
             os._exit(72)
-        sock = socket.socket(fileno=FD)
-        self.sock = sock
+        # The template's socket object names descriptor 3, which is now the
+        # spare's own channel: a new object would cost its allocation and
+        # the template's would still have to be detached.
+        sock = self.sock = self.tpl.sock
         if self.error is None:
             try:
                 self.warm_up()
