@@ -230,6 +230,12 @@ def _recv_with_fds(sock, fd):
 _REHEARSALS = ["print(sum(range(100)))\n", "def f():\n    return 1 / 0\n\nf()\n", "x = 1\n"]
 
 
+# A job frame, as the host writes one, for rehearsals of its receipt.
+_REHEARSAL_FRAME = (b'{"t":"job","code":"print(1)\\n","name":"<code>","script":false,"argv":[],'
+                    b'"env":{"TMPDIR":"/tmp","HOME":"/tmp"},"path":[],"network":false,"limits":'
+                    b'{"memory":1,"fsize":1,"cpu":1},"session":false,"step":1,"rules":[1]}')
+
+
 def _rehearse_receipt():
     """Runs a spare's receipt of its job (a socket object on the channel,
     a frame with a descriptor, its JSON) over a socket pair of its own."""
@@ -955,17 +961,19 @@ class Spare:
         it only on a CPU that would otherwise idle; a job that already
         waits would only wait longer for it."""
         if not select.select([FD], [], [], 0)[0] and not _cpu_contended():
-            self.rehearse(["print(sum(range(100)))\n"])
+            self.rehearse(["print(sum(range(100)))\n"], reports=False)
             # What the rehearsal mapped is the spare's, not the job's.
             self.vm = _address_space()
         self.exited = False
         self.started_frame = _STARTED
         self.new_main()
 
-    def rehearse(self, codes):
+    def rehearse(self, codes, reports=True):
         """Runs each piece of code through the job's own path (compile,
-        exec, output, a traceback if it raises, the frames' JSON), with
-        descriptors 1 and 2 pointing at /dev/null."""
+        exec, output, a traceback if it raises, the job frame's JSON and,
+        with reports, a report's), with descriptors 1 and 2 pointing at
+        /dev/null. (A spare's warm-up leaves reports out: the common one,
+        a trivial job's "done", is formatted without the json module.)"""
         saved = [os.dup(1), os.dup(2)]
         null = os.open("/dev/null", os.O_WRONLY)
         try:
@@ -977,9 +985,9 @@ class Spare:
                 sys.stdout.flush()
                 sys.stderr.flush()
                 linecache.cache.pop("<warm-up>", None)
-                _scan_frame(json.dumps({"t": "job", "code": "x", "name": "n", "env": {}, "argv": [], "rules": [],
-                                        "limits": {"memory": 1, "fsize": 1, "cpu": 1}, "step": 1}).encode())
-                _pack({"t": "done", "step": 1, "exit": 0, "error": err, "final": True})
+                _scan_frame(_REHEARSAL_FRAME)
+                if reports:
+                    _pack({"t": "done", "step": 1, "exit": 0, "error": err, "final": True})
         finally:
             os.dup2(saved[0], 1)
             os.dup2(saved[1], 2)
