@@ -278,6 +278,7 @@ class Template:
         self.children = {}  # pidfd -> pid
         self.cfg = None
         self.runtime_fds = []  # [(fd, access)]
+        self.runtime_range = None  # [lo, hi): runtime_fds, when consecutive
         self.seccomp = {}
         self.setup_error = None
         self.ll_args = None  # see landlock_args
@@ -372,6 +373,11 @@ class Template:
             high = fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, RUNTIME_FD_BASE)
             os.close(fd)
             self.runtime_fds.append((high, access))
+        # Consecutive, as they are opened one after another above the
+        # template's own: a spare then closes them with one close_range.
+        fds = sorted(fd for fd, _ in self.runtime_fds)
+        if fds and fds == list(range(fds[0], fds[-1] + 1)):
+            self.runtime_range = (fds[0], fds[-1] + 1)
         for key, b in cfg["seccomp"].items():
             raw = bytes.fromhex(b)
             buf = ctypes.create_string_buffer(raw, len(raw))
@@ -885,8 +891,11 @@ class Spare:
         # 4. Landlock: a fresh ruleset holding the runtime rules; the job's
         # grants are added and it is enforced when the job arrives.
         self.ruleset = self.new_ruleset()
-        for rfd, _ in self.tpl.runtime_fds:
-            os.close(rfd)
+        if self.tpl.runtime_range is not None:
+            os.closerange(*self.tpl.runtime_range)
+        else:
+            for rfd, _ in self.tpl.runtime_fds:
+                os.close(rfd)
         # rlimits that do not depend on the request: no core dumps, the
         # job's descriptor limit, and few queued signals: the count is the
         # uid's, machine-wide, and timer_create (and a timer's signals) may
