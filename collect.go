@@ -257,6 +257,10 @@ func (c *collector) names(fd int, pattern string) []string {
 // is opened once, for reading (not O_PATH, then "." again), its
 // permissions come from one fstat, and it is listed with plain getdents.
 func (c *collector) collectOutputs(dir string) {
+	if c.scanned+1 < collectScan && outputsEmpty(dir) {
+		c.scanned++ // as the scan below counts the directory
+		return
+	}
 	fd, err := openRoot(dir)
 	if err != nil {
 		return

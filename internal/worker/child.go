@@ -216,7 +216,7 @@ func (c *Child) Gone() bool {
 		return true
 	}
 	fds := []unix.PollFd{{Fd: int32(c.pidfd), Events: unix.POLLIN}}
-	n, err := unix.Poll(fds, 0)
+	n, err := rawPollNow(fds)
 	return err == nil && n > 0
 }
 
@@ -249,7 +249,7 @@ func (c *Child) signal(sig unix.Signal) error {
 	if c.pidfd < 0 {
 		return unix.EBADF
 	}
-	return unix.PidfdSendSignal(c.pidfd, sig, nil, 0)
+	return rawPidfdSignal(c.pidfd, sig)
 }
 
 // Close kills the child, releases every host-side descriptor, and asks
@@ -422,14 +422,14 @@ func (c *Child) RunStep(st *Step, cancel <-chan struct{}) *Outcome {
 			small := len(payload) < inlineFrame
 			if !small {
 				if err := c.signal(unix.SIGCONT); err != nil {
-					unix.Close(out[1])
-					unix.Close(errp[1])
+					rawClose(out[1])
+					rawClose(errp[1])
 					return err
 				}
 			}
 			err := c.sendRaw(payload, []int{out[1], errp[1]})
-			unix.Close(out[1])
-			unix.Close(errp[1])
+			rawClose(out[1])
+			rawClose(errp[1])
 			if err == nil && small {
 				err = c.signal(unix.SIGCONT)
 			}
@@ -464,7 +464,7 @@ func (c *Child) cpuTime() (time.Duration, error) {
 		return 0, unix.ESRCH
 	}
 	var ts unix.Timespec
-	if err := unix.ClockGettime(processCPUClock(pid), &ts); err != nil {
+	if err := rawClockGettime(processCPUClock(pid), &ts); err != nil {
 		return 0, err
 	}
 	return time.Duration(ts.Nano()), nil

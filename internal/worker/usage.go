@@ -41,7 +41,7 @@ func readUsage(pid int, peak bool) (Usage, error) {
 		return u, unix.ESRCH
 	}
 	var ts unix.Timespec
-	if err := unix.ClockGettime(processCPUClock(pid), &ts); err != nil {
+	if err := rawClockGettime(processCPUClock(pid), &ts); err != nil {
 		return u, err
 	}
 	u.CPU = time.Duration(ts.Nano())
@@ -77,17 +77,17 @@ const procBufSize = 4096
 // descriptor's flags, twice each, and an fstat), and a session step reads
 // two of them before and after it runs.
 func readProcFile(path string, buf []byte) ([]byte, error) {
-	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	fd, err := rawOpen(path, unix.O_RDONLY|unix.O_CLOEXEC)
 	if err != nil {
 		return nil, &os.PathError{Op: "open", Path: path, Err: err}
 	}
-	defer unix.Close(fd)
+	defer rawClose(fd)
 	n := 0
 	for {
 		if n == len(buf) {
 			buf = append(buf, make([]byte, len(buf))...)
 		}
-		m, err := unix.Read(fd, buf[n:])
+		m, err := rawRead(fd, buf[n:])
 		if err == unix.EINTR {
 			continue
 		}
@@ -111,9 +111,9 @@ func (c *Child) stepBase() *Usage {
 	if pid <= 0 {
 		return nil
 	}
-	if fd, err := unix.Open("/proc/"+strconv.Itoa(pid)+"/clear_refs", unix.O_WRONLY|unix.O_CLOEXEC, 0); err == nil {
-		unix.Write(fd, []byte("5"))
-		unix.Close(fd)
+	if fd, err := rawOpen("/proc/"+strconv.Itoa(pid)+"/clear_refs", unix.O_WRONLY|unix.O_CLOEXEC); err == nil {
+		rawWrite(fd, []byte("5"))
+		rawClose(fd)
 	}
 	// The counters read after the last step, when the process was stopped
 	// (see noteUsage), are this step's base: it has not run since but for
@@ -193,7 +193,7 @@ func (f procFiles) close() {
 func (f procFiles) read(pid int, peak bool) (Usage, error) {
 	var u Usage
 	var ts unix.Timespec
-	if err := unix.ClockGettime(processCPUClock(pid), &ts); err != nil {
+	if err := rawClockGettime(processCPUClock(pid), &ts); err != nil {
 		return u, err
 	}
 	u.CPU = time.Duration(ts.Nano())
@@ -226,7 +226,7 @@ func preadProcFile(fd int, buf []byte) ([]byte, error) {
 		if n == len(buf) {
 			buf = append(buf, make([]byte, len(buf))...)
 		}
-		m, err := unix.Pread(fd, buf[n:], int64(n))
+		m, err := rawPread(fd, buf[n:], int64(n))
 		if err == unix.EINTR {
 			continue
 		}
