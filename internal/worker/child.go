@@ -90,6 +90,8 @@ type Child struct {
 	// procFiles are the one-shot job's /proc/<pid>/stat and status,
 	// opened by jobBase and closed by noteUsage (see procFiles).
 	procFiles procFiles
+	// sproc are a session process's held /proc files (session_usage.go).
+	sproc sessionProc
 
 	// The child's cgroup, set before the child is handed out (see
 	// Template.deliver); cgErr says why joining one failed, which fails
@@ -269,6 +271,7 @@ func (c *Child) Close() {
 		c.pidMu.Lock()
 		unix.Close(c.pidfd)
 		c.pidfd = -1
+		c.closeSessionProc()
 		c.pidMu.Unlock()
 		if c.cg != nil {
 			// Released once the template has reaped the process, which it

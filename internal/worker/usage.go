@@ -111,10 +111,7 @@ func (c *Child) stepBase() *Usage {
 	if pid <= 0 {
 		return nil
 	}
-	if fd, err := rawOpen("/proc/"+strconv.Itoa(pid)+"/clear_refs", unix.O_WRONLY|unix.O_CLOEXEC); err == nil {
-		rawWrite(fd, []byte("5"))
-		rawClose(fd)
-	}
+	c.resetPeak(pid)
 	// The counters read after the last step, when the process was stopped
 	// (see noteUsage), are this step's base: it has not run since but for
 	// the runner's few lines between its report and the stop, which count
@@ -125,7 +122,7 @@ func (c *Child) stepBase() *Usage {
 		c.lastUsage = nil
 		return prev
 	}
-	u, err := readUsage(pid, false)
+	u, err := c.sessionUsage(false)
 	if err != nil || c.Gone() {
 		return nil
 	}
@@ -306,7 +303,7 @@ func (c *Child) noteUsage(o *Outcome, base *Usage, session bool) {
 	}
 	if o.Alive {
 		var err error
-		if u, err = procUsage(c.Pid()); err != nil || c.Gone() {
+		if u, err = c.sessionUsage(true); err != nil || c.Gone() {
 			return
 		}
 		last := u
