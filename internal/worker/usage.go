@@ -234,6 +234,11 @@ func preadProcFile(fd int, buf []byte) ([]byte, error) {
 			return buf[:n], nil
 		}
 		n += m
+		if n < len(buf) {
+			// stat and status are written whole by one show: a read that
+			// did not fill the buffer took all of it.
+			return buf[:n], nil
+		}
 	}
 }
 
