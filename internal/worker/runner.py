@@ -718,7 +718,14 @@ class Spare:
             if self.calls is not None:
                 self.calls.drain()
             try:
-                _send_report(dict({"t": "done", "step": self.step, "exit": code, "error": err}, **self.pop_done_extra()), self.value)
+                extra = self.pop_done_extra()
+                if err is None and self.value is None and not extra:
+                    # The common report, formatted without the json module
+                    # (some 10 µs of a trivial step's Python).
+                    _write_all(FD, _frame(b'{"t":"done","step":%d,"exit":%d,"error":null}' % (self.step, code)))
+                    _ring()
+                else:
+                    _send_report(dict({"t": "done", "step": self.step, "exit": code, "error": err}, **extra), self.value)
             except BaseException:  # noqa: BLE001 - the channel is gone
                 os._exit(code & 0xFF)
             msg, fds = _recv_with_fds(self.sock, FD)
