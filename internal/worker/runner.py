@@ -1070,6 +1070,9 @@ class Spare:
                                "concurrent awaits (asyncio.gather) have their calls in flight together.")
 
         described = {t["name"]: t for t in tools}
+        # One encoder for every call: json.dumps with these options builds
+        # a new one per call (some 3 µs each, twice per call).
+        enc = json.JSONEncoder(separators=(",", ":"), allow_nan=False)
 
         def make(name):
             quoted = json.dumps(name)
@@ -1083,8 +1086,8 @@ class Spare:
                     except TypeError as e:
                         raise TypeError("%s(): %s" % (name, e)) from None
                 try:
-                    a = json.dumps(args, separators=(",", ":"), allow_nan=False)
-                    k = json.dumps(kwargs, separators=(",", ":"), allow_nan=False)
+                    a = enc.encode(args)
+                    k = enc.encode(kwargs) if kwargs else "{}"
                 except (TypeError, ValueError) as e:
                     raise TypeError("arguments to %s must be JSON values: %s" % (name, e)) from None
                 if len(a) + len(k) > MAX_CALL:
