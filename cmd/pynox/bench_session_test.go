@@ -22,6 +22,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -36,7 +37,9 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/pynox/pynox"
 	"github.com/pynox/pynox/internal/sandbox"
+	"github.com/pynox/pynox/jsonl"
 )
 
 // benchPython is the interpreter of the benchmarks: Debian's, not a pyenv
@@ -325,3 +328,69 @@ func BenchmarkPoolHostCall(b *testing.B) {
 // hostCallsPerStep is how many calls one step of BenchmarkPoolHostCall
 // makes.
 const hostCallsPerStep = 900
+
+// BenchmarkClientHostCall measures a host call's round trip through
+// jsonl.Client, as pynox-bench's host-call row does: from the return of
+// the client's host function for one call until the next call reaches
+// it (rtt-us/op). Each step makes at most hostCallsPerStep calls.
+func BenchmarkClientHostCall(b *testing.B) {
+	if _, err := sandbox.ABI(); err != nil {
+		b.Skipf("kernel lacks Landlock: %v", err)
+	}
+	bin := os.Getenv("PYNOX_BENCH_BIN")
+	if bin == "" {
+		buildOnce.Do(buildBinary)
+		if buildErr != nil {
+			b.Fatal(buildErr)
+		}
+		bin = binPath
+	}
+	cmd := exec.Command(bin, "pool", "--python="+benchPython, "--workers=2")
+	cmd.Dir = b.TempDir()
+	cmd.Stderr = os.Stderr
+	c, err := jsonl.StartCmd(cmd)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer c.Close()
+	var rtt time.Duration
+	timed := 0
+	var sent time.Time
+	first := true
+	host := func(_ context.Context, call *pynox.Call) (any, error) {
+		if !first {
+			rtt += time.Since(sent)
+			timed++
+		}
+		first = false
+		var args []int
+		if err := json.Unmarshal(call.Args, &args); err != nil || len(args) != 1 {
+			return nil, fmt.Errorf("call args %s", call.Args)
+		}
+		sent = time.Now()
+		return args[0] + 1, nil
+	}
+	sess := c.Session("h", pynox.Job{Functions: []string{"f"}, Host: host})
+	steps := func(n int) {
+		for left := n; left > 0; {
+			k := min(left, hostCallsPerStep)
+			first = true
+			code := fmt.Sprintf("from pynox_host import f\nx = 0\nfor i in range(%d):\n    x = f(x)\nprint(x)", k)
+			r, err := sess.Run(context.Background(), pynox.Step{Code: code})
+			if err != nil || r.Stdout != fmt.Sprintf("%d\n", k) {
+				b.Fatalf("step: %v %+v", err, r)
+			}
+			left -= k
+		}
+	}
+	steps(20)
+	rtt, timed = 0, 0
+	before := poolTree(os.Getpid()) // the client's process and the pool's tree
+	b.ResetTimer()
+	steps(b.N)
+	b.StopTimer()
+	reportTree(b, before, poolTree(os.Getpid()), b.N)
+	if timed > 0 {
+		b.ReportMetric(float64(rtt.Microseconds())/float64(timed), "rtt-us/op")
+	}
+}
