@@ -257,10 +257,6 @@ func (c *collector) names(fd int, pattern string) []string {
 // is opened once, for reading (not O_PATH, then "." again), its
 // permissions come from one fstat, and it is listed with plain getdents.
 func (c *collector) collectOutputs(dir string) {
-	if c.scanned+1 < collectScan && outputsEmpty(dir) {
-		c.scanned++ // as the scan below counts the directory
-		return
-	}
 	fd, err := openRoot(dir)
 	if err != nil {
 		return
@@ -378,7 +374,11 @@ func (p *Pool) collectFiles(pl *plan, pats []collectPattern, removeOutputs bool)
 		c.collect(pat)
 	}
 	if dir := pl.scratchDir(); dir != "" {
-		c.collectOutputs(dir)
+		if c.scanned+1 < collectScan && pl.outputsEmpty() {
+			c.scanned++ // as collectOutputs counts the directory
+		} else {
+			c.collectOutputs(dir)
+		}
 		if removeOutputs {
 			c.removeOutputs(dir)
 		}

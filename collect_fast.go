@@ -6,25 +6,29 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// outputsEmpty reports whether the outputs directory beneath the scratch
-// directory dir holds no entry at all, reached as collectOutputs reaches
-// it (openRoot, then openBeneath), with raw system calls: most steps and
-// jobs write no outputs, and a system call through syscall.Syscall wakes
-// the Go runtime's monitor thread when every P was idle before, as the
-// pool's Ps are while a session step runs (internal/worker/rawsys.go).
-// The scratch directory is the pool's own, on a local file system, so
-// these calls do not block. Any failure, or any entry, says false: the
-// caller then scans the directory as before.
-func outputsEmpty(dir string) bool {
-	root, err := rawOpenat2(unix.AT_FDCWD, dir, &unix.OpenHow{
-		Flags:   unix.O_PATH | unix.O_DIRECTORY | unix.O_CLOEXEC,
-		Resolve: unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS,
-	})
-	if err != nil {
+// outputsEmpty reports whether the outputs directory of the plan's
+// scratch directory holds no entry at all, with raw system calls: most
+// steps and jobs write no outputs, and a system call through
+// syscall.Syscall wakes the Go runtime's monitor thread when every P was
+// idle before, as the pool's Ps are while a session step runs
+// (internal/worker/rawsys.go). The directory is opened beneath the
+// scratch root's own descriptor, with no symlink, magic link or mount
+// crossing on the way (collectOutputs reaches it by path, with the same
+// refusals): one path walk of two names instead of the root's whole
+// path. The scratch directory is the pool's own, on a local file system,
+// so these calls do not block. Any failure, or any entry, says false:
+// the caller then scans the directory as before.
+func (pl *plan) outputsEmpty() bool {
+	s := pl.scratchRoot
+	if s == nil || pl.scratch == "" {
 		return false
 	}
-	defer unix.RawSyscall(unix.SYS_CLOSE, uintptr(root), 0, 0)
-	ofd, err := rawOpenat2(root, OutputsDir, &unix.OpenHow{Flags: unix.O_RDONLY | unix.O_DIRECTORY | unix.O_CLOEXEC | unix.O_NOFOLLOW, Resolve: resolveBeneath})
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.closed {
+		return false
+	}
+	ofd, err := rawOpenat2(s.fd, pl.scratch+"/"+OutputsDir, &unix.OpenHow{Flags: unix.O_RDONLY | unix.O_DIRECTORY | unix.O_CLOEXEC | unix.O_NOFOLLOW, Resolve: resolveBeneath})
 	if err != nil {
 		return false
 	}
