@@ -159,13 +159,6 @@ func (c *Child) readFrames() (msgs []childMsg, partial, end bool, err error) {
 		if len(c.pending) > maxCtlFrame+frame.HeaderSize {
 			break
 		}
-		if n < len(tmp) {
-			// A stream socket's read takes all it holds up to the
-			// buffer's size: it held no more. What comes later comes with
-			// a ring of its own (the runner rings after it writes), or is
-			// read at the next poll; end of file too.
-			break
-		}
 	}
 	for {
 		payload, rest, ok, ferr := frame.Split(c.pending, maxCtlFrame)
