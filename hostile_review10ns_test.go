@@ -218,10 +218,25 @@ func TestHostileReview10NSMounterDies(t *testing.T) {
 		requireOK(t, res)
 		require.Equal(t, "42\n", res.Stdout)
 	}
-	_, err := p.Checkout(t.Context(), Job{Mounts: job.Mounts})
+	// A session with a mount: its first step answers with the same
+	// error, and runs nothing.
+	co, err := p.Checkout(t.Context(), Job{Mounts: job.Mounts})
 	if err == nil {
-		t.Log("a session with a mount was checked out after the mounter died")
+		ev, ferr := co.Feed(t.Context(), Step{Code: `print("ran")`})
+		if ferr == nil {
+			require.NotNil(t, ev.Result.Error, "a session step ran without a mounter: %s", ev.Result.Stdout)
+			t.Logf("%s: %s", ev.Result.Error.Type, ev.Result.Error.Message)
+			require.Equal(t, "SandboxSetupError", ev.Result.Error.Type)
+			require.Contains(t, ev.Result.Error.Message, "mounter")
+			require.Empty(t, ev.Result.Stdout)
+		} else {
+			require.Contains(t, ferr.Error(), "mounter")
+		}
+		co.Finish(t.Context())
+	} else {
+		require.Contains(t, err.Error(), "mounter")
 	}
+	requireOK(t, run(t, p, Job{Code: "print(1)"}))
 }
 
 // Probe: a plain job next to a template's ready ns spare (a process that
@@ -382,4 +397,42 @@ func r10Ours(pid int) bool {
 		pid = ppid
 	}
 	return false
+}
+
+// Probe: a job (plain, or with a mount namespace of its own) cannot read
+// which mounts another job's namespace holds (its host directories and
+// paths) through the host's /proc: mountinfo, mounts, mountstats, and
+// its root and cwd links, of a live session with a mount.
+func TestHostileReview10NSOtherMountinfo(t *testing.T) {
+	p, data, _ := nsPool(t)
+	co, err := p.Checkout(t.Context(), Job{Mounts: []MountSpec{{HostPath: data, Path: "/secret-r10"}}})
+	require.NoError(t, err)
+	defer co.Finish(t.Context())
+	ev, err := co.Feed(t.Context(), Step{Code: `import os; print(os.readlink("/proc/self"))`})
+	require.NoError(t, err)
+	requireOK(t, ev.Result)
+	pid := strings.TrimSpace(ev.Result.Stdout)
+	probe := `import errno, os
+P = ` + pid + `
+out = []
+for f in ("mountinfo", "mounts", "mountstats", "root/secret" + "-r10/f.txt", "cwd", "ns/mnt", "environ", "cmdline", "status"):
+    try:
+        with open("/proc/%d/%s" % (P, f)) as fh:
+            out.append(fh.read()[:2000])
+    except OSError as e:
+        out.append(errno.errorcode.get(e.errno, str(e.errno)))
+for f in ("root", "cwd"):
+    try:
+        out.append(os.readlink("/proc/%d/%s" % (P, f)))
+    except OSError as e:
+        out.append(errno.errorcode.get(e.errno, str(e.errno)))
+print(out)`
+	for _, job := range []Job{{Code: probe}, {Mounts: []MountSpec{{HostPath: data, Path: "/mine"}}, Code: probe}} {
+		res := run(t, p, job)
+		requireOK(t, res)
+		t.Log(res.Stdout)
+		require.NotContains(t, res.Stdout, "secret-r10", "a job read another job's mounts")
+		require.NotContains(t, res.Stdout, data, "a job read another job's host directory")
+		require.NotContains(t, res.Stdout, "hello", "a job read another job's mounted file")
+	}
 }
