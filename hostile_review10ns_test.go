@@ -161,6 +161,7 @@ func TestHostileReview10NSOddPaths(t *testing.T) {
 	}{
 		{"//data2//", "/data2"}, {"/data3/", "/data3"}, {"/dätä/ü", "/dätä/ü"}, {"/a/./b/../c", "/a/c"},
 		{deep, ""}, // ENAMETOOLONG for the job's own open; the mount may stand
+		{p.Config().Dir, p.Config().Dir}, {p.Config().Dir + "/below", p.Config().Dir + "/below"},
 	}
 	for _, l := range links {
 		cases = append(cases, struct{ path, want string }{l, ""}, struct{ path, want string }{l + "/pynox-r10", ""})
@@ -190,9 +191,9 @@ func TestHostileReview10NSOddPaths(t *testing.T) {
 	nsSettle(t, pid, 1+p.nsStock())
 	for range 2 {
 		res := run(t, p, Job{Mounts: ok.Mounts, Code: `import os, subprocess
-print(open("/data/f.txt").read(), [q for q in ("/data2", "/data3", "/m", "/a", "/abcdefgh") if os.path.exists(q)])`})
+print(open("/data/f.txt").read(), [q for q in ("/data2", "/data3", "/m", "/a", "/abcdefgh", "f.txt", "below") if os.path.exists(q)], os.getcwd())`})
 		requireOK(t, res)
-		require.Equal(t, "hello []\n", res.Stdout)
+		require.Equal(t, "hello [] "+p.Config().Dir+"\n", res.Stdout)
 	}
 }
 
@@ -435,4 +436,27 @@ print(out)`
 		require.NotContains(t, res.Stdout, data, "a job read another job's host directory")
 		require.NotContains(t, res.Stdout, "hello", "a job read another job's mounted file")
 	}
+}
+
+// Probe: what a job writes to its overlay stays in its namespace: the
+// next job with the same overlay (in a namespace prepared before the
+// first one ran) finds the host directory's content only, and the host
+// directory is unchanged.
+func TestHostileReview10NSOverlayFresh(t *testing.T) {
+	p, data, _ := nsPool(t)
+	ov := []MountSpec{{HostPath: data, Path: "/work", Mode: Overlay, WriteBytesLimit: 1 << 20}}
+	for range 3 {
+		res := run(t, p, Job{Mounts: ov, Code: `import os
+print(sorted(os.listdir("/work")), open("/work/f.txt").read())
+open("/work/f.txt", "w").write("changed")
+open("/work/new.txt", "w").write("x" * 4096)
+os.mkdir("/work/d")`})
+		requireOK(t, res)
+		require.Equal(t, "['f.txt', 'fifo'] hello\n", res.Stdout)
+	}
+	got, err := os.ReadFile(filepath.Join(data, "f.txt"))
+	require.NoError(t, err)
+	require.Equal(t, "hello", string(got))
+	_, err = os.Stat(filepath.Join(data, "new.txt"))
+	require.True(t, os.IsNotExist(err))
 }
