@@ -460,3 +460,44 @@ os.mkdir("/work/d")`})
 	_, err = os.Stat(filepath.Join(data, "new.txt"))
 	require.True(t, os.IsNotExist(err))
 }
+
+// Probe: jobs queued for a worker hold no mount namespace beyond the
+// pool's jobSlots (two per worker). Every queued job's namespace was
+// built while it waited, so a client queueing mount jobs made the pool
+// hold as many namespaces (a host's namespace count for root, and in a
+// confined pool the shared root's inodes, nsMaxEntries each); now a job
+// beyond the slots waits for one before its namespace is built. All of
+// them still run.
+func TestHostileReview10NSQueuedJobsBounded(t *testing.T) {
+	p, data, _ := nsPool(t)
+	job := Job{Mounts: []MountSpec{{HostPath: data, Path: "/data"}}, Code: `import time; time.sleep(0.3); print(open("/data/f.txt").read())`}
+	requireOK(t, run(t, p, job))
+	held := func() int {
+		n := 0
+		ents, _ := os.ReadDir("/proc/self/fd")
+		for _, e := range ents {
+			if l, _ := os.Readlink("/proc/self/fd/" + e.Name()); strings.HasPrefix(l, "mnt:[") {
+				n++
+			}
+		}
+		return n
+	}
+	const jobs = 8
+	results := make(chan *Result, jobs)
+	for range jobs {
+		go func() { results <- run(t, p, job) }()
+	}
+	most := 0
+	for got := 0; got < jobs; {
+		select {
+		case res := <-results:
+			requireOK(t, res)
+			require.Equal(t, "hello\n", res.Stdout)
+			got++
+		case <-time.After(20 * time.Millisecond):
+		}
+		most = max(most, held())
+	}
+	t.Logf("the pool held at most %d mount namespaces for %d jobs on %d worker", most, jobs, p.Workers())
+	require.LessOrEqual(t, most, p.nsJobSlots(), "queued jobs hold mount namespaces")
+}

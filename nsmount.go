@@ -1,6 +1,7 @@
 package pynox
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -57,7 +58,27 @@ type nsMounter struct {
 	prepOnce sync.Once
 	prepBase *nsBase
 	prepErr  error
+
+	// slots bounds the namespaces one-shot jobs hold (see jobSlots).
+	slotsOnce sync.Once
+	slots     chan struct{}
 }
+
+// jobSlots returns the channel whose n places bound the mount namespaces
+// that one-shot jobs hold at once, queued ones included: a job takes a
+// place before its namespace is built (while it waits for a worker) and
+// gives it back when it drops the namespace. Without it every queued
+// job held a built namespace (as many as clients could queue: a host's
+// namespace count for root, and in a pool that confines itself, inodes of
+// the shared root for as many times nsMaxEntries).
+func (n *nsMounter) jobSlots(size int) chan struct{} {
+	n.slotsOnce.Do(func() { n.slots = make(chan struct{}, size) })
+	return n.slots
+}
+
+// nsJobSlots is how many namespaces one-shot jobs hold at once: one per
+// worker for the job running there and one for the job next in line.
+func (p *Pool) nsJobSlots() int { return 2 * p.cfg.Workers }
 
 // startEarly, in a pool about to confine itself, makes the base tmpfs
 // and starts and probes the mounter, which must run outside the pool's
@@ -98,12 +119,13 @@ const nsRootMinInodes = 65536
 
 // nsRootInodes is the size in inodes of the namespaces' shared root for
 // a pool of workers workers and sessions sessions at most: room for the
-// entries of every namespace that can be live at once (a job's per
-// worker, a session's each, the mounter's stock, and as many again that
-// are gone but not collected yet, as the mounter removes a gone
-// namespace's entries at its next request) and for the base's.
+// entries of every namespace that can be live at once (the one-shot
+// jobs' jobSlots, two per worker, and one per worker whose process is
+// still exiting; a session's each; the mounter's stock), as many again
+// that are gone but not collected yet (the mounter removes a gone
+// namespace's entries at its next request), and the base's.
 func nsRootInodes(workers, sessions int) int {
-	return max(nsRootMinInodes, 2*(workers+sessions+mountns.MaxStock)*nsMaxEntries+4096)
+	return max(nsRootMinInodes, 2*(3*workers+sessions+mountns.MaxStock)*nsMaxEntries+4096)
 }
 
 // nsEntries counts the entries paths make in a namespace's root (each
@@ -273,6 +295,10 @@ func (pl *plan) needsNS() bool { return len(pl.nsMounts) > 0 }
 // directories.
 func (pl *plan) closeNS() {
 	pl.dropNS()
+	if pl.nsSlot != nil {
+		<-pl.nsSlot
+		pl.nsSlot = nil
+	}
 	for _, m := range pl.nsMounts {
 		if m.overlay {
 			unix.Close(m.fd)
@@ -541,15 +567,28 @@ func (p *Pool) buildNS(pl *plan) *Error {
 	return nil
 }
 
-// buildNSAsync starts buildNS for pl and returns a function that waits
+// buildNSAsync takes a place among the pool's jobSlots (waiting for one
+// while the job waits for a worker; an error when ctx ends or the pool
+// closes first), then starts buildNS for pl, and returns a function that waits
 // for it and returns its error (the same one on every call). Until it
 // returns, pl's namespace fields are the builder's: the caller sets
 // nothing else of pl.job's namespace and runs no child with pl.job.
-func (p *Pool) buildNSAsync(pl *plan) func() *Error {
+func (p *Pool) buildNSAsync(ctx context.Context, pl *plan) func() *Error {
 	done := make(chan struct{})
 	var err *Error
 	go func() {
 		defer close(done)
+		slots := p.ns.jobSlots(p.nsJobSlots())
+		select {
+		case slots <- struct{}{}:
+			pl.nsSlot = slots // given back by closeNS
+		case <-ctx.Done():
+			err = newError(KindSandboxSetup, "mounts: the request ended before its mount namespace was built; no code ran")
+			return
+		case <-p.life.Done():
+			err = newError(KindSandboxSetup, "mounts: the pool is closed; no code ran")
+			return
+		}
 		err = p.buildNS(pl)
 	}()
 	return func() *Error {
