@@ -567,28 +567,32 @@ func (p *Pool) buildNS(pl *plan) *Error {
 	return nil
 }
 
-// buildNSAsync takes a place among the pool's jobSlots (waiting for one
-// while the job waits for a worker; an error when ctx ends or the pool
-// closes first), then starts buildNS for pl, and returns a function that waits
+// takeNSSlot takes a place among the pool's jobSlots for pl's namespace,
+// waiting for one; closeNS gives it back. It fails when ctx ends or the
+// pool closes first. A one-shot job takes it before it waits for a
+// worker, so that a job holding a worker never waits for a place.
+func (p *Pool) takeNSSlot(ctx context.Context, pl *plan) error {
+	slots := p.ns.jobSlots(p.nsJobSlots())
+	select {
+	case slots <- struct{}{}:
+		pl.nsSlot = slots
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-p.life.Done():
+		return errClosed()
+	}
+}
+
+// buildNSAsync starts buildNS for pl and returns a function that waits
 // for it and returns its error (the same one on every call). Until it
 // returns, pl's namespace fields are the builder's: the caller sets
 // nothing else of pl.job's namespace and runs no child with pl.job.
-func (p *Pool) buildNSAsync(ctx context.Context, pl *plan) func() *Error {
+func (p *Pool) buildNSAsync(pl *plan) func() *Error {
 	done := make(chan struct{})
 	var err *Error
 	go func() {
 		defer close(done)
-		slots := p.ns.jobSlots(p.nsJobSlots())
-		select {
-		case slots <- struct{}{}:
-			pl.nsSlot = slots // given back by closeNS
-		case <-ctx.Done():
-			err = newError(KindSandboxSetup, "mounts: the request ended before its mount namespace was built; no code ran")
-			return
-		case <-p.life.Done():
-			err = newError(KindSandboxSetup, "mounts: the pool is closed; no code ran")
-			return
-		}
 		err = p.buildNS(pl)
 	}()
 	return func() *Error {

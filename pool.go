@@ -563,7 +563,10 @@ func (p *Pool) runJob(ctx context.Context, job Job) (_ *Result, refill func(), _
 				return p.refuse(&job, err), refill, nil
 			}
 		} else {
-			built = p.buildNSAsync(ctx, pl)
+			if err := p.takeNSSlot(ctx, pl); err != nil {
+				return nil, refill, err
+			}
+			built = p.buildNSAsync(pl)
 		}
 	}
 	pl.job.Host = p.traceHost(trace.SpanFromContext(ctx), job.ID, "", checkedHost(pl.sigs, p.hostAdapter(job.ID, "", job.Host)))
