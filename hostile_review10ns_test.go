@@ -62,7 +62,7 @@ func r10SharedMounter(t *testing.T, inodes string) (m *mountns.Mounter, root, di
 // beneath it fail, and one that holds a directory at /y fails another's
 // file mount at /y, for as long as it lives.
 func TestHostileReview10NSSharedRootTypeConflict(t *testing.T) {
-	t.Skip("review 10ns: in a shared root (confined pool) a live namespace's mountpoint names (file or directory) make other tenants' mounts of the other type at or beneath that path fail (move_mount EINVAL / ENOTDIR); fix: a private tmpfs per namespace over the shared root's root, entered by chroot")
+	t.Skip("review 10ns: in a shared root (confined pool) a live namespace's mountpoint names (file or directory) make other tenants' mounts of the other type at or beneath that path fail (move_mount EINVAL / ENOTDIR); fix: one slot directory per namespace that can be live, made in the shared tmpfs with a rule of the pool's domain before it confines itself (a private tmpfs over the shared root fails: Landlock ignores a rule on a covered mountpoint)")
 	m, _, dir, file := r10SharedMounter(t, "65536")
 	a, err := m.Build(mountns.Plan{Binds: []mountns.Bind{{Source: file, Path: "/x", ReadOnly: true},
 		{Source: dir, Path: "/y", ReadOnly: true}}})
