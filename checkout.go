@@ -480,6 +480,13 @@ func (c *Checkout) Feed(ctx context.Context, step Step) (ev TurnEvent, err error
 				c.mu.Unlock()
 				return TurnEvent{}, ctx.Err()
 			}
+			var serr *Error
+			if errors.As(err, &serr) && serr.Kind == KindSandboxSetup {
+				// The session's mount namespace could not be built (its
+				// mounter is gone, say): the step fails as a job does,
+				// with the setup error, not as if a worker had failed.
+				return c.failStepKind(step.ID, span.SpanContext(), KindSandboxSetup, serr.Message, accepted), nil
+			}
 			return c.failStep(step.ID, span.SpanContext(), "no process could be forked for the session: "+err.Error(), accepted), nil
 		}
 		c.mu.Lock()
@@ -881,6 +888,17 @@ func (c *Checkout) failStep(id any, sc trace.SpanContext, msg string, accepted t
 	c.armIdle()
 	c.mu.Unlock()
 	res := c.pool.failed(&Job{ID: id}, c.pl, KindCrashed, msg, accepted)
+	c.stamp(res, true)
+	c.pool.finish(&Job{ID: id, trace: sc}, res)
+	return TurnEvent{Result: res}
+}
+
+// failStepKind is failStep for an error of kind k.
+func (c *Checkout) failStepKind(id any, sc trace.SpanContext, k Kind, msg string, accepted time.Time) TurnEvent {
+	c.mu.Lock()
+	c.armIdle()
+	c.mu.Unlock()
+	res := c.pool.failed(&Job{ID: id}, c.pl, k, msg, accepted)
 	c.stamp(res, true)
 	c.pool.finish(&Job{ID: id, trace: sc}, res)
 	return TurnEvent{Result: res}

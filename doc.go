@@ -259,7 +259,12 @@
 // namespace across steps (its overlay writes persist and vanish with
 // it); a replacement process, or one restoring a dump, gets a new one,
 // its overlays empty like its __main__. Such a job costs a round trip to
-// the mounter on its path; the fork of its process is not on it.
+// the mounter on its path; the fork of its process is not on it. The
+// paths of a job's mounts and of the grants it sees at their host paths
+// may name at most 512 directories in all (each directory above a path
+// counting once): in a pool that confines itself the mountpoints of
+// every live namespace share one tmpfs, sized for that many per
+// namespace the pool can have live at once.
 //
 // A template keeps no ns spare until its first job (or session) with a
 // mount namespace, and from then on one per network kind used, replaced

@@ -1,6 +1,7 @@
 package pynox
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -39,6 +40,9 @@ type nsMounter struct {
 	// that domain; every job namespace's root is a clone of it.
 	base    int
 	hasBase bool
+	// inodes is the base tmpfs's size in inodes (nsRootInodes); zero
+	// means nsRootMinInodes.
+	inodes int
 	// links are the host's top-level symbolic links, read before the
 	// pool confines itself (its Landlock domain may deny listing "/");
 	// nil means read them when needed.
@@ -54,7 +58,27 @@ type nsMounter struct {
 	prepOnce sync.Once
 	prepBase *nsBase
 	prepErr  error
+
+	// slots bounds the namespaces one-shot jobs hold (see jobSlots).
+	slotsOnce sync.Once
+	slots     chan struct{}
 }
+
+// jobSlots returns the channel whose n places bound the mount namespaces
+// that one-shot jobs hold at once, queued ones included: a job takes a
+// place before its namespace is built (while it waits for a worker) and
+// gives it back when it drops the namespace. Without it every queued
+// job held a built namespace (as many as clients could queue: a host's
+// namespace count for root, and in a pool that confines itself, inodes of
+// the shared root for as many times nsMaxEntries).
+func (n *nsMounter) jobSlots(size int) chan struct{} {
+	n.slotsOnce.Do(func() { n.slots = make(chan struct{}, size) })
+	return n.slots
+}
+
+// nsJobSlots is how many namespaces one-shot jobs hold at once: one per
+// worker for the job running there and one for the job next in line.
+func (p *Pool) nsJobSlots() int { return 2 * p.cfg.Workers }
 
 // startEarly, in a pool about to confine itself, makes the base tmpfs
 // and starts and probes the mounter, which must run outside the pool's
@@ -63,7 +87,7 @@ type nsMounter struct {
 func (n *nsMounter) startEarly() {
 	n.once.Do(func() {
 		n.links = mountns.HostLinks()
-		base, err := newBaseTmpfs()
+		base, err := newBaseTmpfs(max(n.inodes, nsRootMinInodes))
 		if err != nil {
 			n.err = fmt.Errorf("making the namespaces' root tmpfs: %w", err)
 			n.setStartErr()
@@ -79,14 +103,55 @@ func (n *nsMounter) startEarly() {
 	})
 }
 
-// newBaseTmpfs makes a detached tmpfs mount for the namespaces' root.
-func newBaseTmpfs() (int, error) {
+// nsMaxEntries is the most entries (directories, and files for file
+// mounts) the paths of one job's mounts and grants may make in its
+// namespace's root: the distinct paths of all of them and of their
+// parent directories. In a pool that confines itself every namespace's
+// root is a clone of one tmpfs, where the mountpoints of every live
+// namespace are made; without a bound, two live sessions with mount
+// paths of 16000 components filled its inodes and every other tenant's
+// mount job needing a new mountpoint failed with ENOSPC while they lived
+// (TestHostileReview10NSEntriesBounded).
+const nsMaxEntries = 512
+
+// nsRootMinInodes is the least inodes of the namespaces' shared root.
+const nsRootMinInodes = 65536
+
+// nsRootInodes is the size in inodes of the namespaces' shared root for
+// a pool of workers workers and sessions sessions at most: room for the
+// entries of every namespace that can be live at once (the one-shot
+// jobs' jobSlots, two per worker, and one per worker whose process is
+// still exiting; a session's each; the mounter's stock), as many again
+// that are gone but not collected yet (the mounter removes a gone
+// namespace's entries at its next request), and the base's.
+func nsRootInodes(workers, sessions int) int {
+	return max(nsRootMinInodes, 2*(3*workers+sessions+mountns.MaxStock)*nsMaxEntries+4096)
+}
+
+// nsEntries counts the entries paths make in a namespace's root (each
+// path and each of its parent directories but "/", counted once),
+// stopping once the count is over limit.
+func nsEntries(paths []string, limit int) int {
+	seen := map[string]bool{}
+	for _, p := range paths {
+		for i := 1; i <= len(p) && len(seen) <= limit; i++ {
+			if i == len(p) || p[i] == '/' {
+				seen[p[:i]] = true
+			}
+		}
+	}
+	return len(seen)
+}
+
+// newBaseTmpfs makes a detached tmpfs mount of inodes inodes for the
+// namespaces' root.
+func newBaseTmpfs(inodes int) (int, error) {
 	fsfd, err := unix.Fsopen("tmpfs", unix.FSOPEN_CLOEXEC)
 	if err != nil {
 		return -1, err
 	}
 	defer unix.Close(fsfd)
-	for _, kv := range [][2]string{{"size", "8m"}, {"nr_inodes", "65536"}, {"mode", "0755"}} {
+	for _, kv := range [][2]string{{"size", "8m"}, {"nr_inodes", strconv.Itoa(inodes)}, {"mode", "0755"}} {
 		if err := unix.FsconfigSetString(fsfd, kv[0], kv[1]); err != nil {
 			return -1, err
 		}
@@ -230,6 +295,10 @@ func (pl *plan) needsNS() bool { return len(pl.nsMounts) > 0 }
 // directories.
 func (pl *plan) closeNS() {
 	pl.dropNS()
+	if pl.nsSlot != nil {
+		<-pl.nsSlot
+		pl.nsSlot = nil
+	}
 	for _, m := range pl.nsMounts {
 		if m.overlay {
 			unix.Close(m.fd)
@@ -478,6 +547,17 @@ func (p *Pool) buildNS(pl *plan) *Error {
 		hb = append(hb, mountns.Bind{Source: b.fd, Path: b.path, ReadOnly: b.ro})
 	}
 	plan.Binds = append(hb, plan.Binds...)
+	var paths []string
+	for _, b := range plan.Binds {
+		paths = append(paths, b.Path)
+	}
+	for _, o := range plan.Overlays {
+		paths = append(paths, o.Path)
+	}
+	if n := nsEntries(append(paths, plan.Dirs...), nsMaxEntries); n > nsMaxEntries {
+		return newError(KindSandboxSetup, "mounts: the paths of the job's mounts and grants make more than %d directories "+
+			"in its mount namespace (each path and each directory above it counts once); choose shorter paths; no code ran", nsMaxEntries)
+	}
 	ns, err := m.Build(plan)
 	if err != nil {
 		return newError(KindSandboxSetup, "mounts: the job's mount namespace could not be built: %v; no code ran", err)
@@ -485,6 +565,23 @@ func (p *Pool) buildNS(pl *plan) *Error {
 	pl.ns = ns
 	pl.job.Namespace = &worker.Namespace{User: int(ns.User.Fd()), Mount: int(ns.Mount.Fd()), Rules: rules}
 	return nil
+}
+
+// takeNSSlot takes a place among the pool's jobSlots for pl's namespace,
+// waiting for one; closeNS gives it back. It fails when ctx ends or the
+// pool closes first. A one-shot job takes it before it waits for a
+// worker, so that a job holding a worker never waits for a place.
+func (p *Pool) takeNSSlot(ctx context.Context, pl *plan) error {
+	slots := p.ns.jobSlots(p.nsJobSlots())
+	select {
+	case slots <- struct{}{}:
+		pl.nsSlot = slots
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-p.life.Done():
+		return errClosed()
+	}
 }
 
 // buildNSAsync starts buildNS for pl and returns a function that waits

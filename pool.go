@@ -189,6 +189,7 @@ func New(cfg Config) (*Pool, error) {
 		// The mounter of the jobs' mount namespaces must run outside the
 		// domain, and the domain must hold a rule on their root.
 		if len(nsMachineObstacles()) == 0 {
+			p.ns.inodes = nsRootInodes(cfg.Workers, cfg.MaxSessions)
 			p.ns.startEarly()
 		}
 		if p.self, err = p.confineSelf(selfWritable); err != nil {
@@ -562,6 +563,9 @@ func (p *Pool) runJob(ctx context.Context, job Job) (_ *Result, refill func(), _
 				return p.refuse(&job, err), refill, nil
 			}
 		} else {
+			if err := p.takeNSSlot(ctx, pl); err != nil {
+				return nil, refill, err
+			}
 			built = p.buildNSAsync(pl)
 		}
 	}
