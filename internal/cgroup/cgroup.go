@@ -554,6 +554,9 @@ type Group struct {
 	memory  int64 // the memory limit written last
 	oomBase int   // the OOM-kill count when the current process joined
 	once    sync.Once
+	// swap is whether v1 memory.memsw.limit_in_bytes exists (1) or not
+	// (-1), once a SetMemory has looked (0: not yet).
+	swap int8
 }
 
 // ErrClosed is returned by NewGroup after Close.
@@ -581,7 +584,19 @@ func (m *Manager) NewGroup(memory int64) (*Group, error) {
 		m.pending.Add(1)
 		var g *Group
 		if n := len(m.free); n > 0 {
-			g, m.free = m.free[n-1], m.free[:n-1]
+			// Prefer the most recently freed group that has the limit
+			// already, which spares the writes of SetMemory: each
+			// template asks for its own limit (its spares' margin differs),
+			// and the workers share the free list.
+			i := n - 1
+			for j := n - 1; j >= 0; j-- {
+				if m.free[j].memory == memory {
+					i = j
+					break
+				}
+			}
+			g = m.free[i]
+			m.free = append(m.free[:i], m.free[i+1:]...)
 		}
 		m.mu.Unlock()
 		if g == nil {
@@ -590,7 +605,7 @@ func (m *Manager) NewGroup(memory int64) (*Group, error) {
 		// A fresh Group for the same directories: the old one's Release
 		// may still be inside its sync.Once, which must not be reset
 		// under it.
-		g = &Group{m: g.m, dirs: g.dirs, memDir: g.memDir, memory: g.memory}
+		g = &Group{m: g.m, dirs: g.dirs, memDir: g.memDir, memory: g.memory, swap: g.swap}
 		g.oomBase = g.OOMKills()
 		if err := g.SetMemory(memory); err != nil {
 			// What the last process left does not fit the new limit:
@@ -656,8 +671,13 @@ func (g *Group) SetMemory(n int64) error {
 	} else {
 		// memsw must stay at or above the memory limit at every step.
 		memsw := filepath.Join(g.memDir, "memory.memsw.limit_in_bytes")
-		_, swErr := os.Stat(memsw)
-		hasSw := swErr == nil
+		if g.swap == 0 {
+			g.swap = -1
+			if _, err := os.Stat(memsw); err == nil {
+				g.swap = 1
+			}
+		}
+		hasSw := g.swap > 0
 		if hasSw && n > g.memory && g.memory != 0 {
 			err = write(memsw, v)
 		}
