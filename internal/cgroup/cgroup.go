@@ -731,17 +731,8 @@ func (g *Group) OOMKills() int {
 	if g.m.backend == V2 {
 		file = "memory.events"
 	}
-	b, err := readFile(filepath.Join(g.memDir, file))
-	if err != nil {
-		return 0
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, "oom_kill "); ok {
-			n, _ := strconv.Atoi(strings.TrimSpace(v))
-			return n
-		}
-	}
-	return 0
+	n, _, _ := readValue(filepath.Join(g.memDir, file), "oom_kill")
+	return int(n)
 }
 
 // releaseBackoff is how long Release keeps waiting for a group's tasks to
@@ -802,8 +793,8 @@ func (g *Group) tryRelease() bool {
 // a task counts in pids.current until it is reaped, and every task of
 // the group is in its pids cgroup.
 func (g *Group) empty() bool {
-	b, err := readFile(filepath.Join(g.dirs[0], "pids.current"))
-	return err == nil && strings.TrimSpace(string(b)) == "0"
+	n, ok, _ := readValue(filepath.Join(g.dirs[0], "pids.current"), "")
+	return ok && n == 0
 }
 
 // reuseSlack is the most memory a released group may still have charged
@@ -827,12 +818,8 @@ func (g *Group) reclaimed() bool {
 		usage, reclaim, arg = "memory.current", "memory.reclaim", strconv.FormatInt(1<<40, 10)
 	}
 	charged := func() int64 {
-		b, err := readFile(filepath.Join(g.memDir, usage))
-		if err != nil {
-			return -1
-		}
-		n, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
-		if err != nil {
+		n, ok, _ := readValue(filepath.Join(g.memDir, usage), "")
+		if !ok {
 			return -1
 		}
 		return n
@@ -848,20 +835,11 @@ func (g *Group) reclaimed() bool {
 // shmem returns the tmpfs and memfd bytes charged to the group (its
 // memory.stat "shmem"), or -1 when unknown.
 func (g *Group) shmem() int64 {
-	b, err := readFile(filepath.Join(g.memDir, "memory.stat"))
-	if err != nil {
+	n, ok, _ := readValue(filepath.Join(g.memDir, "memory.stat"), "shmem")
+	if !ok {
 		return -1
 	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, "shmem "); ok {
-			n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
-			if err != nil {
-				return -1
-			}
-			return n
-		}
-	}
-	return -1
+	return n
 }
 
 // retire removes a group that holds no task (retrying while the kernel

@@ -76,7 +76,6 @@ type Child struct {
 	rung       atomic.Int64  // bytes read from the bell: one ring each
 	frames     int64         // whole frames read from the control socket
 	pending    []byte        // control bytes read but not yet a whole frame
-	rbuf       []byte        // read buffer of the control socket
 
 	// Set by Run (and RunStep) only, between turns.
 	session   bool

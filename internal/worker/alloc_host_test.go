@@ -1,0 +1,75 @@
+package worker
+
+import (
+	"bytes"
+	"os"
+	"os/exec"
+	"runtime"
+	"strconv"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
+)
+
+// TestProcFilesReadAllocatesNothing: reading a job's counters through
+// its open /proc files (twice per job) allocates nothing: the buffer is
+// lent from a pool and the fields are found in place.
+func TestProcFilesReadAllocatesNothing(t *testing.T) {
+	cmd := exec.Command("/bin/sleep", "60")
+	require.NoError(t, cmd.Start())
+	defer func() { cmd.Process.Kill(); cmd.Wait() }()
+	pid := cmd.Process.Pid
+	f, err := openProcFiles(pid)
+	require.NoError(t, err)
+	defer f.close()
+	allocs := testing.AllocsPerRun(20, func() {
+		if _, err := f.read(pid, true); err != nil {
+			t.Fatal(err)
+		}
+	})
+	require.Zero(t, allocs)
+}
+
+// TestParseMinorFaultsOddNames: the minor faults are the eighth field
+// after the command name's last ')', whatever the name holds, as
+// bytes.Fields counts them.
+func TestParseMinorFaultsOddNames(t *testing.T) {
+	for _, comm := range []string{"python3.11", "a b) c (d", ") 1 2 3 4 5 6 7 8", "x"} {
+		line := "4242 (" + comm + ") S 1 4242 4242 0 -1 4194560 1234 0 0 0 5 6 0 0 20 0 1 0 100 1000 200\n"
+		n, err := parseMinorFaults([]byte(line))
+		require.NoError(t, err, comm)
+		require.Equal(t, int64(1234), n, comm)
+	}
+	_, err := parseMinorFaults([]byte("4242 (x) S 1 2\n"))
+	require.Error(t, err, "a short line is malformed")
+	_, err = parseMinorFaults([]byte("no parenthesis"))
+	require.Error(t, err)
+	// This process's own line agrees with bytes.Fields.
+	b, err := os.ReadFile("/proc/self/stat")
+	require.NoError(t, err)
+	n, err := parseMinorFaults(b)
+	require.NoError(t, err)
+	want, err := strconv.ParseInt(string(bytes.Fields(b[bytes.LastIndexByte(b, ')')+1:])[7]), 10, 64)
+	require.NoError(t, err)
+	require.InDelta(t, want, n, 1000) // the process faults between the reads
+}
+
+// TestReadFramesAllocatesLittle: reading a child's control socket lends a
+// pooled buffer instead of giving each child (one per job) a 32 KiB one.
+func TestReadFramesAllocatesLittle(t *testing.T) {
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	require.NoError(t, err)
+	defer closeAll(fds[:])
+	const n = 50
+	var ms0, ms1 runtime.MemStats
+	runtime.ReadMemStats(&ms0)
+	for range n {
+		c := &Child{ctlFd: fds[0]}
+		_, _, _, err := c.readFrames()
+		require.NoError(t, err)
+	}
+	runtime.ReadMemStats(&ms1)
+	perChild := (ms1.TotalAlloc - ms0.TotalAlloc) / n
+	require.Less(t, perChild, uint64(4<<10), "bytes allocated per child's first read")
+}
