@@ -71,8 +71,7 @@ func (c *Child) recvCtl(buf []byte) (int, error) {
 	if c.ctlFd < 0 {
 		return 0, nil
 	}
-	n, _, err := unix.Recvfrom(c.ctlFd, buf, unix.MSG_DONTWAIT)
-	return n, err
+	return rawRecv(c.ctlFd, buf, unix.MSG_DONTWAIT) // see rawio.go
 }
 
 // closeCtl closes the control socket once; any descriptors a job queued
@@ -105,8 +104,12 @@ const spareRings = 256
 func (c *Child) readBell() {
 	defer close(c.bellClosed)
 	buf := make([]byte, bellRead)
+	read := c.bell.Read
+	if rc, err := c.bell.SyscallConn(); err == nil {
+		read = func(p []byte) (int, error) { return rawConnRead(rc, p) } // see rawio.go
+	}
 	for {
-		n, err := c.bell.Read(buf)
+		n, err := read(buf)
 		c.rung.Add(int64(n))
 		if err != nil {
 			return
