@@ -7,6 +7,7 @@ import (
 	"runtime"
 	"strconv"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
@@ -72,4 +73,32 @@ func TestReadFramesAllocatesLittle(t *testing.T) {
 	runtime.ReadMemStats(&ms1)
 	perChild := (ms1.TotalAlloc - ms0.TotalAlloc) / n
 	require.Less(t, perChild, uint64(4<<10), "bytes allocated per child's first read")
+}
+
+// TestKillSendsOnce: once a SIGKILL went through a child's pidfd, Kill
+// sends no other (the turn kills the child at its report, and Close kills
+// it again). The probe swaps in the pidfd of another process after the
+// first Kill: it must survive the second.
+func TestKillSendsOnce(t *testing.T) {
+	victim := exec.Command("/bin/sleep", "60")
+	require.NoError(t, victim.Start())
+	other := exec.Command("/bin/sleep", "60")
+	require.NoError(t, other.Start())
+	defer func() { other.Process.Kill(); other.Wait() }()
+	vfd, err := unix.PidfdOpen(victim.Process.Pid, 0)
+	require.NoError(t, err)
+	ofd, err := unix.PidfdOpen(other.Process.Pid, 0)
+	require.NoError(t, err)
+	defer unix.Close(ofd)
+	c := &Child{pidfd: vfd}
+	c.Kill()
+	_ = victim.Wait()
+	unix.Close(vfd)
+	c.pidfd = ofd
+	c.Kill()
+	time.Sleep(50 * time.Millisecond)
+	require.NoError(t, unix.PidfdSendSignal(ofd, 0, nil, 0), "the second Kill sent nothing")
+	var st unix.Siginfo
+	require.NoError(t, unix.Waitid(unix.P_PIDFD, ofd, &st, unix.WEXITED|unix.WNOHANG, nil))
+	require.Zero(t, st.Signo, "the other process is still running")
 }

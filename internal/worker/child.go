@@ -61,6 +61,7 @@ type Child struct {
 	replies replyQueue
 
 	killOnce   sync.Once
+	killSent   atomic.Bool  // a SIGKILL went through the pidfd (see Kill)
 	ctlMu      sync.RWMutex // guards ctlFd: a closed descriptor number may be reused at once
 	refillOnce sync.Once
 	holdRefill atomic.Bool   // Close leaves the refill to RefillNow
@@ -237,8 +238,17 @@ func (c *Child) WaitReaped(d time.Duration) bool {
 func (c *Child) Template() *Template { return c.tpl }
 
 // Kill sends SIGKILL through the child's pidfd, which cannot hit a reused
-// pid.
-func (c *Child) Kill() { c.signal(unix.SIGKILL) }
+// pid. Once one went through, the process is dying and Kill sends no
+// other: a job's turn kills the child at its report and Close kills it
+// again, a system call per job for nothing.
+func (c *Child) Kill() {
+	if c.killSent.Load() {
+		return
+	}
+	if c.signal(unix.SIGKILL) == nil {
+		c.killSent.Store(true)
+	}
+}
 
 // signal sends sig through the pidfd unless Close has released it (its
 // number may name another process's pidfd by now).
