@@ -2,10 +2,14 @@ package cgroup
 
 import (
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
 )
 
 // TestReadValue parses the control files the pool reads per job: a bare
@@ -61,4 +65,46 @@ func TestGroupReadsAllocateLittle(t *testing.T) {
 		allocs := testing.AllocsPerRun(20, f)
 		require.LessOrEqual(t, allocs, 2.0, "%s allocates %v times per call", name, allocs)
 	}
+}
+
+// TestGroupFilesBeneathBase: a group's per-job files are opened relative
+// to the Manager's descriptors of its bases: a process moved in shows in
+// the group's counts; once the Manager let go of those descriptors the
+// absolute paths serve; and an error names the file by its whole path.
+func TestGroupFilesBeneathBase(t *testing.T) {
+	m := requireManager(t)
+	defer m.Close()
+	g, err := m.NewGroup(64 << 20)
+	require.NoError(t, err)
+	require.True(t, g.empty())
+	cmd := exec.Command("/bin/sleep", "60")
+	require.NoError(t, cmd.Start())
+	pfd, err := unix.PidfdOpen(cmd.Process.Pid, 0)
+	require.NoError(t, err)
+	require.NoError(t, g.Add(pfd))
+	require.False(t, g.empty(), "pids.current read beneath the base shows the task")
+	for _, d := range g.Dirs() {
+		b, err := os.ReadFile(filepath.Join(d, "cgroup.procs"))
+		require.NoError(t, err)
+		require.Equal(t, strconv.Itoa(cmd.Process.Pid), strings.TrimSpace(string(b)))
+	}
+	cmd.Process.Kill()
+	cmd.Wait()
+	unix.Close(pfd)
+	require.True(t, g.empty())
+
+	_, _, err = g.readValue(0, "no-such-file", "")
+	require.ErrorContains(t, err, filepath.Join(g.Dirs()[0], "no-such-file"))
+
+	// Without the bases' descriptors (as after Close gave up waiting).
+	locks := m.locks
+	m.locksMu.Lock()
+	m.locks = nil
+	m.locksMu.Unlock()
+	require.True(t, g.empty())
+	require.GreaterOrEqual(t, g.shmem(), int64(0))
+	m.locksMu.Lock()
+	m.locks = locks
+	m.locksMu.Unlock()
+	g.Release()
 }

@@ -274,6 +274,9 @@ type Manager struct {
 	tasks   int
 	bases   []string // the pool's own directories: v1 pids and memory, or v2's one
 	locks   []int    // a flock held on each base for the pool's life (see removeStale)
+	// locksMu guards the use of locks as directory descriptors (see
+	// Group.readValue) against their closing in unlock.
+	locksMu sync.RWMutex
 	seq     atomic.Int64
 
 	mu      sync.Mutex
@@ -362,6 +365,8 @@ func (m *Manager) lockBases() error {
 
 // unlock lets go of the pool's locks.
 func (m *Manager) unlock() {
+	m.locksMu.Lock()
+	defer m.locksMu.Unlock()
 	for _, fd := range m.locks {
 		unix.Close(fd)
 	}
@@ -550,6 +555,7 @@ func (m *Manager) WritableDirs() []string {
 type Group struct {
 	m       *Manager
 	dirs    []string // v1: pids, memory; v2: the one
+	name    string   // the directories' name beneath the bases (j<n>)
 	memDir  string
 	memory  int64 // the memory limit written last
 	oomBase int   // the OOM-kill count when the current process joined
@@ -605,7 +611,7 @@ func (m *Manager) NewGroup(memory int64) (*Group, error) {
 		// A fresh Group for the same directories: the old one's Release
 		// may still be inside its sync.Once, which must not be reset
 		// under it.
-		g = &Group{m: g.m, dirs: g.dirs, memDir: g.memDir, memory: g.memory, swap: g.swap}
+		g = &Group{m: g.m, dirs: g.dirs, name: g.name, memDir: g.memDir, memory: g.memory, swap: g.swap}
 		g.oomBase = g.OOMKills()
 		if err := g.SetMemory(memory); err != nil {
 			// What the last process left does not fit the new limit:
@@ -620,7 +626,7 @@ func (m *Manager) NewGroup(memory int64) (*Group, error) {
 // create makes a new group; m.pending counts it already.
 func (m *Manager) create(memory int64) (*Group, error) {
 	name := "j" + strconv.FormatInt(m.seq.Add(1), 10)
-	g := &Group{m: m}
+	g := &Group{m: m, name: name}
 	fail := func(err error) (*Group, error) {
 		g.retire()
 		return nil, fmt.Errorf("cgroup: %w", err)
@@ -706,8 +712,8 @@ func (g *Group) Add(fd int) error {
 	if err != nil {
 		return err
 	}
-	for _, d := range g.dirs {
-		if err := write(filepath.Join(d, "cgroup.procs"), strconv.Itoa(pid)); err != nil {
+	for i, d := range g.dirs {
+		if err := g.writeFile(i, "cgroup.procs", strconv.Itoa(pid)); err != nil {
 			return fmt.Errorf("cgroup: move pid %d into %s: %w", pid, d, err)
 		}
 	}
@@ -731,7 +737,7 @@ func (g *Group) OOMKills() int {
 	if g.m.backend == V2 {
 		file = "memory.events"
 	}
-	n, _, _ := readValue(filepath.Join(g.memDir, file), "oom_kill")
+	n, _, _ := g.readValue(len(g.dirs)-1, file, "oom_kill")
 	return int(n)
 }
 
@@ -793,7 +799,7 @@ func (g *Group) tryRelease() bool {
 // a task counts in pids.current until it is reaped, and every task of
 // the group is in its pids cgroup.
 func (g *Group) empty() bool {
-	n, ok, _ := readValue(filepath.Join(g.dirs[0], "pids.current"), "")
+	n, ok, _ := g.readValue(0, "pids.current", "")
 	return ok && n == 0
 }
 
@@ -818,7 +824,7 @@ func (g *Group) reclaimed() bool {
 		usage, reclaim, arg = "memory.current", "memory.reclaim", strconv.FormatInt(1<<40, 10)
 	}
 	charged := func() int64 {
-		n, ok, _ := readValue(filepath.Join(g.memDir, usage), "")
+		n, ok, _ := g.readValue(len(g.dirs)-1, usage, "")
 		if !ok {
 			return -1
 		}
@@ -835,7 +841,7 @@ func (g *Group) reclaimed() bool {
 // shmem returns the tmpfs and memfd bytes charged to the group (its
 // memory.stat "shmem"), or -1 when unknown.
 func (g *Group) shmem() int64 {
-	n, ok, _ := readValue(filepath.Join(g.memDir, "memory.stat"), "shmem")
+	n, ok, _ := g.readValue(len(g.dirs)-1, "memory.stat", "shmem")
 	if !ok {
 		return -1
 	}
