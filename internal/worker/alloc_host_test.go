@@ -102,3 +102,24 @@ func TestKillSendsOnce(t *testing.T) {
 	require.NoError(t, unix.Waitid(unix.P_PIDFD, ofd, &st, unix.WEXITED|unix.WNOHANG, nil))
 	require.Zero(t, st.Signo, "the other process is still running")
 }
+
+// TestReadBellAllocatesLittle: a child's bell reader (one per job)
+// borrows its read buffer instead of allocating 4 KiB.
+func TestReadBellAllocatesLittle(t *testing.T) {
+	const n = 50
+	var ms0, ms1 runtime.MemStats
+	runtime.ReadMemStats(&ms0)
+	for range n {
+		var p [2]int
+		require.NoError(t, unix.Pipe2(p[:], unix.O_CLOEXEC|unix.O_NONBLOCK))
+		c := &Child{bell: os.NewFile(uintptr(p[0]), "bell"), rings: make(chan struct{}, 1), bellClosed: make(chan struct{})}
+		unix.Write(p[1], []byte{1})
+		unix.Close(p[1])
+		c.readBell() // one ring, then end of file
+		require.Equal(t, int64(1), c.rung.Load())
+		c.bell.Close()
+	}
+	runtime.ReadMemStats(&ms1)
+	perChild := (ms1.TotalAlloc - ms0.TotalAlloc) / n
+	require.Less(t, perChild, uint64(2<<10), "bytes allocated per child's bell reader")
+}

@@ -103,7 +103,10 @@ const spareRings = 256
 // with the frames the rings brought.
 func (c *Child) readBell() {
 	defer close(c.bellClosed)
-	buf := make([]byte, bellRead)
+	// The buffer is lent for the child's life (one job) from bellBufs.
+	bp := bellBufs.Get().(*[bellRead]byte)
+	defer bellBufs.Put(bp)
+	buf := bp[:]
 	read := c.bell.Read
 	if rc, err := c.bell.SyscallConn(); err == nil {
 		read = func(p []byte) (int, error) { return rawConnRead(rc, p) } // see rawio.go
@@ -120,6 +123,9 @@ func (c *Child) readBell() {
 		}
 	}
 }
+
+// bellBufs holds the buffers readBell reads rings into.
+var bellBufs = sync.Pool{New: func() any { return new([bellRead]byte) }}
 
 // ctlBufs holds the 32 KiB read buffers readFrames lends.
 var ctlBufs = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
