@@ -123,3 +123,33 @@ func TestReadBellAllocatesLittle(t *testing.T) {
 	perChild := (ms1.TotalAlloc - ms0.TotalAlloc) / n
 	require.Less(t, perChild, uint64(2<<10), "bytes allocated per child's bell reader")
 }
+
+// TestJobTurnAllocations: a one-shot job that makes no host call
+// allocates no channel for the replies to calls (MaxInFlight slots, the
+// largest allocation of a turn). Measured over real jobs: the fewest
+// bytes the process allocated while one ran, from the hand-over to the
+// outcome (other goroutines, the template's reader taking the next
+// spare, may allocate meanwhile).
+func TestJobTurnAllocations(t *testing.T) {
+	tpl := startTestTemplate(t, false)
+	const n = 20
+	least := uint64(1 << 62)
+	for i := range n + 2 {
+		c, err := tpl.Take(false, nil)
+		require.NoError(t, err)
+		job := Job{Code: "pass", Name: "<code>", Timeout: 10 * time.Second, MaxOutput: 1 << 10,
+			Limits: Limits{Memory: 256 << 20, Fsize: 1 << 20, CPUSecs: 10}}
+		var ms0, ms1 runtime.MemStats
+		runtime.ReadMemStats(&ms0)
+		o := c.Run(&job, nil)
+		runtime.ReadMemStats(&ms1)
+		require.Empty(t, o.SetupError)
+		require.Zero(t, o.Exit)
+		c.Close()
+		if i >= 2 { // the first jobs warm the pools
+			least = min(least, ms1.TotalAlloc-ms0.TotalAlloc)
+		}
+	}
+	t.Logf("at least %d bytes allocated per job", least)
+	require.Less(t, least, uint64(6<<10))
+}
