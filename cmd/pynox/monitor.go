@@ -46,9 +46,11 @@ func slowMonitor(d time.Duration) bool {
 // thing runtime.main does on the main thread), so it is the second of the
 // process's threads in creation order: thread ids are handed out in
 // increasing order from the process's own id, modulo pid_max. As a check,
-// the thread must be in nanosleep or futex (the two ways the monitor
-// sleeps between its passes) or sched_yield, seen within 20 tries while it
-// is not running; otherwise 0 is returned.
+// a thread seen in a system call must be in nanosleep or futex (the two
+// ways the monitor sleeps between its passes) or sched_yield; one seen in
+// any other is not taken, and 0 is returned. A busy monitor is often
+// seen running: after 50 looks 1 ms apart, the creation order alone
+// decides.
 func monitorTID() int {
 	pid := os.Getpid()
 	ents, err := os.ReadDir("/proc/self/task")
@@ -73,21 +75,21 @@ func monitorTID() int {
 		return 0
 	}
 	tid := tids[1]
-	for range 20 {
+	for range 50 {
 		b, err := os.ReadFile("/proc/self/task/" + strconv.Itoa(tid) + "/syscall")
 		if err != nil {
 			return 0
 		}
 		nr, _, _ := strings.Cut(strings.TrimSpace(string(b)), " ")
 		if nr == "running" {
-			// Running a pass now, or runnable on a busy machine.
+			// Between two passes' sleeps, or runnable on a busy machine.
 			time.Sleep(time.Millisecond)
 			continue
 		}
 		if n, err := strconv.Atoi(nr); err == nil && (n == unix.SYS_NANOSLEEP || n == unix.SYS_FUTEX || n == unix.SYS_SCHED_YIELD) {
 			return tid
 		}
-		break
+		return 0 // in another system call: not the monitor
 	}
-	return 0
+	return tid // always seen running: the creation order decides
 }

