@@ -59,6 +59,12 @@ type Checkout struct {
 	// result says Restarted). Owned by the holder of token.
 	procs       int
 	replacement bool
+	// prevChild is the session's last process once it has ended (its
+	// exit, crash or timeout, a failed dump, an idle session kept in a
+	// file): its scratch directory is emptied, once it is reaped, before
+	// the next process starts (resetScratch). Owned by the holder of
+	// token.
+	prevChild *worker.Child
 
 	// A restored checkout's dump (dump.go), pending until its next
 	// process takes it, and the step count it carries; base is the step
@@ -455,6 +461,9 @@ func (c *Checkout) Feed(ctx context.Context, step Step) (ev TurnEvent, err error
 	}
 	var restore []byte
 	if child == nil {
+		if err := c.resetScratch(); err != nil {
+			return c.failStep(step.ID, span.SpanContext(), "the session's scratch directory could not be emptied for its next process: "+err.Error(), accepted), nil
+		}
 		var err error
 		if c.pl.needsNS() {
 			child, err = c.pool.sessionNSChild(c.pl, tctx.Done())
@@ -898,8 +907,32 @@ func (c *Checkout) endProcess() {
 	c.mu.Unlock()
 	if child != nil {
 		child.Close()
+		c.prevChild = child
 	}
 	c.steps = 0
+}
+
+// resetScratch empties the scratch directory a session's ended process
+// left, before the next one starts; the caller holds the turn. What a
+// process writes to its scratch (a tmpfs by default) is charged to its
+// memory cgroup, which goes with the process: files kept for the next
+// one would be charged to no live limit, and a session restarting its
+// process (an exit, a crash, a failed dump, an idle session kept in a
+// file) grew the host's memory by its allowance each time. So the next
+// process starts with an empty scratch directory, as with empty
+// variables.
+func (c *Checkout) resetScratch() error {
+	prev := c.prevChild
+	if prev == nil || c.pl.scratchRoot == nil {
+		return nil
+	}
+	// Gone means reaped: a process still dying could add an entry.
+	prev.WaitReaped(reapWait)
+	if err := c.pl.scratchRoot.reset(c.pl.scratch); err != nil {
+		return err
+	}
+	c.prevChild = nil
+	return nil
 }
 
 // Finish ends the session: a step still running is killed at once, its

@@ -374,7 +374,11 @@ func (p *Pool) collectFiles(pl *plan, pats []collectPattern, removeOutputs bool)
 		c.collect(pat)
 	}
 	if dir := pl.scratchDir(); dir != "" {
-		c.collectOutputs(dir)
+		if c.scanned+1 < collectScan && pl.outputsEmpty() {
+			c.scanned++ // as collectOutputs counts the directory
+		} else {
+			c.collectOutputs(dir)
+		}
 		if removeOutputs {
 			c.removeOutputs(dir)
 		}

@@ -398,7 +398,9 @@ open(os.path.join(os.environ["TMPDIR"], "secret"), "w").write("a-secret")
 secret = "a-secret"
 builtins.print = lambda *a, **k: None
 `)
-	requireErrorType(t, ra, "PoolWorkerError")
+	// The step's report is formatted without the json module (runner.py's
+	// session_loop), so the forged json.dumps no longer breaks it.
+	requireOK(t, ra)
 	ev := feed(t, b, `
 import os, sys, json
 print(os.environ.get("SECRET"), "pynox_shared" in sys.modules, json.dumps(1), "secret" in globals(),

@@ -142,6 +142,7 @@ func TestHostileReview8NSCancelMidBuild(t *testing.T) {
 	require.NoError(t, os.Mkdir(data, 0o755))
 	job := Job{Mounts: []MountSpec{{HostPath: data, Path: "/data", Mode: Overlay}}, Code: "print(len(__import__('os').listdir('/data')))"}
 	requireOK(t, run(t, p, job)) // the mounter and every lazy descriptor are up
+	nsWarm(t, p, job)            // and each template's ready ns spare
 	base := nsFDs(t)
 	var wg sync.WaitGroup
 	for i := 0; i < 16; i++ {
@@ -471,6 +472,7 @@ func TestHostileReview8NSRefusedAfterFork(t *testing.T) {
 	require.NoError(t, os.Mkdir(b, 0o755))
 	flag := filepath.Join(dir, "ran")
 	requireOK(t, run(t, p, Job{Mounts: []MountSpec{{HostPath: a, Path: "/x"}}, Code: "pass"}))
+	nsWarm(t, p, Job{Mounts: []MountSpec{{HostPath: a, Path: "/x"}}}) // each template keeps its ns spare
 	tpls := []int{p.workers[0].live.Load().Pid(), p.workers[1].live.Load().Pid()}
 	base := childrenOfPid(tpls[0]) + childrenOfPid(tpls[1])
 	var wg sync.WaitGroup

@@ -158,6 +158,9 @@ var (
 	descSpares = prometheus.NewDesc("pynox_spares_ready",
 		"Templates holding a pre-forked child ready for the next job, by the network the child's filter allows (deny, or allow on a pool that grants it).",
 		[]string{"network"}, nil)
+	descNSSpares = prometheus.NewDesc("pynox_ns_spares_ready",
+		"Templates holding a pre-forked child ready for the next job with a mount namespace (kept from a template's first such job on), by the network the child's filter allows.",
+		[]string{"network"}, nil)
 	descWorkers = prometheus.NewDesc("pynox_workers",
 		"Templates the pool runs (Config.Workers): how many jobs run at once.",
 		nil, nil)
@@ -185,7 +188,7 @@ func (c poolCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descJobs, descJobDuration, descJobQueue, descJobCPU,
 		descSessionsActive, descSessionsWaiting, descSessionSteps, descStepsRunning,
 		descHostCalls, descHostCallDuration, descTemplateRestarts, descTemplateRestartFailures,
-		descTemplatesUp, descSpares, descWorkers, descWorkersBusy, descJobsQueued} {
+		descTemplatesUp, descSpares, descNSSpares, descWorkers, descWorkersBusy, descJobsQueued} {
 		ch <- d
 	}
 }
@@ -228,7 +231,7 @@ func (c poolCollector) Collect(ch chan<- prometheus.Metric) {
 
 	ch <- prometheus.MustNewConstMetric(descTemplateRestarts, prometheus.CounterValue, float64(p.templateRestarts.Load()))
 	ch <- prometheus.MustNewConstMetric(descTemplateRestartFailures, prometheus.CounterValue, float64(p.templateRestartFailures.Load()))
-	up, spareDeny, spareAllow := 0, 0, 0
+	up, spareDeny, spareAllow, nsDeny, nsAllow := 0, 0, 0, 0, 0
 	for _, w := range p.workers {
 		tpl := w.live.Load()
 		if tpl == nil || isDone(tpl.Done()) {
@@ -241,11 +244,21 @@ func (c poolCollector) Collect(ch chan<- prometheus.Metric) {
 		if p.cfg.Limits.AllowNetwork && tpl.HasSpare(true) {
 			spareAllow++
 		}
+		if tpl.HasNSSpare(false) {
+			nsDeny++
+		}
+		if p.cfg.Limits.AllowNetwork && tpl.HasNSSpare(true) {
+			nsAllow++
+		}
 	}
 	ch <- prometheus.MustNewConstMetric(descTemplatesUp, prometheus.GaugeValue, float64(up))
 	ch <- prometheus.MustNewConstMetric(descSpares, prometheus.GaugeValue, float64(spareDeny), "deny")
 	if p.cfg.Limits.AllowNetwork {
 		ch <- prometheus.MustNewConstMetric(descSpares, prometheus.GaugeValue, float64(spareAllow), "allow")
+	}
+	ch <- prometheus.MustNewConstMetric(descNSSpares, prometheus.GaugeValue, float64(nsDeny), "deny")
+	if p.cfg.Limits.AllowNetwork {
+		ch <- prometheus.MustNewConstMetric(descNSSpares, prometheus.GaugeValue, float64(nsAllow), "allow")
 	}
 	ch <- prometheus.MustNewConstMetric(descWorkers, prometheus.GaugeValue, float64(p.cfg.Workers))
 	ch <- prometheus.MustNewConstMetric(descWorkersBusy, prometheus.GaugeValue, float64(p.cfg.Workers-len(p.idle)))

@@ -39,10 +39,21 @@ type nsMounter struct {
 	// that domain; every job namespace's root is a clone of it.
 	base    int
 	hasBase bool
+	// links are the host's top-level symbolic links, read before the
+	// pool confines itself (its Landlock domain may deny listing "/");
+	// nil means read them when needed.
+	links [][2]string
 
 	mu       sync.Mutex
 	done     bool  // closed: no more namespaces
 	startErr error // err, for failed (guarded by mu)
+
+	// The namespaces' base, handed to the mounter at the first job that
+	// needs a namespace (Pool.prepared): none before, so that a pool
+	// whose jobs never use mounts keeps no prepared namespaces.
+	prepOnce sync.Once
+	prepBase *nsBase
+	prepErr  error
 }
 
 // startEarly, in a pool about to confine itself, makes the base tmpfs
@@ -51,6 +62,7 @@ type nsMounter struct {
 // naming it.
 func (n *nsMounter) startEarly() {
 	n.once.Do(func() {
+		n.links = mountns.HostLinks()
 		base, err := newBaseTmpfs()
 		if err != nil {
 			n.err = fmt.Errorf("making the namespaces' root tmpfs: %w", err)
@@ -161,6 +173,10 @@ func (n *nsMounter) close() {
 	if m != nil {
 		m.Close()
 	}
+	n.prepOnce.Do(func() {}) // no base from now on
+	if n.prepBase != nil {
+		n.prepBase.close()
+	}
 	if n.hasBase {
 		unix.Close(n.base) // hasBase stays: it is read without the lock
 	}
@@ -232,28 +248,46 @@ func (pl *plan) dropNS() {
 	pl.job.Namespace = nil
 }
 
-// buildNS builds the plan's mount namespace (a new one, when it had one): the host paths the job's
-// Landlock rules name, at their host paths (the interpreter's runtime
-// paths, the system paths, the devices, /proc read-only, and the job's
-// grants and scratch directory), the host's top-level symbolic links, and
-// the job's mounts at their paths. Nothing else of the host is in it.
-func (p *Pool) buildNS(pl *plan) *Error {
-	pl.dropNS()
-	m, err := p.ns.get()
-	if err != nil {
-		return newError(KindSandboxSetup, "mounts: the pool's mounter could not start: %v; no code ran", err)
+// hostBind is a host path the job sees at its own path in its namespace.
+type hostBind struct {
+	path string
+	fd   int
+	ro   bool
+}
+
+// nsBase is the part of every job namespace of the pool that no request
+// changes: binds of the interpreter's runtime paths, the system paths,
+// the devices and /proc, the host's top-level symbolic links, and the
+// pool's working directory. It is computed once, at the pool's first job
+// with a namespace; its descriptors stay open until the pool closes.
+type nsBase struct {
+	binds []hostBind // sorted by path, none beneath another
+	links [][2]string
+	dirs  []string
+	files []*os.File
+}
+
+// close releases the base's descriptors.
+func (b *nsBase) close() {
+	for _, f := range b.files {
+		f.Close()
 	}
-	var plan mountns.Plan
-	var opened []*os.File
-	defer func() {
-		for _, f := range opened {
-			f.Close()
-		}
-	}()
-	type hostBind struct {
-		path string
-		fd   int
-		ro   bool
+}
+
+// plan is the base as a mountns plan.
+func (b *nsBase) plan(n *nsMounter) mountns.Plan {
+	pl := mountns.Plan{Links: b.links, Dirs: b.dirs, Root: n.base, RootSet: n.hasBase}
+	for _, h := range b.binds {
+		pl.Binds = append(pl.Binds, mountns.Bind{Source: h.fd, Path: h.path, ReadOnly: h.ro})
+	}
+	return pl
+}
+
+// nsBaseOf computes the pool's namespace base (see nsBase).
+func (p *Pool) nsBaseOf() *nsBase {
+	b := &nsBase{links: p.ns.links}
+	if b.links == nil {
+		b.links = mountns.HostLinks()
 	}
 	var binds []hostBind
 	addPath := func(path string, ro bool) {
@@ -261,7 +295,7 @@ func (p *Pool) buildNS(pl *plan) *Error {
 		if err != nil {
 			return // a runtime or system path that does not exist grants nothing either
 		}
-		opened = append(opened, os.NewFile(uintptr(fd), path))
+		b.files = append(b.files, os.NewFile(uintptr(fd), path))
 		real, err := os.Readlink("/proc/self/fd/" + strconv.Itoa(fd))
 		if err != nil || !filepath.IsAbs(real) {
 			return
@@ -288,24 +322,30 @@ func (p *Pool) buildNS(pl *plan) *Error {
 		addPath(path, false)
 	}
 	addPath("/proc", true)
-	virtual := map[int]bool{}
-	for _, mt := range pl.nsMounts {
-		virtual[mt.fd] = true
-	}
-	writeBits := sandbox.WriteAccess(p.info.Landlock.ABI) &^ sandbox.ReadAccess(p.info.Landlock.ABI)
-	for i, fd := range pl.fds {
-		if virtual[fd] {
-			continue
+	b.binds = dedupBinds(binds)
+	// The pool's working directory (the job's), as an empty directory
+	// unless a bind shows it, so that the job starts there and relative
+	// paths to its grants resolve as on the host. (A job's grant or mount
+	// that shows it is mounted over it.)
+	if cwd := p.cfg.Dir; filepath.IsAbs(cwd) && cwd != "/" {
+		shown := false
+		for _, h := range b.binds {
+			shown = shown || beneath(cwd, h.path)
 		}
-		real, err := os.Readlink("/proc/self/fd/" + strconv.Itoa(fd))
-		if err != nil || !filepath.IsAbs(real) {
-			return newError(KindSandboxSetup, "mounts: a grant's descriptor cannot be resolved; no code ran")
+		if !shown {
+			b.dirs = []string{cwd}
 		}
-		binds = append(binds, hostBind{real, fd, pl.accessOf[i]&writeBits == 0})
 	}
-	// A host path inside another is seen through the outer bind (and its
-	// Landlock rule, being on the inode, still matches): binding it again
-	// would make its mountpoint inside a host directory.
+	return b
+}
+
+// dedupBinds sorts binds by path and drops each one beneath (or at)
+// another's path: a host path inside another is seen through the outer
+// bind (and its Landlock rule, being on the inode, still matches); binding
+// it again would make its mountpoint inside a host directory. Of two
+// binds at one path, a writable one makes the kept one writable.
+func dedupBinds(binds []hostBind) []hostBind {
+	binds = slices.Clone(binds)
 	slices.SortStableFunc(binds, func(a, b hostBind) int { return strings.Compare(a.path, b.path) })
 	var kept []hostBind
 	for _, b := range binds {
@@ -317,9 +357,64 @@ func (p *Pool) buildNS(pl *plan) *Error {
 		}
 		kept = append(kept, b)
 	}
-	for _, b := range kept {
-		plan.Binds = append(plan.Binds, mountns.Bind{Source: b.fd, Path: b.path, ReadOnly: b.ro})
+	return kept
+}
+
+// nsStock is how many prepared namespaces the pool's mounter keeps: one
+// per worker, at least two.
+func (p *Pool) nsStock() int {
+	return min(max(p.cfg.Workers, 2), mountns.MaxStock)
+}
+
+// prepared returns the pool's namespace base, computing it and handing it
+// to the mounter (mountns.Mounter.Prepare) at the first call, and whether
+// the mounter took it: if not, every namespace is built whole. The base
+// is nil once the pool has closed.
+func (p *Pool) prepared(m *mountns.Mounter) (*nsBase, bool) {
+	n := &p.ns
+	n.prepOnce.Do(func() {
+		n.prepBase = p.nsBaseOf()
+		n.prepErr = m.Prepare(n.prepBase.plan(n), p.nsStock())
+	})
+	return n.prepBase, n.prepErr == nil
+}
+
+// buildNS builds the plan's mount namespace (a new one, when it had one):
+// the pool's base (see nsBase: the interpreter's runtime paths, the
+// system paths, the devices, /proc read-only, the host's top-level
+// symbolic links, the working directory), the job's grants and scratch
+// directory at their host paths, and the job's mounts at their paths.
+// Nothing else of the host is in it. The mounter attaches the job's part
+// to a namespace it prepared from the base beforehand.
+func (p *Pool) buildNS(pl *plan) *Error {
+	pl.dropNS()
+	m, err := p.ns.get()
+	if err != nil {
+		return newError(KindSandboxSetup, "mounts: the pool's mounter could not start: %v; no code ran", err)
 	}
+	base, prepared := p.prepared(m)
+	if base == nil {
+		return newError(KindSandboxSetup, "mounts: the pool is closed; no code ran")
+	}
+	virtual := map[int]bool{}
+	for _, mt := range pl.nsMounts {
+		virtual[mt.fd] = true
+	}
+	writeBits := sandbox.WriteAccess(p.info.Landlock.ABI) &^ sandbox.ReadAccess(p.info.Landlock.ABI)
+	var grants []hostBind
+	for i, fd := range pl.fds {
+		if virtual[fd] {
+			continue
+		}
+		real, err := os.Readlink("/proc/self/fd/" + strconv.Itoa(fd))
+		if err != nil || !filepath.IsAbs(real) {
+			return newError(KindSandboxSetup, "mounts: a grant's descriptor cannot be resolved; no code ran")
+		}
+		grants = append(grants, hostBind{real, fd, pl.accessOf[i]&writeBits == 0})
+	}
+	// kept is what the job sees from the host, base and grants together.
+	kept := dedupBinds(append(slices.Clone(base.binds), grants...))
+	var plan mountns.Plan
 	var rules []worker.NSRule
 	for _, mt := range pl.nsMounts {
 		for _, b := range kept {
@@ -342,23 +437,47 @@ func (p *Pool) buildNS(pl *plan) *Error {
 			}
 		}
 	}
-	plan.Links = mountns.HostLinks()
-	plan.Root, plan.RootSet = p.ns.base, p.ns.hasBase
-	// The pool's working directory (the job's), as an empty directory
-	// unless a bind or a mount shows it, so that the job starts there and
-	// relative paths to its grants resolve as on the host.
-	if cwd := p.cfg.Dir; filepath.IsAbs(cwd) {
-		shown := false
-		for _, b := range kept {
-			shown = shown || beneath(cwd, b.path)
+	var hostBinds []hostBind
+	if prepared {
+		// The job's part: its grants, less those the base shows as they
+		// are (beneath a base bind, or at one as writable as they are).
+		// A grant at a base bind's path that must be writable, or one over
+		// base binds, is mounted over them: the job sees the grant there,
+		// as a whole build would show it.
+		for _, g := range dedupBinds(grants) {
+			seen := false
+			for _, b := range base.binds {
+				if beneath(g.path, b.path) && (g.path != b.path || g.ro || !b.ro) {
+					seen = true
+				}
+			}
+			if !seen {
+				hostBinds = append(hostBinds, g)
+			}
 		}
-		for _, mt := range pl.nsMounts {
-			shown = shown || beneath(cwd, mt.path)
-		}
-		if !shown && cwd != "/" {
-			plan.Dirs = []string{cwd}
+	} else {
+		hostBinds = kept
+		plan.Links = base.links
+		plan.Root, plan.RootSet = p.ns.base, p.ns.hasBase
+		// The working directory, unless a grant or a mount shows it.
+		for _, d := range base.dirs {
+			shown := false
+			for _, b := range kept {
+				shown = shown || beneath(d, b.path)
+			}
+			for _, mt := range pl.nsMounts {
+				shown = shown || beneath(d, mt.path)
+			}
+			if !shown {
+				plan.Dirs = append(plan.Dirs, d)
+			}
 		}
 	}
+	hb := make([]mountns.Bind, 0, len(hostBinds)+len(plan.Binds))
+	for _, b := range hostBinds {
+		hb = append(hb, mountns.Bind{Source: b.fd, Path: b.path, ReadOnly: b.ro})
+	}
+	plan.Binds = append(hb, plan.Binds...)
 	ns, err := m.Build(plan)
 	if err != nil {
 		return newError(KindSandboxSetup, "mounts: the job's mount namespace could not be built: %v; no code ran", err)
@@ -386,7 +505,9 @@ func (p *Pool) buildNSAsync(pl *plan) func() *Error {
 }
 
 // takeFor takes the child a job's plan needs from tpl: the template's
-// ready spare, or, for a job with a mount namespace, one forked for it.
+// ready spare, or, for a job with a mount namespace, its ready ns spare
+// (worker.Template.TakeNS), which the template keeps from its first job
+// with a mount namespace on.
 func (p *Pool) takeFor(tpl *worker.Template, pl *plan, cancel <-chan struct{}) (*worker.Child, error) {
 	if pl.needsNS() {
 		return tpl.TakeNS(pl.network, cancel)
@@ -396,23 +517,31 @@ func (p *Pool) takeFor(tpl *worker.Template, pl *plan, cancel <-chan struct{}) (
 
 // sessionNSChild returns a new process for a session whose mounts need a
 // mount namespace: a namespace built for it (a replacement process gets
-// a new one, its overlays empty, as its __main__ is) and a process
-// forked for it alone, which enters the namespace before its job layer.
+// a new one, its overlays empty, as its __main__ is) and a template's
+// ready ns spare, or else a process forked for it alone (see
+// worker.Template.TakeNSSession), which enters the namespace before its
+// job layer. The replacement of a ready ns spare taken is asked for as
+// sessionChild's is.
 func (p *Pool) sessionNSChild(pl *plan, cancel <-chan struct{}) (*worker.Child, error) {
 	if err := p.buildNS(pl); err != nil {
 		return nil, err
 	}
 	var lastErr error
 	for attempt := 0; attempt < 2; attempt++ {
-		w, tpl := p.sessionTemplate(pl.network)
+		w, tpl := p.sessionNSTemplate(pl.network)
 		if tpl == nil {
 			var err error
 			if tpl, err = w.template(); err != nil {
 				return nil, err
 			}
 		}
-		child, err := tpl.TakeNS(pl.network, cancel)
+		child, err := tpl.TakeNSSession(pl.network, cancel)
 		if err == nil {
+			if p.waiting.Load() > 0 {
+				// Jobs wait for a worker: the template's next ns spare
+				// is needed now, not after the session's first step.
+				child.RefillNow()
+			}
 			return child, nil
 		}
 		if isDone(cancel) {
@@ -421,4 +550,29 @@ func (p *Pool) sessionNSChild(pl *plan, cancel <-chan struct{}) (*worker.Child, 
 		lastErr = err
 	}
 	return nil, lastErr
+}
+
+// sessionNSTemplate picks the template a session with a mount namespace
+// takes its process from, as sessionTemplate does, preferring one that
+// holds a ready ns spare (worker.Template.HasNSSpare).
+func (p *Pool) sessionNSTemplate(network bool) (*poolWorker, *worker.Template) {
+	n := len(p.workers)
+	first := int(p.sessionSeq.Add(1) % uint64(n))
+	var live *worker.Template
+	for i := range n {
+		w := p.workers[(first+i)%n]
+		w.mu.Lock()
+		t := w.tpl
+		w.mu.Unlock()
+		if t == nil || isDone(t.Done()) {
+			continue
+		}
+		if t.HasNSSpare(network) {
+			return w, t
+		}
+		if live == nil {
+			live = t
+		}
+	}
+	return p.workers[first], live
 }

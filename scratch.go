@@ -230,6 +230,39 @@ func (s *scratchRoot) release(name string) error {
 	return nil
 }
 
+// reset empties the scratch directory name in place, following no
+// symlink, and makes its outputs directory again: a session's next
+// process finds it as its first found it.
+func (s *scratchRoot) reset(name string) error {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.closed {
+		return errScratchClosed
+	}
+	fd, err := openDirNoFollow(s.fd, name)
+	if err != nil {
+		return err
+	}
+	moved, err := s.empty(fd, 0)
+	var st unix.Stat_t
+	if err == nil {
+		err = unix.Fstat(fd, &st)
+	}
+	if err == nil && st.Mode&0o7777 != 0o700 {
+		err = unix.Fchmod(fd, 0o700)
+	}
+	if err == nil {
+		_, err = makeOutputs(fd, s.dir(name))
+	}
+	unix.Close(fd)
+	for _, m := range moved {
+		if merr := s.removeLocked(m); merr != nil && err == nil {
+			err = merr
+		}
+	}
+	return err
+}
+
 // dir is the path of the scratch directory name.
 func (s *scratchRoot) dir(name string) string { return filepath.Join(s.path, name) }
 

@@ -104,7 +104,7 @@ func StartCmd(cmd *exec.Cmd) (*Client, error) {
 	if err := cmd.Start(); err != nil {
 		return nil, err
 	}
-	c, err := NewClient(stdout, stdin)
+	c, err := NewClient(rawPipes(stdout, stdin))
 	if err != nil {
 		_ = cmd.Process.Kill()
 		if werr := cmd.Wait(); werr != nil {

@@ -38,8 +38,11 @@ type DialOptions struct {
 	// Transport's TLS configuration applies to wss:// URLs.
 	HTTPClient *http.Client
 	// ReadLimit is the largest message accepted from the server, in
-	// bytes; zero means 64 MiB. A result carries up to the server's
-	// max_output of each stream, escaped as JSON, so a server with a
+	// bytes; zero means 96 MiB, which holds the largest answer the
+	// protocol sends whatever a job does: a session's dump of
+	// pynox.MaxDumpSize bytes, as base64 (about 85 MiB). A result
+	// carries up to the server's max_output of each stream, escaped as
+	// JSON, so a server with a
 	// larger output ceiling needs a larger limit. A larger message ends
 	// the connection (its work in flight fails with KindDisconnected).
 	ReadLimit int64
@@ -59,7 +62,10 @@ type DialOptions struct {
 
 // The defaults of DialOptions.
 const (
-	defaultReadLimit    = 64 << 20
+	// defaultReadLimit holds a dump answer of pynox.MaxDumpSize bytes:
+	// a session's code chooses its dump's size, and a message over the
+	// limit ends the connection, with every result in flight on it.
+	defaultReadLimit    = 96 << 20
 	defaultWriteTimeout = time.Minute
 	defaultKeepalive    = 30 * time.Second
 )

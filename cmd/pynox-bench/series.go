@@ -496,8 +496,12 @@ func (s *server) sessionLatency(row *Row, n, warm int, gap time.Duration) error 
 	s.sessions++
 	sess := s.c.Session("bench-"+strconv.Itoa(s.sessions), pynox.Job{})
 	err := s.series(row, n, warm+1, gap, func(i int) (*pynox.Result, time.Duration, error) {
+		// Each step's source differs (a comment naming it), as an agent's
+		// steps do: the session process keeps the compiled code of a
+		// source it ran before, which a repeated step would measure.
+		code := trivialCode + " # step " + strconv.Itoa(i)
 		t0 := time.Now()
-		r, err := sess.Run(context.Background(), pynox.Step{Code: trivialCode})
+		r, err := sess.Run(context.Background(), pynox.Step{Code: code})
 		d := time.Since(t0)
 		if err != nil {
 			return nil, 0, s.failed(err)

@@ -21,12 +21,18 @@ import (
 )
 
 func main() {
-	stdin := os.Stdin
+	var stdin io.Reader = os.Stdin
+	var stdout io.Writer = os.Stdout
 	if len(os.Args) > 1 && (os.Args[1] == "pool" || os.Args[1] == "mcp") {
 		reapOrphans()
-		stdin = pollableStdin()
+		if os.Args[1] == "pool" {
+			// Raw reads and writes of the pipes (rawio.go).
+			stdin, stdout = rawStdin(), pollableStdout()
+		} else {
+			stdin = pollableStdin()
+		}
 	}
-	os.Exit(run(os.Args[1:], stdin, os.Stdout, os.Stderr))
+	os.Exit(run(os.Args[1:], stdin, stdout, os.Stderr))
 }
 
 const usage = `pynox runs untrusted Python code in confined CPython processes.

@@ -24,6 +24,15 @@
 # builder: the tree exists before the job and is dropped with the
 # descriptors.
 #
+# Prepared namespaces: a request {"op": "prepare", "n": n, <base plan>}
+# gives the mounter the part of every namespace no request changes (it
+# keeps the descriptors); it then keeps n namespaces built from it (their
+# root tmpfs still writable) ready, each rebuilt in the background after
+# one is taken, and a request {"op": "attach", <the job's binds, overlays
+# and dirs>} attaches the job's mounts to one of them without a fork (see
+# serve_attach). A request without "op" builds a whole namespace as
+# above.
+#
 # Plan: {"binds": [{"fd": i, "path": "/data", "ro": true}],
 #        "overlays": [{"fd": i, "path": "/work", "limit": bytes}],
 #        "links": [["lib", "usr/lib"], ...], "dirs": ["/srv/app"], "root": i}
@@ -36,6 +45,7 @@ import errno
 import fcntl
 import json
 import os
+import select
 import signal
 import socket
 import stat
@@ -118,13 +128,16 @@ def rel(path):
     return parts
 
 
-def make_point(root, path, is_dir, cache=None):
+def make_point(root, path, is_dir, cache=None, dev=None):
     """Creates the mountpoint for path inside the detached root tmpfs,
     relative to its descriptor (never on the host). A component that is a
     symlink in the tree (one of the host's top-level links) is refused.
     cache, when given, maps the components of directories opened before
     (in this tree, on no mount made since: see forget) to their
-    descriptors, which it keeps; the caller closes them."""
+    descriptors, which it keeps; the caller closes them. dev, when given,
+    is the root tmpfs's device: a directory on the way that is on another
+    file system (a mount made before, a host directory) is refused, so
+    that nothing is ever made outside the root tmpfs."""
     parts = rel(path)
     d = os.dup(root)
     try:
@@ -146,6 +159,8 @@ def make_point(root, path, is_dir, cache=None):
                 n = os.open(p, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=d)
                 os.close(d)
                 d = n
+                if dev is not None and os.fstat(n).st_dev != dev:
+                    raise OSError(errno.EXDEV, "%s: a mount or a host directory is on the way" % path)
                 if cache is not None:
                     cache[key] = os.dup(n)
         return d, parts[-1]
@@ -163,8 +178,10 @@ def forget(cache, path):
         os.close(cache.pop(key))
 
 
-def build(plan, fds):
-    """Runs in the builder child, as real root: returns the detached root."""
+def build(plan, fds, ro_root=True):
+    """Runs in the builder child, as real root: returns the detached root
+    (left writable without ro_root: a prepared namespace, whose root the
+    mounter makes read-only when it attaches a job's mounts)."""
     if plan.get("root") is not None:
         # A clone of a tmpfs the host made earlier (a rule of a Landlock
         # domain may hold its root): mountpoints made in it are shared
@@ -217,7 +234,8 @@ def build(plan, fds):
             os.close(fd)
     # The tmpfs itself (mountpoints and links) is read-only from now on;
     # the mounts on it keep their own flags.
-    set_attr(root, MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV, False)
+    if ro_root:
+        set_attr(root, MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV, False)
     return root
 
 
@@ -229,7 +247,8 @@ def build(plan, fds):
 # node}]; LIVE lists each live namespace's id with the nodes it uses. A
 # node's count is never below a descendant's, so a node at zero is
 # removed with everything beneath it. (The shared root holds nothing else
-# but the host's top-level links, never in TREE.)
+# but the host's top-level links, never in TREE.) After a "prepare", the
+# base plan's entries hold one count for good (see serve_prepare).
 TREE = [1, {}]
 LIVE = []
 NS_GET_MNTNS_ID = 0x8008B705  # _IOR(0xb7, 5, __u64)
@@ -374,9 +393,9 @@ def collect(base):
         os.close(cur)
 
 
-def child(plan, fds, w, r):
+def child(plan, fds, w, r, ro_root=True):
     libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-    root = build(plan, fds)
+    root = build(plan, fds, ro_root)
     sys_("unshare", CLONE_NEWNS)
     if libc.mount(b"none", b"/", None, MS_REC | MS_PRIVATE, None) != 0:
         raise OSError(ctypes.get_errno(), "mount(/, MS_REC|MS_PRIVATE)")
@@ -420,7 +439,10 @@ def serve_one(plan, fds):
     return reply, out, reap
 
 
-def serve_build(plan, fds):
+def spawn(plan, fds, ro_root=True):
+    """Forks a builder child for plan; returns its pid, the pipe it says
+    "u" (map me) or "e<error>" on, and the pipe whose closing lets it
+    exit."""
     r1, w1 = os.pipe()
     r2, w2 = os.pipe()
     pid = os.fork()
@@ -429,7 +451,7 @@ def serve_build(plan, fds):
         try:
             os.close(r1)
             os.close(w2)
-            child(plan, fds, w1, r2)
+            child(plan, fds, w1, r2, ro_root)
         except BaseException as e:  # noqa: BLE001
             try:
                 os.write(w1, b"e" + str(e).encode()[:3000])
@@ -439,6 +461,11 @@ def serve_build(plan, fds):
         os._exit(code)
     os.close(w1)
     os.close(r2)
+    return pid, r1, w2
+
+
+def serve_build(plan, fds):
+    pid, r1, w2 = spawn(plan, fds)
 
     def reap():
         os.close(w2)
@@ -457,6 +484,231 @@ def serve_build(plan, fds):
         return {"error": str(e)}, [], reap
 
 
+# Prepared namespaces. After a "prepare" request (the request-independent
+# base plan: runtime and system paths, devices, /proc, the host's links,
+# the working directory, and "root" in a pool with a shared root), the
+# mounter keeps BASE["n"] namespaces built from it in STOCK, each with its
+# root tmpfs still writable, built by builder children it forks in the
+# background (one at a time, PENDING) while it waits for requests. An
+# "attach" request (the job's binds, overlays and dirs) takes one out of
+# the stock (or waits for one being built) and, without a fork, attaches
+# the job's mounts to it: detached clones made here, in the mounter's own
+# mount namespace, then setns into the prepared mount namespace (real
+# root in the initial user namespace holds every capability over it),
+# mountpoints made relative to its root without following links and
+# never off the root tmpfs, move_mount, the root made read-only, setns
+# back. A namespace an attach failed on is dropped, never handed out,
+# and no namespace is ever handed out twice.
+BASE = None     # {"plan": plan, "fds": [descriptors it names], "n": stock size}
+STOCK = []      # [{"user": fd, "mnt": fd, "live": LIVE entry or None}]
+PENDING = None  # {"pid", "r", "w"}: the builder child filling the stock
+ZOMBIES = []    # builder children let go, to reap
+LAST_ERR = ""   # why the last prepared build failed
+PAUSED = False  # a prepared build failed: no more in the background
+OWN_MNT = os.open("/proc/self/ns/mnt", os.O_RDONLY | os.O_CLOEXEC)
+libc.setns.argtypes = [ctypes.c_int, ctypes.c_int]
+
+
+def plan_paths(plan):
+    """The paths a plan makes in the root (for the shared root's counts)."""
+    return [m["path"] for m in (plan.get("binds") or []) + (plan.get("overlays") or [])] + (plan.get("dirs") or [])
+
+
+def base_root():
+    plan = BASE["plan"]
+    return None if plan.get("root") is None else BASE["fds"][plan["root"]]
+
+
+def serve_prepare(plan, fds):
+    """Takes the base plan and its descriptors (kept for good)."""
+    global BASE
+    if BASE is not None:
+        raise ValueError("the mounter is prepared already")
+    n = plan.get("n")
+    if not isinstance(n, int) or not 1 <= n <= 16:
+        raise ValueError("prepare: n must be a number of namespaces from 1 to 16")
+    if plan.get("overlays"):
+        raise ValueError("prepare: a base plan has no overlays")
+    for path in plan_paths(plan):
+        rel(path)
+    BASE = {"plan": plan, "fds": list(fds), "n": n}
+    fds.clear()  # BASE's now
+    if base_root() is not None:
+        # The base's entries in the shared root are never collected: a
+        # namespace being built in the background uses them before any
+        # count says so (removing one there would detach its mount).
+        for path in plan_paths(plan):
+            node = TREE
+            for p in rel(path):
+                node = node[1].setdefault(p, [0, {}])
+                node[0] += 1
+    return {"ok": True}, [], None
+
+
+def start_pending():
+    global PENDING
+    pid, r, w = spawn(BASE["plan"], BASE["fds"], False)
+    PENDING = {"pid": pid, "r": r, "w": w}
+
+
+def finish_pending():
+    """Waits for the pending builder child; stocks its namespace."""
+    global PENDING, LAST_ERR, PAUSED
+    pend, PENDING = PENDING, None
+    try:
+        msg = os.read(pend["r"], 4096)
+        if not msg.startswith(b"u"):
+            raise OSError(errno.EIO, msg[1:].decode(errors="replace") or "the builder died")
+        pid = pend["pid"]
+        for f in ("uid_map", "gid_map"):
+            with open("/proc/%d/%s" % (pid, f), "w") as fh:
+                fh.write(MAP)
+        user = os.open("/proc/%d/ns/user" % pid, os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            mnt = os.open("/proc/%d/ns/mnt" % pid, os.O_RDONLY | os.O_CLOEXEC)
+        except OSError:
+            os.close(user)
+            raise
+        ns = {"user": user, "mnt": mnt, "live": None}
+        root = base_root()
+        if root is not None:
+            used = {}
+            for path in plan_paths(BASE["plan"]):
+                for node in shared_nodes(root, path):
+                    used[id(node)] = node
+            used = list(used.values())
+            for node in used:
+                node[0] += 1
+            try:
+                ns["live"] = (ns_id(mnt), used)
+                LIVE.append(ns["live"])
+            except OSError:
+                pass  # no id (an older kernel): its entries are kept for good
+        STOCK.append(ns)
+        PAUSED = False
+    except OSError as e:
+        LAST_ERR = str(e)
+        PAUSED = True
+    finally:
+        os.close(pend["w"])  # the child exits
+        os.close(pend["r"])
+        ZOMBIES.append(pend["pid"])
+
+
+def refill():
+    if BASE is not None and PENDING is None and not PAUSED and len(STOCK) < BASE["n"]:
+        start_pending()
+
+
+def reap_zombies():
+    for pid in list(ZOMBIES):
+        try:
+            done, _ = os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:
+            done = pid
+        if done:
+            ZOMBIES.remove(pid)
+
+
+def drop_ns(ns):
+    os.close(ns["user"])
+    os.close(ns["mnt"])
+
+
+def serve_attach(plan, fds):
+    """Attaches the job's mounts to a prepared namespace."""
+    if BASE is None:
+        raise ValueError("attach: the mounter is not prepared")
+    root = base_root()
+    if root is not None:
+        collect(root)
+    if not STOCK:
+        if PENDING is None:
+            start_pending()
+        finish_pending()
+        if not STOCK:
+            return {"error": "building a namespace: " + LAST_ERR}, [], None
+    ns = STOCK.pop(0)
+    ok = False
+    try:
+        attach_job(ns["mnt"], plan, fds)
+        ok = True
+    finally:
+        if root is not None:
+            # What the attach made in the shared root, failed or not: a
+            # failed attach's entries are removed at the next request.
+            used = {}
+            for path in plan_paths(plan):
+                for node in shared_nodes(root, path):
+                    used[id(node)] = node
+            if ok and ns["live"] is not None:
+                for node in used.values():
+                    node[0] += 1
+                ns["live"][1].extend(used.values())
+        if not ok:
+            drop_ns(ns)
+    return {"ok": True}, [ns["user"], ns["mnt"]], None
+
+
+def attach_job(mnt, plan, fds):
+    mounts = []  # (path, is_dir, detached mount)
+    try:
+        for b in plan.get("binds") or []:
+            fd = fds[b["fd"]]
+            m = clone_tree(fd)
+            mounts.append((b["path"], stat.S_ISDIR(os.fstat(fd).st_mode), m))
+            set_attr(m, MOUNT_ATTR_NOSUID | (MOUNT_ATTR_RDONLY if b.get("ro") else 0), True)
+        for o in plan.get("overlays") or []:
+            fd = fds[o["fd"]]
+            up = new_fs("tmpfs", [("size", str(o["limit"])), ("mode", "0755")])
+            try:
+                os.mkdir("upper", 0o755, dir_fd=up)
+                os.mkdir("work", 0o755, dir_fd=up)
+                m = new_fs("overlay", [("lowerdir", "/proc/self/fd/%d" % fd),
+                                       ("upperdir", "/proc/self/fd/%d/upper" % up),
+                                       ("workdir", "/proc/self/fd/%d/work" % up)])
+            finally:
+                os.close(up)
+            mounts.append((o["path"], True, m))
+            set_attr(m, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV, False)
+        for path in plan_paths(plan):
+            rel(path)
+        if libc.setns(mnt, CLONE_NEWNS) != 0:
+            raise OSError(ctypes.get_errno(), "setns into the prepared namespace")
+        try:
+            root = os.open("/", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+            try:
+                dev = os.fstat(root).st_dev
+                for path in plan.get("dirs") or []:
+                    os.close(make_point(root, path, True, None, dev)[0])
+                cache = {}
+                try:
+                    for path, is_dir, m in sorted(mounts, key=lambda x: len(rel(x[0]))):
+                        try:
+                            d, last = make_point(root, path, is_dir, cache, dev)
+                        except OSError as e:
+                            raise OSError(e.errno, "mountpoint %s: %s" % (path, e.strerror)) from None
+                        try:
+                            attach(m, d, last)
+                        except OSError as e:
+                            raise OSError(e.errno, "%s at %s" % (e.strerror, path)) from None
+                        finally:
+                            os.close(d)
+                        forget(cache, path)
+                finally:
+                    for fd in cache.values():
+                        os.close(fd)
+                set_attr(root, MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV, False)
+            finally:
+                os.close(root)
+        finally:
+            if libc.setns(OWN_MNT, CLONE_NEWNS) != 0:
+                os._exit(3)  # never serve from a job's namespace
+    finally:
+        for _, _, m in mounts:
+            os.close(m)
+
+
 # What one request may carry: the plan's JSON, and its descriptors (the
 # kernel's SCM_MAX_FD); the host checks both before it sends.
 MAX_PLAN = 1 << 16
@@ -467,6 +719,17 @@ def main():
     libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
     sock = socket.socket(fileno=3)
     while True:
+        reap_zombies()
+        refill()
+        poller = select.poll()
+        poller.register(3, select.POLLIN)
+        if PENDING is not None:
+            poller.register(PENDING["r"], select.POLLIN)
+        ready = [fd for fd, _ in poller.poll(50 if ZOMBIES else None)]
+        if PENDING is not None and PENDING["r"] in ready:
+            finish_pending()
+        if 3 not in ready:
+            continue
         fdarr = array.array("i")
         msg, anc, flags, _addr = sock.recvmsg(MAX_PLAN, socket.CMSG_SPACE(MAX_FDS * fdarr.itemsize))
         if not msg:
@@ -480,7 +743,16 @@ def main():
             if flags & (socket.MSG_TRUNC | socket.MSG_CTRUNC):
                 # Part of the plan or of its descriptors was cut off.
                 raise ValueError("the plan is over %d bytes or %d descriptors" % (MAX_PLAN, MAX_FDS))
-            reply, out, reap = serve_one(json.loads(msg), fds)
+            plan = json.loads(msg)
+            op = plan.get("op")
+            if op == "prepare":
+                reply, out, reap = serve_prepare(plan, fds)
+            elif op == "attach":
+                reply, out, reap = serve_attach(plan, fds)
+            elif op is None:
+                reply, out, reap = serve_one(plan, fds)
+            else:
+                raise ValueError("unknown op %r" % op)
         except Exception as e:  # noqa: BLE001
             reply, out = {"error": "%s: %s" % (type(e).__name__, e)}, []
         finally:

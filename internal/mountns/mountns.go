@@ -13,6 +13,24 @@
 // process can enter with setns (the owner of a user namespace holds every
 // capability in it; the entering process must drop them again).
 //
+// Prepared namespaces (Mounter.Prepare): given the part of every
+// namespace no request changes, the mounter keeps a few namespaces built
+// from it ready, in the background, and a request only attaches its own
+// mounts to one of them, without a fork: the mounter (real root in the
+// initial user namespace, holding every capability over the prepared
+// namespace's user namespace) clones the request's sources in its own
+// mount namespace, setns-es into the prepared mount namespace, makes the
+// mountpoints (never off its root tmpfs), move_mounts the clones there,
+// makes the root read-only and setns-es back. Verified on Linux 6.18
+// (prepared_test.go): the job sees the base and exactly its own mounts,
+// two namespaces never share one, an attach that fails drops the
+// namespace. Mounts attached this way are not locked (MNT_LOCKED marks
+// only the mounts a namespace copied when it was made for a less
+// privileged user namespace), nor is the root's read-only flag: a process
+// holding capabilities in the namespace could unmount or remount them.
+// The pool's jobs hold none there (they drop them on entry) and their
+// seccomp layer denies every mount call (hostile_nsprep_test.go).
+//
 // Verified on Linux 6.18 (see mountns_test.go): detached assembly
 // (fsopen, fsmount, open_tree, move_mount onto a detached tmpfs), overlayfs
 // over a host directory with its upper layer on a sized tmpfs (writes past
@@ -96,9 +114,10 @@ func (n *Namespace) Close() error {
 
 // Mounter is a running builder process.
 type Mounter struct {
-	mu   sync.Mutex
-	cmd  *exec.Cmd
-	sock *os.File
+	mu       sync.Mutex
+	cmd      *exec.Cmd
+	sock     *os.File
+	prepared bool // Prepare succeeded: Build sends the job's part only
 }
 
 // Start starts the builder with python (an absolute path to the trusted
@@ -148,6 +167,8 @@ type wireOverlay struct {
 }
 
 type wirePlan struct {
+	Op       string        `json:"op,omitempty"` // "prepare", "attach", or a full build
+	N        int           `json:"n,omitempty"`  // prepare: the stock's size
 	Binds    []wireBind    `json:"binds"`
 	Overlays []wireOverlay `json:"overlays"`
 	Links    [][2]string   `json:"links"`
@@ -163,9 +184,92 @@ const (
 	maxFDs  = 253
 )
 
+// MaxStock is the most prepared namespaces a Mounter keeps (Prepare's n).
+const MaxStock = 16
+
+// Prepare gives the mounter the base plan, the part of every namespace
+// that no request changes (runtime and system paths, devices, /proc, the
+// host's links, Dirs, and Root in a pool whose namespaces share one; no
+// Overlays), and has it keep n namespaces built from it ready, each
+// rebuilt in the background (a builder process forked then) after one is
+// taken. From then on Build takes only a job's part (Binds, Overlays and
+// Dirs; no Links, no Root) and attaches it to a prepared namespace
+// without a fork: see builder.py. The base plan's descriptors stay the
+// caller's (the mounter keeps copies for its lifetime). Prepare may be
+// called once; before it, Build builds every namespace whole.
+func (m *Mounter) Prepare(base Plan, n int) error {
+	if n < 1 || n > MaxStock {
+		return fmt.Errorf("mounter: prepare: n is %d; expected 1 to %d", n, MaxStock)
+	}
+	if len(base.Overlays) > 0 {
+		return errors.New("mounter: prepare: a base plan has no overlays")
+	}
+	w, fds, err := wire(base)
+	if err != nil {
+		return err
+	}
+	w.Op, w.N = "prepare", n
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.prepared {
+		return errors.New("mounter: prepared already")
+	}
+	got, err := m.roundTrip(w, fds)
+	if err != nil {
+		return err
+	}
+	if len(got) != 0 {
+		for _, fd := range got {
+			unix.Close(fd)
+		}
+		return errors.New("mounter: prepare: unexpected descriptors in the reply")
+	}
+	m.prepared = true
+	return nil
+}
+
+// Prepared reports whether Prepare succeeded (Build takes a job's part).
+func (m *Mounter) Prepared() bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.prepared
+}
+
 // Build asks the builder for a namespace holding plan. Requests are
-// served one at a time.
+// served one at a time. After Prepare, plan is a job's part only, which
+// the mounter attaches to a prepared namespace (one with the base plan's
+// mounts): the result is the namespace a whole build of the base and
+// the job's part would give, except that the job's mounts are not locked
+// to it (see SECURITY.md: the job gives up every capability and its
+// seccomp layer denies every mount call).
 func (m *Mounter) Build(plan Plan) (*Namespace, error) {
+	w, fds, err := wire(plan)
+	if err != nil {
+		return nil, err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.prepared {
+		if len(plan.Links) > 0 || plan.RootSet {
+			return nil, errors.New("mounter: a prepared mounter's Build takes a job's part only (no Links, no Root)")
+		}
+		w.Op = "attach"
+	}
+	got, err := m.roundTrip(w, fds)
+	if err != nil {
+		return nil, err
+	}
+	if len(got) != 2 {
+		for _, fd := range got {
+			unix.Close(fd)
+		}
+		return nil, fmt.Errorf("mounter: the reply holds %d descriptors; expected 2", len(got))
+	}
+	return &Namespace{User: os.NewFile(uintptr(got[0]), "userns"), Mount: os.NewFile(uintptr(got[1]), "mntns")}, nil
+}
+
+// wire encodes plan and lists the descriptors it names.
+func wire(plan Plan) (wirePlan, []int, error) {
 	var w wirePlan
 	var fds []int
 	for _, b := range plan.Binds {
@@ -174,7 +278,7 @@ func (m *Mounter) Build(plan Plan) (*Namespace, error) {
 	}
 	for _, o := range plan.Overlays {
 		if o.Limit <= 0 {
-			return nil, fmt.Errorf("overlay %s: limit must be positive", o.Path)
+			return w, nil, fmt.Errorf("overlay %s: limit must be positive", o.Path)
 		}
 		w.Overlays = append(w.Overlays, wireOverlay{FD: len(fds), Path: o.Path, Limit: o.Limit})
 		fds = append(fds, o.Lower)
@@ -186,6 +290,12 @@ func (m *Mounter) Build(plan Plan) (*Namespace, error) {
 		w.Root = &i
 		fds = append(fds, plan.Root)
 	}
+	return w, fds, nil
+}
+
+// roundTrip sends one request and returns the descriptors of its reply
+// (the caller's), or the mounter's error. m.mu is held.
+func (m *Mounter) roundTrip(w wirePlan, fds []int) ([]int, error) {
 	msg, err := json.Marshal(w)
 	if err != nil {
 		return nil, err
@@ -194,8 +304,6 @@ func (m *Mounter) Build(plan Plan) (*Namespace, error) {
 		return nil, fmt.Errorf("mounter: the plan is %d bytes with %d descriptors; at most %d bytes and %d descriptors fit one request",
 			len(msg), len(fds), maxPlan, maxFDs)
 	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
 	var oob []byte
 	if len(fds) > 0 {
 		oob = unix.UnixRights(fds...)
@@ -227,7 +335,7 @@ func (m *Mounter) Build(plan Plan) (*Namespace, error) {
 		OK    bool   `json:"ok"`
 		Error string `json:"error"`
 	}
-	if err := json.Unmarshal(buf[:n], &reply); err != nil || !reply.OK || len(got) != 2 {
+	if err := json.Unmarshal(buf[:n], &reply); err != nil || !reply.OK {
 		for _, fd := range got {
 			unix.Close(fd)
 		}
@@ -236,7 +344,7 @@ func (m *Mounter) Build(plan Plan) (*Namespace, error) {
 		}
 		return nil, fmt.Errorf("mounter: bad reply %q", buf[:n])
 	}
-	return &Namespace{User: os.NewFile(uintptr(got[0]), "userns"), Mount: os.NewFile(uintptr(got[1]), "mntns")}, nil
+	return got, nil
 }
 
 // HostLinks lists the symbolic links at the top of the host's root

@@ -65,7 +65,12 @@
 //     job layer's.)
 //   - socket is denied for every domain, unless Policy.AllowNetwork is set, in
 //     which case AF_INET and AF_INET6 sockets are allowed; connect, bind,
-//     listen, accept and accept4 need the network too. socketpair is
+//     listen, accept and accept4 need the network too, and so do sendmsg
+//     and sendmmsg, the only calls that put descriptors in flight
+//     (SCM_RIGHTS): without the network a job passes no descriptor
+//     (counted per uid across the machine while in flight, and food for
+//     the unix sockets' garbage collector), and sends with send and
+//     write. socketpair is
 //     allowed only as AF_UNIX with SOCK_STREAM (SOCK_NONBLOCK and
 //     SOCK_CLOEXEC aside): a datagram pair could sendto a host socket by
 //     path, and after connect(AF_UNSPEC) bind an abstract name; other
@@ -104,6 +109,18 @@
 //     bounds the timers it can create.) CPython sends no real-time
 //     signal; glibc uses SIGRTMIN and SIGRTMIN+1 for pthread_cancel and
 //     the set*id broadcast, neither of which a job can use anyway.
+//   - sendto, recvfrom, sendmsg, recvmsg, sendmmsg and recvmmsg fail
+//     when their flags hold MSG_OOB: out-of-band data on a unix stream
+//     socket (every job's socketpair and control socket) is kernel code
+//     no job needs, through which a use-after-free was reached from
+//     Chrome's renderer sandbox (CVE-2025-38236); TCP urgent data is
+//     refused with it.
+//   - open, creat and openat fail when their mode holds S_ISUID or
+//     S_ISGID: a job (the pool's uid, often root, without CAP_FSETID)
+//     could otherwise leave an empty set-user-ID root file in a write
+//     grant, which keeps the bit when a privileged host program writes
+//     over it. openat2, whose mode the filter cannot read, fails with
+//     ENOSYS (as before Linux 5.6) so that callers fall back to openat.
 //   - fallocate is allowed only with mode 0 (posix_fallocate, bounded by
 //     RLIMIT_FSIZE) and FALLOC_FL_PUNCH_HOLE|FALLOC_FL_KEEP_SIZE (which
 //     frees blocks); every other mode, FALLOC_FL_KEEP_SIZE above all
@@ -149,8 +166,8 @@ import (
 // Policy selects the variant of the filter.
 type Policy struct {
 	// AllowNetwork, when true, allows socket() for the AF_INET and AF_INET6
-	// domains, and connect, bind, listen, accept and accept4; when false
-	// all of them fail with EPERM. socketpair() is allowed as an AF_UNIX
+	// domains, and connect, bind, listen, accept, accept4, sendmsg and
+	// sendmmsg; when false all of them fail with EPERM. socketpair() is allowed as an AF_UNIX
 	// stream pair either way.
 	AllowNetwork bool
 }
@@ -196,6 +213,45 @@ const (
 	// posix_fallocate emulates mode 0 on it) or skip the hint.
 	retEOPNOTSUPP = ActionErrno | uint32(unix.EOPNOTSUPP)
 )
+
+// oobCall is a send or receive call and the index of its flags argument.
+type oobCall struct{ nr, arg uint32 }
+
+// setIDModeBits are the mode bits no file a job creates may carry:
+// S_ISUID and S_ISGID. The job runs as the pool's uid (often root)
+// without CAP_FSETID: the kernel clears them at the job's own first write
+// or truncation, but not at a write by a process that holds the
+// capability, so an empty set-user-ID file left in a write grant becomes
+// a set-user-ID root program once a privileged host program writes over
+// it by name.
+const setIDModeBits = unix.S_ISUID | unix.S_ISGID
+
+// openModeCalls returns the calls that create a file with a mode of
+// their argument, and the index of that argument, that the table has
+// (open and creat exist on amd64 only).
+func (t *archTable) openModeCalls() []oobCall {
+	var out []oobCall
+	for _, c := range []struct {
+		name string
+		arg  uint32
+	}{{"open", 2}, {"creat", 1}, {"openat", 3}} {
+		if nr, ok := t.lookup(c.name); ok {
+			out = append(out, oobCall{nr, c.arg})
+		}
+	}
+	return out
+}
+
+// oobCalls are the calls whose flags may not hold MSG_OOB: out-of-band
+// data on unix stream sockets (the socketpair every job may make, its
+// control socket) is code no job needs and has been a way into the
+// kernel from sandboxes (CVE-2025-38236, a use-after-free reached with
+// MSG_OOB from Chrome's renderer); TCP's urgent data is as rare.
+var oobCalls = []oobCall{
+	{unix.SYS_SENDTO, 3}, {unix.SYS_RECVFROM, 3},
+	{unix.SYS_SENDMSG, 2}, {unix.SYS_RECVMSG, 2},
+	{unix.SYS_SENDMMSG, 3}, {unix.SYS_RECVMMSG, 3},
+}
 
 // The argument values the filters allow (or, in the job layer, deny).
 var (
@@ -406,8 +462,10 @@ func tableFor(goarch string) (*archTable, error) {
 type Layers struct {
 	// Template is everything that the template process itself may live
 	// under: the architecture checks, the x32 ABI, the allow list, the
-	// argument filters (clone3, socket, socketpair, ioctl, fcntl, prctl,
-	// prlimit64, personality, the scheduling calls, kill and tgkill,
+	// argument filters (clone3, socket, socketpair, ioctl, fcntl, the
+	// send and receive calls' MSG_OOB, the set-ID bits of open, creat
+	// and openat, openat2's ENOSYS, prctl, prlimit64, personality,
+	// the scheduling calls, kill and tgkill,
 	// fallocate, the clocks and timer_create, getsid and getpgid) and the
 	// default EPERM. It also allows what only the template and a spare's
 	// preparation need (clone without CLONE_THREAD, fork, pidfd_open,
@@ -417,7 +475,8 @@ type Layers struct {
 	// Job is what only a job is denied: clone unless it creates a thread
 	// in no new namespace, fork (amd64), pidfd_open, seccomp,
 	// PR_SET_PDEATHSIG and PR_SET_SECCOMP, and without AllowNetwork every
-	// socket, connect, bind, listen, accept and accept4.
+	// socket, connect, bind, listen, accept, accept4, sendmsg and
+	// sendmmsg.
 	Job Program
 }
 
@@ -546,6 +605,19 @@ func buildTemplate(t *archTable) (Program, error) {
 	// as an unsigned int.
 	b.argIn(t.ioctl, 1, t.ioctls)
 	b.argIn(t.fcntl, 1, allowedFcntls)
+	// send and receive calls (flags is an int): never MSG_OOB.
+	for _, c := range oobCalls {
+		b.argFlagsClear(c.nr, c.arg, unix.MSG_OOB)
+	}
+	// open, creat and openat (mode is an unsigned int): no set-user-ID
+	// or set-group-ID bit in a new file's mode. openat2 takes its mode in
+	// a structure the filter cannot read, so it fails with ENOSYS, as on
+	// a kernel before 5.6: callers fall back to openat.
+	for _, c := range t.openModeCalls() {
+		b.argFlagsClear(c.nr, c.arg, setIDModeBits)
+	}
+	b.jeq(unix.SYS_OPENAT2, 0, 1)
+	b.ret(retENOSYS)
 	// prctl(option, ...): option is an int.
 	b.argIn(t.prctl, 0, allowedPrctls)
 	// clone3 fails with ENOSYS, so that the C library falls back to
@@ -610,6 +682,20 @@ func (b *asm) argIn(sys, i uint32, values []uint32) { b.argMatch(sys, i, values,
 // argInRet is argIn with deny as the answer for the other values.
 func (b *asm) argInRet(sys, i uint32, values []uint32, deny uint32) {
 	b.argMatch(sys, i, values, retAllow, deny)
+}
+
+// argFlagsClear emits: if nr == sys { EPERM iff the low 32 bits of
+// args[i] have any bit of flags set, else allow }. The accumulator must
+// hold nr.
+func (b *asm) argFlagsClear(sys, i, flags uint32) {
+	skip, deny := b.label(), b.label()
+	b.jumpL(unix.BPF_JMP|unix.BPF_JEQ|unix.BPF_K, sys, next, skip)
+	b.loadArgLo(i)
+	b.jumpL(unix.BPF_JMP|unix.BPF_JSET|unix.BPF_K, flags, deny, next)
+	b.ret(retAllow)
+	b.bind(deny)
+	b.ret(retEPERM)
+	b.bind(skip)
 }
 
 // argNotIn emits: if nr == sys { EPERM iff the low 32 bits of args[i] are

@@ -67,7 +67,7 @@ var requiredDenied = []string{
 }
 
 // netOnly is what the job layer denies without the network only.
-var netOnly = []string{"connect", "bind", "listen", "accept", "accept4"}
+var netOnly = []string{"sendmsg", "sendmmsg", "connect", "bind", "listen", "accept", "accept4"}
 
 var absentOn = map[string][]string{
 	"amd64": {},
@@ -122,7 +122,7 @@ func TestBuildProgramShape(t *testing.T) {
 				require.NoError(t, prog.validate())
 			}
 			// The job layer is what every spare pays to attach: it stays short.
-			require.Less(t, len(l.Job), 32)
+			require.Less(t, len(l.Job), 40)
 			t.Logf("%s: template layer %d instructions, job layer %d", pol.name, len(l.Template), len(l.Job))
 		})
 	}
@@ -192,6 +192,13 @@ func policyCases(t *testing.T, p Policy) []vmCase {
 		{"futex", call(unix.SYS_FUTEX, 0x1000, 0, 1), ActionAllow},
 		{"getpid", call(unix.SYS_GETPID), ActionAllow},
 		{"openat", call(unix.SYS_OPENAT, uint64(0xffffff9c), 0x1000, 0), ActionAllow},
+		{"openat O_CREAT 0666", call(unix.SYS_OPENAT, uint64(0xffffff9c), 0x1000, unix.O_CREAT|unix.O_WRONLY, 0o666), ActionAllow},
+		{"openat O_CREAT 01777", call(unix.SYS_OPENAT, uint64(0xffffff9c), 0x1000, unix.O_CREAT|unix.O_WRONLY, 0o1777), ActionAllow},
+		{"openat O_CREAT 04755", call(unix.SYS_OPENAT, uint64(0xffffff9c), 0x1000, unix.O_CREAT|unix.O_WRONLY, 0o4755), eperm},
+		{"openat O_TMPFILE 02755", call(unix.SYS_OPENAT, uint64(0xffffff9c), 0x1000, unix.O_TMPFILE|unix.O_RDWR, 0o2755), eperm},
+		{"openat 04755, high bits", call(unix.SYS_OPENAT, uint64(0xffffff9c), 0x1000, unix.O_CREAT, 0o4755|1<<32), eperm},
+		{"openat 0644, S_ISUID in the high bits", call(unix.SYS_OPENAT, uint64(0xffffff9c), 0x1000, unix.O_CREAT, 0o644|0o4000<<32), ActionAllow},
+		{"openat2", call(unix.SYS_OPENAT2, uint64(0xffffff9c), 0x1000, 0x2000, 24), enosys},
 		{"exit_group", call(unix.SYS_EXIT_GROUP, 0), ActionAllow},
 		{"fchmod", call(unix.SYS_FCHMOD, 3, 0o600), eperm},
 		{"landlock_create_ruleset", call(unix.SYS_LANDLOCK_CREATE_RULESET, 0x1000, 16, 0), ActionAllow},
@@ -334,6 +341,20 @@ func policyCases(t *testing.T, p Policy) []vmCase {
 		{"tgkill SIGRTMIN+1", call(unix.SYS_TGKILL, 5, 6, 33), eperm},
 		{"tgkill -2", call(unix.SYS_TGKILL, 5, 6, 0xfffffffffffffffe), eperm},
 		{"tkill", call(unix.SYS_TKILL, 5, uint64(unix.SIGTERM)), eperm},
+		// The send and receive calls: any flags but MSG_OOB.
+		{"sendto MSG_DONTWAIT", call(unix.SYS_SENDTO, 3, 0, 1, unix.MSG_DONTWAIT), ActionAllow},
+		{"sendto MSG_OOB", call(unix.SYS_SENDTO, 3, 0, 1, unix.MSG_OOB), eperm},
+		{"recvfrom MSG_OOB|MSG_PEEK", call(unix.SYS_RECVFROM, 3, 0, 1, unix.MSG_OOB|unix.MSG_PEEK), eperm},
+		{"sendmsg 0", call(unix.SYS_SENDMSG, 3, 0, 0), inet},
+		{"sendmsg MSG_OOB", call(unix.SYS_SENDMSG, 3, 0, unix.MSG_OOB), eperm},
+		{"sendmsg MSG_OOB, high bits", call(unix.SYS_SENDMSG, 3, 0, unix.MSG_OOB|1<<32), eperm},
+		{"sendmsg MSG_OOB only in the high bits", call(unix.SYS_SENDMSG, 3, 0, unix.MSG_OOB<<32), inet},
+		{"sendmmsg 0", call(unix.SYS_SENDMMSG, 3, 0, 1, 0), inet},
+		{"recvmsg MSG_CMSG_CLOEXEC", call(unix.SYS_RECVMSG, 3, 0, unix.MSG_CMSG_CLOEXEC), ActionAllow},
+		{"recvmsg MSG_OOB", call(unix.SYS_RECVMSG, 3, 0, unix.MSG_OOB), eperm},
+		{"sendmmsg MSG_OOB", call(unix.SYS_SENDMMSG, 3, 0, 1, unix.MSG_OOB), eperm},
+		{"recvmmsg MSG_OOB", call(unix.SYS_RECVMMSG, 3, 0, 1, unix.MSG_OOB), eperm},
+		{"recvmmsg MSG_WAITFORONE", call(unix.SYS_RECVMMSG, 3, 0, 1, unix.MSG_WAITFORONE), ActionAllow},
 		// fallocate: mode 0 and PUNCH_HOLE|KEEP_SIZE only.
 		{"fallocate 0", call(unix.SYS_FALLOCATE, 3, 0, 0, 1<<20), ActionAllow},
 		{"fallocate PUNCH_HOLE|KEEP_SIZE", call(unix.SYS_FALLOCATE, 3, 3, 0, 1<<20), ActionAllow},
@@ -461,6 +482,21 @@ func TestPolicyVMExhaustive(t *testing.T) {
 		switch {
 		case nativeTable.x32 && nr >= x32SyscallBit:
 			return eperm
+		case nr == unix.SYS_OPENAT2:
+			return enosys
+		case slices.ContainsFunc(nativeTable.openModeCalls(), func(c oobCall) bool { return c.nr == nr }):
+			calls := nativeTable.openModeCalls()
+			i := slices.IndexFunc(calls, func(c oobCall) bool { return c.nr == nr })
+			if lo(int(calls[i].arg))&setIDModeBits != 0 {
+				return eperm
+			}
+			return ActionAllow
+		case slices.ContainsFunc(oobCalls, func(c oobCall) bool { return c.nr == nr }):
+			i := slices.IndexFunc(oobCalls, func(c oobCall) bool { return c.nr == nr })
+			if lo(int(oobCalls[i].arg))&unix.MSG_OOB != 0 || (netOnly[nr] && !p.AllowNetwork) {
+				return eperm
+			}
+			return ActionAllow
 		case allowed[nr]:
 			return ActionAllow
 		case jobDenied[nr]:
@@ -557,6 +593,12 @@ func TestPolicyVMExhaustive(t *testing.T) {
 		{unix.PR_SET_SECCOMP, unix.FS_IOC_SETFLAGS},
 		{unix.PR_SET_NAME, unix.TCGETS | 0xffffffff00000000},
 		{3, unix.F_NOTIFY},
+		// The modes of open (arg 2), creat (arg 1) and openat (arg 3).
+		{0xffffff9c, 0o4755, 0o2755, 0o4755},
+		{0xffffff9c, 0o755 | 0o4000<<32, 0o6000 << 32, 0o644 | 0o4000<<32},
+		// The flags of the send and receive calls (arg 2 or 3).
+		{3, 0, unix.MSG_OOB, unix.MSG_OOB},
+		{3, 0, unix.MSG_DONTWAIT | unix.MSG_OOB<<32, unix.MSG_PEEK | unix.MSG_OOB<<32},
 		// Signals (kill's arg 1, tgkill's arg 2), fallocate modes (arg 1)
 		// and clock ids (arg 0).
 		{0, 31, 31},
@@ -638,6 +680,13 @@ func TestBuildChunkedAllowList(t *testing.T) {
 		special[e.nr] = true
 	}
 	special[unix.SYS_SETNS] = true // filtered by nstype
+	for _, c := range oobCalls {
+		special[c.nr] = true // filtered by MSG_OOB
+	}
+	for _, c := range tbl.openModeCalls() {
+		special[c.nr] = true // filtered by mode
+	}
+	special[unix.SYS_OPENAT2] = true // ENOSYS
 	for nr := uint32(0); len(tbl.allow) < 3*maxChunk+17; nr++ {
 		if !special[nr] && nr%3 != 0 {
 			tbl.allow = append(tbl.allow, sysEntry{fmt.Sprintf("sys%d", nr), nr})

@@ -68,6 +68,7 @@ type Child struct {
 	pidMu      sync.Mutex    // guards pidfd against a signal racing its close
 	closed     chan struct{} // closed by Close
 	kind       int           // kindDeny or kindAllow
+	nsSpare    bool          // the template's ready ns spare: its replacement is one too
 
 	// The bell is read by one goroutine for the child's whole life; each
 	// turn's watcher takes its rings from here.
@@ -90,6 +91,8 @@ type Child struct {
 	// procFiles are the one-shot job's /proc/<pid>/stat and status,
 	// opened by jobBase and closed by noteUsage (see procFiles).
 	procFiles procFiles
+	// sproc are a session process's held /proc files (session_usage.go).
+	sproc sessionProc
 
 	// The child's cgroup, set before the child is handed out (see
 	// Template.deliver); cgErr says why joining one failed, which fails
@@ -216,7 +219,7 @@ func (c *Child) Gone() bool {
 		return true
 	}
 	fds := []unix.PollFd{{Fd: int32(c.pidfd), Events: unix.POLLIN}}
-	n, err := unix.Poll(fds, 0)
+	n, err := rawPollNow(fds)
 	return err == nil && n > 0
 }
 
@@ -258,7 +261,7 @@ func (c *Child) signal(sig unix.Signal) error {
 	if c.pidfd < 0 {
 		return unix.EBADF
 	}
-	return unix.PidfdSendSignal(c.pidfd, sig, nil, 0)
+	return rawPidfdSignal(c.pidfd, sig)
 }
 
 // Close kills the child, releases every host-side descriptor, and asks
@@ -278,6 +281,7 @@ func (c *Child) Close() {
 		c.pidMu.Lock()
 		unix.Close(c.pidfd)
 		c.pidfd = -1
+		c.closeSessionProc()
 		c.pidMu.Unlock()
 		if c.cg != nil {
 			// Released once the template has reaped the process, which it
@@ -299,7 +303,7 @@ func (c *Child) Close() {
 			}()
 		}
 		if !c.holdRefill.Load() {
-			c.refillOnce.Do(func() { c.tpl.refill(c.kind) })
+			c.refillOnce.Do(func() { c.tpl.refillChild(c) })
 		}
 	})
 }
@@ -316,7 +320,7 @@ func (c *Child) HoldRefill() { c.holdRefill.Store(true) }
 func (c *Child) RefillNow() {
 	c.refillOnce.Do(func() {
 		c.tpl.unhold(c)
-		c.tpl.refill(c.kind)
+		c.tpl.refillChild(c)
 	})
 }
 
@@ -431,14 +435,14 @@ func (c *Child) RunStep(st *Step, cancel <-chan struct{}) *Outcome {
 			small := len(payload) < inlineFrame
 			if !small {
 				if err := c.signal(unix.SIGCONT); err != nil {
-					unix.Close(out[1])
-					unix.Close(errp[1])
+					rawClose(out[1])
+					rawClose(errp[1])
 					return err
 				}
 			}
 			err := c.sendRaw(payload, []int{out[1], errp[1]})
-			unix.Close(out[1])
-			unix.Close(errp[1])
+			rawClose(out[1])
+			rawClose(errp[1])
 			if err == nil && small {
 				err = c.signal(unix.SIGCONT)
 			}
@@ -473,7 +477,7 @@ func (c *Child) cpuTime() (time.Duration, error) {
 		return 0, unix.ESRCH
 	}
 	var ts unix.Timespec
-	if err := unix.ClockGettime(processCPUClock(pid), &ts); err != nil {
+	if err := rawClockGettime(processCPUClock(pid), &ts); err != nil {
 		return 0, err
 	}
 	return time.Duration(ts.Nano()), nil

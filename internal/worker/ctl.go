@@ -54,7 +54,13 @@ func (c *Child) sendRaw(payload []byte, fds []int) error {
 	if c.ctlFd < 0 {
 		return unix.EBADF
 	}
-	n, err := unix.SendmsgN(c.ctlFd, buf, oob, nil, unix.MSG_NOSIGNAL)
+	// What the socket takes at once goes without the scheduler's notice
+	// (rawsys.go); a frame it cannot take waits in a blocking write,
+	// bounded by SO_SNDTIMEO.
+	n, err := rawSendmsg(c.ctlFd, buf, oob, unix.MSG_NOSIGNAL|unix.MSG_DONTWAIT)
+	if err == unix.EAGAIN || err == unix.EINTR {
+		n, err = unix.SendmsgN(c.ctlFd, buf, oob, nil, unix.MSG_NOSIGNAL)
+	}
 	for err == nil && n < len(buf) {
 		var m int
 		m, err = unix.SendmsgN(c.ctlFd, buf[n:], nil, nil, unix.MSG_NOSIGNAL)
@@ -71,7 +77,7 @@ func (c *Child) recvCtl(buf []byte) (int, error) {
 	if c.ctlFd < 0 {
 		return 0, nil
 	}
-	return rawRecv(c.ctlFd, buf, unix.MSG_DONTWAIT) // see rawio.go
+	return rawRecv(c.ctlFd, buf, unix.MSG_DONTWAIT)
 }
 
 // closeCtl closes the control socket once; any descriptors a job queued
@@ -107,15 +113,26 @@ func (c *Child) readBell() {
 	bp := bellBufs.Get().(*[bellRead]byte)
 	defer bellBufs.Put(bp)
 	buf := bp[:]
-	read := c.bell.Read
-	if rc, err := c.bell.SyscallConn(); err == nil {
-		read = func(p []byte) (int, error) { return rawConnRead(rc, p) } // see rawio.go
+	// The poller waits for the bell; the read itself is a raw system call
+	// (rawsys.go).
+	rc, err := c.bell.SyscallConn()
+	if err != nil {
+		return
 	}
 	for {
-		n, err := read(buf)
+		n := 0
+		var rerr error
+		err := rc.Read(func(fd uintptr) bool {
+			for {
+				n, rerr = rawRead(int(fd), buf)
+				if rerr != unix.EINTR {
+					return rerr != unix.EAGAIN
+				}
+			}
+		})
 		c.rung.Add(int64(n))
-		if err != nil {
-			return
+		if err != nil || rerr != nil || n == 0 {
+			return // closed, failed, or end of file
 		}
 		select {
 		case c.rings <- struct{}{}:

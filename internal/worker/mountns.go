@@ -1,7 +1,9 @@
 package worker
 
 import (
+	"errors"
 	"fmt"
+	"time"
 
 	"github.com/pynox/pynox/internal/frame"
 )
@@ -34,30 +36,170 @@ var nsForkFrames = [2][]byte{
 	kindAllow: []byte(`{"t":"fork","kind":"allow","ns":true}`),
 }
 
-// TakeNS returns a process forked for one job with a mount namespace
-// (Job.Namespace): it attaches its seccomp job layer only after entering
-// the namespace, so no ready spare can serve such a job. Closing it asks
-// for no replacement. It fails like TakeSession.
+// nsReadyRoute routes a forked ns spare to the template's ready ns spare
+// of its kind (Template.nsSpares); compared by identity, never waited on.
+var nsReadyRoute = &sessionWait{}
+
+// TakeNS returns the template's ready spare for a job with a mount
+// namespace (Job.Namespace) of the kind the job needs, waiting for it if
+// the template is still forking it. Such a spare has done every step of
+// a spare but its seccomp job layer, which it attaches only after
+// entering the job's namespace (the layer denies setns and capset), so
+// it can serve nothing but a job that brings one. The template keeps
+// none until the first TakeNS of the kind asks for one; from then on it
+// keeps one ready, as it does its spare. Closing the child asks for its
+// replacement (see Child.Close, HoldRefill and RefillNow). TakeNS fails
+// like Take: when the template dies, when cancel closes (a spare that
+// comes later stays the template's), and when none comes within the
+// spare timeout (the template is then declared wedged).
 func (t *Template) TakeNS(network bool, cancel <-chan struct{}) (*Child, error) {
 	kind, err := t.kindFor(network)
 	if err != nil {
 		return nil, err
 	}
+	select {
+	case c := <-t.nsSpares[kind]:
+		return c, nil
+	default:
+	}
+	if isClosed(t.done) {
+		return nil, t.Err()
+	}
+	t.mu.Lock()
+	first := !t.nsKept[kind]
+	t.nsKept[kind] = true
+	h := t.nsHeld[kind]
+	t.mu.Unlock()
+	if first {
+		if err := t.requestNSFork(kind, nsReadyRoute); err != nil {
+			t.fail(fmt.Errorf("request fork: %w", err))
+			return nil, err
+		}
+	} else if h != nil {
+		// A session took the last ns spare and holds its replacement
+		// back until its first step answers: a job does not wait for
+		// that.
+		h.RefillNow()
+	}
+	timer := time.NewTimer(t.spareTimeout)
+	defer timer.Stop()
+	select {
+	case c := <-t.nsSpares[kind]:
+		return c, nil
+	case <-t.done:
+		return nil, t.Err()
+	case <-cancel:
+		return nil, errCanceled
+	case <-timer.C:
+		err := fmt.Errorf("template forked no spare in %s", t.spareTimeout)
+		t.fail(err)
+		return nil, err
+	}
+}
+
+// TakeNSSession returns a process for a session with a mount namespace:
+// the template's ready ns spare of the kind when there is one, or else
+// one forked for the session alone, as TakeSession does for a session
+// without one. The replacement of a ready ns spare taken is asked for by
+// the child's RefillNow (once the session's first step has answered) or
+// by the next TakeNS that finds none, whichever comes first. The first
+// call for a kind also asks for the template's ready ns spare of that
+// kind, after the session's own. It fails like TakeSession.
+func (t *Template) TakeNSSession(network bool, cancel <-chan struct{}) (*Child, error) {
+	kind, err := t.kindFor(network)
+	if err != nil {
+		return nil, err
+	}
+	select {
+	case c := <-t.nsSpares[kind]:
+		c.HoldRefill()
+		t.mu.Lock()
+		if prev := t.nsHeld[kind]; prev != nil {
+			// Never more than one ns spare of a kind outstanding: the
+			// earlier one's replacement is due now.
+			t.mu.Unlock()
+			prev.RefillNow()
+			t.mu.Lock()
+		}
+		t.nsHeld[kind] = c
+		t.mu.Unlock()
+		return c, nil
+	default:
+	}
 	if isClosed(t.done) {
 		return nil, t.Err()
 	}
 	w := &sessionWait{ch: make(chan *Child, 1)}
-	payload := nsForkFrames[kind]
-	buf := frame.Append(make([]byte, 0, len(payload)+frame.HeaderSize), payload)
-	t.wmu.Lock()
-	t.mu.Lock()
-	t.routes[kind] = append(t.routes[kind], w)
-	t.mu.Unlock()
-	_, err = t.conn.Write(buf)
-	t.wmu.Unlock()
-	if err != nil {
+	if err := t.requestNSFork(kind, w); err != nil {
 		t.fail(fmt.Errorf("request fork: %w", err))
 		return nil, err
 	}
+	t.mu.Lock()
+	first := !t.nsKept[kind]
+	t.nsKept[kind] = true
+	t.mu.Unlock()
+	if first {
+		if err := t.requestNSFork(kind, nsReadyRoute); err != nil {
+			t.fail(fmt.Errorf("request fork: %w", err))
+			return nil, err
+		}
+	}
 	return t.awaitFork(w, cancel)
+}
+
+// HasNSSpare reports whether the template holds a ready spare for a job
+// with a mount namespace, with (or without) the network: a hint, stale
+// as soon as it returns.
+func (t *Template) HasNSSpare(network bool) bool {
+	kind := kindDeny
+	if network {
+		kind = kindAllow
+	}
+	return len(t.nsSpares[kind]) > 0
+}
+
+// requestNSFork asks for an ns spare of kind that goes to w: the
+// template's ready ns spare when w is nsReadyRoute.
+func (t *Template) requestNSFork(kind int, w *sessionWait) error {
+	payload := nsForkFrames[kind]
+	buf := frame.Append(make([]byte, 0, len(payload)+frame.HeaderSize), payload)
+	t.wmu.Lock()
+	defer t.wmu.Unlock()
+	t.mu.Lock()
+	t.routes[kind] = append(t.routes[kind], w)
+	t.mu.Unlock()
+	_, err := t.conn.Write(buf)
+	return err
+}
+
+// refillChild asks for the replacement of c, a child done with: the
+// next ready ns spare when c was one, else the next spare.
+func (t *Template) refillChild(c *Child) {
+	if !c.nsSpare {
+		t.refill(c.kind)
+		return
+	}
+	if isClosed(t.done) {
+		return
+	}
+	if err := t.requestNSFork(c.kind, nsReadyRoute); err != nil {
+		t.fail(fmt.Errorf("request fork: %w", err))
+	}
+}
+
+// deliverNS makes c the template's ready ns spare of its kind. It is
+// called with t.mu held, and unlocks it; it reports false when the
+// template failed.
+func (t *Template) deliverNS(c *Child, kind int) bool {
+	select {
+	case t.nsSpares[kind] <- c:
+		t.mu.Unlock()
+		return true
+	default:
+		t.mu.Unlock()
+		// Never more than one ns spare of a kind is requested.
+		t.fail(errors.New("template forked an ns spare nobody asked for"))
+		c.Close() // after fail: it asks for no replacement
+		return false
+	}
 }

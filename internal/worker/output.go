@@ -51,7 +51,7 @@ func drainNow(fd int, k *sink) (eof bool) {
 	bp := bufPool.Get().(*[]byte)
 	defer bufPool.Put(bp)
 	for {
-		n, err := rawRead(fd, *bp) // see rawio.go
+		n, err := rawRead(fd, *bp)
 		if n > 0 {
 			k.add((*bp)[:n])
 			continue
@@ -99,10 +99,10 @@ func trimUTF8(b []byte) []byte {
 // outputPipes makes a step's stdout and stderr pipes; their read ends
 // are non-blocking.
 func outputPipes() (out, errp [2]int, err error) {
-	if err = unix.Pipe2(out[:], unix.O_CLOEXEC); err != nil {
+	if err = rawPipe2(&out, unix.O_CLOEXEC); err != nil {
 		return out, errp, err
 	}
-	if err = unix.Pipe2(errp[:], unix.O_CLOEXEC); err != nil {
+	if err = rawPipe2(&errp, unix.O_CLOEXEC); err != nil {
 		unix.Close(out[0])
 		unix.Close(out[1])
 		return out, errp, err
@@ -110,7 +110,7 @@ func outputPipes() (out, errp [2]int, err error) {
 	// A new pipe's read end has no status flag but O_RDONLY: one F_SETFL
 	// each, without the F_GETFL of unix.SetNonblock.
 	for _, fd := range []int{out[0], errp[0]} {
-		if _, err = unix.FcntlInt(uintptr(fd), unix.F_SETFL, unix.O_NONBLOCK); err != nil {
+		if err = rawSetfl(fd, unix.O_NONBLOCK); err != nil {
 			closeAll([]int{out[0], out[1], errp[0], errp[1]})
 			return out, errp, err
 		}
@@ -163,8 +163,8 @@ func (out *output) start(c *Child) {
 	closed := make(chan struct{})
 	out.closed = closed
 	if outEOF && errEOF {
-		unix.Close(outFd)
-		unix.Close(errFd)
+		rawClose(outFd)
+		rawClose(errFd)
 		close(closed)
 		return
 	}

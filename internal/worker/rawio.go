@@ -1,6 +1,7 @@
 package worker
 
-// Raw reads of the children's non-blocking descriptors.
+// Raw reads of a child's output pipes through the poller (the turn's
+// other non-blocking system calls are in rawsys.go).
 //
 // A system call made through syscall.Syscall (every os.File read, every
 // golang.org/x/sys/unix call) tells Go's scheduler that the thread may
@@ -19,41 +20,14 @@ package worker
 import (
 	"io"
 	"syscall"
-	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
 
-// rawRead reads from the non-blocking descriptor fd without entering the
-// scheduler's system-call state.
-func rawRead(fd int, p []byte) (int, error) {
-	if len(p) == 0 {
-		return 0, nil
-	}
-	n, _, e := unix.RawSyscall(unix.SYS_READ, uintptr(fd), uintptr(unsafe.Pointer(&p[0])), uintptr(len(p)))
-	if e != 0 {
-		return 0, e
-	}
-	return int(n), nil
-}
-
-// rawRecv is recvfrom(2) of fd into p with flags (the sender's address
-// is not asked for), without entering the scheduler's system-call state.
-// Use it only with MSG_DONTWAIT or on a non-blocking socket.
-func rawRecv(fd int, p []byte, flags int) (int, error) {
-	if len(p) == 0 {
-		return 0, nil
-	}
-	n, _, e := unix.RawSyscall6(unix.SYS_RECVFROM, uintptr(fd), uintptr(unsafe.Pointer(&p[0])), uintptr(len(p)), uintptr(flags), 0, 0)
-	if e != 0 {
-		return 0, e
-	}
-	return int(n), nil
-}
-
 // rawConnRead reads from rc like os.File.Read: it waits in Go's network
 // poller while nothing is there, returns io.EOF at end of file, and the
-// poller's error once the file is closed; the read itself is rawRead.
+// poller's error once the file is closed; the read itself is rawRead
+// (rawsys.go).
 func rawConnRead(rc syscall.RawConn, p []byte) (int, error) {
 	var n int
 	var err error

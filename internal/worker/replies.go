@@ -96,7 +96,7 @@ func (c *Child) sendNow(buf []byte) (int, error) {
 	if c.ctlFd < 0 {
 		return 0, unix.EBADF
 	}
-	n, err := unix.SendmsgN(c.ctlFd, buf, nil, nil, unix.MSG_NOSIGNAL|unix.MSG_DONTWAIT)
+	n, err := rawSendmsg(c.ctlFd, buf, nil, unix.MSG_NOSIGNAL|unix.MSG_DONTWAIT)
 	if err == unix.EAGAIN || err == unix.EINTR {
 		return max(n, 0), nil
 	}

@@ -30,6 +30,7 @@
 #
 # Host functions: a job that declares them gets a `pynox_host` module whose
 # functions send a "call" frame and block until Go writes the "reply".
+import _signal
 import _socket
 import _thread
 import _ast
@@ -83,6 +84,8 @@ _prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong,
 
 PR_SET_PDEATHSIG = 1
 PR_GET_PDEATHSIG = 2
+PR_GET_DUMPABLE = 3
+PR_SET_DUMPABLE = 4
 PR_SET_SECCOMP = 22
 CLONE_NEWNS = 0x00020000
 CLONE_NEWUSER = 0x10000000
@@ -93,7 +96,12 @@ PR_CAP_AMBIENT = 47
 PR_CAP_AMBIENT_CLEAR_ALL = 4
 SECCOMP_MODE_FILTER = 2
 LANDLOCK_RULE_PATH_BENEATH = 1
+# landlock_restrict_self's flags (ABI 7): no audit record of the job's
+# own denials, nor of the domains it may nest under its own.
+LANDLOCK_RESTRICT_SELF_LOG_SAME_EXEC_OFF = 1 << 0
+LANDLOCK_RESTRICT_SELF_LOG_SUBDOMAINS_OFF = 1 << 2
 SIGKILL = int(signal.SIGKILL)  # a plain int: a spare touches no enum objects
+SIGINT = int(signal.SIGINT)
 
 
 class SetupError(Exception):
@@ -182,6 +190,24 @@ def _recv(fd):
     return json.loads(body)
 
 
+# The json module's C scanner, called directly by _scan_frame.
+_SCAN = json.decoder.JSONDecoder().scan_once
+
+
+def _scan_frame(body):
+    """The JSON value of a frame's payload, as json.loads reads it, but by
+    the C scanner alone: json.loads adds Python calls and regular
+    expressions, each a few more pages that a fresh process copies."""
+    text = body.decode()
+    try:
+        obj, end = _SCAN(text, 0)
+    except StopIteration:
+        raise ValueError("a frame is not JSON") from None
+    if end != len(text):
+        raise ValueError("a frame has data after its JSON value")
+    return obj
+
+
 def _recv_with_fds(sock, fd):
     """Reads one frame whose first bytes may carry SCM_RIGHTS descriptors."""
     # As many descriptors as one message can carry (the kernel's
@@ -200,12 +226,20 @@ def _recv_with_fds(sock, fd):
     body = _read_exact(fd, n, data[4:])
     if body is None:
         return None, fds
-    return json.loads(body), fds
+    return _scan_frame(body), fds
 
 
 # What the template runs through the job path before it forks anything: a
-# trivial job, and one that fails with a traceback.
-_REHEARSALS = ["print(sum(range(100)))\n", "def f():\n    return 1 / 0\n\nf()\n"]
+# trivial job, one that fails with a traceback, and one whose last
+# statement is not an expression (compiled through its syntax tree, see
+# _compile_split).
+_REHEARSALS = ["print(sum(range(100)))\n", "def f():\n    return 1 / 0\n\nf()\n", "x = 1\n"]
+
+
+# A job frame, as the host writes one, for rehearsals of its receipt.
+_REHEARSAL_FRAME = (b'{"t":"job","code":"print(1)\\n","name":"<code>","script":false,"argv":[],'
+                    b'"env":{"TMPDIR":"/tmp","HOME":"/tmp"},"path":[],"network":false,"limits":'
+                    b'{"memory":1,"fsize":1,"cpu":1},"session":false,"step":1,"rules":[1]}')
 
 
 def _rehearse_receipt():
@@ -250,9 +284,11 @@ class Template:
         self.children = {}  # pidfd -> pid
         self.cfg = None
         self.runtime_fds = []  # [(fd, access)]
+        self.runtime_range = None  # [lo, hi): runtime_fds, when consecutive
         self.seccomp = {}
         self.setup_error = None
         self.ll_args = None  # see landlock_args
+        self.blocks = None  # see spare_blocks
         self.close_plan = None  # see Spare.prepare
         self.job_files = MAX_FILES  # a job's RLIMIT_NOFILE (see _raise_files_limit)
 
@@ -343,6 +379,11 @@ class Template:
             high = fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, RUNTIME_FD_BASE)
             os.close(fd)
             self.runtime_fds.append((high, access))
+        # Consecutive, as they are opened one after another above the
+        # template's own: a spare then closes them with one close_range.
+        fds = sorted(fd for fd, _ in self.runtime_fds)
+        if fds and fds == list(range(fds[0], fds[-1] + 1)):
+            self.runtime_range = (fds[0], fds[-1] + 1)
         for key, b in cfg["seccomp"].items():
             raw = bytes.fromhex(b)
             buf = ctypes.create_string_buffer(raw, len(raw))
@@ -359,6 +400,16 @@ class Template:
             _check(_prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "prctl(PR_SET_NO_NEW_PRIVS)")
             if _prctl(PR_GET_NO_NEW_PRIVS, 0, 0, 0, 0) != 1:
                 raise SetupError("no_new_privs is not set")
+            # Not dumpable: a crash (SIGSEGV, SIGABRT, seccomp's SIGSYS)
+            # must not reach the host's core handler. RLIMIT_CORE=0 stops
+            # core files only; a core_pattern that pipes to a program
+            # (systemd-coredump, apport) ignores it, and the kernel runs
+            # that program as root outside every sandbox, reading the
+            # crashed job's memory. Inherited by every spare across fork;
+            # seccomp denies PR_SET_DUMPABLE, so no job can undo it.
+            _check(_prctl(PR_SET_DUMPABLE, 0, 0, 0, 0), "prctl(PR_SET_DUMPABLE)")
+            if _prctl(PR_GET_DUMPABLE, 0, 0, 0, 0) != 0:
+                raise SetupError("the process is still dumpable")
             # A write beyond RLIMIT_FSIZE must fail with EFBIG, not kill the
             # job (CPython ignores SIGXFSZ already; this does not rely on it).
             signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
@@ -395,6 +446,7 @@ class Template:
         # 2.4 ms of CPU down to ~120 and 0.8 ms here).
         self.close_plan = _close_ranges({0, 1, 2, FD, BELL} | {fd for fd, _ in self.runtime_fds})
         rehearsal = Spare(self, "deny", os.getpid(), -1, -1, -1, -1)
+        self.spare_blocks()
         rehearsal.rehearse(_REHEARSALS)
         if not self.setup_error:
             # The same for the ctypes calls that build a spare's ruleset.
@@ -530,6 +582,16 @@ class Template:
             self.ll_args = (nr["landlock_create_ruleset"], attrs, size, nr["landlock_add_rule"], rules)
         return self.ll_args
 
+    def spare_blocks(self):
+        """The ctypes blocks a spare fills in rather than builds (see
+        landlock_args): a path-beneath rule for a job's grants and its
+        reference, and the int PR_GET_PDEATHSIG writes and its address.
+        Built once, before the first fork; a spare writes its own copy."""
+        if self.blocks is None:
+            rule, sig = PathBeneath(0, -1), ctypes.c_int(0)
+            self.blocks = (rule, ctypes.byref(rule), sig, ctypes.addressof(sig))
+        return self.blocks
+
     def fork_spare(self, kind, ns=False):
         a, b = _socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)  # no socket.socket objects
         ctl_parent, ctl_child = a.detach(), b.detach()
@@ -544,7 +606,6 @@ class Template:
             # may define __notes__ or its class's names as properties).
             try:
                 try:
-                    self.sock.detach()
                     Spare(self, kind, parent, ctl_child, out_w, err_w, bell_w, ns).main()
                 except BaseException:  # noqa: BLE001
                     traceback.print_exc()
@@ -675,8 +736,10 @@ class Spare:
             # Descriptor 3 may still be the template's channel: say nothing
             # on it. The host sees the spare die before its job started.
             os._exit(72)
-        sock = socket.socket(fileno=FD)
-        self.sock = sock
+        # The template's socket object names descriptor 3, which is now the
+        # spare's own channel: a new object would cost its allocation and
+        # the template's would still have to be detached.
+        sock = self.sock = self.tpl.sock
         if self.error is None:
             try:
                 self.warm_up()
@@ -718,7 +781,14 @@ class Spare:
             if self.calls is not None:
                 self.calls.drain()
             try:
-                _send_report(dict({"t": "done", "step": self.step, "exit": code, "error": err}, **self.pop_done_extra()), self.value)
+                extra = self.pop_done_extra()
+                if err is None and self.value is None and not extra:
+                    # The common report, formatted without the json module
+                    # (some 10 µs of a trivial step's Python).
+                    _write_all(FD, _frame(b'{"t":"done","step":%d,"exit":%d,"error":null}' % (self.step, code)))
+                    _ring()
+                else:
+                    _send_report(dict({"t": "done", "step": self.step, "exit": code, "error": err}, **extra), self.value)
             except BaseException:  # noqa: BLE001 - the channel is gone
                 os._exit(code & 0xFF)
             msg, fds = _recv_with_fds(self.sock, FD)
@@ -844,8 +914,11 @@ class Spare:
         # 4. Landlock: a fresh ruleset holding the runtime rules; the job's
         # grants are added and it is enforced when the job arrives.
         self.ruleset = self.new_ruleset()
-        for rfd, _ in self.tpl.runtime_fds:
-            os.close(rfd)
+        if self.tpl.runtime_range is not None:
+            os.closerange(*self.tpl.runtime_range)
+        else:
+            for rfd, _ in self.tpl.runtime_fds:
+                os.close(rfd)
         # rlimits that do not depend on the request: no core dumps, the
         # job's descriptor limit, and few queued signals: the count is the
         # uid's, machine-wide, and timer_create (and a timer's signals) may
@@ -868,7 +941,9 @@ class Spare:
         resource.setrlimit(resource.RLIMIT_MEMLOCK, (0, 0))
         # The pool's interrupt: see on_sigint.
         self.main_ident = _thread.get_ident()
-        signal.signal(signal.SIGINT, self.on_sigint)
+        # (_signal's own function: signal.signal converts the old handler
+        # to an enum member, a failing lookup and an exception each time.)
+        _signal.signal(SIGINT, self.on_sigint)
         # Address space set aside to report a MemoryError with when the job
         # used up its allowance (RLIMIT_AS counts address space, so an
         # untouched mapping is enough, and costs no page faults).
@@ -889,8 +964,9 @@ class Spare:
     def job_layer(self):
         prog, _buf = self.tpl.seccomp[self.kind]
         _check(_prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.addressof(prog), 0, 0), "seccomp (job layer)")
-        sig = ctypes.c_int(0)
-        _check(_prctl(PR_GET_PDEATHSIG, ctypes.addressof(sig), 0, 0, 0), "prctl(PR_GET_PDEATHSIG)")
+        _rule, _ref, sig, addr = self.tpl.spare_blocks()
+        sig.value = 0
+        _check(_prctl(PR_GET_PDEATHSIG, addr, 0, 0, 0), "prctl(PR_GET_PDEATHSIG)")
         if sig.value != SIGKILL:
             raise SetupError("parent-death signal is %d, not SIGKILL" % sig.value)
 
@@ -909,9 +985,9 @@ class Spare:
         return ruleset
 
     def add_rule(self, ruleset, fd, access):
-        attr = PathBeneath(access, fd)
-        _check(_syscall(self.nr["landlock_add_rule"], ruleset, LANDLOCK_RULE_PATH_BENEATH, ctypes.byref(attr), 0),
-               "landlock_add_rule")
+        rule, ref, _sig, _addr = self.tpl.spare_blocks()
+        rule.access, rule.fd = access, fd
+        _check(_syscall(self.nr["landlock_add_rule"], ruleset, LANDLOCK_RULE_PATH_BENEATH, ref, 0), "landlock_add_rule")
 
     def warm_up(self):
         """Takes the page faults of a typical job now, not on the clock: in
@@ -930,17 +1006,19 @@ class Spare:
         it only on a CPU that would otherwise idle; a job that already
         waits would only wait longer for it."""
         if not select.select([FD], [], [], 0)[0] and not _cpu_contended():
-            self.rehearse(["print(sum(range(100)))\n"])
+            self.rehearse(["print(sum(range(100)))\n"], reports=False)
             # What the rehearsal mapped is the spare's, not the job's.
             self.vm = _address_space()
         self.exited = False
         self.started_frame = _STARTED
         self.new_main()
 
-    def rehearse(self, codes):
+    def rehearse(self, codes, reports=True):
         """Runs each piece of code through the job's own path (compile,
-        exec, output, a traceback if it raises, the frames' JSON), with
-        descriptors 1 and 2 pointing at /dev/null."""
+        exec, output, a traceback if it raises, the job frame's JSON and,
+        with reports, a report's), with descriptors 1 and 2 pointing at
+        /dev/null. (A spare's warm-up leaves reports out: the common one,
+        a trivial job's "done", is formatted without the json module.)"""
         saved = [os.dup(1), os.dup(2)]
         null = os.open("/dev/null", os.O_WRONLY)
         try:
@@ -952,9 +1030,9 @@ class Spare:
                 sys.stdout.flush()
                 sys.stderr.flush()
                 linecache.cache.pop("<warm-up>", None)
-                json.loads(json.dumps({"t": "job", "code": "x", "name": "n", "env": {}, "argv": [], "rules": [],
-                                       "limits": {"memory": 1, "fsize": 1, "cpu": 1}, "step": 1}))
-                _pack({"t": "done", "step": 1, "exit": 0, "error": err, "final": True})
+                _scan_frame(_REHEARSAL_FRAME)
+                if reports:
+                    _pack({"t": "done", "step": 1, "exit": 0, "error": err, "final": True})
         finally:
             os.dup2(saved[0], 1)
             os.dup2(saved[1], 2)
@@ -1039,7 +1117,15 @@ class Spare:
         if job.get("session"):
             # Where descriptors 1 and 2 point between steps.
             self.null_w = os.open("/dev/null", os.O_WRONLY | os.O_CLOEXEC)
-        _check(_syscall(self.nr["landlock_restrict_self"], ruleset, 0), "landlock_restrict_self")
+        # Where the kernel audits Landlock (ABI 7) and the host runs with
+        # audit enabled, every access a job is denied would be an audit
+        # record of the host, as many as the job likes (a loop of denied
+        # opens floods the audit log, overflows its backlog and drops
+        # the host's own records). A job's denials are its own business.
+        flags = 0
+        if self.tpl.cfg["landlock"].get("abi", 0) >= 7:
+            flags = LANDLOCK_RESTRICT_SELF_LOG_SAME_EXEC_OFF | LANDLOCK_RESTRICT_SELF_LOG_SUBDOMAINS_OFF
+        _check(_syscall(self.nr["landlock_restrict_self"], ruleset, flags), "landlock_restrict_self")
         for fd in [ruleset] + list(fds):
             os.close(fd)
         if job.get("functions"):
@@ -1063,6 +1149,9 @@ class Spare:
                                "concurrent awaits (asyncio.gather) have their calls in flight together.")
 
         described = {t["name"]: t for t in tools}
+        # One encoder for every call: json.dumps with these options builds
+        # a new one per call (some 3 µs each, twice per call).
+        enc = json.JSONEncoder(separators=(",", ":"), allow_nan=False)
 
         def make(name):
             quoted = json.dumps(name)
@@ -1076,8 +1165,8 @@ class Spare:
                     except TypeError as e:
                         raise TypeError("%s(): %s" % (name, e)) from None
                 try:
-                    a = json.dumps(args, separators=(",", ":"), allow_nan=False)
-                    k = json.dumps(kwargs, separators=(",", ":"), allow_nan=False)
+                    a = enc.encode(args)
+                    k = enc.encode(kwargs) if kwargs else "{}"
                 except (TypeError, ValueError) as e:
                     raise TypeError("arguments to %s must be JSON values: %s" % (name, e)) from None
                 if len(a) + len(k) > MAX_CALL:
@@ -1152,7 +1241,7 @@ class Spare:
             # Checked by the pool: identifiers, not keywords, JSON values.
             d.update(inputs)
         try:
-            code, last = _compile_split(src, name)
+            code, last = _compile_cached(src, name)
         except BaseException as e:  # noqa: BLE001 - a SyntaxError is the job's
             traceback.print_exception(type(e), e, None)
             return 1, _describe(e, name)
@@ -1234,12 +1323,38 @@ class Spare:
         os._exit(code & 0xFF)
 
 
+# Compiled steps by (source, name): a session that runs the same code
+# again (a polling loop, a retry, a benchmark) skips its parse and compile,
+# some 50 µs of a trivial step's 100 µs in Python. Code objects are
+# immutable; each run still executes afresh. Bounded: sources up to
+# _COMPILED_SRC bytes, at most _COMPILED_MAX entries (then emptied).
+_COMPILED = {}
+_COMPILED_MAX = 32
+_COMPILED_SRC = 4096
+
+
+def _compile_cached(src, name):
+    """_compile_split, through _COMPILED."""
+    key = (src, name)
+    hit = _COMPILED.get(key)
+    if hit is None:
+        hit = _compile_split(src, name)
+        if len(src) <= _COMPILED_SRC:
+            if len(_COMPILED) >= _COMPILED_MAX:
+                _COMPILED.clear()
+            _COMPILED[key] = hit
+    return hit
+
+
 def _compile_split(src, name):
     """Compiles a job's code REPL style: when its last statement is an
     expression, that expression is compiled apart (mode "eval") so that its
     value can be reported. Returns (the code of the rest, the code of the
     last expression or None). The syntax tree keeps every node's line and
     column, so tracebacks and error locations are those of the whole."""
+    split = _split_at_last_line(src, name)
+    if split is not None:
+        return split
     tree = compile(src, name, "exec", _ast.PyCF_ONLY_AST, dont_inherit=True)
     last = None
     if tree.body and isinstance(tree.body[-1], _ast.Expr):
@@ -1252,6 +1367,39 @@ def _compile_split(src, name):
     code = compile(tree, name, "exec", dont_inherit=True)
     if last is not None:
         last = compile(last, name, "eval", dont_inherit=True)
+    return code, last
+
+
+def _split_at_last_line(src, name):
+    """_compile_split without a syntax tree (whose Python objects cost a
+    fresh process some twenty page faults and ~0.1 ms), for code whose
+    last line starting at column 0 (not blank, not a comment) begins an
+    expression that runs to the end of the code: when the code before
+    that line compiles on its own, its statements are complete, so that
+    line begins the last top-level statement. The expression is compiled
+    at its own line numbers and columns. Returns None when that does not
+    hold, or when the expression could be a lone string (which would be
+    the module's docstring): the syntax tree decides then."""
+    end = len(src)
+    while True:
+        nl = src.rfind("\n", 0, end)
+        c = src[nl + 1:nl + 2]
+        if c and c not in " \t\f\r\n#":
+            break
+        if nl < 0:
+            return None
+        end = nl
+    head = src[:nl + 1]
+    try:
+        last = compile("\n" * head.count("\n") + src[nl + 1:], name, "eval", dont_inherit=True)
+    except (SyntaxError, ValueError):
+        return None
+    if not last.co_names and str in [type(c) for c in last.co_consts]:
+        return None
+    try:
+        code = compile(head, name, "exec", dont_inherit=True)
+    except (SyntaxError, ValueError):
+        return None
     return code, last
 
 

@@ -176,6 +176,14 @@ type Template struct {
 	// held (guarded by mu) is, per kind, a spare a session took whose
 	// replacement waits for RefillNow, or for the next Take.
 	held [2]*Child
+	// The ready ns spares (mountns.go): nsSpares holds, per kind, the
+	// spare for a job with a mount namespace once the first TakeNS of the
+	// kind asked for one (nsKept, guarded by mu); nsHeld (guarded by mu)
+	// is, per kind, one a session took whose replacement waits for
+	// RefillNow, or for the next TakeNS.
+	nsSpares [2]chan *Child
+	nsKept   [2]bool
+	nsHeld   [2]*Child
 
 	done     chan struct{}
 	waitDone chan struct{}
@@ -218,6 +226,7 @@ func Start(opts Options) (*Template, error) {
 	t := &Template{
 		conn:         c.(*net.UnixConn),
 		spares:       [2]chan *Child{make(chan *Child, 1), make(chan *Child, 1)},
+		nsSpares:     [2]chan *Child{make(chan *Child, 1), make(chan *Child, 1)},
 		network:      opts.Network,
 		cg:           opts.Cgroups,
 		memory:       opts.Memory,
@@ -529,6 +538,9 @@ func (t *Template) unhold(c *Child) {
 	if t.held[c.kind] == c {
 		t.held[c.kind] = nil
 	}
+	if t.nsHeld[c.kind] == c {
+		t.nsHeld[c.kind] = nil
+	}
 	t.mu.Unlock()
 }
 
@@ -807,7 +819,11 @@ func (t *Template) readLoop() {
 					c.Close() // after fail: it asks for no replacement
 					return
 				}
-				if route != nil {
+				if route == nsReadyRoute {
+					// The template's ready ns spare: its end asks for
+					// the next one (refillChild).
+					c.nsSpare = true
+				} else if route != nil {
 					// A session's own process: its end asks for no
 					// replacement.
 					c.refillOnce.Do(func() {})
@@ -864,6 +880,9 @@ func (t *Template) deliverTo(c *Child, kind int, route *sessionWait) bool {
 		t.mu.Unlock()
 		c.Close()
 		return false
+	}
+	if route == nsReadyRoute {
+		return t.deliverNS(c, kind) // unlocks t.mu
 	}
 	if route != nil {
 		if route.abandoned {
@@ -946,7 +965,7 @@ func (t *Template) fail(err error) {
 		c.exited(ExitStatus{Signal: int(unix.SIGKILL), TemplateDied: true})
 	}
 	// Drain unclaimed spares.
-	for _, ch := range t.spares {
+	for _, ch := range append(t.spares[:], t.nsSpares[:]...) {
 		select {
 		case c := <-ch:
 			c.Close()

@@ -13,7 +13,7 @@ import (
 
 // startTestTemplate starts a real template on Debian's python3 (the
 // interpreter path must be a binary, not a launcher script).
-func startTestTemplate(t *testing.T, network bool) *Template {
+func startTestTemplate(t testing.TB, network bool) *Template {
 	t.Helper()
 	if _, err := sandbox.ABI(); err != nil {
 		t.Skipf("kernel lacks Landlock, so jobs cannot run confined: %v", err)

@@ -42,7 +42,7 @@ func readUsage(pid int, peak bool) (Usage, error) {
 		return u, unix.ESRCH
 	}
 	var ts unix.Timespec
-	if err := unix.ClockGettime(processCPUClock(pid), &ts); err != nil {
+	if err := rawClockGettime(processCPUClock(pid), &ts); err != nil {
 		return u, err
 	}
 	u.CPU = time.Duration(ts.Nano())
@@ -86,11 +86,11 @@ var procBufs = sync.Pool{New: func() any { return new([procBufSize]byte) }}
 // descriptor's flags, twice each, and an fstat), and a session step reads
 // two of them before and after it runs.
 func readProcFile(path string, buf []byte) ([]byte, error) {
-	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	fd, err := rawOpen(path, unix.O_RDONLY|unix.O_CLOEXEC)
 	if err != nil {
 		return nil, &os.PathError{Op: "open", Path: path, Err: err}
 	}
-	defer unix.Close(fd)
+	defer rawClose(fd)
 	n := 0
 	for {
 		if n == len(buf) {
@@ -98,7 +98,7 @@ func readProcFile(path string, buf []byte) ([]byte, error) {
 			copy(grown, buf)
 			buf = grown
 		}
-		m, err := unix.Read(fd, buf[n:])
+		m, err := rawRead(fd, buf[n:])
 		if err == unix.EINTR {
 			continue
 		}
@@ -122,10 +122,7 @@ func (c *Child) stepBase() *Usage {
 	if pid <= 0 {
 		return nil
 	}
-	if fd, err := unix.Open("/proc/"+strconv.Itoa(pid)+"/clear_refs", unix.O_WRONLY|unix.O_CLOEXEC, 0); err == nil {
-		unix.Write(fd, []byte("5"))
-		unix.Close(fd)
-	}
+	c.resetPeak(pid)
 	// The counters read after the last step, when the process was stopped
 	// (see noteUsage), are this step's base: it has not run since but for
 	// the runner's few lines between its report and the stop, which count
@@ -136,7 +133,7 @@ func (c *Child) stepBase() *Usage {
 		c.lastUsage = nil
 		return prev
 	}
-	u, err := readUsage(pid, false)
+	u, err := c.sessionUsage(false)
 	if err != nil || c.Gone() {
 		return nil
 	}
@@ -204,7 +201,7 @@ func (f procFiles) close() {
 func (f procFiles) read(pid int, peak bool) (Usage, error) {
 	var u Usage
 	var ts unix.Timespec
-	if err := unix.ClockGettime(processCPUClock(pid), &ts); err != nil {
+	if err := rawClockGettime(processCPUClock(pid), &ts); err != nil {
 		return u, err
 	}
 	u.CPU = time.Duration(ts.Nano())
@@ -241,7 +238,7 @@ func preadProcFile(fd int, buf []byte) ([]byte, error) {
 			copy(grown, buf)
 			buf = grown
 		}
-		m, err := unix.Pread(fd, buf[n:], int64(n))
+		m, err := rawPread(fd, buf[n:], int64(n))
 		if err == unix.EINTR {
 			continue
 		}
@@ -252,6 +249,11 @@ func preadProcFile(fd int, buf []byte) ([]byte, error) {
 			return buf[:n], nil
 		}
 		n += m
+		if n < len(buf) {
+			// stat and status are written whole by one show: a read that
+			// did not fill the buffer took all of it.
+			return buf[:n], nil
+		}
 	}
 }
 
@@ -341,7 +343,7 @@ func (c *Child) noteUsage(o *Outcome, base *Usage, session bool) {
 	}
 	if o.Alive {
 		var err error
-		if u, err = procUsage(c.Pid()); err != nil || c.Gone() {
+		if u, err = c.sessionUsage(true); err != nil || c.Gone() {
 			return
 		}
 		last := u

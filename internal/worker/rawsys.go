@@ -1,0 +1,163 @@
+package worker
+
+// System calls on a turn's way made as raw system calls: they never block
+// (the descriptors are non-blocking, or the call is MSG_DONTWAIT, or it is
+// a read of /proc, a signal, a close), so they need not tell Go's
+// scheduler that the thread may block. A call through syscall.Syscall
+// (every one of golang.org/x/sys/unix's wrappers) does tell it, and when
+// the runtime's monitor thread (sysmon) is parked because every P was
+// idle — as it is whenever the pool waits for a client or a child — the
+// first such call after the wait wakes it, on another CPU, and it then
+// polls every 20 µs until it finds the Ps idle again. Measured through
+// `pynox pool` (cmd/pynox's BenchmarkPoolSessionStep), that was some 3.5
+// of the 7.3 context switches of the pool's process tree per session
+// step, and a tenth of its CPU (issue 12).
+
+import (
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// errnoErr returns nil for a zero errno.
+func errnoErr(e unix.Errno) error {
+	if e != 0 {
+		return e
+	}
+	return nil
+}
+
+// rawRead is read(2) on a descriptor that never blocks.
+func rawRead(fd int, p []byte) (int, error) {
+	var ptr unsafe.Pointer
+	if len(p) > 0 {
+		ptr = unsafe.Pointer(&p[0])
+	}
+	n, _, e := unix.RawSyscall(unix.SYS_READ, uintptr(fd), uintptr(ptr), uintptr(len(p)))
+	if e != 0 {
+		return 0, e
+	}
+	return int(n), nil
+}
+
+// rawPread is pread(2) of a /proc file.
+func rawPread(fd int, p []byte, off int64) (int, error) {
+	var ptr unsafe.Pointer
+	if len(p) > 0 {
+		ptr = unsafe.Pointer(&p[0])
+	}
+	n, _, e := unix.RawSyscall6(unix.SYS_PREAD64, uintptr(fd), uintptr(ptr), uintptr(len(p)), uintptr(off), 0, 0)
+	if e != 0 {
+		return 0, e
+	}
+	return int(n), nil
+}
+
+// rawWrite is write(2) to a /proc file.
+func rawWrite(fd int, p []byte) (int, error) {
+	var ptr unsafe.Pointer
+	if len(p) > 0 {
+		ptr = unsafe.Pointer(&p[0])
+	}
+	n, _, e := unix.RawSyscall(unix.SYS_WRITE, uintptr(fd), uintptr(ptr), uintptr(len(p)))
+	if e != 0 {
+		return 0, e
+	}
+	return int(n), nil
+}
+
+// rawClose is close(2).
+func rawClose(fd int) error {
+	_, _, e := unix.RawSyscall(unix.SYS_CLOSE, uintptr(fd), 0, 0)
+	return errnoErr(e)
+}
+
+// rawOpen is open(2) of a /proc file (openat from the working directory;
+// path is absolute).
+func rawOpen(path string, flags int) (int, error) {
+	p, err := unix.BytePtrFromString(path)
+	if err != nil {
+		return -1, err
+	}
+	atFDCWD := unix.AT_FDCWD
+	fd, _, e := unix.RawSyscall6(unix.SYS_OPENAT, uintptr(atFDCWD), uintptr(unsafe.Pointer(p)), uintptr(flags), 0, 0, 0)
+	if e != 0 {
+		return -1, e
+	}
+	return int(fd), nil
+}
+
+// rawRecv is recvfrom(2) with flags that include MSG_DONTWAIT.
+func rawRecv(fd int, p []byte, flags int) (int, error) {
+	var ptr unsafe.Pointer
+	if len(p) > 0 {
+		ptr = unsafe.Pointer(&p[0])
+	}
+	n, _, e := unix.RawSyscall6(unix.SYS_RECVFROM, uintptr(fd), uintptr(ptr), uintptr(len(p)), uintptr(flags), 0, 0)
+	if e != 0 {
+		return 0, e
+	}
+	return int(n), nil
+}
+
+// rawSendmsg is sendmsg(2) of p with the control message oob, with flags
+// that include MSG_DONTWAIT.
+func rawSendmsg(fd int, p, oob []byte, flags int) (int, error) {
+	var iov unix.Iovec
+	if len(p) > 0 {
+		iov.Base = &p[0]
+		iov.SetLen(len(p))
+	}
+	var msg unix.Msghdr
+	msg.Iov = &iov
+	msg.Iovlen = 1
+	if len(oob) > 0 {
+		msg.Control = &oob[0]
+		msg.SetControllen(len(oob))
+	}
+	n, _, e := unix.RawSyscall(unix.SYS_SENDMSG, uintptr(fd), uintptr(unsafe.Pointer(&msg)), uintptr(flags))
+	if e != 0 {
+		return 0, e
+	}
+	return int(n), nil
+}
+
+// rawPidfdSignal is pidfd_send_signal(2) with no siginfo.
+func rawPidfdSignal(pidfd int, sig unix.Signal) error {
+	_, _, e := unix.RawSyscall6(unix.SYS_PIDFD_SEND_SIGNAL, uintptr(pidfd), uintptr(sig), 0, 0, 0, 0)
+	return errnoErr(e)
+}
+
+// rawClockGettime reads a clock that the vDSO does not serve (a process's
+// CPU clock).
+func rawClockGettime(clock int32, ts *unix.Timespec) error {
+	_, _, e := unix.RawSyscall(unix.SYS_CLOCK_GETTIME, uintptr(clock), uintptr(unsafe.Pointer(ts)), 0)
+	return errnoErr(e)
+}
+
+// rawPollNow is poll(2) with a zero timeout: which of fds are ready now.
+func rawPollNow(fds []unix.PollFd) (int, error) {
+	var ts unix.Timespec
+	n, _, e := unix.RawSyscall6(unix.SYS_PPOLL, uintptr(unsafe.Pointer(&fds[0])), uintptr(len(fds)), uintptr(unsafe.Pointer(&ts)), 0, 0, 0)
+	if e != 0 {
+		return 0, e
+	}
+	return int(n), nil
+}
+
+// rawPipe2 is pipe2(2).
+func rawPipe2(p *[2]int, flags int) error {
+	var fds [2]int32
+	_, _, e := unix.RawSyscall(unix.SYS_PIPE2, uintptr(unsafe.Pointer(&fds)), uintptr(flags), 0)
+	if e != 0 {
+		return e
+	}
+	p[0], p[1] = int(fds[0]), int(fds[1])
+	return nil
+}
+
+// rawSetfl is fcntl(fd, F_SETFL, flags).
+func rawSetfl(fd, flags int) error {
+	_, _, e := unix.RawSyscall(unix.SYS_FCNTL, uintptr(fd), uintptr(unix.F_SETFL), uintptr(flags))
+	return errnoErr(e)
+}
