@@ -364,6 +364,7 @@ func withPool(cmd, help string, args []string, stdout, stderr io.Writer, flags f
 		cfg.ConfineSelfConnectTCP = append(cfg.ConfineSelfConnectTCP, tr.port)
 	}
 	setHostProcs(cmp.Or(cfg.Workers, pynox.DefaultWorkers))
+	slowMonitor(monitorSlack) // see monitor.go
 	p, err := pynox.New(cfg)
 	if err != nil {
 		fmt.Fprintf(stderr, "%s: %s\n", name, describeStartError(err, file, set))

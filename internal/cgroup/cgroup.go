@@ -274,6 +274,9 @@ type Manager struct {
 	tasks   int
 	bases   []string // the pool's own directories: v1 pids and memory, or v2's one
 	locks   []int    // a flock held on each base for the pool's life (see removeStale)
+	// locksMu guards the use of locks as directory descriptors (see
+	// Group.readValue) against their closing in unlock.
+	locksMu sync.RWMutex
 	seq     atomic.Int64
 
 	mu      sync.Mutex
@@ -362,6 +365,8 @@ func (m *Manager) lockBases() error {
 
 // unlock lets go of the pool's locks.
 func (m *Manager) unlock() {
+	m.locksMu.Lock()
+	defer m.locksMu.Unlock()
 	for _, fd := range m.locks {
 		unix.Close(fd)
 	}
@@ -550,10 +555,14 @@ func (m *Manager) WritableDirs() []string {
 type Group struct {
 	m       *Manager
 	dirs    []string // v1: pids, memory; v2: the one
+	name    string   // the directories' name beneath the bases (j<n>)
 	memDir  string
 	memory  int64 // the memory limit written last
 	oomBase int   // the OOM-kill count when the current process joined
 	once    sync.Once
+	// swap is whether v1 memory.memsw.limit_in_bytes exists (1) or not
+	// (-1), once a SetMemory has looked (0: not yet).
+	swap int8
 }
 
 // ErrClosed is returned by NewGroup after Close.
@@ -581,7 +590,19 @@ func (m *Manager) NewGroup(memory int64) (*Group, error) {
 		m.pending.Add(1)
 		var g *Group
 		if n := len(m.free); n > 0 {
-			g, m.free = m.free[n-1], m.free[:n-1]
+			// Prefer the most recently freed group that has the limit
+			// already, which spares the writes of SetMemory: each
+			// template asks for its own limit (its spares' margin differs),
+			// and the workers share the free list.
+			i := n - 1
+			for j := n - 1; j >= 0; j-- {
+				if m.free[j].memory == memory {
+					i = j
+					break
+				}
+			}
+			g = m.free[i]
+			m.free = append(m.free[:i], m.free[i+1:]...)
 		}
 		m.mu.Unlock()
 		if g == nil {
@@ -590,7 +611,7 @@ func (m *Manager) NewGroup(memory int64) (*Group, error) {
 		// A fresh Group for the same directories: the old one's Release
 		// may still be inside its sync.Once, which must not be reset
 		// under it.
-		g = &Group{m: g.m, dirs: g.dirs, memDir: g.memDir, memory: g.memory}
+		g = &Group{m: g.m, dirs: g.dirs, name: g.name, memDir: g.memDir, memory: g.memory, swap: g.swap}
 		g.oomBase = g.OOMKills()
 		if err := g.SetMemory(memory); err != nil {
 			// What the last process left does not fit the new limit:
@@ -605,7 +626,7 @@ func (m *Manager) NewGroup(memory int64) (*Group, error) {
 // create makes a new group; m.pending counts it already.
 func (m *Manager) create(memory int64) (*Group, error) {
 	name := "j" + strconv.FormatInt(m.seq.Add(1), 10)
-	g := &Group{m: m}
+	g := &Group{m: m, name: name}
 	fail := func(err error) (*Group, error) {
 		g.retire()
 		return nil, fmt.Errorf("cgroup: %w", err)
@@ -656,8 +677,13 @@ func (g *Group) SetMemory(n int64) error {
 	} else {
 		// memsw must stay at or above the memory limit at every step.
 		memsw := filepath.Join(g.memDir, "memory.memsw.limit_in_bytes")
-		_, swErr := os.Stat(memsw)
-		hasSw := swErr == nil
+		if g.swap == 0 {
+			g.swap = -1
+			if _, err := os.Stat(memsw); err == nil {
+				g.swap = 1
+			}
+		}
+		hasSw := g.swap > 0
 		if hasSw && n > g.memory && g.memory != 0 {
 			err = write(memsw, v)
 		}
@@ -686,8 +712,8 @@ func (g *Group) Add(fd int) error {
 	if err != nil {
 		return err
 	}
-	for _, d := range g.dirs {
-		if err := write(filepath.Join(d, "cgroup.procs"), strconv.Itoa(pid)); err != nil {
+	for i, d := range g.dirs {
+		if err := g.writeFile(i, "cgroup.procs", strconv.Itoa(pid)); err != nil {
 			return fmt.Errorf("cgroup: move pid %d into %s: %w", pid, d, err)
 		}
 	}
@@ -711,17 +737,8 @@ func (g *Group) OOMKills() int {
 	if g.m.backend == V2 {
 		file = "memory.events"
 	}
-	b, err := readFile(filepath.Join(g.memDir, file))
-	if err != nil {
-		return 0
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, "oom_kill "); ok {
-			n, _ := strconv.Atoi(strings.TrimSpace(v))
-			return n
-		}
-	}
-	return 0
+	n, _, _ := g.readValue(len(g.dirs)-1, file, "oom_kill")
+	return int(n)
 }
 
 // releaseBackoff is how long Release keeps waiting for a group's tasks to
@@ -782,8 +799,8 @@ func (g *Group) tryRelease() bool {
 // a task counts in pids.current until it is reaped, and every task of
 // the group is in its pids cgroup.
 func (g *Group) empty() bool {
-	b, err := readFile(filepath.Join(g.dirs[0], "pids.current"))
-	return err == nil && strings.TrimSpace(string(b)) == "0"
+	n, ok, _ := g.readValue(0, "pids.current", "")
+	return ok && n == 0
 }
 
 // reuseSlack is the most memory a released group may still have charged
@@ -807,12 +824,8 @@ func (g *Group) reclaimed() bool {
 		usage, reclaim, arg = "memory.current", "memory.reclaim", strconv.FormatInt(1<<40, 10)
 	}
 	charged := func() int64 {
-		b, err := readFile(filepath.Join(g.memDir, usage))
-		if err != nil {
-			return -1
-		}
-		n, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
-		if err != nil {
+		n, ok, _ := g.readValue(len(g.dirs)-1, usage, "")
+		if !ok {
 			return -1
 		}
 		return n
@@ -828,20 +841,11 @@ func (g *Group) reclaimed() bool {
 // shmem returns the tmpfs and memfd bytes charged to the group (its
 // memory.stat "shmem"), or -1 when unknown.
 func (g *Group) shmem() int64 {
-	b, err := readFile(filepath.Join(g.memDir, "memory.stat"))
-	if err != nil {
+	n, ok, _ := g.readValue(len(g.dirs)-1, "memory.stat", "shmem")
+	if !ok {
 		return -1
 	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, "shmem "); ok {
-			n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
-			if err != nil {
-				return -1
-			}
-			return n
-		}
-	}
-	return -1
+	return n
 }
 
 // retire removes a group that holds no task (retrying while the kernel

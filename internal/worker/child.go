@@ -61,6 +61,7 @@ type Child struct {
 	replies replyQueue
 
 	killOnce   sync.Once
+	killSent   atomic.Bool  // a SIGKILL went through the pidfd (see Kill)
 	ctlMu      sync.RWMutex // guards ctlFd: a closed descriptor number may be reused at once
 	refillOnce sync.Once
 	holdRefill atomic.Bool   // Close leaves the refill to RefillNow
@@ -77,7 +78,6 @@ type Child struct {
 	rung       atomic.Int64  // bytes read from the bell: one ring each
 	frames     int64         // whole frames read from the control socket
 	pending    []byte        // control bytes read but not yet a whole frame
-	rbuf       []byte        // read buffer of the control socket
 
 	// Set by Run (and RunStep) only, between turns.
 	session   bool
@@ -241,8 +241,17 @@ func (c *Child) WaitReaped(d time.Duration) bool {
 func (c *Child) Template() *Template { return c.tpl }
 
 // Kill sends SIGKILL through the child's pidfd, which cannot hit a reused
-// pid.
-func (c *Child) Kill() { c.signal(unix.SIGKILL) }
+// pid. Once one went through, the process is dying and Kill sends no
+// other: a job's turn kills the child at its report and Close kills it
+// again, a system call per job for nothing.
+func (c *Child) Kill() {
+	if c.killSent.Load() {
+		return
+	}
+	if c.signal(unix.SIGKILL) == nil {
+		c.killSent.Store(true)
+	}
+}
 
 // signal sends sig through the pidfd unless Close has released it (its
 // number may name another process's pidfd by now).

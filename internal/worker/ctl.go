@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/pynox/pynox/internal/frame"
@@ -108,7 +109,10 @@ const spareRings = 256
 // with the frames the rings brought.
 func (c *Child) readBell() {
 	defer close(c.bellClosed)
-	buf := make([]byte, bellRead)
+	// The buffer is lent for the child's life (one job) from bellBufs.
+	bp := bellBufs.Get().(*[bellRead]byte)
+	defer bellBufs.Put(bp)
+	buf := bp[:]
 	// The poller waits for the bell; the read itself is a raw system call
 	// (rawsys.go).
 	rc, err := c.bell.SyscallConn()
@@ -137,14 +141,22 @@ func (c *Child) readBell() {
 	}
 }
 
+// bellBufs holds the buffers readBell reads rings into.
+var bellBufs = sync.Pool{New: func() any { return new([bellRead]byte) }}
+
+// ctlBufs holds the 32 KiB read buffers readFrames lends.
+var ctlBufs = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
+
 // readFrames reads what the control socket holds now and returns the whole
 // frames in it. partial reports the start of a frame still arriving; end
 // that the channel ended, with err saying why when it was not clean.
 func (c *Child) readFrames() (msgs []childMsg, partial, end bool, err error) {
-	if c.rbuf == nil {
-		c.rbuf = make([]byte, 32<<10)
-	}
-	tmp := c.rbuf
+	// The read buffer is lent from ctlBufs for the call: a child lives for
+	// one job, and a buffer of its own was the largest allocation the host
+	// made per job (32 KiB to clear, and to collect).
+	bp := ctlBufs.Get().(*[]byte)
+	defer ctlBufs.Put(bp)
+	tmp := *bp
 	eof := false
 	for {
 		n, rerr := c.recvCtl(tmp)

@@ -68,8 +68,12 @@ func capture(f *os.File, k *sink, wg *sync.WaitGroup) {
 	defer wg.Done()
 	bp := bufPool.Get().(*[]byte)
 	defer bufPool.Put(bp)
+	read := f.Read
+	if rc, err := f.SyscallConn(); err == nil {
+		read = func(p []byte) (int, error) { return rawConnRead(rc, p) } // see rawio.go
+	}
 	for {
-		n, err := f.Read(*bp)
+		n, err := read(*bp)
 		if n > 0 {
 			k.add((*bp)[:n])
 		}

@@ -88,7 +88,7 @@ type turn struct {
 	// each; every handler runs on its own goroutine, so that the calls
 	// run concurrently and timeouts still apply.
 	calls   map[int64]*pendingCall
-	replies chan callReply
+	replies chan callReply // made at the first host call
 
 	// The control channel is read when the bell rings, and polled once the
 	// bell is closed (the child exited, or its code closed the bell) or a
@@ -113,7 +113,6 @@ func (c *Child) turn(ts turnSpec, cancel <-chan struct{}) *Outcome {
 		o:       &Outcome{Started: ts.continued},
 		out:     newOutput(ts.maxOutput, ts.output),
 		calls:   map[int64]*pendingCall{},
-		replies: make(chan callReply, MaxInFlight),
 		ctlOpen: true,
 	}
 	if ts.dropStderr {
@@ -562,6 +561,11 @@ func (t *turn) hostCall(m *childMsg) {
 		cl := Call{Function: m.Function, Args: m.Args, Kwargs: m.Kwargs}
 		if len(cl.Kwargs) == 0 || string(cl.Kwargs) == "null" {
 			cl.Kwargs = json.RawMessage("{}")
+		}
+		if t.replies == nil {
+			// Made at the first call: most jobs make none, and its
+			// MaxInFlight slots were the largest allocation per job.
+			t.replies = make(chan callReply, MaxInFlight)
 		}
 		host, replies := t.ts.host, t.replies
 		go func() {

@@ -12,6 +12,7 @@ import (
 	"errors"
 	"os"
 	"strconv"
+	"sync"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -46,8 +47,10 @@ func readUsage(pid int, peak bool) (Usage, error) {
 	}
 	u.CPU = time.Duration(ts.Nano())
 	p := "/proc/" + strconv.Itoa(pid)
-	var buf [procBufSize]byte
-	stat, err := readProcFile(p+"/stat", buf[:])
+	bp := procBufs.Get().(*[procBufSize]byte)
+	defer procBufs.Put(bp)
+	buf := bp[:]
+	stat, err := readProcFile(p+"/stat", buf)
 	if err != nil {
 		return u, err
 	}
@@ -57,7 +60,7 @@ func readUsage(pid int, peak bool) (Usage, error) {
 	if !peak {
 		return u, nil
 	}
-	status, err := readProcFile(p+"/status", buf[:])
+	status, err := readProcFile(p+"/status", buf)
 	if err != nil {
 		return u, err
 	}
@@ -70,6 +73,12 @@ func readUsage(pid int, peak bool) (Usage, error) {
 // procBufSize holds /proc/<pid>/stat and /proc/<pid>/status whole (about
 // 300 and 1,500 bytes); readProcFile reads a longer file in more calls.
 const procBufSize = 4096
+
+// procBufs lends the buffers /proc files are read into. Neither a buffer
+// per read (4 KiB allocated, twice per job) nor one on the stack (the
+// job's goroutine is new for each job, and a 4 KiB frame made it grow
+// its stack, copying it) is free.
+var procBufs = sync.Pool{New: func() any { return new([procBufSize]byte) }}
 
 // readProcFile reads the /proc file at path into buf, growing it when the
 // file is longer. It uses plain system calls: through os.ReadFile a
@@ -85,7 +94,9 @@ func readProcFile(path string, buf []byte) ([]byte, error) {
 	n := 0
 	for {
 		if n == len(buf) {
-			buf = append(buf, make([]byte, len(buf))...)
+			grown := make([]byte, 2*len(buf))
+			copy(grown, buf)
+			buf = grown
 		}
 		m, err := rawRead(fd, buf[n:])
 		if err == unix.EINTR {
@@ -194,8 +205,10 @@ func (f procFiles) read(pid int, peak bool) (Usage, error) {
 		return u, err
 	}
 	u.CPU = time.Duration(ts.Nano())
-	var buf [procBufSize]byte
-	stat, err := preadProcFile(f.stat, buf[:])
+	bp := procBufs.Get().(*[procBufSize]byte)
+	defer procBufs.Put(bp)
+	buf := bp[:]
+	stat, err := preadProcFile(f.stat, buf)
 	if err != nil {
 		return u, err
 	}
@@ -205,7 +218,7 @@ func (f procFiles) read(pid int, peak bool) (Usage, error) {
 	if !peak {
 		return u, nil
 	}
-	status, err := preadProcFile(f.status, buf[:])
+	status, err := preadProcFile(f.status, buf)
 	if err != nil {
 		return u, err
 	}
@@ -221,7 +234,9 @@ func preadProcFile(fd int, buf []byte) ([]byte, error) {
 	n := 0
 	for {
 		if n == len(buf) {
-			buf = append(buf, make([]byte, len(buf))...)
+			grown := make([]byte, 2*len(buf))
+			copy(grown, buf)
+			buf = grown
 		}
 		m, err := rawPread(fd, buf[n:], int64(n))
 		if err == unix.EINTR {
@@ -250,17 +265,37 @@ func parseMinorFaults(stat []byte) (int64, error) {
 	if i < 0 {
 		return 0, errors.New("malformed /proc/<pid>/stat")
 	}
-	f := bytes.Fields(stat[i+1:])
-	if len(f) < 8 { // state is field 3, minflt field 10
-		return 0, errors.New("malformed /proc/<pid>/stat")
+	// The eighth field after it (state is field 3, minflt field 10),
+	// found without bytes.Fields, whose slice of fields is allocated.
+	rest := stat[i+1:]
+	for k := 0; ; k++ {
+		rest = bytes.TrimLeft(rest, " ")
+		end := bytes.IndexByte(rest, ' ')
+		if end < 0 {
+			end = len(rest)
+		}
+		if end == 0 {
+			return 0, errors.New("malformed /proc/<pid>/stat")
+		}
+		if k == 7 {
+			return strconv.ParseInt(string(bytes.TrimRight(rest[:end], "\n")), 10, 64)
+		}
+		rest = rest[end:]
 	}
-	return strconv.ParseInt(string(f[7]), 10, 64)
 }
 
 // parsePeakRSS takes VmHWM, in bytes, from a /proc/<pid>/status.
 func parsePeakRSS(status []byte) (int64, error) {
 	var rss int64
-	for line := range bytes.Lines(status) {
+	// Not bytes.Lines: its iterator would move the caller's stack buffer
+	// to the heap.
+	for len(status) > 0 {
+		line := status
+		if i := bytes.IndexByte(status, '\n'); i >= 0 {
+			line, status = status[:i], status[i+1:]
+		} else {
+			status = nil
+		}
 		if v, ok := bytes.CutPrefix(line, []byte("VmHWM:")); ok {
 			kb, err := strconv.ParseInt(string(bytes.TrimSuffix(bytes.TrimSpace(v), []byte(" kB"))), 10, 64)
 			if err != nil {
