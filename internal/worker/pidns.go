@@ -59,7 +59,7 @@ func startProcess(opts Options, channel *os.File, stderr io.Writer) (cmd *exec.C
 			PIDNamespaceAuto, PIDNamespaceRequire, PIDNamespaceOff)
 	}
 	build := func(ns bool) *exec.Cmd {
-		c := exec.Command(opts.Python, "-I", "-B", "-c", runnerSource)
+		c := exec.Command(opts.Python, "-I", "-B", "-c", runnerBoot, runnerSource)
 		c.Dir = opts.Dir
 		c.Env = opts.Env
 		c.ExtraFiles = []*os.File{channel}

@@ -462,6 +462,7 @@ class Template:
             pass
         gc.collect()
         gc.freeze()
+        _trim_heap()
         # Every template forks for jobs and sessions alike (~40 ms once
         # for a pandas heap, before "ready").
         _collapse_huge_pages()
@@ -2522,7 +2523,19 @@ def _install_display():
     os.environ.setdefault("MPLBACKEND", "module://" + MPL_BACKEND)
 
 
+def _trim_heap():
+    """Gives the C heap's free pages back to the kernel (glibc's
+    malloc_trim; best effort): memory freed in the template but left
+    resident would be copied into every fork's page tables and torn down
+    at every child's exit."""
+    try:
+        _libc.malloc_trim(0)
+    except Exception:  # noqa: BLE001 - not glibc: an optimisation only
+        pass
+
+
 def main():
+    _trim_heap()  # what the compile of this program freed
     # Descriptors the host's own parent leaked to it without close-on-exec
     # end here: the template holds only 0-2 and its channel.
     _close_all_but({0, 1, 2, FD})
