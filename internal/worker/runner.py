@@ -2535,6 +2535,11 @@ def _trim_heap():
 
 
 def main():
+    # The host wrote this program to descriptor 0 (template.go: runnerBoot),
+    # now at its end: /dev/null from here on, as a spare's is.
+    null = os.open("/dev/null", os.O_RDONLY)
+    os.dup2(null, 0)
+    os.close(null)
     _trim_heap()  # what the compile of this program freed
     # Descriptors the host's own parent leaked to it without close-on-exec
     # end here: the template holds only 0-2 and its channel.
