@@ -1,6 +1,7 @@
 # pynox runner: the template process and, after fork, the job child.
 #
-# Started by the Go host as `python3 -I -B -c <this file>` with a clean
+# Started by the Go host as `python3 -I -B -c <boot>`, the boot compiling
+# this file from fd 0 (template.go: runnerBoot), with a clean
 # environment and its channel to Go on fd 3. Standard library only; ctypes
 # for the few syscalls the standard library lacks. Every frame is a 4-byte
 # little-endian length and a JSON payload.
