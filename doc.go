@@ -18,7 +18,7 @@
 //	Go host: Pool ──── Run(ctx, Job) ────────────── jsonl.Serve (JSON Lines)
 //	   │   one socketpair per template: framed JSON, SCM_RIGHTS
 //	   ▼
-//	template   python3 -I -B -c <embedded runner>   (one per worker; PID 1
+//	template   python3 -I -B -c <boot> < embedded runner   (one per worker; PID 1
 //	   │   of a PID namespace of its own)
 //	   │   trusted, single-threaded; holds fds 0-3 and O_PATH descriptors
 //	   │   of the runtime paths; imports preloads, then drops every

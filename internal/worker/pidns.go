@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"strings"
 	"sync"
 	"syscall"
 )
@@ -59,7 +60,8 @@ func startProcess(opts Options, channel *os.File, stderr io.Writer) (cmd *exec.C
 			PIDNamespaceAuto, PIDNamespaceRequire, PIDNamespaceOff)
 	}
 	build := func(ns bool) *exec.Cmd {
-		c := exec.Command(opts.Python, "-I", "-B", "-c", runnerSource)
+		c := exec.Command(opts.Python, "-I", "-B", "-c", runnerBoot)
+		c.Stdin = strings.NewReader(runnerSource) // see runnerBoot
 		c.Dir = opts.Dir
 		c.Env = opts.Env
 		c.ExtraFiles = []*os.File{channel}

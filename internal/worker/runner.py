@@ -1,6 +1,7 @@
 # pynox runner: the template process and, after fork, the job child.
 #
-# Started by the Go host as `python3 -I -B -c <this file>` with a clean
+# Started by the Go host as `python3 -I -B -c <boot>`, the boot compiling
+# this file from fd 0 (template.go: runnerBoot), with a clean
 # environment and its channel to Go on fd 3. Standard library only; ctypes
 # for the few syscalls the standard library lacks. Every frame is a 4-byte
 # little-endian length and a JSON payload.
@@ -462,6 +463,7 @@ class Template:
             pass
         gc.collect()
         gc.freeze()
+        _trim_heap()
         # Every template forks for jobs and sessions alike (~40 ms once
         # for a pandas heap, before "ready").
         _collapse_huge_pages()
@@ -2555,7 +2557,24 @@ def _install_display():
     os.environ.setdefault("MPLBACKEND", "module://" + MPL_BACKEND)
 
 
+def _trim_heap():
+    """Gives the C heap's free pages back to the kernel (glibc's
+    malloc_trim; best effort): memory freed in the template but left
+    resident would be copied into every fork's page tables and torn down
+    at every child's exit."""
+    try:
+        _libc.malloc_trim(0)
+    except Exception:  # noqa: BLE001 - not glibc: an optimisation only
+        pass
+
+
 def main():
+    # The host wrote this program to descriptor 0 (template.go: runnerBoot),
+    # now at its end: /dev/null from here on, as a spare's is.
+    null = os.open("/dev/null", os.O_RDONLY)
+    os.dup2(null, 0)
+    os.close(null)
+    _trim_heap()  # what the compile of this program freed
     # Descriptors the host's own parent leaked to it without close-on-exec
     # end here: the template holds only 0-2 and its channel.
     _close_all_but({0, 1, 2, FD})

@@ -58,6 +58,29 @@ func TestSpareCostProbe(t *testing.T) {
 	const tick = 1000.0 / 100 // ms per USER_HZ tick
 	t.Logf("%d jobs, gap %s: spares %.3f ms of CPU and %.1f page faults per job; template %.3f ms and %.1f faults per job",
 		n, gap, (per(4)+per(5))*tick, per(1), (per(2)+per(3))*tick, per(0))
+	t.Logf("template memory: %s", probeRollup(t, tpl.Pid()))
+	if dst := os.Getenv("PYNOX_SPARE_PROBE_SMAPS"); dst != "" { // the template's mappings, for a closer look
+		b, err := os.ReadFile("/proc/" + strconv.Itoa(tpl.Pid()) + "/smaps")
+		require.NoError(t, err)
+		require.NoError(t, os.WriteFile(dst, b, 0o644))
+	}
+}
+
+// probeRollup returns the template's resident, anonymous and private dirty
+// memory from /proc/<pid>/smaps_rollup: what each fork copies page tables
+// for, and each child's exit tears down.
+func probeRollup(t *testing.T, pid int) string {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/smaps_rollup")
+	require.NoError(t, err)
+	var out []string
+	for _, line := range strings.Split(string(b), "\n") {
+		for _, k := range []string{"Rss:", "Anonymous:", "Private_Dirty:"} {
+			if strings.HasPrefix(line, k) {
+				out = append(out, strings.Join(strings.Fields(line), " "))
+			}
+		}
+	}
+	return strings.Join(out, ", ")
 }
 
 // probeStat returns minflt, cminflt, utime, stime, cutime and cstime of
