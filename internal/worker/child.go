@@ -91,6 +91,10 @@ type Child struct {
 	// procFiles are the one-shot job's /proc/<pid>/stat and status,
 	// opened by jobBase and closed by noteUsage (see procFiles).
 	procFiles procFiles
+	// prepared are the same files opened when the spare was delivered
+	// (prepareUsage), until jobBase takes them or Close closes them;
+	// guarded by pidMu.
+	prepared procFiles
 
 	// The child's cgroup, set before the child is handed out (see
 	// Template.deliver); cgErr says why joining one failed, which fails
@@ -270,6 +274,8 @@ func (c *Child) Close() {
 		c.pidMu.Lock()
 		unix.Close(c.pidfd)
 		c.pidfd = -1
+		c.prepared.close()
+		c.prepared = procFiles{}
 		c.pidMu.Unlock()
 		if c.cg != nil {
 			// Released once the template has reaped the process, which it

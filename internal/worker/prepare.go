@@ -1,0 +1,39 @@
+package worker
+
+// Work a one-shot job's turn would otherwise do between the request and
+// the hand-over of its frame, done when the spare is delivered instead
+// (after its cgroup placement, while the worker waits for its next job).
+
+// prepareUsage resolves the spare's pid in the pool's namespace (a
+// PIDFD_GET_INFO ioctl with a PID namespace) and opens its /proc stat and
+// status, the files jobBase reads the job's base counters from and the
+// report's usage comes from (see procFiles): three system calls fewer on
+// the job's path. Nothing is read here: the spare is still preparing (its
+// warm-up runs after its delivery), so the base stays the job's own read.
+// A spare that is gone or whose files cannot be opened is left as it was;
+// jobBase then opens them itself, as before.
+func (c *Child) prepareUsage() {
+	pid := c.Pid()
+	f, err := openProcFiles(pid)
+	if err != nil {
+		return
+	}
+	c.pidMu.Lock()
+	defer c.pidMu.Unlock()
+	if c.pidfd < 0 || c.prepared.held() {
+		// Closed meanwhile: Close no longer looks at prepared.
+		f.close()
+		return
+	}
+	c.prepared = f
+}
+
+// takePrepared hands the files prepareUsage opened to the caller, which
+// closes them; zero when there are none. After it, Close leaves them be.
+func (c *Child) takePrepared() procFiles {
+	c.pidMu.Lock()
+	defer c.pidMu.Unlock()
+	f := c.prepared
+	c.prepared = procFiles{}
+	return f
+}
