@@ -64,6 +64,7 @@ type Child struct {
 	ctlMu      sync.RWMutex // guards ctlFd: a closed descriptor number may be reused at once
 	refillOnce sync.Once
 	holdRefill atomic.Bool   // Close leaves the refill to RefillNow
+	holdClose  atomic.Bool   // Run leaves Close to its caller (HoldClose)
 	pidMu      sync.Mutex    // guards pidfd against a signal racing its close
 	closed     chan struct{} // closed by Close
 	kind       int           // kindDeny or kindAllow
@@ -397,7 +398,7 @@ func (c *Child) Run(job *Job, cancel <-chan struct{}) *Outcome {
 	}, cancel)
 	c.noteOOM(o)
 	if !o.Alive {
-		c.Close()
+		c.endRun()
 	}
 	c.noteUsage(o, base, job.Session)
 	return o

@@ -37,3 +37,21 @@ func (c *Child) takePrepared() procFiles {
 	c.prepared = procFiles{}
 	return f
 }
+
+// HoldClose makes Run, once its job is over, only kill the child and
+// leave the rest of Close (its descriptors, the release of its cgroup,
+// the request for its replacement unless held) to the caller, who must
+// call Close: the pool calls it once the job's answer is written, so that
+// those system calls do not hold the answer back. Call it before Run.
+func (c *Child) HoldClose() { c.holdClose.Store(true) }
+
+// endRun is what Run does with a child whose job is over: Close, or with
+// HoldClose the kill alone (Close kills it again; until then the process
+// cannot run on).
+func (c *Child) endRun() {
+	if c.holdClose.Load() {
+		c.Kill()
+		return
+	}
+	c.Close()
+}

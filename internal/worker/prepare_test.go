@@ -64,3 +64,28 @@ func TestSpareProcFilesClosedWithUnusedSpare(t *testing.T) {
 	require.NotEqual(t, "/proc/"+pid+"/stat", fdTarget(f.stat))
 	require.NotEqual(t, "/proc/"+pid+"/status", fdTarget(f.status))
 }
+
+// With HoldClose, Run ends its job's process (it is killed and reaped)
+// but leaves the child's descriptors and cgroup to the caller's Close,
+// which the pool calls once the answer is written (issue 12).
+func TestHoldCloseLeavesCloseToCaller(t *testing.T) {
+	tpl := startTestTemplate(t, false)
+	c, err := tpl.Take(false, nil)
+	require.NoError(t, err)
+	c.HoldClose()
+	job := Job{Code: "import threading, time\nthreading.Thread(target=time.sleep, args=(60,)).start()\nprint('ok')",
+		Name: "<code>", Timeout: 10 * time.Second, MaxOutput: 1 << 16, Limits: Limits{Memory: 256 << 20, Fsize: 1 << 20, CPUSecs: 10}}
+	o := c.Run(&job, nil)
+	require.Equal(t, "ok\n", string(o.Stdout), "setup error: %s", o.SetupError)
+	require.NotNil(t, o.Usage)
+	require.True(t, c.WaitReaped(10*time.Second), "the process is killed at once, Close or not")
+	require.False(t, isClosed(c.closed), "Close is left to the caller")
+	c.pidMu.Lock()
+	require.GreaterOrEqual(t, c.pidfd, 0)
+	c.pidMu.Unlock()
+	c.Close()
+	require.True(t, isClosed(c.closed))
+	c.pidMu.Lock()
+	require.Equal(t, -1, c.pidfd)
+	c.pidMu.Unlock()
+}
