@@ -92,10 +92,6 @@ type Child struct {
 	// procFiles are the one-shot job's /proc/<pid>/stat and status,
 	// opened by jobBase and closed by noteUsage (see procFiles).
 	procFiles procFiles
-	// prepared are the same files opened when the spare was delivered
-	// (prepareUsage), until jobBase takes them or Close closes them;
-	// guarded by pidMu.
-	prepared procFiles
 
 	// The child's cgroup, set before the child is handed out (see
 	// Template.deliver); cgErr says why joining one failed, which fails
@@ -103,6 +99,11 @@ type Child struct {
 	cg       *cgroup.Group
 	cgErr    error
 	cgMargin int64 // added to a job's allowance for its cgroup's memory limit
+
+	// prepared are the same files opened when the spare was delivered
+	// (prepareUsage), until jobBase takes them or Close closes them;
+	// guarded by pidMu.
+	prepared procFiles
 }
 
 // newChild takes the spare's descriptors as the template sent them:
@@ -272,11 +273,10 @@ func (c *Child) Close() {
 			unix.Close(c.stdoutFd)
 			unix.Close(c.stderrFd)
 		}
+		c.takePrepared().close()
 		c.pidMu.Lock()
 		unix.Close(c.pidfd)
 		c.pidfd = -1
-		c.prepared.close()
-		c.prepared = procFiles{}
 		c.pidMu.Unlock()
 		if c.cg != nil {
 			// Released once the template has reaped the process, which it

@@ -20,8 +20,9 @@ func (c *Child) prepareUsage() {
 	}
 	c.pidMu.Lock()
 	defer c.pidMu.Unlock()
-	if c.pidfd < 0 || c.prepared.held() {
-		// Closed meanwhile: Close no longer looks at prepared.
+	if isClosed(c.closed) || c.pidfd < 0 || c.prepared.held() {
+		// Closed meanwhile (Close closes c.closed before it takes
+		// prepared): Close no longer looks at prepared.
 		f.close()
 		return
 	}
