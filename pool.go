@@ -598,6 +598,9 @@ func (p *Pool) runJob(ctx context.Context, job Job) (_ *Result, refill func(), _
 	// next spare.
 	defer func() {
 		if r := recover(); r != nil {
+			if ran != nil {
+				ran.Close() // HoldClose: see below
+			}
 			if held != nil {
 				held.RefillNow()
 			}
@@ -634,6 +637,9 @@ func (p *Pool) runJob(ctx context.Context, job Job) (_ *Result, refill func(), _
 			held = child
 		}
 		ran = child
+		// The child's Close (its descriptors, its cgroup's release)
+		// waits for the answer too, as its refill does: Run only kills it.
+		child.HoldClose()
 		out = child.Run(&pl.job, runCtx.Done())
 		// A child that died before it started the job ran no user code, so
 		// the job can safely go to a fresh spare (up to maxSetupRetries
@@ -642,10 +648,14 @@ func (p *Pool) runJob(ctx context.Context, job Job) (_ *Result, refill func(), _
 		// seen, and then by a spare of its replacement); that child's
 		// replacement is needed at once.
 		if attempt < maxSetupRetries && !out.Started && out.SetupError == "" && !out.Canceled && !out.TimedOut {
+			child.Close()
 			child.RefillNow()
 			continue
 		}
-		refill = child.RefillNow
+		refill = func() {
+			child.Close()
+			child.RefillNow()
+		}
 		break
 	}
 	if out.Canceled {

@@ -65,6 +65,7 @@ type Child struct {
 	ctlMu      sync.RWMutex // guards ctlFd: a closed descriptor number may be reused at once
 	refillOnce sync.Once
 	holdRefill atomic.Bool   // Close leaves the refill to RefillNow
+	holdClose  atomic.Bool   // Run leaves Close to its caller (HoldClose)
 	pidMu      sync.Mutex    // guards pidfd against a signal racing its close
 	closed     chan struct{} // closed by Close
 	kind       int           // kindDeny or kindAllow
@@ -100,6 +101,11 @@ type Child struct {
 	cg       *cgroup.Group
 	cgErr    error
 	cgMargin int64 // added to a job's allowance for its cgroup's memory limit
+
+	// prepared are the same files opened when the spare was delivered
+	// (prepareUsage), until jobBase takes them or Close closes them;
+	// guarded by pidMu.
+	prepared procFiles
 }
 
 // newChild takes the spare's descriptors as the template sent them:
@@ -278,6 +284,7 @@ func (c *Child) Close() {
 			unix.Close(c.stdoutFd)
 			unix.Close(c.stderrFd)
 		}
+		c.takePrepared().close()
 		c.pidMu.Lock()
 		unix.Close(c.pidfd)
 		c.pidfd = -1
@@ -403,7 +410,7 @@ func (c *Child) Run(job *Job, cancel <-chan struct{}) *Outcome {
 	}, cancel)
 	c.noteOOM(o)
 	if !o.Alive {
-		c.Close()
+		c.endRun()
 	}
 	c.noteUsage(o, base, job.Session)
 	return o

@@ -888,6 +888,7 @@ func (t *Template) deliverTo(c *Child, kind int, route *sessionWait) bool {
 	if t.cg.Backend() != cgroup.None {
 		c.joinCgroup(t.cg, t.memory+t.info.MemoryMargin, t.info.MemoryMargin)
 	}
+	c.prepareUsage()
 	t.mu.Lock()
 	if t.dead {
 		t.mu.Unlock()

@@ -147,9 +147,12 @@ func (c *Child) stepBase() *Usage {
 // job's figures are then its process's totals.
 func (c *Child) jobBase() *Usage {
 	pid := c.Pid()
-	f, err := openProcFiles(pid)
-	if err != nil {
-		return nil
+	f := c.takePrepared()
+	if !f.held() {
+		var err error
+		if f, err = openProcFiles(pid); err != nil {
+			return nil
+		}
 	}
 	u, err := f.read(pid, false)
 	if err != nil || c.Gone() {
