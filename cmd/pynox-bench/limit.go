@@ -37,13 +37,26 @@ var limitEnv = []string{
 	"BLIS_NUM_THREADS=1",
 }
 
+// limitBoot runs the file named by its first argument, which it takes
+// off sys.argv, compiled apart so that its syntax tree is freed.
+const limitBoot = "import sys; p = sys.argv.pop(1); exec(compile(open(p, 'rb').read(), p, 'exec'))"
+
 // startLimit starts the limit loop under name, with preload imported and
 // the given number of workers. The loop confines its children with what
 // a pynox template is sent: the policy internal/worker builds for the
 // paths the interpreter reports (asked for first, with the same preloads),
 // and the limits of a job with pynox's defaults.
 func startLimit(ctx context.Context, rep *Report, name string, python, preload string, workers int, tmp, work string) (*server, error) {
-	args := []string{"-I", "-B", "-c", limitLoop}
+	// Started as pynox starts its runner (internal/worker: runnerBoot): a
+	// one-line boot compiles the loop's source, so that its template holds
+	// neither the syntax tree of a -c program (freed only when it returns)
+	// nor the source in its argv: either would make every fork and exit of
+	// the yardstick dearer than the design needs.
+	src := filepath.Join(tmp, "limit_loop.py")
+	if err := os.WriteFile(src, []byte(limitLoop), 0o644); err != nil {
+		return nil, err
+	}
+	args := []string{"-I", "-B", "-c", limitBoot, src}
 	if preload != "" {
 		args = append(args, "--preload="+preload)
 	}
