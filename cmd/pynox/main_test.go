@@ -36,12 +36,15 @@ var (
 // TestMain runs the package's parallel tests at least
 // testenv.MinParallel at a time (each starts its own `pynox pool` or
 // `pynox serve` in its own directory, on port 0, and mostly waits on it).
+// What they leave to PATH (the pool's python3, the Python clients) runs
+// the tests' interpreter (testenv.PreferPythonOnPath).
 //
 // When the whole package runs (no -run), the build starts at once in the
 // background, so that the sequential tests that need no binary run while
 // it links.
 func TestMain(m *testing.M) {
 	testenv.RaiseParallel()
+	testenv.PreferPythonOnPath()
 	if testenv.RunsAll() {
 		go buildOnce.Do(buildBinary)
 	}
