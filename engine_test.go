@@ -387,7 +387,7 @@ func TestSignalError(t *testing.T) {
 
 func TestOutputCap(t *testing.T) {
 	t.Parallel()
-	p := newTestPool(t, Config{Workers: 1})
+	p := sharedTestPool(t, Config{Workers: 1})
 	start := time.Now()
 	r := run(t, p, Job{Code: "import sys\nchunk = 'x' * (1 << 20)\nfor _ in range(100):\n    sys.stdout.write(chunk)\nprint('é' * 10, file=sys.stderr)", MaxOutput: 1000})
 	requireOK(t, r)
@@ -513,7 +513,7 @@ func TestTemplateKilled(t *testing.T) {
 
 func TestCancellation(t *testing.T) {
 	t.Parallel()
-	p := newTestPool(t, Config{Workers: 1})
+	p := sharedTestPool(t, Config{Workers: 1})
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer cancel()
 	res, err := p.Run(ctx, Job{Code: "import time; time.sleep(30)"})

@@ -23,11 +23,12 @@ var exampleRoot struct {
 	err  error
 }
 
-// TestMain runs the package's tests and examples, then removes the
-// examples' scratch directories.
+// TestMain runs the package's tests and examples, then closes the tests'
+// shared pools and removes the examples' scratch directories.
 func TestMain(m *testing.M) {
 	testenv.RaiseParallel()
 	code := m.Run()
+	pynox.CloseSharedTestPools()
 	if exampleRoot.dir != "" {
 		os.RemoveAll(exampleRoot.dir)
 	}

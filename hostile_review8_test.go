@@ -510,7 +510,7 @@ func TestHostileReview8NSRefusedAfterFork(t *testing.T) {
 // turn sends SIGINT before it passes the answer on), each time.
 func TestHostileReview8InterruptBeforeAnswer(t *testing.T) {
 	t.Parallel()
-	p := newTestPool(t, Config{Workers: 1})
+	p := sharedTestPool(t, Config{Workers: 1})
 	ctx := context.Background()
 	entered := make(chan struct{}, 1)
 	release := make(chan struct{})
