@@ -119,7 +119,7 @@ func TestHostFuncPanicRecovered(t *testing.T) {
 // Issue 17.2: Finish kills a running step instead of waiting for it.
 func TestFinishKillsRunningStep(t *testing.T) {
 	t.Parallel()
-	p := newTestPool(t, Config{Workers: 1})
+	p := sharedTestPool(t, Config{Workers: 1})
 	h := newSignalHost()
 	co := checkout(t, p, Job{Functions: signalFunctions, Host: h.host})
 	type outcome struct {

@@ -374,7 +374,7 @@ func TestFileSizeLimit(t *testing.T) {
 
 func TestSignalError(t *testing.T) {
 	t.Parallel()
-	p := newTestPool(t, Config{Workers: 1})
+	p := sharedTestPool(t, Config{Workers: 1})
 	r := run(t, p, Job{Code: "import ctypes\nctypes.string_at(0)"})
 	requireErrorType(t, r, "SignalError")
 	require.Contains(t, r.Error.Message, "SIGSEGV")
@@ -584,7 +584,7 @@ func TestSandboxSetupFailsClosed(t *testing.T) {
 // the filesystem; scheduling calls could slow other processes of the uid.
 func TestIPCAndSchedulingOfOthersDenied(t *testing.T) {
 	t.Parallel()
-	p := newTestPool(t, Config{Workers: 1})
+	p := sharedTestPool(t, Config{Workers: 1})
 	code := fmt.Sprintf(`import ctypes, os
 libc = ctypes.CDLL(None, use_errno=True)
 def errno_of(rc):

@@ -520,7 +520,7 @@ except BaseException as e:
 // another session and the pool go on.
 func TestHostileReview4OwnSigintHandlerDuringCall(t *testing.T) {
 	t.Parallel()
-	p := newTestPool(t, Config{Workers: 1})
+	p := sharedTestPool(t, Config{Workers: 1})
 	ctx := context.Background()
 	inCall := make(chan struct{}, 16)
 	release := make(chan struct{})

@@ -396,7 +396,7 @@ x = threading.Thread(target=th); x.start(); x.join()
 // (TestServeReview8SecretUnderInterpreterPaths).
 func TestHostileReview8RuntimePathsReadable(t *testing.T) {
 	t.Parallel()
-	p := newTestPool(t, Config{Workers: 1})
+	p := sharedTestPool(t, Config{Workers: 1})
 	if os.Geteuid() != 0 || !slicesContains(p.RuntimePaths(), "/usr") {
 		t.Skipf("needs root and an interpreter under /usr (runtime paths %v)", p.RuntimePaths())
 	}

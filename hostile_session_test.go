@@ -73,7 +73,7 @@ const forgeSend = "import os, struct\ndef send(s):\n    b = s.encode()\n    os.w
 
 func TestHostileSessionForgedFrames(t *testing.T) {
 	t.Parallel()
-	p := newTestPool(t, Config{Workers: 1})
+	p := sharedTestPool(t, Config{Workers: 1})
 	frame := func(obj string) string { return forgeSend + "send(" + obj + ")\n" }
 	cases := []struct {
 		name string
@@ -191,7 +191,7 @@ func procStateCPU(t *testing.T, pid int) (string, uint64) {
 
 func TestHostileSessionsIsolated(t *testing.T) {
 	t.Parallel()
-	p := newTestPool(t, Config{Workers: 1})
+	p := sharedTestPool(t, Config{Workers: 1})
 	a := checkout(t, p, Job{})
 	b := checkout(t, p, Job{})
 	// B's pid as the pool knows it (in a PID namespace of its own, os.getpid()
