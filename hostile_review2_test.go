@@ -24,6 +24,7 @@ import (
 // verdict). A str subclass name that hashes unlike "TimeoutError" is
 // still qualified.
 func TestHostileReview2EvilExceptions(t *testing.T) {
+	t.Parallel()
 	p := newTestPool(t, Config{Workers: 1})
 	for _, tc := range []struct {
 		code     string
