@@ -730,6 +730,7 @@ func TestPanicKeepsSpares(t *testing.T) {
 // under the template layer alone (with no capabilities and no_new_privs),
 // and a job's process under the template layer and its own job layer.
 func TestSeccompLayers(t *testing.T) {
+	t.Parallel()
 	p := newTestPool(t, Config{Workers: 1})
 	requireOK(t, run(t, p, Job{Code: "pass"}))
 	status := func(pid int) string {

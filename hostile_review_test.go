@@ -277,6 +277,7 @@ print(json.dumps(R))`})
 // probe's trampoline they only end the caller (SIGILL) or fail. Neither
 // gives a job anything; the pool serves on.
 func TestHostileReviewUprobeSyscalls(t *testing.T) {
+	t.Parallel()
 	if runtime.GOARCH != "amd64" {
 		t.Skip("system call numbers are x86-64's")
 	}
@@ -365,6 +366,7 @@ print(json.dumps(R))`})
 // what it resolves to. Nor can a job make a FIFO, a device or a socket
 // there.
 func TestHostileReviewPlantedLinks(t *testing.T) {
+	t.Parallel()
 	p := newTestPool(t, Config{Workers: 1})
 	secret := filepath.Join(t.TempDir(), "secret.py")
 	require.NoError(t, os.WriteFile(secret, []byte("print('SECRET')\n"), 0o600))

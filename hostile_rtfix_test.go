@@ -113,6 +113,7 @@ time.sleep(1)`, "__main__.RequestError"},
 // configuration file (package jsonl), from Config (profiles and package directories too)
 // and in requests, naming the field.
 func TestHostileRTFixEmptyPaths(t *testing.T) {
+	t.Parallel()
 	// (The configuration file's lists: TestHostileRTFixEmptyPathsInConfigFile
 	// in package jsonl.)
 	requireSandbox(t)
