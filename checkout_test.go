@@ -103,7 +103,7 @@ func TestCheckoutAPI(t *testing.T) {
 
 func TestSessionOutputBetweenSteps(t *testing.T) {
 	t.Parallel()
-	p := newTestPool(t, Config{Workers: 1})
+	p := sharedTestPool(t, Config{Workers: 1})
 	co := checkout(t, p, Job{})
 	// A thread that keeps writing between steps writes to /dev/null then;
 	// during a step its output is that step's.

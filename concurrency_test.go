@@ -119,7 +119,7 @@ func TestHostFuncPanicRecovered(t *testing.T) {
 // Issue 17.2: Finish kills a running step instead of waiting for it.
 func TestFinishKillsRunningStep(t *testing.T) {
 	t.Parallel()
-	p := newTestPool(t, Config{Workers: 1})
+	p := sharedTestPool(t, Config{Workers: 1})
 	h := newSignalHost()
 	co := checkout(t, p, Job{Functions: signalFunctions, Host: h.host})
 	type outcome struct {
@@ -145,7 +145,7 @@ func TestFinishKillsRunningStep(t *testing.T) {
 // ctx ends, while that turn runs on.
 func TestTurnWaitHonoursCtx(t *testing.T) {
 	t.Parallel()
-	p := newTestPool(t, Config{Workers: 1})
+	p := sharedTestPool(t, Config{Workers: 1})
 	h := newSignalHost()
 	co := checkout(t, p, Job{Functions: signalFunctions, Host: h.host})
 	first := make(chan error, 1)
@@ -313,7 +313,7 @@ func TestCloseFailsRunningJobs(t *testing.T) {
 // answer is a protocol error and never reaches the next call.
 func TestResumeTiedToCall(t *testing.T) {
 	t.Parallel()
-	p := newTestPool(t, Config{Workers: 1})
+	p := sharedTestPool(t, Config{Workers: 1})
 	bg := context.Background()
 	co := checkout(t, p, Job{Functions: []string{"ask"}})
 	ev, err := co.Feed(bg, Step{Code: "from pynox_host import ask\nprint(ask('first'), ask('second'))"})

@@ -159,7 +159,7 @@ display({"text/html": "<p>raw</p>", "text/plain": "raw"}, raw=True)
 // and the job runs to its end.
 func TestDisplayCaps(t *testing.T) {
 	t.Parallel()
-	p := newTestPool(t, Config{Workers: 1})
+	p := sharedTestPool(t, Config{Workers: 1})
 	r := run(t, p, Job{Code: `
 from pynox_display import display, HTML
 for i in range(70):

@@ -27,7 +27,7 @@ func hasPandas() bool {
 
 func TestDumpRestoreRoundTrip(t *testing.T) {
 	t.Parallel()
-	p := newTestPool(t, Config{Workers: 1})
+	p := sharedTestPool(t, Config{Workers: 1})
 	ctx := context.Background()
 	co, err := p.Checkout(ctx, Job{})
 	require.NoError(t, err)
@@ -101,7 +101,7 @@ print("ok")
 
 func TestDumpBeforeFirstStep(t *testing.T) {
 	t.Parallel()
-	p := newTestPool(t, Config{Workers: 1})
+	p := sharedTestPool(t, Config{Workers: 1})
 	ctx := context.Background()
 	co, err := p.Checkout(ctx, Job{})
 	require.NoError(t, err)

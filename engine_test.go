@@ -374,7 +374,7 @@ func TestFileSizeLimit(t *testing.T) {
 
 func TestSignalError(t *testing.T) {
 	t.Parallel()
-	p := newTestPool(t, Config{Workers: 1})
+	p := sharedTestPool(t, Config{Workers: 1})
 	r := run(t, p, Job{Code: "import ctypes\nctypes.string_at(0)"})
 	requireErrorType(t, r, "SignalError")
 	require.Contains(t, r.Error.Message, "SIGSEGV")
@@ -387,7 +387,7 @@ func TestSignalError(t *testing.T) {
 
 func TestOutputCap(t *testing.T) {
 	t.Parallel()
-	p := newTestPool(t, Config{Workers: 1})
+	p := sharedTestPool(t, Config{Workers: 1})
 	start := time.Now()
 	r := run(t, p, Job{Code: "import sys\nchunk = 'x' * (1 << 20)\nfor _ in range(100):\n    sys.stdout.write(chunk)\nprint('é' * 10, file=sys.stderr)", MaxOutput: 1000})
 	requireOK(t, r)
@@ -513,7 +513,7 @@ func TestTemplateKilled(t *testing.T) {
 
 func TestCancellation(t *testing.T) {
 	t.Parallel()
-	p := newTestPool(t, Config{Workers: 1})
+	p := sharedTestPool(t, Config{Workers: 1})
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer cancel()
 	res, err := p.Run(ctx, Job{Code: "import time; time.sleep(30)"})
@@ -584,7 +584,7 @@ func TestSandboxSetupFailsClosed(t *testing.T) {
 // the filesystem; scheduling calls could slow other processes of the uid.
 func TestIPCAndSchedulingOfOthersDenied(t *testing.T) {
 	t.Parallel()
-	p := newTestPool(t, Config{Workers: 1})
+	p := sharedTestPool(t, Config{Workers: 1})
 	code := fmt.Sprintf(`import ctypes, os
 libc = ctypes.CDLL(None, use_errno=True)
 def errno_of(rc):
@@ -730,6 +730,7 @@ func TestPanicKeepsSpares(t *testing.T) {
 // under the template layer alone (with no capabilities and no_new_privs),
 // and a job's process under the template layer and its own job layer.
 func TestSeccompLayers(t *testing.T) {
+	t.Parallel()
 	p := newTestPool(t, Config{Workers: 1})
 	requireOK(t, run(t, p, Job{Code: "pass"}))
 	status := func(pid int) string {

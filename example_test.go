@@ -23,18 +23,22 @@ var exampleRoot struct {
 	err  error
 }
 
-// TestMain runs the package's tests and examples, then removes the
-// examples' scratch directories.
+// TestMain runs the package's tests and examples, then closes the tests'
+// shared pools and removes the examples' scratch directories.
 func TestMain(m *testing.M) {
 	testenv.RaiseParallel()
 	code := m.Run()
+	pynox.CloseSharedTestPools()
 	if exampleRoot.dir != "" {
 		os.RemoveAll(exampleRoot.dir)
 	}
 	os.Exit(code)
 }
 
-// exampleConfig keeps the examples' ceiling in a scratch directory.
+// exampleConfig keeps the examples' ceiling in a scratch directory, and
+// runs the tests' interpreter (testenv.Python: the first python3 on PATH
+// may be a launcher such as a pyenv shim, which costs every template a
+// shell and the launcher's start).
 func exampleConfig() pynox.Config {
 	exampleRoot.once.Do(func() {
 		exampleRoot.dir, exampleRoot.err = os.MkdirTemp("", "pynox-example")
@@ -46,7 +50,7 @@ func exampleConfig() pynox.Config {
 	if err != nil {
 		log.Fatal(err)
 	}
-	return pynox.Config{Workers: 1, Dir: dir}
+	return pynox.Config{Workers: 1, Dir: dir, Python: testenv.Python()}
 }
 
 func Example() {

@@ -25,7 +25,7 @@ func gatherCode(n int) string {
 // the gathered result is right.
 func TestAsyncHostCallsRunConcurrently(t *testing.T) {
 	t.Parallel()
-	p := newTestPool(t, Config{Workers: 1})
+	p := sharedTestPool(t, Config{Workers: 1})
 	var arrived sync.WaitGroup
 	arrived.Add(3)
 	all := make(chan struct{})
@@ -52,7 +52,7 @@ func TestAsyncHostCallsRunConcurrently(t *testing.T) {
 // the job (no deadlock), and every result is right.
 func TestAsyncHostCallsCap(t *testing.T) {
 	t.Parallel()
-	p := newTestPool(t, Config{Workers: 1})
+	p := sharedTestPool(t, Config{Workers: 1})
 	var cur, most atomic.Int64
 	full := make(chan struct{})
 	var once sync.Once
@@ -118,7 +118,7 @@ func parsePyList(s string) []string {
 // answered in reverse order by call id, and the gathered result is right.
 func TestAsyncHostCallsCheckout(t *testing.T) {
 	t.Parallel()
-	p := newTestPool(t, Config{Workers: 1})
+	p := sharedTestPool(t, Config{Workers: 1})
 	ctx := context.Background()
 	co, err := p.Checkout(ctx, Job{Functions: []string{"echo"}})
 	require.NoError(t, err)
@@ -160,7 +160,7 @@ func TestAsyncHostCallsCheckout(t *testing.T) {
 // comes later and is dropped), leave the job's calls consistent.
 func TestAsyncHostCallsMixed(t *testing.T) {
 	t.Parallel()
-	p := newTestPool(t, Config{Workers: 1})
+	p := sharedTestPool(t, Config{Workers: 1})
 	release := make(chan struct{})
 	var once sync.Once
 	host := func(ctx context.Context, c *Call) (any, error) {
@@ -203,7 +203,7 @@ print(asyncio.run(aio.echo(4)))
 // event's Call in turn, as for sync code, answers concurrent calls too.
 func TestAsyncHostCallsCheckoutSimpleDriver(t *testing.T) {
 	t.Parallel()
-	p := newTestPool(t, Config{Workers: 1})
+	p := sharedTestPool(t, Config{Workers: 1})
 	ctx := context.Background()
 	co, err := p.Checkout(ctx, Job{Functions: []string{"echo"}})
 	require.NoError(t, err)
@@ -225,7 +225,7 @@ func TestAsyncHostCallsCheckoutSimpleDriver(t *testing.T) {
 // and the session's next step runs in the same process.
 func TestAsyncHostCallCancelledInSession(t *testing.T) {
 	t.Parallel()
-	p := newTestPool(t, Config{Workers: 1})
+	p := sharedTestPool(t, Config{Workers: 1})
 	ctx := context.Background()
 	co, err := p.Checkout(ctx, Job{Functions: []string{"slow"}})
 	require.NoError(t, err)
@@ -263,7 +263,7 @@ asyncio.run(main())
 // each to its own call.
 func TestAsyncHostCallsLargeResults(t *testing.T) {
 	t.Parallel()
-	p := newTestPool(t, Config{Workers: 1})
+	p := sharedTestPool(t, Config{Workers: 1})
 	host := func(ctx context.Context, c *Call) (any, error) {
 		var args []int
 		if err := json.Unmarshal(c.Args, &args); err != nil {

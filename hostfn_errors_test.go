@@ -14,7 +14,7 @@ import (
 // type is plain HostError; a wrapped RaiseAs is found.
 func TestHostRaiseAs(t *testing.T) {
 	t.Parallel()
-	p := newTestPool(t, Config{Workers: 1})
+	p := sharedTestPool(t, Config{Workers: 1})
 	host := func(ctx context.Context, c *Call) (any, error) {
 		switch c.Function {
 		case "page":
@@ -67,7 +67,7 @@ page('y')
 // error through RaiseError.
 func TestCheckoutResumeRaiseError(t *testing.T) {
 	t.Parallel()
-	p := newTestPool(t, Config{Workers: 1})
+	p := sharedTestPool(t, Config{Workers: 1})
 	ctx := context.Background()
 	co, err := p.Checkout(ctx, Job{Functions: []string{"get"}})
 	require.NoError(t, err)

@@ -94,7 +94,7 @@ print(json.dumps(out))
 // when the job bypasses its pynox_host and writes the call frame itself.
 func TestDeclaredTools(t *testing.T) {
 	t.Parallel()
-	p := newTestPool(t, Config{Workers: 1})
+	p := sharedTestPool(t, Config{Workers: 1})
 	var calls atomic.Int64
 	host := func(ctx context.Context, c *Call) (any, error) {
 		calls.Add(1)
@@ -184,7 +184,7 @@ func TestToolSchema(t *testing.T) {
 // own for a function defined with that signature.
 func TestDeclaredToolSignaturesMatchPython(t *testing.T) {
 	t.Parallel()
-	p := newTestPool(t, Config{Workers: 1})
+	p := sharedTestPool(t, Config{Workers: 1})
 	sigs := []string{
 		"()",
 		"(a, b, /, c, d=4, *args, e, f=None, **kw) -> None",

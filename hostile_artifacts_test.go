@@ -171,7 +171,7 @@ print("fifo", fifo)
 // beyond them a marker, never a kill.
 func TestCollectCaps(t *testing.T) {
 	t.Parallel()
-	p := newTestPool(t, Config{Workers: 1})
+	p := sharedTestPool(t, Config{Workers: 1})
 	res := run(t, p, Job{Code: `
 import os
 d = os.environ["PYNOX_OUTPUTS"]
@@ -237,7 +237,7 @@ func TestCollectRefused(t *testing.T) {
 // not return them again).
 func TestCollectSessionSteps(t *testing.T) {
 	t.Parallel()
-	p := newTestPool(t, Config{Workers: 1})
+	p := sharedTestPool(t, Config{Workers: 1})
 	ctx := context.Background()
 	_, err := p.Checkout(ctx, Job{Collect: []string{"$TMPDIR/*"}})
 	require.ErrorIs(t, err, ErrRequest)

@@ -14,6 +14,7 @@ import (
 )
 
 func TestHostileDisplayFrames(t *testing.T) {
+	t.Parallel()
 	p := newTestPool(t, Config{Workers: 1})
 	var streamed []Output
 	r := run(t, p, Job{Code: forgeReport + `

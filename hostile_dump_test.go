@@ -64,7 +64,7 @@ func TestHostileDumpReadsShadow(t *testing.T) {
 
 func TestDumpTooLarge(t *testing.T) {
 	t.Parallel()
-	p := newTestPool(t, Config{Workers: 1})
+	p := sharedTestPool(t, Config{Workers: 1})
 	ctx := context.Background()
 	co, err := p.Checkout(ctx, Job{})
 	require.NoError(t, err)
@@ -92,7 +92,7 @@ func TestDumpTooLarge(t *testing.T) {
 // A dump waits for no host call: with one waiting for Resume it is refused.
 func TestDumpWhileCallWaits(t *testing.T) {
 	t.Parallel()
-	p := newTestPool(t, Config{Workers: 1})
+	p := sharedTestPool(t, Config{Workers: 1})
 	ctx := context.Background()
 	co, err := p.Checkout(ctx, Job{Functions: []string{"f"}})
 	require.NoError(t, err)
@@ -119,7 +119,7 @@ func TestDumpWhileCallWaits(t *testing.T) {
 // exits ends the process, not the pool.
 func TestDumpReduceExits(t *testing.T) {
 	t.Parallel()
-	p := newTestPool(t, Config{Workers: 1})
+	p := sharedTestPool(t, Config{Workers: 1})
 	ctx := context.Background()
 	co, err := p.Checkout(ctx, Job{})
 	require.NoError(t, err)

@@ -32,7 +32,7 @@ print(r['id'], r.get('error'), flush=True)
 // protocol and is killed.
 func TestHostileHostCallsInFlight(t *testing.T) {
 	t.Parallel()
-	p := newTestPool(t, Config{Workers: 1})
+	p := sharedTestPool(t, Config{Workers: 1})
 	var seen atomic.Int64
 	host := func(ctx context.Context, c *Call) (any, error) {
 		seen.Add(1)

@@ -24,6 +24,7 @@ import (
 // verdict). A str subclass name that hashes unlike "TimeoutError" is
 // still qualified.
 func TestHostileReview2EvilExceptions(t *testing.T) {
+	t.Parallel()
 	p := newTestPool(t, Config{Workers: 1})
 	for _, tc := range []struct {
 		code     string
@@ -310,6 +311,7 @@ sc("SCHED_DEADLINE", 314, 0, attr, 0)
 // in some containers). The runner sets the job's RLIMIT_MEMLOCK to 0, so
 // such a mapping fails and the job holds no locked page.
 func TestHostileReview2MapLocked(t *testing.T) {
+	t.Parallel()
 	p := newTestPool(t, Config{Workers: 1})
 	r := run(t, p, Job{Timeout: 20 * time.Second, Code: advCode(`import mmap, resource
 R["memlock limit"] = "%r" % (resource.getrlimit(resource.RLIMIT_MEMLOCK),)

@@ -22,6 +22,7 @@ import (
 // never passes for frames the pool acts on); one that closes fds 1, 2 or 3
 // gets an ordinary result. The pool serves the next job each time.
 func TestHostileReview3DescriptorGames(t *testing.T) {
+	t.Parallel()
 	p := newTestPool(t, Config{Workers: 1})
 	cases := []struct {
 		name, code string

@@ -266,7 +266,7 @@ x = 5
 // exception) reach the job as plain pynox_host.HostError.
 func TestHostileReview4ToolSignaturesAndErrorTypes(t *testing.T) {
 	t.Parallel()
-	p := newTestPool(t, Config{Workers: 1})
+	p := sharedTestPool(t, Config{Workers: 1})
 	nest := strings.Repeat("(", 2000) + "int" + strings.Repeat(")", 2000)
 	tools := []Tool{
 		{Name: "a", Signature: "(x = __import__('builtins').__setattr__('PWNED_DEFAULT', 1)) -> int"},
@@ -357,7 +357,7 @@ print(oct(os.stat(d).st_mode & 0o7777), os.listdir(d), os.listdir(os.environ["PY
 // naming the end; the pool keeps serving.
 func TestHostileReview4DumpRacesFinish(t *testing.T) {
 	t.Parallel()
-	p := newTestPool(t, Config{Workers: 1})
+	p := sharedTestPool(t, Config{Workers: 1})
 	ctx := context.Background()
 	for i := 0; i < 5; i++ {
 		co, err := p.Checkout(ctx, Job{})
@@ -523,7 +523,7 @@ except BaseException as e:
 // another session and the pool go on.
 func TestHostileReview4OwnSigintHandlerDuringCall(t *testing.T) {
 	t.Parallel()
-	p := newTestPool(t, Config{Workers: 1})
+	p := sharedTestPool(t, Config{Workers: 1})
 	ctx := context.Background()
 	inCall := make(chan struct{}, 16)
 	release := make(chan struct{})
@@ -582,7 +582,7 @@ signal.signal(signal.SIGINT, h)
 // Another session and the pool go on.
 func TestHostileReview4ForgedReportBetweenSteps(t *testing.T) {
 	t.Parallel()
-	p := newTestPool(t, Config{Workers: 1})
+	p := sharedTestPool(t, Config{Workers: 1})
 	ctx := context.Background()
 	a, err := p.Checkout(ctx, Job{})
 	require.NoError(t, err)

@@ -74,7 +74,7 @@ print("started")
 // last ')'), nor break the result.
 func TestReview5ForgedCommUsage(t *testing.T) {
 	t.Parallel()
-	p := newTestPool(t, Config{Workers: 1})
+	p := sharedTestPool(t, Config{Workers: 1})
 	res := run(t, p, Job{Code: `
 import ctypes
 libc = ctypes.CDLL(None)
@@ -98,7 +98,7 @@ print(buf.value.decode())
 // the scratch directory is read, and the pool keeps serving.
 func TestReview5CollectSparseDeepAndSpecial(t *testing.T) {
 	t.Parallel()
-	p := newTestPool(t, Config{Workers: 1})
+	p := sharedTestPool(t, Config{Workers: 1})
 	deep := "$TMPDIR/" + strings.Repeat("*/", 31) + "*"
 	res := run(t, p, Job{Collect: []string{deep, "$TMPDIR/*"}, Code: `
 import os
@@ -226,7 +226,7 @@ time.sleep(30)
 // comes at once, and the pool serves on.
 func TestReview5SessionLeaseOnOutput(t *testing.T) {
 	t.Parallel()
-	p := newTestPool(t, Config{Workers: 1})
+	p := sharedTestPool(t, Config{Workers: 1})
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	co, err := p.Checkout(ctx, Job{})

@@ -248,7 +248,7 @@ func TestHostileReview7ForgedNonFiniteValue(t *testing.T) {
 // serves on.
 func TestHostileReview7RequestEnvAndNames(t *testing.T) {
 	t.Parallel()
-	p := newTestPool(t, Config{Workers: 1})
+	p := sharedTestPool(t, Config{Workers: 1})
 	for _, env := range []map[string]string{{"A=B": "x"}, {"": "x"}, {"A": "x\x00y"}, {"A\x00": "x"}} {
 		r := run(t, p, Job{Code: "print(1)", Env: env})
 		requireErrorType(t, r, "RequestError")
@@ -386,7 +386,7 @@ print("threads", n)
 // report (PoolWorkerError, its process ended): it hurts only itself.
 func TestHostileReview7SessionsShareNoTemplateState(t *testing.T) {
 	t.Parallel()
-	p := newTestPool(t, Config{Workers: 1})
+	p := sharedTestPool(t, Config{Workers: 1})
 	a := checkout(t, p, Job{})
 	b := checkout(t, p, Job{})
 	ra := feed(t, a, `

@@ -397,7 +397,7 @@ x = threading.Thread(target=th); x.start(); x.join()
 // (TestServeReview8SecretUnderInterpreterPaths).
 func TestHostileReview8RuntimePathsReadable(t *testing.T) {
 	t.Parallel()
-	p := newTestPool(t, Config{Workers: 1})
+	p := sharedTestPool(t, Config{Workers: 1})
 	if os.Geteuid() != 0 || !slicesContains(p.RuntimePaths(), "/usr") {
 		t.Skipf("needs root and an interpreter under /usr (runtime paths %v)", p.RuntimePaths())
 	}
@@ -512,7 +512,7 @@ func TestHostileReview8NSRefusedAfterFork(t *testing.T) {
 // turn sends SIGINT before it passes the answer on), each time.
 func TestHostileReview8InterruptBeforeAnswer(t *testing.T) {
 	t.Parallel()
-	p := newTestPool(t, Config{Workers: 1})
+	p := sharedTestPool(t, Config{Workers: 1})
 	ctx := context.Background()
 	entered := make(chan struct{}, 1)
 	release := make(chan struct{})

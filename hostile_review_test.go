@@ -277,6 +277,7 @@ print(json.dumps(R))`})
 // probe's trampoline they only end the caller (SIGILL) or fail. Neither
 // gives a job anything; the pool serves on.
 func TestHostileReviewUprobeSyscalls(t *testing.T) {
+	t.Parallel()
 	if runtime.GOARCH != "amd64" {
 		t.Skip("system call numbers are x86-64's")
 	}
@@ -298,6 +299,7 @@ func TestHostileReviewUprobeSyscalls(t *testing.T) {
 // its own and enforces it only restricts itself further; silencing the
 // audit log of its own nested domains (ABI 7) changes no access.
 func TestHostileReviewNestedLandlock(t *testing.T) {
+	t.Parallel()
 	p := newTestPool(t, Config{Workers: 1})
 	secret := filepath.Join(t.TempDir(), "secret")
 	require.NoError(t, os.WriteFile(secret, []byte("s3cret"), 0o600))
@@ -364,6 +366,7 @@ print(json.dumps(R))`})
 // what it resolves to. Nor can a job make a FIFO, a device or a socket
 // there.
 func TestHostileReviewPlantedLinks(t *testing.T) {
+	t.Parallel()
 	p := newTestPool(t, Config{Workers: 1})
 	secret := filepath.Join(t.TempDir(), "secret.py")
 	require.NoError(t, os.WriteFile(secret, []byte("print('SECRET')\n"), 0o600))
@@ -400,6 +403,7 @@ print(json.dumps(R))`})
 // Corpus: a job that plays with its own control socket's options, and
 // shuts it down halfway, breaks only itself.
 func TestHostileReviewControlSocketOptions(t *testing.T) {
+	t.Parallel()
 	p := newTestPool(t, Config{Workers: 1})
 	for _, code := range []string{
 		// The smallest buffers the kernel allows, then an honest end.
@@ -457,6 +461,7 @@ func pyQuote(s string) string {
 // paths (and /etc/ld.so.preload) as protected like RuntimePaths in
 // plan.go.
 func TestHostileReviewSystemPathsWritable(t *testing.T) {
+	t.Parallel()
 	var targets []string
 	for _, p := range []string{"/etc/ssl/certs", "/etc/hosts", "/etc/resolv.conf"} {
 		if _, err := os.Stat(p); err == nil {
@@ -528,6 +533,7 @@ threading.Thread(target=spin, daemon=True).start()`))
 // (which frees blocks), deny KEEP_SIZE otherwise, ZERO_RANGE|KEEP_SIZE
 // and the rest.
 func TestHostileReviewFallocateKeepSize(t *testing.T) {
+	t.Parallel()
 	p := newTestPool(t, Config{Workers: 1, Limits: Limits{MaxFileSize: 1 << 20}})
 	out := filepath.Join(p.cfg.Dir, "out")
 	require.NoError(t, os.Mkdir(out, 0o755))

@@ -85,6 +85,7 @@ print(json.dumps(R))`})
 // module-qualified, whether the runner reports it or the job forges the
 // report; other types stay bare.
 func TestHostileRTFixErrorTypes(t *testing.T) {
+	t.Parallel()
 	p := newTestPool(t, Config{Workers: 1})
 	for _, tc := range []struct{ code, want string }{
 		{"raise TimeoutError('socket timed out')", "builtins.TimeoutError"},
@@ -112,6 +113,7 @@ time.sleep(1)`, "__main__.RequestError"},
 // configuration file (package jsonl), from Config (profiles and package directories too)
 // and in requests, naming the field.
 func TestHostileRTFixEmptyPaths(t *testing.T) {
+	t.Parallel()
 	// (The configuration file's lists: TestHostileRTFixEmptyPathsInConfigFile
 	// in package jsonl.)
 	requireSandbox(t)
@@ -143,6 +145,7 @@ func TestHostileRTFixEmptyPaths(t *testing.T) {
 // one, whether a request, a profile or a session step asks; the refusal
 // names the field. A profile that asks is refused when the pool starts.
 func TestHostileRTFixSystemPathGrants(t *testing.T) {
+	t.Parallel()
 	requireSandbox(t)
 	p := newTestPool(t, Config{Workers: 1, Limits: Limits{AllowWrite: []string{"/etc", "/usr"}}})
 	// (/etc covers /etc/ld.so.preload by name, whether it exists or not.)

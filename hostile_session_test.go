@@ -38,7 +38,7 @@ func checkout(t testing.TB, p *Pool, job Job) *Checkout {
 
 func TestHostileSessionConfined(t *testing.T) {
 	t.Parallel()
-	p := newTestPool(t, Config{Workers: 1})
+	p := sharedTestPool(t, Config{Workers: 1})
 	co := checkout(t, p, Job{})
 	requireOK(t, feed(t, co, "x = 1"))
 	// Later steps run under the same confinement as the first.
@@ -73,7 +73,7 @@ const forgeSend = "import os, struct\ndef send(s):\n    b = s.encode()\n    os.w
 
 func TestHostileSessionForgedFrames(t *testing.T) {
 	t.Parallel()
-	p := newTestPool(t, Config{Workers: 1})
+	p := sharedTestPool(t, Config{Workers: 1})
 	frame := func(obj string) string { return forgeSend + "send(" + obj + ")\n" }
 	cases := []struct {
 		name string
@@ -125,7 +125,7 @@ func TestHostileSessionForgedFrames(t *testing.T) {
 
 func TestHostileSessionStealsItsNextStep(t *testing.T) {
 	t.Parallel()
-	p := newTestPool(t, Config{Workers: 1})
+	p := sharedTestPool(t, Config{Workers: 1})
 	co := checkout(t, p, Job{Timeout: time.Second})
 	// Threads that read the control channel between steps take the next
 	// step's frame: that step never runs, times out, and the session ends.
@@ -191,7 +191,7 @@ func procStateCPU(t *testing.T, pid int) (string, uint64) {
 
 func TestHostileSessionsIsolated(t *testing.T) {
 	t.Parallel()
-	p := newTestPool(t, Config{Workers: 1})
+	p := sharedTestPool(t, Config{Workers: 1})
 	a := checkout(t, p, Job{})
 	b := checkout(t, p, Job{})
 	// B's pid as the pool knows it (in a PID namespace of its own, os.getpid()
@@ -266,7 +266,7 @@ func TestHostileHostCalls(t *testing.T) {
 
 func TestHostCallsFromThreadsBetweenSteps(t *testing.T) {
 	t.Parallel()
-	p := newTestPool(t, Config{Workers: 1})
+	p := sharedTestPool(t, Config{Workers: 1})
 	var steps []any
 	host := func(ctx context.Context, c *Call) (any, error) {
 		steps = append(steps, c.JobID)

@@ -16,7 +16,7 @@ import (
 // the old thread's.
 func TestHostileStreamKeptStdoutAcrossSteps(t *testing.T) {
 	t.Parallel()
-	p := newTestPool(t, Config{Workers: 1})
+	p := sharedTestPool(t, Config{Workers: 1})
 	ctx := context.Background()
 	co, err := p.Checkout(ctx, Job{})
 	require.NoError(t, err)

@@ -57,7 +57,7 @@ var forgedValues = []struct{ name, frame, msg string }{
 
 func TestHostileValueForgedReport(t *testing.T) {
 	t.Parallel()
-	p := newTestPool(t, Config{Workers: 1})
+	p := sharedTestPool(t, Config{Workers: 1})
 	for _, c := range forgedValues {
 		code := forgeReport + "report(" + strings.ReplaceAll(c.frame, "STEP", "1") + ")\ntime.sleep(30)\n"
 		r := run(t, p, Job{ID: c.name, Code: code, Timeout: 20 * time.Second})
@@ -71,7 +71,7 @@ func TestHostileValueForgedReport(t *testing.T) {
 
 func TestHostileValueForgedReportInSession(t *testing.T) {
 	t.Parallel()
-	p := newTestPool(t, Config{Workers: 1})
+	p := sharedTestPool(t, Config{Workers: 1})
 	co := checkout(t, p, Job{})
 	for _, c := range forgedValues {
 		// A step of a live process: the forged report ends the session.

@@ -22,7 +22,7 @@ import (
 // in the job, before any host function sees it.
 func TestHostileCallArguments(t *testing.T) {
 	t.Parallel()
-	p := newTestPool(t, Config{Workers: 1})
+	p := sharedTestPool(t, Config{Workers: 1})
 	var called atomic.Int64
 	host := func(ctx context.Context, c *Call) (any, error) {
 		called.Add(1)

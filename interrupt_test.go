@@ -319,7 +319,7 @@ func TestCheckoutTimeoutExhausted(t *testing.T) {
 // reached the job's deadline does not turn the timeout into a HostError.
 func TestHostFuncDeadlineIsATimeout(t *testing.T) {
 	t.Parallel()
-	p := newTestPool(t, Config{Workers: 1})
+	p := sharedTestPool(t, Config{Workers: 1})
 	host := func(ctx context.Context, call *Call) (any, error) {
 		<-ctx.Done()
 		return nil, ctx.Err()
@@ -334,7 +334,7 @@ func TestHostFuncDeadlineIsATimeout(t *testing.T) {
 // whose call waits for Resume takes effect once the call is answered.
 func TestInterruptWhileCallAwaitsResume(t *testing.T) {
 	t.Parallel()
-	p := newTestPool(t, Config{Workers: 1})
+	p := sharedTestPool(t, Config{Workers: 1})
 	ctx := context.Background()
 	co, err := p.Checkout(ctx, Job{Functions: []string{"ask"}, Timeout: 30 * time.Second})
 	require.NoError(t, err)

@@ -15,7 +15,7 @@ import (
 // scratch directory starts with an empty, usable one.
 func TestCollectOutputsReplaced(t *testing.T) {
 	t.Parallel()
-	p := newTestPool(t, Config{Workers: 1})
+	p := sharedTestPool(t, Config{Workers: 1})
 	for _, how := range []string{
 		"os.rename(d, t + '/real'); os.symlink(t + '/real', d)",
 		"os.rename(d, t + '/real'); open(d, 'w').write('a file')",

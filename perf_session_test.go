@@ -12,7 +12,7 @@ import (
 // Feed return ErrFinished, as for a first step (TestFinishKillsRunningStep).
 func TestFinishKillsRunningLaterStep(t *testing.T) {
 	t.Parallel()
-	p := newTestPool(t, Config{Workers: 1})
+	p := sharedTestPool(t, Config{Workers: 1})
 	h := newSignalHost()
 	co := checkout(t, p, Job{Functions: signalFunctions, Host: h.host})
 	ev, err := co.Feed(context.Background(), Step{Code: "x = 1"})

@@ -248,7 +248,7 @@ func TestScratchSession(t *testing.T) {
 // The request's env may name TMPDIR and HOME itself.
 func TestScratchEnvOverride(t *testing.T) {
 	t.Parallel()
-	p := newTestPool(t, Config{Workers: 1})
+	p := sharedTestPool(t, Config{Workers: 1})
 	res := run(t, p, Job{Env: map[string]string{"HOME": "/nonexistent"}, Code: "import os\nprint(os.environ['HOME'], os.environ['TMPDIR'] != '/nonexistent')"})
 	requireOK(t, res)
 	require.Equal(t, "/nonexistent True\n", res.Stdout)

@@ -275,7 +275,7 @@ threading.Thread(target=w, daemon=True).start()
 // session job's.
 func TestStreamSessionSteps(t *testing.T) {
 	t.Parallel()
-	p := newTestPool(t, Config{Workers: 1})
+	p := sharedTestPool(t, Config{Workers: 1})
 	ctx := context.Background()
 	def := &outputLog{}
 	co, err := p.Checkout(ctx, Job{OnOutput: def.fn})
@@ -297,7 +297,7 @@ func TestStreamSessionSteps(t *testing.T) {
 // and the pool serves on.
 func TestStreamCallbackPanic(t *testing.T) {
 	t.Parallel()
-	p := newTestPool(t, Config{Workers: 1})
+	p := sharedTestPool(t, Config{Workers: 1})
 	var calls atomic.Int64
 	res := run(t, p, Job{Code: "import time\nfor i in range(3): print(i, flush=True); time.sleep(0.05)", OnOutput: func(Stream, string) {
 		calls.Add(1)
@@ -314,7 +314,7 @@ func TestStreamCallbackPanic(t *testing.T) {
 // is whole and in order all the same.
 func TestStreamCoalescesSmallWrites(t *testing.T) {
 	t.Parallel()
-	p := newTestPool(t, Config{Workers: 1})
+	p := sharedTestPool(t, Config{Workers: 1})
 	log := &outputLog{}
 	res := run(t, p, Job{Code: "for i in range(10000): print(i, flush=True)", OnOutput: log.fn})
 	log.returned.Store(true)

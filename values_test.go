@@ -16,7 +16,7 @@ import (
 
 func TestInputsAndValueRoundTrip(t *testing.T) {
 	t.Parallel()
-	p := newTestPool(t, Config{Workers: 1})
+	p := sharedTestPool(t, Config{Workers: 1})
 	inputs := map[string]any{
 		"d":      map[string]any{"a": 1, "b": []any{"x", 2.5, true, nil}},
 		"l":      []any{1, 2, 3},
@@ -73,7 +73,7 @@ assert "d" in globals() and __name__ == "__main__"
 
 func TestValueReprAndNone(t *testing.T) {
 	t.Parallel()
-	p := newTestPool(t, Config{Workers: 1})
+	p := sharedTestPool(t, Config{Workers: 1})
 	for _, c := range []struct{ code, repr string }{
 		{"{3, 1, 2}", "{1, 2, 3}"},
 		{"class C:\n    def __repr__(self):\n        return 'C()'\nC()", "C()"},
@@ -133,7 +133,7 @@ func TestValueReprAndNone(t *testing.T) {
 
 func TestValueTracebacks(t *testing.T) {
 	t.Parallel()
-	p := newTestPool(t, Config{Workers: 1})
+	p := sharedTestPool(t, Config{Workers: 1})
 	// A last expression that raises: its line, in the error and the
 	// traceback, and no value.
 	r := run(t, p, Job{Name: "cell.py", Code: "x = 1\ny = 0\n\n(x +\n  x / y)\n"})
@@ -193,7 +193,7 @@ func TestValueTracebacks(t *testing.T) {
 
 func TestInputsRefused(t *testing.T) {
 	t.Parallel()
-	p := newTestPool(t, Config{Workers: 1})
+	p := sharedTestPool(t, Config{Workers: 1})
 	deep := any(1)
 	for range 300 {
 		deep = []any{deep}
@@ -240,7 +240,7 @@ func TestInputsRefused(t *testing.T) {
 
 func TestSessionInputsAndValues(t *testing.T) {
 	t.Parallel()
-	p := newTestPool(t, Config{Workers: 1})
+	p := sharedTestPool(t, Config{Workers: 1})
 	co := checkout(t, p, Job{})
 	step := func(s Step) *Result {
 		t.Helper()

@@ -15,6 +15,6 @@ func TestMain(m *testing.M) {
 	testenv.RaiseParallel()
 	testenv.PrebuildPynox()
 	code := m.Run()
-	testenv.RemovePynox()
+	testenv.WaitPynox()
 	os.Exit(code)
 }

@@ -35,22 +35,21 @@ var (
 
 // TestMain runs the package's parallel tests at least
 // testenv.MinParallel at a time (each starts its own `pynox pool` or
-// `pynox serve` in its own directory, on port 0, and mostly waits on it),
-// and removes the package's one build of the command at the end.
+// `pynox serve` in its own directory, on port 0, and mostly waits on it).
+// What they leave to PATH (the pool's python3, the Python clients) runs
+// the tests' interpreter (testenv.PreferPythonOnPath).
 //
 // When the whole package runs (no -run), the build starts at once in the
 // background, so that the sequential tests that need no binary run while
 // it links.
 func TestMain(m *testing.M) {
 	testenv.RaiseParallel()
+	testenv.PreferPythonOnPath()
 	if testenv.RunsAll() {
 		go buildOnce.Do(buildBinary)
 	}
 	code := m.Run()
 	buildOnce.Do(func() {}) // waits for a build still under way
-	if binPath != "" {
-		os.RemoveAll(filepath.Dir(binPath))
-	}
 	os.Exit(code)
 }
 
@@ -74,19 +73,10 @@ func builtBinary(t *testing.T) string {
 	return binPath
 }
 
-// buildBinary builds this command into a new temporary directory, once
-// (buildOnce): binPath, or buildErr with go build's output.
-func buildBinary() {
-	dir, err := os.MkdirTemp("", "pynox-bin")
-	if err != nil {
-		buildErr = err
-		return
-	}
-	binPath = filepath.Join(dir, "pynox")
-	if out, err := exec.Command("go", "build", "-o", binPath, ".").CombinedOutput(); err != nil {
-		buildErr = fmt.Errorf("go build ./cmd/pynox: %v: %s", err, out)
-	}
-}
+// buildBinary builds this command, once (buildOnce): binPath, or
+// buildErr with go build's output. The build is testenv.BuildPynox's,
+// which every package's tests of this checkout share.
+func buildBinary() { binPath, buildErr = testenv.BuildPynox() }
 
 type poolProc struct {
 	ready  map[string]any
