@@ -134,3 +134,75 @@ func TestSlotsNeverShared(t *testing.T) {
 	require.Len(t, ents, 1, "the freed slot holds the last namespace's mountpoint only")
 	require.Equal(t, "b", ents[0].Name())
 }
+
+// slottedMounter starts a mounter prepared like preparedMounter on a
+// shared root with n slots; it returns the mounter and the slots' paths.
+func slottedMounter(t *testing.T, stock, n int) (*Mounter, []string) {
+	t.Helper()
+	requireMounter(t)
+	fsfd, err := unix.Fsopen("tmpfs", unix.FSOPEN_CLOEXEC)
+	require.NoError(t, err)
+	require.NoError(t, unix.FsconfigCreate(fsfd))
+	base, err := unix.Fsmount(fsfd, unix.FSMOUNT_CLOEXEC, 0)
+	unix.Close(fsfd)
+	require.NoError(t, err)
+	t.Cleanup(func() { unix.Close(base) })
+	paths, err := MakeSlots(base, n)
+	require.NoError(t, err)
+	m, err := Start("/usr/bin/python3")
+	require.NoError(t, err)
+	t.Cleanup(func() { m.Close() })
+	require.NoError(t, m.Prepare(Plan{
+		Binds: []Bind{{Source: openPath(t, "/usr"), Path: "/usr", ReadOnly: true},
+			{Source: openPath(t, "/proc"), Path: "/proc", ReadOnly: true}},
+		Links: HostLinks(), Dirs: []string{"/srv/app"}, Root: base, RootSet: true, Slots: n,
+	}, stock))
+	return m, paths
+}
+
+// The slot layout of TestPreparedSharedRootCollect and
+// TestPreparedSharedRootBaseKept: a live namespace's mountpoints (its
+// base's and its job's) are never removed while it lives, a gone or
+// failed one's slot is emptied and used again, the base's mountpoints are
+// never removed under a build, and no two live namespaces share a slot.
+func TestPreparedSlots(t *testing.T) {
+	m, paths := slottedMounter(t, 2, 5)
+	src := openPath(t, dataDir(t, "A"))
+	has := func(rel string) int {
+		n := 0
+		for _, p := range paths {
+			if _, err := os.Lstat(p + "/" + rel); err == nil {
+				n++
+			}
+		}
+		return n
+	}
+	keep, err := m.Build(Plan{Binds: []Bind{{Source: src, Path: "/keep/x", ReadOnly: true}}})
+	require.NoError(t, err)
+	gone, err := m.Build(Plan{Binds: []Bind{{Source: src, Path: "/gone/x", ReadOnly: true}}})
+	require.NoError(t, err)
+	require.Equal(t, 1, has("gone/x"))
+	gone.Close()
+	_, err = m.Build(Plan{Binds: []Bind{{Source: src, Path: "/failed/x", ReadOnly: true}, {Source: src, Path: "/usr/y", ReadOnly: true}}})
+	require.Error(t, err)
+	// More builds than slots, each closed: slots are freed and reused.
+	for i := range 8 {
+		ns, err := m.Build(Plan{Binds: []Bind{{Source: src, Path: "/data", ReadOnly: true}}})
+		require.NoError(t, err, "build %d", i)
+		got := look(t, ns, "/data/f.txt")
+		ns.Close()
+		require.Equal(t, "A", got["read /data/f.txt"], "build %d", i)
+		require.ElementsMatch(t, []any{"/", "/usr", "/proc", "/data"}, got["mounts"], "build %d", i)
+		require.NotContains(t, got["root"], "keep", "build %d sees a live namespace's mountpoint", i)
+	}
+	other, err := m.Build(Plan{Binds: []Bind{{Source: src, Path: "/other", ReadOnly: true}}})
+	require.NoError(t, err)
+	defer other.Close()
+	require.Equal(t, "A", look(t, other, "/other/f.txt")["read /other/f.txt"])
+	require.Equal(t, 1, has("keep/x"), "a live namespace's mountpoint was removed")
+	require.Equal(t, 0, has("gone"), "a gone namespace's mountpoint stayed")
+	require.Equal(t, 0, has("failed"), "a failed attach's mountpoint stayed")
+	got := look(t, keep, "/keep/x/f.txt")
+	require.Equal(t, "A", got["read /keep/x/f.txt"], "the kept namespace's mount is still there")
+	keep.Close()
+}
