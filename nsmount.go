@@ -36,8 +36,9 @@ type nsMounter struct {
 	m    *mountns.Mounter
 	err  error
 	// base, in a pool that confines itself, is a detached tmpfs mount
-	// made before the pool's Landlock domain, whose root holds a rule of
-	// that domain; every job namespace's root is a clone of it.
+	// made before the pool's Landlock domain, whose slot directories
+	// (nSlots) each hold a rule of that domain; every job namespace's
+	// root is a clone of a slot no other live namespace uses.
 	base    int
 	hasBase bool
 	// inodes is the base tmpfs's size in inodes (nsRootInodes); zero
