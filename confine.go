@@ -61,14 +61,15 @@ type selfPolicy struct {
 	DenyNet bool           // handle (deny) TCP and UDP bind and connect
 	Connect []uint16       // TCP ports connect is allowed to when DenyNet
 	Rules   []sandbox.Rule // sorted by path, one per path
-	// NSRoot is the root of the tmpfs every job mount namespace's root is
-	// a clone of (a /proc/self/fd path), or "". Landlock's path walk in a
-	// job's namespace ends at that root, not at the ancestors of the host
+	// NSRoots are the slot directories of the tmpfs every job mount
+	// namespace's root is a clone of one of (/proc/self/fd paths; see
+	// mountns.Plan.Slots), or none. Landlock's path walk in a job's
+	// namespace ends at that root, not at the ancestors of the host
 	// directories bound there, so the rule on it is what lets a job use
 	// its namespace; the namespace holds only what the domain allows
 	// anyway (runtime and system paths, grants within the ceiling, the
 	// job's scratch, /proc and device files, and the job's overlays).
-	NSRoot       string
+	NSRoots      []string
 	NSRootAccess uint64
 }
 
@@ -95,8 +96,8 @@ func (s selfPolicy) String() string {
 			fmt.Fprintf(&b, "  tcp port %d connect_tcp\n", port)
 		}
 	}
-	if s.NSRoot != "" {
-		fmt.Fprintf(&b, "  (job namespaces' root) %s\n", sandbox.FSRights(s.NSRootAccess))
+	if len(s.NSRoots) > 0 {
+		fmt.Fprintf(&b, "  (job namespaces' roots: %d slots) %s\n", len(s.NSRoots), sandbox.FSRights(s.NSRootAccess))
 	}
 	return b.String()
 }
@@ -215,8 +216,8 @@ func (s selfPolicy) apply() error {
 			rules = append(rules, landlock.ConnectTCP(port))
 		}
 	}
-	if s.NSRoot != "" {
-		rules = append(rules, landlock.PathAccess(landlock.AccessFSSet(s.NSRootAccess), s.NSRoot))
+	if len(s.NSRoots) > 0 {
+		rules = append(rules, landlock.PathAccess(landlock.AccessFSSet(s.NSRootAccess), s.NSRoots...))
 	}
 	return cfg.Restrict(rules...)
 }
@@ -245,8 +246,8 @@ func (p *Pool) confineSelf(extraWrite []string) (SelfConfinement, error) {
 		return SelfConfinement{}, fmt.Errorf("confining the pool: %w", err)
 	}
 	pol := p.selfPolicy(abi, runtime, extraWrite)
-	if root := p.ns.rootRule(); root != "" {
-		pol.NSRoot = root
+	if roots := p.ns.rootRules(); len(roots) > 0 {
+		pol.NSRoots = roots
 		pol.NSRootAccess = sandbox.RuntimeAccess(abi) | sandbox.WriteAccess(abi) | sandbox.DeviceAccess(abi, true)
 	}
 	if err := pol.apply(); err != nil {

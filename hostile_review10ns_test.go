@@ -21,7 +21,8 @@ import (
 
 // r10SharedMounter starts a mounter prepared with a base of /usr on a
 // shared root tmpfs of inodes inodes (a confined pool's, made smaller),
-// and returns it with the root's descriptor and a host directory and
+// with the slot directories of a pool of two workers and two sessions
+// (nsSlots), and returns it with the root's descriptor and a host directory and
 // file to mount.
 func r10SharedMounter(t *testing.T, inodes string) (m *mountns.Mounter, root, dir, file int) {
 	t.Helper()
@@ -36,6 +37,8 @@ func r10SharedMounter(t *testing.T, inodes string) (m *mountns.Mounter, root, di
 	unix.Close(fsfd)
 	require.NoError(t, err)
 	t.Cleanup(func() { unix.Close(root) })
+	_, err = mountns.MakeSlots(root, nsSlots(2, 2))
+	require.NoError(t, err)
 	m, err = mountns.Start(nsPython)
 	require.NoError(t, err)
 	t.Cleanup(func() { m.Close() })
@@ -43,7 +46,7 @@ func r10SharedMounter(t *testing.T, inodes string) (m *mountns.Mounter, root, di
 	require.NoError(t, err)
 	t.Cleanup(func() { unix.Close(usr) })
 	require.NoError(t, m.Prepare(mountns.Plan{Binds: []mountns.Bind{{Source: usr, Path: "/usr", ReadOnly: true}},
-		Links: mountns.HostLinks(), Root: root, RootSet: true}, 2))
+		Links: mountns.HostLinks(), Root: root, RootSet: true, Slots: nsSlots(2, 2)}, 2))
 	d := t.TempDir()
 	require.NoError(t, os.WriteFile(filepath.Join(d, "f.txt"), []byte("hello"), 0o644))
 	dir, err = unix.Open(d, unix.O_PATH|unix.O_CLOEXEC, 0)
@@ -58,11 +61,11 @@ func r10SharedMounter(t *testing.T, inodes string) (m *mountns.Mounter, root, di
 // Probe: in a pool whose namespaces share one root tmpfs (a confined
 // pool), the mountpoints one live namespace holds are names every other
 // namespace's attach finds there. A job (a session, say) that holds a
-// file mount at /x makes every other tenant's directory mount at /x or
-// beneath it fail, and one that holds a directory at /y fails another's
-// file mount at /y, for as long as it lives.
+// file mount at /x made every other tenant's directory mount at /x or
+// beneath it fail, and one that held a directory at /y failed another's
+// file mount at /y, for as long as it lived. Now each live namespace's
+// root is a clone of a slot directory of its own (nsSlots).
 func TestHostileReview10NSSharedRootTypeConflict(t *testing.T) {
-	t.Skip("review 10ns: in a shared root (confined pool) a live namespace's mountpoint names (file or directory) make other tenants' mounts of the other type at or beneath that path fail (move_mount EINVAL / ENOTDIR); fix: one slot directory per namespace that can be live, made in the shared tmpfs with a rule of the pool's domain before it confines itself (a private tmpfs over the shared root fails: Landlock ignores a rule on a covered mountpoint)")
 	m, _, dir, file := r10SharedMounter(t, "65536")
 	a, err := m.Build(mountns.Plan{Binds: []mountns.Bind{{Source: file, Path: "/x", ReadOnly: true},
 		{Source: dir, Path: "/y", ReadOnly: true}}})

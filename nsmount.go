@@ -36,13 +36,19 @@ type nsMounter struct {
 	m    *mountns.Mounter
 	err  error
 	// base, in a pool that confines itself, is a detached tmpfs mount
-	// made before the pool's Landlock domain, whose root holds a rule of
-	// that domain; every job namespace's root is a clone of it.
+	// made before the pool's Landlock domain, whose slot directories
+	// (nSlots) each hold a rule of that domain; every job namespace's
+	// root is a clone of a slot no other live namespace uses.
 	base    int
 	hasBase bool
 	// inodes is the base tmpfs's size in inodes (nsRootInodes); zero
 	// means nsRootMinInodes.
 	inodes int
+	// nSlots is how many slot directories the base tmpfs holds (nsSlots),
+	// one per namespace that can be live at once; slotRules are their
+	// paths for the pool's Landlock domain.
+	nSlots    int
+	slotRules []string
 	// links are the host's top-level symbolic links, read before the
 	// pool confines itself (its Landlock domain may deny listing "/");
 	// nil means read them when needed.
@@ -93,6 +99,13 @@ func (n *nsMounter) startEarly() {
 			n.setStartErr()
 			return
 		}
+		n.nSlots = max(n.nSlots, 1)
+		if n.slotRules, err = mountns.MakeSlots(base, n.nSlots); err != nil {
+			unix.Close(base)
+			n.err = fmt.Errorf("making the namespaces' root tmpfs: %w", err)
+			n.setStartErr()
+			return
+		}
 		n.base, n.hasBase = base, true
 		n.start()
 		if n.err != nil {
@@ -116,6 +129,18 @@ const nsMaxEntries = 512
 
 // nsRootMinInodes is the least inodes of the namespaces' shared root.
 const nsRootMinInodes = 65536
+
+// nsSlots is how many namespaces of a pool of workers workers and
+// sessions sessions at most can be live at once, in a pool that confines
+// itself: the one-shot jobs' jobSlots (two per worker) and one per worker
+// whose process is still exiting, a session's each, the mounter's stock,
+// and the mounter's probe. Each has a slot directory of its own in the
+// shared root (mountns.Plan.Slots): while one job holds a file mount at
+// /x, another tenant's directory mount at /x is made in another
+// directory (TestHostileReview10NSSharedRootTypeConflict).
+func nsSlots(workers, sessions int) int {
+	return 3*workers + sessions + mountns.MaxStock + 1
+}
 
 // nsRootInodes is the size in inodes of the namespaces' shared root for
 // a pool of workers workers and sessions sessions at most: room for the
@@ -168,13 +193,13 @@ func (n *nsMounter) setStartErr() {
 	n.mu.Unlock()
 }
 
-// rootRule is the path of the base tmpfs's root for the pool's Landlock
-// domain, or "" without one.
-func (n *nsMounter) rootRule() string {
+// rootRules are the paths of the base tmpfs's slot directories for the
+// pool's Landlock domain, or none without a base.
+func (n *nsMounter) rootRules() []string {
 	if !n.hasBase {
-		return ""
+		return nil
 	}
-	return "/proc/self/fd/" + strconv.Itoa(n.base)
+	return n.slotRules
 }
 
 // get returns the running mounter, starting and probing it on first use.
@@ -203,7 +228,7 @@ func (n *nsMounter) start() {
 	probe, err := m.Build(mountns.Plan{
 		Binds:    []mountns.Bind{{Source: int(root.Fd()), Path: "/probe/bind", ReadOnly: true}},
 		Overlays: []mountns.Overlay{{Lower: int(root.Fd()), Path: "/probe/overlay", Limit: 1 << 20}},
-		Root:     n.base, RootSet: n.hasBase,
+		Root:     n.base, RootSet: n.hasBase, Slots: n.nSlots,
 	})
 	if err != nil {
 		m.Close()
@@ -253,7 +278,7 @@ func (p *Pool) nsObstacles() []string {
 	why := nsMachineObstacles()
 	if err := p.ns.failed(); err != nil {
 		why = append(why, "the pool's mounter failed: "+err.Error())
-	} else if p.self.Landlock > 0 && p.ns.rootRule() == "" {
+	} else if p.self.Landlock > 0 && len(p.ns.rootRules()) == 0 {
 		why = append(why, "the pool confines itself (confine_self) and its Landlock domain holds no rule on a root for "+
 			"its jobs' namespaces (the mounter did not start before the pool confined itself)")
 	}
@@ -345,7 +370,7 @@ func (b *nsBase) close() {
 
 // plan is the base as a mountns plan.
 func (b *nsBase) plan(n *nsMounter) mountns.Plan {
-	pl := mountns.Plan{Links: b.links, Dirs: b.dirs, Root: n.base, RootSet: n.hasBase}
+	pl := mountns.Plan{Links: b.links, Dirs: b.dirs, Root: n.base, RootSet: n.hasBase, Slots: n.nSlots}
 	for _, h := range b.binds {
 		pl.Binds = append(pl.Binds, mountns.Bind{Source: h.fd, Path: h.path, ReadOnly: h.ro})
 	}
@@ -527,7 +552,7 @@ func (p *Pool) buildNS(pl *plan) *Error {
 	} else {
 		hostBinds = kept
 		plan.Links = base.links
-		plan.Root, plan.RootSet = p.ns.base, p.ns.hasBase
+		plan.Root, plan.RootSet, plan.Slots = p.ns.base, p.ns.hasBase, p.ns.nSlots
 		// The working directory, unless a grant or a mount shows it.
 		for _, d := range base.dirs {
 			shown := false

@@ -190,6 +190,7 @@ func New(cfg Config) (*Pool, error) {
 		// domain, and the domain must hold a rule on their root.
 		if len(nsMachineObstacles()) == 0 {
 			p.ns.inodes = nsRootInodes(cfg.Workers, cfg.MaxSessions)
+			p.ns.nSlots = nsSlots(cfg.Workers, cfg.MaxSessions)
 			p.ns.startEarly()
 		}
 		if p.self, err = p.confineSelf(selfWritable); err != nil {

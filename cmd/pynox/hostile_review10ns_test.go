@@ -72,11 +72,11 @@ func TestHostileReview10NSConfinedEntriesBounded(t *testing.T) {
 	require.Equal(t, "hi\n", r["stdout"])
 }
 
-// Probe: in a confined pool the mountpoints of a live namespace are names
-// in the root every namespace shares: while one job holds a file mount at
-// /x, another job's directory mount at /x/sub fails.
+// Probe: in a confined pool the mountpoints of a live namespace were names
+// in the root every namespace shares: while one job held a file mount at
+// /x, another job's directory mount at /x/sub failed. Now each live
+// namespace has a slot directory of its own in that root.
 func TestHostileReview10NSConfinedTypeConflict(t *testing.T) {
-	t.Skip("review 10ns: in a confined pool a live job's file mount at /x makes another tenant's directory mount at /x/sub fail (SandboxSetupError) while it lives: mountpoints are names in the root tmpfs every namespace shares")
 	t.Parallel()
 	p := r10ConfinedPool(t)
 	p.send(t, `{"id": 1, "code": "import time; print(open('/x').read()); time.sleep(3)", "mounts": [{"host": "data/f", "path": "/x"}]}`)

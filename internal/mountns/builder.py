@@ -37,7 +37,10 @@
 #        "overlays": [{"fd": i, "path": "/work", "limit": bytes}],
 #        "links": [["lib", "usr/lib"], ...], "dirs": ["/srv/app"], "root": i}
 # where "root", when present, is a detached tmpfs mount to clone as the
-# root instead of a fresh tmpfs.
+# root instead of a fresh tmpfs, and "slots", when present with it, is how
+# many slot directories s0, s1, ... the host made in that tmpfs: each
+# namespace's root is then a clone of a free slot (see SLOTS), never of
+# the tmpfs's root.
 # where "fd" indexes the descriptors sent with the plan.
 import array
 import ctypes
@@ -61,6 +64,7 @@ NR = {"x86_64": dict(open_tree=428, move_mount=429, fsopen=430, fsconfig=431, fs
 OPEN_TREE_CLONE = 1
 AT_EMPTY_PATH = 0x1000
 AT_RECURSIVE = 0x8000
+AT_SYMLINK_NOFOLLOW = 0x100
 AT_FDCWD = -100
 O_CLOEXEC = 0o2000000
 MOVE_MOUNT_F_EMPTY_PATH = 4
@@ -182,7 +186,12 @@ def build(plan, fds, ro_root=True):
     """Runs in the builder child, as real root: returns the detached root
     (left writable without ro_root: a prepared namespace, whose root the
     mounter makes read-only when it attaches a job's mounts)."""
-    if plan.get("root") is not None:
+    if plan.get("slot") is not None:
+        # A clone of a slot directory of the host's tmpfs (a rule of a
+        # Landlock domain holds it): no other live namespace uses it.
+        root = sys_("open_tree", fds[plan["root"]], ("s%d" % plan["slot"]).encode(),
+                    OPEN_TREE_CLONE | AT_RECURSIVE | O_CLOEXEC | AT_SYMLINK_NOFOLLOW)
+    elif plan.get("root") is not None:
         # A clone of a tmpfs the host made earlier (a rule of a Landlock
         # domain may hold its root): mountpoints made in it are shared
         # with every namespace cloned from it.
@@ -393,6 +402,61 @@ def collect(base):
         os.close(cur)
 
 
+# Slots. With "slots" in a plan, SLOTS maps each slot directory's number
+# to its state: absent, free; "busy", taken for a namespace being built;
+# an int, the mount namespace id of the live namespace using it; "gone",
+# its namespace failed or is gone and the slot is to be emptied. A slot is
+# emptied (without following links, one descriptor at a time) and freed
+# only once the namespace using it is gone, so no two live namespaces
+# ever share a mountpoint name. A slot whose emptying fails stays out.
+SLOTS = {}
+SLOT_WAIT = 5.0  # seconds a request waits for a free slot
+
+
+def slot_dir(base, i):
+    return os.open("s%d" % i, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=base)
+
+
+def collect_slots(base):
+    """Frees the slots whose namespace is gone, emptying them."""
+    for i, state in list(SLOTS.items()):
+        if isinstance(state, int) and not ns_alive(state):
+            state = SLOTS[i] = "gone"
+        if state != "gone":
+            continue
+        try:
+            d = slot_dir(base, i)
+        except OSError:
+            continue
+        try:
+            for name in os.listdir(d):
+                remove_tree(d, name)
+            if not os.listdir(d):
+                del SLOTS[i]
+        finally:
+            os.close(d)
+
+
+def take_slot(base, n, wait=SLOT_WAIT):
+    """Takes a free slot of n (waiting up to wait seconds for a namespace
+    to go); raises OSError when none is free."""
+    waited = 0.0
+    while True:
+        collect_slots(base)
+        for i in range(n):
+            if i not in SLOTS:
+                SLOTS[i] = "busy"
+                return i
+        if waited >= wait:
+            raise OSError(errno.EBUSY, "no free namespace slot: all %d are used by live namespaces" % n)
+        select.select([], [], [], 0.02)
+        waited += 0.02
+
+
+def slotted(plan):
+    return plan.get("root") is not None and isinstance(plan.get("slots"), int) and plan["slots"] > 0
+
+
 def child(plan, fds, w, r, ro_root=True):
     libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
     root = build(plan, fds, ro_root)
@@ -420,6 +484,16 @@ def serve_one(plan, fds):
     if plan.get("root") is None:
         return serve_build(plan, fds)
     base = fds[plan["root"]]
+    if slotted(plan):
+        plan = dict(plan, slot=take_slot(base, plan["slots"]))
+        reply, out, reap = serve_build(plan, fds)
+        SLOTS[plan["slot"]] = "gone"
+        if out:
+            try:
+                SLOTS[plan["slot"]] = ns_id(out[1])
+            except OSError:
+                SLOTS[plan["slot"]] = "busy"  # no id (an older kernel): kept for good
+        return reply, out, reap
     collect(base)
     reply, out, reap = serve_build(plan, fds)
     # What the build made (or found) in the shared root, failed or not:
@@ -533,7 +607,7 @@ def serve_prepare(plan, fds):
         rel(path)
     BASE = {"plan": plan, "fds": list(fds), "n": n}
     fds.clear()  # BASE's now
-    if base_root() is not None:
+    if base_root() is not None and not slotted(plan):
         # The base's entries in the shared root are never collected: a
         # namespace being built in the background uses them before any
         # count says so (removing one there would detach its mount).
@@ -545,10 +619,13 @@ def serve_prepare(plan, fds):
     return {"ok": True}, [], None
 
 
-def start_pending():
+def start_pending(wait=SLOT_WAIT):
     global PENDING
-    pid, r, w = spawn(BASE["plan"], BASE["fds"], False)
-    PENDING = {"pid": pid, "r": r, "w": w}
+    plan = BASE["plan"]
+    if slotted(plan):
+        plan = dict(plan, slot=take_slot(base_root(), plan["slots"], wait))
+    pid, r, w = spawn(plan, BASE["fds"], False)
+    PENDING = {"pid": pid, "r": r, "w": w, "slot": plan.get("slot")}
 
 
 def finish_pending():
@@ -571,7 +648,13 @@ def finish_pending():
             raise
         ns = {"user": user, "mnt": mnt, "live": None}
         root = base_root()
-        if root is not None:
+        if pend["slot"] is not None:
+            try:
+                SLOTS[pend["slot"]] = ns_id(mnt)
+            except OSError:
+                pass  # no id (an older kernel): the slot stays taken for good
+            pend["slot"] = None
+        elif root is not None:
             used = {}
             for path in plan_paths(BASE["plan"]):
                 for node in shared_nodes(root, path):
@@ -590,6 +673,8 @@ def finish_pending():
         LAST_ERR = str(e)
         PAUSED = True
     finally:
+        if pend["slot"] is not None:
+            SLOTS[pend["slot"]] = "gone"
         os.close(pend["w"])  # the child exits
         os.close(pend["r"])
         ZOMBIES.append(pend["pid"])
@@ -597,7 +682,10 @@ def finish_pending():
 
 def refill():
     if BASE is not None and PENDING is None and not PAUSED and len(STOCK) < BASE["n"]:
-        start_pending()
+        try:
+            start_pending(0)
+        except OSError:
+            pass  # no free slot now: an attach takes one when it needs it
 
 
 def reap_zombies():
@@ -620,7 +708,10 @@ def serve_attach(plan, fds):
     if BASE is None:
         raise ValueError("attach: the mounter is not prepared")
     root = base_root()
-    if root is not None:
+    if slotted(BASE["plan"]):
+        collect_slots(root)
+        root = None  # each namespace has a slot of its own: nothing shared to count
+    elif root is not None:
         collect(root)
     if not STOCK:
         if PENDING is None:

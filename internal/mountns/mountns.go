@@ -47,6 +47,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"strconv"
 	"sync"
 
 	"golang.org/x/sys/unix"
@@ -96,8 +97,34 @@ type Plan struct {
 	// by the host with fsopen and fsmount) that the namespace's root is
 	// a clone of, instead of a fresh tmpfs: a Landlock rule on its root,
 	// made before the host confined itself, then matches every path in
-	// every such namespace. Mountpoints made in it are shared by them.
+	// every such namespace. Mountpoints made in it are shared by them,
+	// unless Slots is set.
 	RootSet bool
+	// Slots, with RootSet, is how many slot directories (MakeSlots) the
+	// host made in Root before it confined itself, each with a rule of
+	// its Landlock domain: every namespace's root is then a clone of a
+	// slot no other live namespace uses (a Landlock rule on Root's root
+	// does not reach such a clone: the path walk stops at the namespace's
+	// root, the slot), so no two live namespaces share a mountpoint name.
+	// The mounter empties a slot, and uses it again, once its namespace
+	// is gone; a build that finds no free slot within a few seconds
+	// fails. Zero clones Root's root.
+	Slots int
+}
+
+// MakeSlots makes the n slot directories of a shared root (see
+// Plan.Slots) in the detached tmpfs mount root, and returns their paths
+// through /proc/self/fd (for Landlock rules).
+func MakeSlots(root, n int) ([]string, error) {
+	paths := make([]string, 0, n)
+	for i := range n {
+		name := "s" + strconv.Itoa(i)
+		if err := unix.Mkdirat(root, name, 0o755); err != nil {
+			return nil, fmt.Errorf("making slot directory %s: %w", name, err)
+		}
+		paths = append(paths, "/proc/self/fd/"+strconv.Itoa(root)+"/"+name)
+	}
+	return paths, nil
 }
 
 // Namespace is a built namespace: enter User, then Mount, with setns.
@@ -174,6 +201,7 @@ type wirePlan struct {
 	Links    [][2]string   `json:"links"`
 	Dirs     []string      `json:"dirs"`
 	Root     *int          `json:"root,omitempty"`
+	Slots    int           `json:"slots,omitempty"`
 }
 
 // maxPlan and maxFDs are what one request to the builder may carry: its
@@ -288,6 +316,7 @@ func wire(plan Plan) (wirePlan, []int, error) {
 	if plan.RootSet {
 		i := len(fds)
 		w.Root = &i
+		w.Slots = plan.Slots
 		fds = append(fds, plan.Root)
 	}
 	return w, fds, nil
