@@ -6,12 +6,14 @@ package pynox
 // Python code and by a request's author.
 
 import (
+	"context"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
@@ -324,7 +326,7 @@ func procState(pid int) string {
 // holds a descriptor of it.
 func TestHostileReview10NSNotKept(t *testing.T) {
 	p, data, _ := nsPool(t)
-	res := run(t, p, Job{Mounts: []MountSpec{{HostPath: data, Path: "/data"}}, Code: `import array, os, socket, stat, time
+	job := Job{Mounts: []MountSpec{{HostPath: data, Path: "/data"}}, Code: `import array, os, socket, stat, time
 me = os.readlink("/proc/self/ns/mnt")
 fds = [os.open("/proc/self/ns/mnt", os.O_RDONLY), os.open("/proc/self/ns/user", os.O_RDONLY)]
 sent = 0
@@ -346,26 +348,78 @@ try:
     forked = True
 except OSError:
     forked = False
-print(me, sent, forked)`})
+print(me, sent, forked)
+time.sleep(1)  # the test reads the namespace's id meanwhile
+`}
+	// A namespace's inode number is reused once it is gone (the
+	// mounter's next prepared namespace may get it): the job's namespace
+	// is told apart by its 64-bit id, which is never reused, read while
+	// the job lives from the one process of this test whose namespace
+	// shows /data.
+	type result struct {
+		res *Result
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		res, err := p.Run(ctx, job)
+		done <- result{res, err}
+	}()
+	var jobID uint64
+	var out result
+wait:
+	for {
+		select {
+		case out = <-done:
+			break wait
+		case <-time.After(10 * time.Millisecond):
+		}
+		if jobID != 0 {
+			continue
+		}
+		ents, _ := os.ReadDir("/proc")
+		for _, e := range ents {
+			q, err := strconv.Atoi(e.Name())
+			if err != nil || !r10Ours(q) {
+				continue
+			}
+			mi, _ := os.ReadFile("/proc/" + e.Name() + "/mountinfo")
+			if strings.Contains(string(mi), " /data ") {
+				if id, ok := r10NSID("/proc/" + e.Name() + "/ns/mnt"); ok {
+					jobID = id
+				}
+			}
+		}
+	}
+	require.NoError(t, out.err)
+	res := out.res
 	t.Log(res.Stdout, res.Stderr)
+	require.NotZero(t, jobID, "the job's process (the one whose namespace shows /data) was never seen")
 	fields := strings.Fields(res.Stdout)
 	require.NotEmpty(t, fields, "stderr: %s", res.Stderr)
 	ns := fields[0]
 	require.True(t, strings.HasPrefix(ns, "mnt:["), res.Stdout)
+	same := func(path string) bool {
+		id, ok := r10NSID(path)
+		return !ok || id == jobID // unreadable: counted, never excused
+	}
 	holders := func() []string {
 		var out []string
 		ents, _ := os.ReadDir("/proc")
 		for _, e := range ents {
 			q, err := strconv.Atoi(e.Name())
 			if err != nil || !r10Ours(q) {
-				continue // a namespace's inode number is reused once it is gone: only this test's processes count
+				continue // only this test's processes count
 			}
-			if l, _ := os.Readlink("/proc/" + e.Name() + "/ns/mnt"); l == ns {
+			if l, _ := os.Readlink("/proc/" + e.Name() + "/ns/mnt"); l == ns && same("/proc/"+e.Name()+"/ns/mnt") {
 				out = append(out, e.Name()+" in it")
 			}
 			fds, _ := os.ReadDir("/proc/" + e.Name() + "/fd")
 			for _, f := range fds {
-				if l, _ := os.Readlink("/proc/" + e.Name() + "/fd/" + f.Name()); l == ns {
+				fp := "/proc/" + e.Name() + "/fd/" + f.Name()
+				if l, _ := os.Readlink(fp); l == ns && same(fp) {
 					cmd, _ := os.ReadFile("/proc/" + e.Name() + "/cmdline")
 					if len(cmd) > 60 {
 						cmd = cmd[:60]
@@ -385,6 +439,19 @@ print(me, sent, forked)`})
 	}
 	require.Empty(t, left, "the job's mount namespace outlived it")
 	requireOK(t, run(t, p, Job{Code: "print(1)"}))
+}
+
+// r10NSID returns the 64-bit id of the mount namespace a path opens
+// (NS_GET_MNTNS_ID), which, unlike its inode number, is never reused.
+func r10NSID(path string) (uint64, bool) {
+	f, err := os.Open(path)
+	if err != nil {
+		return 0, false
+	}
+	defer f.Close()
+	var id uint64
+	_, _, e := unix.Syscall(unix.SYS_IOCTL, f.Fd(), 0x8008B705, uintptr(unsafe.Pointer(&id)))
+	return id, e == 0
 }
 
 // r10Ours reports whether pid is this test process or one of its
