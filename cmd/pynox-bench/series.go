@@ -349,11 +349,13 @@ func (s *server) mountLatency(row *Row, work string, n, warm int, gap time.Durat
 }
 
 // virtualMountRows measures rows 28 and 29 on a pool started with
-// confine_self = false (a self-confined pool refuses virtual paths): a
-// plain trivial job, and the same job given one read-only mount at a
-// virtual path (/data), which takes a mount namespace of its own and a
-// process forked for it. Both rows are skipped, saying why, where the
-// pool reports that it cannot build mount namespaces.
+// confine_self = false (as when these rows were added, so that the rows
+// compare across runs): a plain trivial job, and the same job given one
+// read-only mount at a virtual path (/data), which takes a mount
+// namespace of its own (a prepared one the mounter attaches the mount
+// to) and the template's ready process for such jobs. Both rows are
+// skipped, saying why, where the pool reports that it cannot build
+// mount namespaces.
 func virtualMountRows(ctx context.Context, rep *Report, bin string, args []string, work string, o options,
 	skip func(string, ...string), logf func(string, ...any)) error {
 	cfg := filepath.Join(work, "unconfined.toml")
