@@ -944,8 +944,13 @@ func (c *Checkout) resetScratch() error {
 	if prev == nil || c.pl.scratchRoot == nil {
 		return nil
 	}
-	// Gone means reaped: a process still dying could add an entry.
-	prev.WaitReaped(reapWait)
+	// Gone means reaped: a process still dying could add an entry after
+	// the reset, so one that is not gone in time fails the step (and the
+	// next step tries again) rather than start the next process beside
+	// its files.
+	if !prev.WaitReaped(reapWait) {
+		return errors.New("the session's previous process was not gone after " + reapWait.String())
+	}
 	if err := c.pl.scratchRoot.reset(c.pl.scratch); err != nil {
 		return err
 	}

@@ -37,12 +37,19 @@ func (c *Child) sessionUsage(peak bool) (Usage, error) {
 	}
 	sp := &c.sproc
 	if !sp.files.held() {
-		f, err := openProcFiles(pid)
-		if err != nil {
-			return Usage{}, err
+		// The files opened when the process was delivered (prepareUsage),
+		// else new ones.
+		f := c.prepared
+		c.prepared = procFiles{}
+		if !f.held() {
+			var err error
+			if f, err = openProcFiles(pid); err != nil {
+				return Usage{}, err
+			}
 		}
-		// Held only when they were opened while the process was alive,
-		// so that they name it and not a process that took its pid.
+		// Held only when they were opened while the process was alive
+		// (it is alive now, so it was then), so that they name it and
+		// not a process that took its pid.
 		fds := []unix.PollFd{{Fd: int32(c.pidfd), Events: unix.POLLIN}}
 		if n, err := rawPollNow(fds); err != nil || n > 0 {
 			f.close()
@@ -66,6 +73,14 @@ func (c *Child) resetPeak(pid int) {
 		fd, err := rawOpen("/proc/"+strconv.Itoa(pid)+"/clear_refs", unix.O_WRONLY|unix.O_CLOEXEC)
 		if err != nil {
 			sp.clearRefs = -1
+			return
+		}
+		// Held only when opened while the process was alive (as
+		// sessionUsage's files): a process that took a reaped one's pid
+		// must never have its peak reset by this session's steps.
+		fds := []unix.PollFd{{Fd: int32(c.pidfd), Events: unix.POLLIN}}
+		if n, err := rawPollNow(fds); err != nil || n > 0 {
+			rawClose(fd)
 			return
 		}
 		sp.clearRefs = fd
