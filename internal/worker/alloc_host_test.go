@@ -59,6 +59,9 @@ func TestParseMinorFaultsOddNames(t *testing.T) {
 // TestReadFramesAllocatesLittle: reading a child's control socket lends a
 // pooled buffer instead of giving each child (one per job) a 32 KiB one.
 func TestReadFramesAllocatesLittle(t *testing.T) {
+	if raceEnabled {
+		t.Skip("the race detector makes sync.Pool drop a quarter of the buffers put back: the allocations it saves cannot be counted")
+	}
 	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
 	require.NoError(t, err)
 	defer closeAll(fds[:])
