@@ -52,6 +52,12 @@ func (p *Pool) sessionChild(network bool, cancel <-chan struct{}) (*worker.Child
 // spare; else the first live one; else it returns the worker to start a
 // template for (and a nil template).
 func (p *Pool) sessionTemplate(network bool) (*poolWorker, *worker.Template) {
+	return p.pickSessionTemplate(func(t *worker.Template) bool { return t.HasSpare(network) })
+}
+
+// pickSessionTemplate is sessionTemplate with ready telling which
+// template holds the process wanted.
+func (p *Pool) pickSessionTemplate(ready func(*worker.Template) bool) (*poolWorker, *worker.Template) {
 	n := len(p.workers)
 	first := int(p.sessionSeq.Add(1) % uint64(n))
 	var live *worker.Template
@@ -63,7 +69,7 @@ func (p *Pool) sessionTemplate(network bool) (*poolWorker, *worker.Template) {
 		if t == nil || isDone(t.Done()) {
 			continue
 		}
-		if t.HasSpare(network) {
+		if ready(t) {
 			return w, t
 		}
 		if live == nil {

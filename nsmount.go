@@ -678,23 +678,5 @@ func (p *Pool) sessionNSChild(pl *plan, cancel <-chan struct{}) (*worker.Child, 
 // takes its process from, as sessionTemplate does, preferring one that
 // holds a ready ns spare (worker.Template.HasNSSpare).
 func (p *Pool) sessionNSTemplate(network bool) (*poolWorker, *worker.Template) {
-	n := len(p.workers)
-	first := int(p.sessionSeq.Add(1) % uint64(n))
-	var live *worker.Template
-	for i := range n {
-		w := p.workers[(first+i)%n]
-		w.mu.Lock()
-		t := w.tpl
-		w.mu.Unlock()
-		if t == nil || isDone(t.Done()) {
-			continue
-		}
-		if t.HasNSSpare(network) {
-			return w, t
-		}
-		if live == nil {
-			live = t
-		}
-	}
-	return p.workers[first], live
+	return p.pickSessionTemplate(func(t *worker.Template) bool { return t.HasNSSpare(network) })
 }
