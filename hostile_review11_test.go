@@ -1,0 +1,34 @@
+package pynox
+
+// Review 11 of the changes of the last hour: a one-shot job's child is
+// only killed when its job ends (HoldClose) and closed after the answer;
+// the spare's /proc files are opened at its delivery.
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// Probe: a job that ends holding most of its memory limit is killed but
+// closed only after its answer; the next job in the same worker, started
+// at once, gets its whole limit (the dying process is charged to its own
+// cgroup, never to the next job's) and its usage figures are its own (a
+// small peak RSS, not the previous job's). Repeated, and the pool serves.
+func TestHostileReview11HoldCloseNextJob(t *testing.T) {
+	t.Parallel()
+	p := newTestPool(t, Config{Workers: 1, Limits: Limits{Memory: 320 << 20}})
+	hog := Job{Code: `b = bytearray(240 << 20)
+for i in range(0, len(b), 4096):
+    b[i] = 1
+print(len(b))`}
+	for range 3 {
+		requireOK(t, run(t, p, hog))
+		requireOK(t, run(t, p, hog)) // the limit is whole again
+		small := run(t, p, Job{Code: "print(1)"})
+		requireOK(t, small)
+		require.NotNil(t, small.Usage)
+		require.Less(t, small.Usage.MaxRSSBytes, int64(120<<20), "the next job's peak RSS is the hog's")
+		require.Less(t, small.Usage.MinorFaults, int64(20000), "the next job's faults are the hog's")
+	}
+}
