@@ -7,6 +7,7 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"os"
 	"strings"
 	"testing"
 
@@ -127,5 +128,25 @@ print([o for o in others if not o.startswith("/dev/null")])
 		require.True(t, strings.HasPrefix(lines[0], "/dev/null b'' '' "), "job %v: %q", id, lines[0])
 		require.NotContains(t, lines[0], "False", "job %v", id)
 		require.Equal(t, "[]", lines[1], "job %v", id)
+	}
+}
+
+// Probe (PYNOX_LONG): a flood of short mount jobs, each of whose
+// namespaces dies after its answer (the process is killed, then torn
+// down, while the worker already runs the next job), never runs the pool
+// out of slot directories: every job runs.
+func TestHostileReview11SlotFlood(t *testing.T) {
+	if os.Getenv("PYNOX_LONG") == "" {
+		t.Skip("long: set PYNOX_LONG=1")
+	}
+	t.Parallel()
+	p := r10ConfinedPool(t)
+	const n = 400
+	for i := range n {
+		r11Send(t, p, i, "print(open('/d%d/f' % 1).read())", fmt.Sprintf(`[{"host": "data", "path": "/d1"}, {"host": "data/f", "path": "/x%d"}]`, i%7))
+	}
+	for id, r := range r10Replies(t, p, n) {
+		require.Nil(t, r["error"], "job %v: %v", id, r)
+		require.Equal(t, "hi\n", r["stdout"], "job %v", id)
 	}
 }
