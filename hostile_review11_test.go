@@ -5,6 +5,7 @@ package pynox
 // the spare's /proc files are opened at its delivery.
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -31,4 +32,30 @@ print(len(b))`}
 		require.Less(t, small.Usage.MaxRSSBytes, int64(120<<20), "the next job's peak RSS is the hog's")
 		require.Less(t, small.Usage.MinorFaults, int64(20000), "the next job's faults are the hog's")
 	}
+}
+
+// Probe: the spare whose /proc files are opened at its delivery is the
+// pool's only way to a job's usage figures; a job cannot reach the next
+// spare (or any process but its own) to kill it before its delivery and
+// so make a pid the pool resolves another process's: signal 0 to every
+// pid from 1 to its own + 200 succeeds for itself alone.
+func TestHostileReview11SpareUnsignalable(t *testing.T) {
+	t.Parallel()
+	p := newTestPool(t, Config{Workers: 1})
+	res := run(t, p, Job{Code: `import os
+me = os.getpid()
+hit = []
+for q in range(1, me + 200):
+    if q == me:
+        continue
+    try:
+        os.kill(q, 0)
+        hit.append(q)
+    except OSError:
+        pass
+print(me, hit)`})
+	requireOK(t, res)
+	t.Log(res.Stdout)
+	require.True(t, strings.HasSuffix(res.Stdout, " []\n"), "the job can signal other processes: %s", res.Stdout)
+	requireOK(t, run(t, p, Job{Code: "print(1)"}))
 }
