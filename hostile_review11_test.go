@@ -59,3 +59,44 @@ print(me, hit)`})
 	require.True(t, strings.HasSuffix(res.Stdout, " []\n"), "the job can signal other processes: %s", res.Stdout)
 	requireOK(t, run(t, p, Job{Code: "print(1)"}))
 }
+
+// Probe: a job whose threads keep writing files into its scratch directory
+// after its main code returns (HoldClose: the child is only killed at the
+// job's end, its scratch emptied once its exit is reported) leaves none of
+// them to the next job of its worker, which may be given that directory.
+func TestHostileReview11HoldCloseLateScratch(t *testing.T) {
+	t.Parallel()
+	p := newTestPool(t, Config{Workers: 1})
+	writer := Job{Code: `import os, threading
+d = os.environ["TMPDIR"]
+def w(k):
+    n = 0
+    while True:
+        n += 1
+        try:
+            with open(os.path.join(d, "late-%d-%d" % (k, n)), "w") as f:
+                f.write("x")
+        except OSError:
+            pass
+for k in range(4):
+    threading.Thread(target=w, args=(k,), daemon=True).start()
+while not os.listdir(d):
+    pass
+print(d)`}
+	look := Job{Code: `import os
+d = os.environ["TMPDIR"]
+print(d, [n for n in os.listdir(d) if n.startswith("late-")])`}
+	dirs := map[string]bool{}
+	for range 5 {
+		res := run(t, p, writer)
+		requireOK(t, res)
+		dirs[strings.TrimSpace(res.Stdout)] = true
+		res = run(t, p, look)
+		requireOK(t, res)
+		f := strings.Fields(res.Stdout)
+		require.Len(t, f, 2, res.Stdout)
+		require.Equal(t, "[]", f[1], "the next job sees the previous job's late files in %s", f[0])
+		dirs[f[0]] = true
+	}
+	t.Log(len(dirs), "scratch directories seen")
+}
