@@ -80,7 +80,7 @@ def w(k):
             pass
 for k in range(4):
     threading.Thread(target=w, args=(k,), daemon=True).start()
-while not os.listdir(d):
+while not any(n.startswith("late-") for n in os.listdir(d)):
     pass
 print(d)`}
 	look := Job{Code: `import os
