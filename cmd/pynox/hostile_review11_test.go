@@ -150,3 +150,33 @@ func TestHostileReview11SlotFlood(t *testing.T) {
 		require.Equal(t, "hi\n", r["stdout"], "job %v", id)
 	}
 }
+
+// Probe (PYNOX_LONG): every session the pool allows (16) holds a mount
+// namespace, the last of them ends its process at each step (a new namespace
+// for each next step, the previous one dying meanwhile), and one-shot
+// mount jobs run alongside: no request runs short of a slot directory.
+func TestHostileReview11SlotSessionChurn(t *testing.T) {
+	if os.Getenv("PYNOX_LONG") == "" {
+		t.Skip("long: set PYNOX_LONG=1")
+	}
+	t.Parallel()
+	p := r10ConfinedPool(t)
+	m := `"mounts": [{"host": "data", "path": "/s"}]`
+	for i := range 15 {
+		p.send(t, fmt.Sprintf(`{"id": %d, "session": "s%d", "code": "print(open('/s/f').read())", %s}`, i, i, m))
+	}
+	for id, r := range r10Replies(t, p, 15) {
+		require.Nil(t, r["error"], "session open %v: %v", id, r)
+		require.Equal(t, "hi\n", r["stdout"], "session open %v", id)
+	}
+	const n = 30
+	for i := range n {
+		// The 16th session's previous step ended it: this step starts a
+		// new process, bringing its mount again.
+		p.send(t, fmt.Sprintf(`{"id": %d, "session": "c", "code": "import os; print(open('/s/f').read(), flush=True); os._exit(3)", %s}`, 100+i, m))
+		r11Send(t, p, 200+i, "print(open('/s/f').read())", `[{"host": "data", "path": "/s"}]`)
+		for id, r := range r10Replies(t, p, 2) {
+			require.Equal(t, "hi\n", r["stdout"], "request %v: %v", id, r)
+		}
+	}
+}
