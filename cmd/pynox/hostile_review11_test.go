@@ -101,8 +101,8 @@ func TestHostileReview11SlotFailedBuild(t *testing.T) {
 
 // Probe: the runner's source reaches the template on its stdin; a job's
 // descriptor 0 is /dev/null (reading it gives nothing), with and without a
-// mount namespace, and its parent's, pid 1's and its neighbour's fd 0 are
-// not readable or not a pipe.
+// mount namespace and at each step of a session; its parent's, pid 1's
+// and its neighbour's fd 0 are unreadable to it or /dev/null too.
 func TestHostileReview11Stdin(t *testing.T) {
 	t.Parallel()
 	p := r10ConfinedPool(t)
@@ -119,7 +119,11 @@ print([o for o in others if not o.startswith("/dev/null")])
 `
 	r11Send(t, p, 1, code, `[]`)
 	r11Send(t, p, 2, code, `[{"host": "data", "path": "/data"}]`)
-	for id, r := range r10Replies(t, p, 2) {
+	c, err := json.Marshal(code)
+	require.NoError(t, err)
+	p.send(t, fmt.Sprintf(`{"id": 3, "session": "in", "code": %s}`, c))
+	p.send(t, fmt.Sprintf(`{"id": 4, "session": "in", "code": %s}`, c))
+	for id, r := range r10Replies(t, p, 4) {
 		require.Nil(t, r["error"], "job %v: %v", id, r)
 		out, _ := r["stdout"].(string)
 		t.Log(id, out)
