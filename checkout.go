@@ -884,13 +884,7 @@ func drainTurn(t *activeTurn) turnMsg {
 // failStep answers a step the session could not run with a
 // PoolWorkerError that ends the session; the caller holds the turn.
 func (c *Checkout) failStep(id any, sc trace.SpanContext, msg string, accepted time.Time) TurnEvent {
-	c.mu.Lock()
-	c.armIdle()
-	c.mu.Unlock()
-	res := c.pool.failed(&Job{ID: id}, c.pl, KindCrashed, msg, accepted)
-	c.stamp(res, true)
-	c.pool.finish(&Job{ID: id, trace: sc}, res)
-	return TurnEvent{Result: res}
+	return c.failStepKind(id, sc, KindCrashed, msg, accepted)
 }
 
 // failStepKind is failStep for an error of kind k.

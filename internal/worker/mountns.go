@@ -110,21 +110,8 @@ func (t *Template) TakeNSSession(network bool, cancel <-chan struct{}) (*Child, 
 	if err != nil {
 		return nil, err
 	}
-	select {
-	case c := <-t.nsSpares[kind]:
-		c.HoldRefill()
-		t.mu.Lock()
-		if prev := t.nsHeld[kind]; prev != nil {
-			// Never more than one ns spare of a kind outstanding: the
-			// earlier one's replacement is due now.
-			t.mu.Unlock()
-			prev.RefillNow()
-			t.mu.Lock()
-		}
-		t.nsHeld[kind] = c
-		t.mu.Unlock()
+	if c := t.holdReady(t.nsSpares[kind], &t.nsHeld[kind]); c != nil {
 		return c, nil
-	default:
 	}
 	if isClosed(t.done) {
 		return nil, t.Err()

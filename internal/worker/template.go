@@ -674,21 +674,8 @@ func (t *Template) TakeSession(network bool, cancel <-chan struct{}) (*Child, er
 	if err != nil {
 		return nil, err
 	}
-	select {
-	case c := <-t.spares[kind]:
-		c.HoldRefill()
-		t.mu.Lock()
-		if prev := t.held[kind]; prev != nil {
-			// Never more than one spare of a kind outstanding: the
-			// earlier one's replacement is due now.
-			t.mu.Unlock()
-			prev.RefillNow()
-			t.mu.Lock()
-		}
-		t.held[kind] = c
-		t.mu.Unlock()
+	if c := t.holdReady(t.spares[kind], &t.held[kind]); c != nil {
 		return c, nil
-	default:
 	}
 	if isClosed(t.done) {
 		return nil, t.Err()
@@ -699,6 +686,29 @@ func (t *Template) TakeSession(network bool, cancel <-chan struct{}) (*Child, er
 		return nil, err
 	}
 	return t.awaitFork(w, cancel)
+}
+
+// holdReady takes the ready spare waiting on ch for a session, if there
+// is one, and holds its replacement's request (see TakeSession) in *held
+// (a field of t, guarded by t.mu): never more than one spare of a kind
+// outstanding, so the one held before has its replacement asked for now.
+// It returns nil when no spare is ready.
+func (t *Template) holdReady(ch chan *Child, held **Child) *Child {
+	select {
+	case c := <-ch:
+		c.HoldRefill()
+		t.mu.Lock()
+		if prev := *held; prev != nil {
+			t.mu.Unlock()
+			prev.RefillNow()
+			t.mu.Lock()
+		}
+		*held = c
+		t.mu.Unlock()
+		return c
+	default:
+		return nil
+	}
 }
 
 // awaitFork waits for the child a fork request routed to w, for at most
