@@ -7,6 +7,7 @@ package pynox
 // holdReady.
 
 import (
+	"fmt"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -131,5 +132,43 @@ print(os.path.exists("/data-r12/f.txt"))`
 		}
 		requireOK(t, run(t, p, Job{Code: "print(1)"}))
 		requireOK(t, run(t, p, Job{Mounts: mounts, Code: `print(open("/data-r12/f.txt").read())`}))
+	}
+}
+
+// Probe: while one session's steps fill 200 MiB and end their process
+// (each next step waits for the previous process's reaping), another
+// session's steps run at the same time and each reports figures of its own.
+func TestHostileReview12ConcurrentRestarts(t *testing.T) {
+	t.Parallel()
+	p := newTestPool(t, Config{Workers: 1, Limits: Limits{Memory: 400 << 20}})
+	a := checkout(t, p, Job{})
+	b := checkout(t, p, Job{})
+	done := make(chan error, 1)
+	go func() {
+		for range 3 {
+			ev, err := a.Feed(t.Context(), Step{Code: review12Hog("os._exit(7)")})
+			if err != nil {
+				done <- err
+				return
+			}
+			if !ev.Result.SessionEnded {
+				done <- fmt.Errorf("the hog step did not end its process: %+v", ev.Result)
+				return
+			}
+		}
+		done <- nil
+	}()
+	for i := 0; ; i++ {
+		r := feedOK(t, b, "x = 1")
+		require.NotNil(t, r.Usage)
+		require.Less(t, r.Usage.MaxRSSBytes, int64(120<<20), "B's peak RSS is A's (step %d)", i)
+		require.Less(t, r.Usage.MinorFaults, int64(20000), "B's faults are A's (step %d)", i)
+		select {
+		case err := <-done:
+			require.NoError(t, err)
+			review12Fresh(t, a)
+			return
+		default:
+		}
 	}
 }
