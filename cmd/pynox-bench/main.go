@@ -3,7 +3,7 @@
 //
 // Usage:
 //
-//	go run ./cmd/pynox-bench [--python=/usr/bin/python3] [--n=500] [--pandas=auto|on|off] [--matplotlib=auto|on|off] [--gap=2ms] [--json] [--only=serve|memory]
+//	go run ./cmd/pynox-bench [--python=/usr/bin/python3] [--n=500] [--pandas=auto|on|off] [--matplotlib=auto|on|off] [--gap=2ms] [--json] [--only=serve|memory|limit|sessions|mounts]
 //
 // What it measures, all as client-side wall-clock time:
 //
@@ -148,7 +148,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&o.matplotlib, "matplotlib", "auto", "chart rows (#26, #27): auto (when the python can import matplotlib), on (required), off")
 	fs.BoolVar(&o.json, "json", false, "print the results as one JSON document instead of the table")
 	fs.BoolVar(&o.skipMemory, "skip-memory", false, "skip the memory rows")
-	fs.StringVar(&o.only, "only", "", "measure only one group of rows: serve (W1-W3, a trivial job over pynox serve's WebSocket on loopback, with rows 1, 2 and 13 over the pipe to compare) or memory (M1-M8, M11, M12: templates, spares, job children and idle sessions)")
+	fs.StringVar(&o.only, "only", "", "measure only one group of rows: serve (W1-W3, a trivial job over pynox serve's WebSocket on loopback, with rows 1, 2 and 13 over the pipe to compare), memory (M1-M8, M11, M12: templates, spares, job children and idle sessions), limit (rows 1, 2, 13 against the limit loop's L1, L2, L5, with R1-R5), sessions (session steps 17, 18 and host calls 20, with rows 1 and 2) or mounts (rows 28, 29: a job with a read-only mount at /data against a plain job)")
 	fs.BoolVar(&o.verbose, "v", false, "report progress on stderr")
 	if err := fs.Parse(args); err != nil {
 		return 2

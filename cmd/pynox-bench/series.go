@@ -135,7 +135,7 @@ func bench(ctx context.Context, o options) (*Report, error) {
 	}
 
 	if o.only != "" {
-		return benchOnly(ctx, rep, o, bin, py.Path, work, withPandas, noPandas, began)
+		return benchOnly(ctx, rep, o, bin, py.Path, tmp, work, withPandas, noPandas, skip, began)
 	}
 
 	// Cold interpreters.

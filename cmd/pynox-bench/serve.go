@@ -24,6 +24,15 @@ var onlyGroups = map[string][]string{
 	// The memory of templates, spares, job children and idle sessions,
 	// with and without pandas (README, "Sizing").
 	"memory": {"M1", "M2", "M3", "M4", "M5", "M6", "M7", "M8", "M11", "M12"},
+	// Trivial jobs on pynox and on the limit loop (no preloads): rows 1,
+	// 2 and 13 against L1, L2 and L5, with the limit rows R1-R5.
+	"limit": {"1", "2", "13", "L1", "L2", "L5", "R1", "R2", "R3", "R4", "R5"},
+	// Steps of one live session, with and without think time, and host
+	// function calls (no preloads), against rows 1 and 2.
+	"sessions": {"1", "2", "17", "18", "20"},
+	// Virtual mounts: a job with one read-only mount at /data against a
+	// plain job, both on a pool with confine_self = false.
+	"mounts": {"28", "29"},
 }
 
 // onlyNames lists the groups of --only, for its help and its error.
@@ -39,7 +48,8 @@ func onlyNames() string {
 // benchOnly measures the rows of the --only group o.only (pynox is built
 // and the python checked by then), and leaves the other rows out of the
 // report.
-func benchOnly(ctx context.Context, rep *Report, o options, bin, python, work string, withPandas bool, noPandas string, began time.Time) (*Report, error) {
+func benchOnly(ctx context.Context, rep *Report, o options, bin, python, tmp, work string, withPandas bool, noPandas string,
+	skip func(string, ...string), began time.Time) (*Report, error) {
 	logf := func(format string, args ...any) { fmt.Fprintf(o.progress, "pynox-bench: "+format+"\n", args...) }
 	pool := func(preload string) []string {
 		a := []string{"pool", "--workers=" + strconv.Itoa(o.workers), "--python=" + python}
@@ -48,7 +58,58 @@ func benchOnly(ctx context.Context, rep *Report, o options, bin, python, work st
 		}
 		return a
 	}
+	gapRows := func(s *server, gapID, zeroID string) error {
+		if err := s.latency(rep.row(gapID), trivialCode, trivialOut, o.n, o.warm, o.gap); err != nil {
+			return err
+		}
+		return s.latency(rep.row(zeroID), trivialCode, trivialOut, o.n, o.warm, 0)
+	}
 	switch o.only {
+	case "limit":
+		logf("pynox pool")
+		s, err := startServer(ctx, rep, "pynox", bin, pool(""), work, nil)
+		if err != nil {
+			return nil, err
+		}
+		err = func() error {
+			if err := gapRows(s, "1", "2"); err != nil {
+				return err
+			}
+			return s.throughput(rep.row("13"), trivialCode, trivialOut, o.n, o.warm, o.inflight)
+		}()
+		s.close()
+		if err != nil {
+			return nil, err
+		}
+		if err := limitRows(ctx, rep, o, python, "", tmp, work, "L1", "L2", "L5", logf, gapRows); err != nil {
+			return nil, err
+		}
+	case "sessions":
+		logf("pynox pool")
+		s, err := startServer(ctx, rep, "pynox", bin, pool(""), work, nil)
+		if err != nil {
+			return nil, err
+		}
+		err = func() error {
+			if err := gapRows(s, "1", "2"); err != nil {
+				return err
+			}
+			if err := s.sessionLatency(rep.row("17"), o.n, o.warm, o.gap); err != nil {
+				return err
+			}
+			if err := s.sessionLatency(rep.row("18"), o.n, o.warm, 0); err != nil {
+				return err
+			}
+			return s.hostCalls(rep.row("20"), o.n, o.warm)
+		}()
+		s.close()
+		if err != nil {
+			return nil, err
+		}
+	case "mounts":
+		if err := virtualMountRows(ctx, rep, bin, pool(""), work, o, skip, logf); err != nil {
+			return nil, err
+		}
 	case "serve":
 		logf("pynox pool")
 		s, err := startServer(ctx, rep, "pynox", bin, pool(""), work, nil)
@@ -107,7 +168,7 @@ func benchOnly(ctx context.Context, rep *Report, o options, bin, python, work st
 	keep := onlyGroups[o.only]
 	rep.Rows = slices.DeleteFunc(rep.Rows, func(r *Row) bool { return !slices.Contains(keep, r.ID) })
 	rep.Memory = slices.DeleteFunc(rep.Memory, func(m *MemRow) bool { return !slices.Contains(keep, m.ID) })
-	rep.Limit = nil
+	rep.Limit = slices.DeleteFunc(rep.Limit, func(l *LimitRow) bool { return !slices.Contains(keep, l.ID) })
 	rep.Elapsed = time.Since(began).Round(100 * time.Millisecond).String()
 	return rep, nil
 }
