@@ -20,8 +20,10 @@ import (
 // Client speaks the pool protocol to a server: a `pynox pool` process it
 // started ([StartCmd]), or any pair of streams ([NewClient]). It is safe
 // for concurrent use: requests go out as they are made, each with an id
-// of the client's own, and a reader goroutine hands every answer to the
-// call waiting for its id, whatever order they come in. The host calls of
+// of the client's own, and every answer goes to the call waiting for its
+// id, whatever order they come in. A client of [NewClient] reads the
+// server's output on a goroutine of its own; a client of [StartCmd] has
+// its waiting calls read it themselves, one at a time (see [StartCmd]). The host calls of
 // a request are answered by its Host, each on a goroutine of its own, so
 // that other answers keep flowing while a HostFunc runs; at most
 // [MaxHostCalls] at once, a call beyond them is refused with an error.
@@ -49,6 +51,20 @@ type Client struct {
 	exitErr error               // the started process's exit (after done, with cmd)
 
 	calls chan struct{} // a slot per host call being answered (MaxHostCalls)
+
+	// lazy: no goroutine reads the server's output for the client's
+	// whole life (StartCmd): a call waiting for its answer reads it
+	// itself, holding rtok's token, and hands on the lines it reads that
+	// answer others. Handing each answer from a reader goroutine to the
+	// waiting one cost a wake-up of another thread per request (the
+	// runtime wakes an idle one whenever a goroutine is readied), which
+	// on a 2-CPU machine took the CPU the server and its job needed.
+	lazy bool
+	rtok chan struct{} // holds the token when no one reads (lazy)
+	// Calls whose ctx can end do not read (a read cannot be left when ctx
+	// ends): while any waits, a goroutine reads for them (readFor).
+	bgWant int  // such calls waiting (mu)
+	bgRun  bool // readFor runs (mu)
 }
 
 // pending is a request waiting for its answer.
@@ -69,7 +85,13 @@ var ErrClientClosed = errors.New("jsonl: the client's connection to the pool has
 // that writes requests to w and reads answers from r. Close closes w when
 // it is an io.Closer, which tells the server that no more requests come.
 func NewClient(r io.Reader, w io.Writer) (*Client, error) {
-	c := &Client{in: bufio.NewReaderSize(r, 64<<10), w: w, waiting: map[string]*pending{}, done: make(chan struct{}),
+	return newClient(r, w, false)
+}
+
+// newClient is NewClient; a lazy client starts no reader goroutine (see
+// Client.lazy).
+func newClient(r io.Reader, w io.Writer, lazy bool) (*Client, error) {
+	c := &Client{lazy: lazy, in: bufio.NewReaderSize(r, 64<<10), w: w, waiting: map[string]*pending{}, done: make(chan struct{}),
 		calls: make(chan struct{}, MaxHostCalls)}
 	if cl, ok := w.(io.Closer); ok {
 		c.closer = cl
@@ -81,13 +103,24 @@ func NewClient(r io.Reader, w io.Writer) (*Client, error) {
 	if err := json.Unmarshal(line, &c.ready); err != nil || c.ready.Event != "ready" {
 		return nil, fmt.Errorf("jsonl: the server's first line is not a ready event: %.200q", line)
 	}
-	go c.read()
+	if lazy {
+		c.rtok = make(chan struct{}, 1)
+		c.rtok <- struct{}{}
+	} else {
+		go c.read()
+	}
 	return c, nil
 }
 
 // StartCmd starts cmd — typically `pynox pool` with its flags — with pipes
 // for its standard input and output, and returns a client of it once it
-// has written its ready event. cmd.Stderr, cmd.Dir and the rest are the
+// has written its ready event. Its calls read the command's output
+// themselves while they wait: a call whose ctx cannot end (such as
+// context.Background()) reads until its own answer comes, handing on the
+// answers of others, so that an answer reaches the call it is for
+// without a hand-over between goroutines; while calls whose ctx can end
+// wait, a goroutine of the client reads for them. Lines that come while
+// no call waits are read by the next one (or by Close). cmd.Stderr, cmd.Dir and the rest are the
 // caller's to set. When the command fails to start or to get ready,
 // StartCmd kills it, waits for it and returns why. [Client.Close] ends
 // the command's input and waits for it to exit.
@@ -104,7 +137,8 @@ func StartCmd(cmd *exec.Cmd) (*Client, error) {
 	if err := cmd.Start(); err != nil {
 		return nil, err
 	}
-	c, err := NewClient(rawPipes(stdout, stdin))
+	r, w := rawPipes(stdout, stdin)
+	c, err := newClient(r, w, true)
 	if err != nil {
 		_ = cmd.Process.Kill()
 		if werr := cmd.Wait(); werr != nil {
@@ -126,8 +160,9 @@ func (c *Client) Ready() Ready { return c.ready }
 // a RequestError, as it is from [pynox.Pool.Run] (see [pynox.Result.Err]).
 //
 // job.OnOutput, when set, makes the request a streamed one ("stream":
-// true): it is called with each output event, on the client's reader
-// goroutine, before the result is returned, and never after Run returns.
+// true): it is called with each output event, on the goroutine that reads
+// the server's output (for a client of StartCmd, often Run's own caller),
+// before the result is returned, and never after Run returns.
 // While it runs the client reads nothing more, so a slow OnOutput holds up
 // the answers of every request, and in turn the server and the job; an
 // OnOutput that waits for another answer of the same Client (a Run inside
@@ -208,13 +243,13 @@ func (c *Client) roundTrip(ctx context.Context, req *request, host pynox.HostFun
 		forget()
 		return nil, err
 	}
-	select {
-	case line, ok := <-p.answer:
-		if !ok {
-			return nil, fmt.Errorf("%w: %s", ErrClientClosed, p.failed)
-		}
+	line, ok, answered := c.await(ctx, p)
+	switch {
+	case answered && !ok:
+		return nil, fmt.Errorf("%w: %s", ErrClientClosed, p.failed)
+	case answered:
 		return line, nil
-	case <-ctx.Done():
+	default:
 		forget()
 		p.output.end()
 		if req.Session == "" && (req.Code != "" || req.Script != "") {
@@ -222,6 +257,82 @@ func (c *Client) roundTrip(ctx context.Context, req *request, host pynox.HostFun
 			c.cancel(id)
 		}
 		return nil, ctx.Err()
+	}
+}
+
+// await waits for p's answer (answered, with ok false when none will
+// come) or for the end of ctx (answered false). A lazy client's call
+// reads the server's output itself while no one else does, when its ctx
+// cannot end; otherwise it has readFor read for it.
+func (c *Client) await(ctx context.Context, p *pending) (line []byte, ok, answered bool) {
+	if c.lazy && ctx.Done() == nil {
+		for {
+			select {
+			case line, ok := <-p.answer:
+				return line, ok, true
+			case <-c.rtok:
+				// The answer may have come with the line the last reader
+				// read: take it rather than wait for another line.
+				select {
+				case line, ok := <-p.answer:
+					c.rtok <- struct{}{}
+					return line, ok, true
+				default:
+				}
+				if c.readLine() {
+					c.rtok <- struct{}{}
+				}
+				// At the output's end the token is kept: no one reads
+				// any more, and every waiting call's answer is closed.
+			}
+		}
+	}
+	if c.lazy {
+		c.wantReader(1)
+		defer c.wantReader(-1)
+	}
+	select {
+	case line, ok := <-p.answer:
+		return line, ok, true
+	case <-ctx.Done():
+		return nil, false, false
+	}
+}
+
+// wantReader counts a lazy client's calls that wait without reading
+// (their ctx can end), and starts readFor when one begins to wait.
+func (c *Client) wantReader(d int) {
+	c.mu.Lock()
+	c.bgWant += d
+	start := c.bgWant > 0 && !c.bgRun && c.stopped == nil
+	if start {
+		c.bgRun = true
+	}
+	c.mu.Unlock()
+	if start {
+		go c.readFor()
+	}
+}
+
+// readFor reads a lazy client's output while calls that cannot read
+// themselves wait, taking its turn with the calls that read.
+func (c *Client) readFor() {
+	for {
+		c.mu.Lock()
+		if c.bgWant == 0 || c.stopped != nil {
+			c.bgRun = false
+			c.mu.Unlock()
+			return
+		}
+		c.mu.Unlock()
+		select {
+		case <-c.rtok:
+		case <-c.done:
+			continue // stopped: the next round returns
+		}
+		if c.readLine() {
+			c.rtok <- struct{}{}
+		}
 	}
 }
 
@@ -297,6 +408,19 @@ func (c *Client) Close() error {
 		c.wmu.Lock()
 		c.closer.Close()
 		c.wmu.Unlock()
+	}
+	if c.lazy {
+		// No goroutine may be reading: read the rest of the output here.
+		for {
+			select {
+			case <-c.done:
+				return c.exitErr
+			case <-c.rtok:
+				if c.readLine() {
+					c.rtok <- struct{}{}
+				}
+			}
+		}
 	}
 	<-c.done
 	return c.exitErr
@@ -425,19 +549,31 @@ var (
 // read hands each line of the server's output to its waiting call until
 // the output ends, then fails every call still waiting.
 func (c *Client) read() {
-	why := errors.New("the pool's output ended")
-	for {
-		line, err := c.in.ReadBytes('\n')
-		if len(bytes.TrimSpace(line)) > 0 {
-			c.dispatch(line)
-		}
-		if err != nil {
-			if err != io.EOF {
-				why = fmt.Errorf("reading the pool's output: %w", err)
-			}
-			break
-		}
+	for c.readLine() {
 	}
+}
+
+// readLine reads one line of the server's output and hands it on; at the
+// output's end it fails every waiting call and every later one, and
+// returns false.
+func (c *Client) readLine() bool {
+	line, err := c.in.ReadBytes('\n')
+	if len(bytes.TrimSpace(line)) > 0 {
+		c.dispatch(line)
+	}
+	if err == nil {
+		return true
+	}
+	why := errors.New("the pool's output ended")
+	if err != io.EOF {
+		why = fmt.Errorf("reading the pool's output: %w", err)
+	}
+	c.stop(why)
+	return false
+}
+
+// stop ends the client once its output has ended.
+func (c *Client) stop(why error) {
 	if c.cmd != nil {
 		c.endCmd()
 	}
