@@ -171,6 +171,14 @@ func (c *Child) readFrames() (msgs []childMsg, partial, end bool, err error) {
 		if len(c.pending) > maxCtlFrame+frame.HeaderSize {
 			break
 		}
+		if n < len(tmp) {
+			// The socket held less than the buffer: it was empty after
+			// this read, and a read to see it say so (EAGAIN) cost a
+			// system call per frame (a step's report, a host call).
+			// What comes later, its end included, is read on the next
+			// ring or poll, or between steps.
+			break
+		}
 	}
 	for {
 		payload, rest, ok, ferr := frame.Split(c.pending, maxCtlFrame)
