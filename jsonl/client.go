@@ -70,7 +70,10 @@ type Client struct {
 // pending is a request waiting for its answer.
 type pending struct {
 	answer chan []byte // the answer line, or closed when none will come
-	failed string      // why the answer is missing (set before answer is closed)
+	// res is the answer decoded as a result, when dispatch could (set
+	// before answer is sent), or nil.
+	res    *pynox.Result
+	failed string // why the answer is missing (set before answer is closed)
 	host   pynox.HostFunc
 	ctx    context.Context    // ends with the answer: a HostFunc's calls are moot then
 	cancel context.CancelFunc // ends ctx
@@ -196,9 +199,12 @@ func wireRequest(job pynox.Job) request {
 // result sends req and decodes its answer as a result.
 func (c *Client) result(ctx context.Context, req *request, host pynox.HostFunc) (*pynox.Result, error) {
 	injectTrace(ctx, req)
-	line, err := c.roundTrip(ctx, req, host)
+	line, decoded, err := c.roundTripDecoded(ctx, req, host)
 	if err != nil {
 		return nil, err
+	}
+	if decoded != nil {
+		return decoded, nil
 	}
 	var res pynox.Result
 	if err := json.Unmarshal(line, &res); err != nil {
@@ -210,13 +216,21 @@ func (c *Client) result(ctx context.Context, req *request, host pynox.HostFunc) 
 // roundTrip sends req with an id of the client's own and waits for the
 // line that answers it.
 func (c *Client) roundTrip(ctx context.Context, req *request, host pynox.HostFunc) ([]byte, error) {
+	line, _, err := c.roundTripDecoded(ctx, req, host)
+	return line, err
+}
+
+// roundTripDecoded is roundTrip, and returns the answer decoded as a
+// result too when the line that brought it was (see dispatch); the result's
+// ID is then unset.
+func (c *Client) roundTripDecoded(ctx context.Context, req *request, host pynox.HostFunc) ([]byte, *pynox.Result, error) {
 	if err := ctx.Err(); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	c.mu.Lock()
 	if err := c.stoppedErr(); err != nil {
 		c.mu.Unlock()
-		return nil, err
+		return nil, nil, err
 	}
 	c.seq++
 	id := "go-" + strconv.FormatInt(c.seq, 10)
@@ -241,14 +255,14 @@ func (c *Client) roundTrip(ctx context.Context, req *request, host pynox.HostFun
 	}
 	if err != nil {
 		forget()
-		return nil, err
+		return nil, nil, err
 	}
 	line, ok, answered := c.await(ctx, p)
 	switch {
 	case answered && !ok:
-		return nil, fmt.Errorf("%w: %s", ErrClientClosed, p.failed)
+		return nil, nil, fmt.Errorf("%w: %s", ErrClientClosed, p.failed)
 	case answered:
-		return line, nil
+		return line, p.res, nil
 	default:
 		forget()
 		p.output.end()
@@ -256,7 +270,7 @@ func (c *Client) roundTrip(ctx context.Context, req *request, host pynox.HostFun
 			// A one-shot job nobody waits for is ended on the server.
 			c.cancel(id)
 		}
-		return nil, ctx.Err()
+		return nil, nil, ctx.Err()
 	}
 }
 
@@ -616,8 +630,29 @@ type head struct {
 	CallID *int64          `json:"call_id"`
 }
 
+// resultLine is a line decoded at once as its head and as a result: an
+// answer's line is decoded once, not once to route it and once more by
+// the call it answers.
+type resultLine struct {
+	ID     json.RawMessage `json:"id"`
+	Event  string          `json:"event"`
+	CallID *int64          `json:"call_id"`
+	pynox.Result
+}
+
+// eventKey is in every line that carries an event: only lines without it
+// are decoded as results first.
+var eventKey = []byte(`"event"`)
+
 // dispatch routes one line of the server's output.
 func (c *Client) dispatch(line []byte) {
+	if !bytes.Contains(line, eventKey) {
+		var rl resultLine
+		if json.Unmarshal(line, &rl) == nil && rl.Event == "" && rl.CallID == nil {
+			c.deliverDecoded(rl.ID, line, &rl.Result)
+			return
+		}
+	}
 	var h head
 	if err := json.Unmarshal(line, &h); err != nil {
 		c.unreadable(line, err)
@@ -675,6 +710,17 @@ func (c *Client) lookup(raw json.RawMessage) *pending {
 // deliver hands an answer (line, or the failure why) to the request raw
 // names; it reports false when none waits for it.
 func (c *Client) deliver(raw json.RawMessage, line []byte, why string) bool {
+	return c.deliverAs(raw, line, nil, why)
+}
+
+// deliverDecoded hands an answer to the request raw names with the line
+// decoded as a result (its ID unset).
+func (c *Client) deliverDecoded(raw json.RawMessage, line []byte, res *pynox.Result) bool {
+	return c.deliverAs(raw, line, res, "")
+}
+
+// deliverAs is deliver, with the answer's decoded result when there is one.
+func (c *Client) deliverAs(raw json.RawMessage, line []byte, res *pynox.Result, why string) bool {
 	k, ok := key(raw)
 	if !ok {
 		return false
@@ -691,6 +737,7 @@ func (c *Client) deliver(raw json.RawMessage, line []byte, why string) bool {
 		p.failed = why
 		close(p.answer)
 	} else {
+		p.res = res
 		p.answer <- line
 	}
 	return true
