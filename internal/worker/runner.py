@@ -188,7 +188,9 @@ def _recv(fd):
     body = _read_exact(fd, n)
     if body is None:
         return None
-    return json.loads(body)
+    # By the C scanner alone (see _scan_frame): a host call's reply is
+    # read here, some microseconds less per call than json.loads.
+    return _scan_frame(body)
 
 
 # The json module's C scanner, called directly by _scan_frame.
