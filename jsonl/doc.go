@@ -21,7 +21,10 @@
 // [Client] is the other end: it starts `pynox pool` ([StartCmd]) or wraps
 // any pair of streams ([NewClient]) and offers [Client.Run],
 // [Client.Session] and [Client.Stats], safe for concurrent use, with host
-// calls answered by each request's HostFunc. pynox-bench and the command's
+// calls answered by each request's HostFunc. A client of StartCmd reads
+// the pool's output on the goroutines of the calls that wait for it, so
+// that an answer reaches its call without a hand-over between goroutines
+// (see [StartCmd]). pynox-bench and the command's
 // tests use it, and so does [Dial]: it connects to a `pynox serve`
 // server's WebSocket and returns a [pynox.Pool] whose Run, Checkout and
 // the rest go over a Client on that connection (see "Remote pools" in
