@@ -52,8 +52,9 @@ func RequireLong(t testing.TB, what string) {
 // RaiseParallel runs at once unless -parallel says otherwise: most of
 // them wait (for a template to start, a timeout to fire, a job to sleep)
 // rather than compute, and go test's default, GOMAXPROCS, left a 2-CPU
-// machine half idle.
-const MinParallel = 4
+// machine half idle. Eight keeps `go test ./...` under a minute on two
+// CPUs: the slowest parallel tests wait for seconds with little CPU.
+const MinParallel = 8
 
 // RaiseParallel raises -test.parallel to MinParallel when the command
 // line did not set it and GOMAXPROCS is below it. A package's TestMain
