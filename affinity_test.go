@@ -63,6 +63,7 @@ func cpuListString(cpus []int) string {
 // pool reports them; a job and a session inherit their template's CPU;
 // a template that replaces a dead one gets its predecessor's CPU.
 func TestPinCPUs(t *testing.T) {
+	t.Parallel()
 	allowed := allowedCPUs()
 	if len(allowed) < 2 {
 		t.Skipf("the test process may run on %v only; pinning needs two CPUs (TestPinCPUsRestricted covers one)", allowed)
@@ -124,6 +125,7 @@ func TestPinCPUsRestart(t *testing.T) {
 // TestPinCPUsOff checks that a pool without PinCPUs (the library's
 // default) leaves its templates and jobs on the process's whole set.
 func TestPinCPUsOff(t *testing.T) {
+	t.Parallel()
 	allowed := allowedCPUs()
 	p := newTestPool(t, Config{Workers: 2})
 	require.Nil(t, p.PinnedCPUs())

@@ -466,7 +466,8 @@
 // grants, limits and seccomp filter — before the step's code runs. It
 // takes the template's ready spare when there is one, and the template
 // forks that spare's replacement once the first step has answered (as
-// after a job), or at once when a job needs a spare first; otherwise the
+// after a job), or at once when a job needs a spare first or already
+// waits for the one the session took; otherwise the
 // template forks one for the session alone. A session never takes a
 // worker: one-shot jobs and sessions share the CPUs and nothing else, and
 // a job waits for a session's step no more than for a fork. The checkout's

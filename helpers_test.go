@@ -23,7 +23,7 @@ var (
 )
 
 // Tests that call t.Parallel run together once the sequential ones have
-// finished, at most max(GOMAXPROCS, 4) at a time (TestMain's
+// finished, at most max(GOMAXPROCS, testenv.MinParallel) at a time (TestMain's
 // testenv.RaiseParallel; -parallel overrides it). A test stays sequential when it
 // counts the test process's descriptors, goroutines, children or zombies,
 // makes the test process a subreaper, kills or stops templates, sets the

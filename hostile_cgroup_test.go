@@ -12,6 +12,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -247,9 +248,21 @@ func TestHostileCgroupLifecycle(t *testing.T) {
 
 	// While a job runs, its process is in a cgroup of its own with the
 	// limits.
+	// The job waits in a host call until the test has found it.
 	done := make(chan *Result)
+	found := make(chan struct{})
+	var foundOnce sync.Once
+	release := func() { foundOnce.Do(func() { close(found) }) }
+	t.Cleanup(release)
 	go func() {
-		done <- run(t, p, Job{Code: "import time\nprint('running', flush=True)\ntime.sleep(2)\n", Memory: 100 << 20})
+		done <- run(t, p, Job{Code: "from pynox_host import wait\nprint('running', flush=True)\nwait()\n", Memory: 100 << 20,
+			Functions: []string{"wait"}, Host: func(ctx context.Context, _ *Call) (any, error) {
+				select {
+				case <-found:
+				case <-ctx.Done():
+				}
+				return nil, nil
+			}})
 	}()
 	tpls := p.templatePIDs()
 	var jobDir string
@@ -279,6 +292,7 @@ func TestHostileCgroupLifecycle(t *testing.T) {
 		return false
 	}, 20*time.Second, 5*time.Millisecond, "no job process found in a job cgroup with its memory limit")
 	t.Logf("job cgroup %s", jobDir)
+	release()
 	requireOK(t, <-done)
 
 	for range 5 {

@@ -256,13 +256,19 @@ func TestHostileNSSpareCgroup(t *testing.T) {
 	requireOK(t, run(t, p, job))
 	tpl := p.workers[0].live.Load()
 	ns := nsSparePid(t, tpl)
+	// The template's other child is its spare, once the job's process
+	// (which may still be listed just after Run) is reaped.
 	var spare int
-	for _, q := range templateKids(tpl.Pid()) {
-		if q != ns {
-			spare = q
+	require.True(t, eventually(func() bool {
+		spare = 0
+		n := 0
+		for _, q := range templateKids(tpl.Pid()) {
+			if q != ns {
+				spare, n = q, n+1
+			}
 		}
-	}
-	require.NotZero(t, spare)
+		return n == 1
+	}), "the template's children besides the ns spare %d: %v", ns, templateKids(tpl.Pid()))
 	groupOf := func(pid int) string {
 		b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cgroup")
 		require.NoError(t, err)

@@ -434,6 +434,7 @@ print(n)
 // scratch directory (its outputs directory made again), as with empty
 // variables; within one process a session keeps its files across steps.
 func TestHostileReview10SessionScratchAcrossProcesses(t *testing.T) {
+	t.Parallel()
 	fill := `
 import os
 d = os.environ["TMPDIR"]

@@ -540,7 +540,7 @@ os.mkdir("/work/d")`})
 // them still run.
 func TestHostileReview10NSQueuedJobsBounded(t *testing.T) {
 	p, data, _ := nsPool(t)
-	job := Job{Mounts: []MountSpec{{HostPath: data, Path: "/data"}}, Code: `import time; time.sleep(0.3); print(open("/data/f.txt").read())`}
+	job := Job{Mounts: []MountSpec{{HostPath: data, Path: "/data"}}, Code: `import time; time.sleep(0.1); print(open("/data/f.txt").read())`}
 	requireOK(t, run(t, p, job))
 	held := func() int {
 		n := 0

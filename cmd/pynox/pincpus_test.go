@@ -22,6 +22,7 @@ func allowedCPUCount(t *testing.T) int {
 // more are allowed), and that --pin-cpus=false and [pool] pin_cpus =
 // false turn it off, the flag overriding the file.
 func TestPinCPUsFlag(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	off := filepath.Join(dir, "off.toml")
 	require.NoError(t, os.WriteFile(off, []byte("[pool]\npin_cpus = false\n"), 0o644))

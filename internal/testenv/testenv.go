@@ -52,20 +52,33 @@ func RequireLong(t testing.TB, what string) {
 // RaiseParallel runs at once unless -parallel says otherwise: most of
 // them wait (for a template to start, a timeout to fire, a job to sleep)
 // rather than compute, and go test's default, GOMAXPROCS, left a 2-CPU
-// machine half idle.
-const MinParallel = 4
+// machine half idle. Eight rather than four: the slowest parallel tests
+// wait for seconds with little CPU, so more of them at once shortens the
+// suite's parallel phase.
+const MinParallel = 8
 
-// RaiseParallel raises -test.parallel to MinParallel when the command
-// line did not set it and GOMAXPROCS is below it. A package's TestMain
-// calls it before m.Run.
+// RaceMinParallel is MinParallel under the race detector (`go test
+// -race`, as .ci/run runs the suite a second time): every goroutine is
+// several times slower there, and eight tests at once on a loaded 2-CPU
+// machine pushed a job with a 15 s timeout past it
+// (TestHostileReview4ToolKwargsFlood).
+const RaceMinParallel = 4
+
+// RaiseParallel raises -test.parallel to MinParallel (RaceMinParallel
+// under the race detector) when the command line did not set it and
+// GOMAXPROCS is below it. A package's TestMain calls it before m.Run.
 func RaiseParallel() {
 	if !flag.Parsed() {
 		flag.Parse()
 	}
 	set := false
 	flag.Visit(func(f *flag.Flag) { set = set || f.Name == "test.parallel" })
-	if f := flag.Lookup("test.parallel"); f != nil && !set && runtime.GOMAXPROCS(0) < MinParallel {
-		if err := f.Value.Set(strconv.Itoa(MinParallel)); err != nil {
+	n := MinParallel
+	if raceEnabled {
+		n = RaceMinParallel
+	}
+	if f := flag.Lookup("test.parallel"); f != nil && !set && runtime.GOMAXPROCS(0) < n {
+		if err := f.Value.Set(strconv.Itoa(n)); err != nil {
 			panic(err)
 		}
 	}

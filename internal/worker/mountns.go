@@ -69,7 +69,13 @@ func (t *Template) TakeNS(network bool, cancel <-chan struct{}) (*Child, error) 
 	first := !t.nsKept[kind]
 	t.nsKept[kind] = true
 	h := t.nsHeld[kind]
+	t.nsTaking[kind]++ // see Take
 	t.mu.Unlock()
+	defer func() {
+		t.mu.Lock()
+		t.nsTaking[kind]--
+		t.mu.Unlock()
+	}()
 	if first {
 		if err := t.requestNSFork(kind, nsReadyRoute); err != nil {
 			t.fail(fmt.Errorf("request fork: %w", err))
@@ -80,6 +86,9 @@ func (t *Template) TakeNS(network bool, cancel <-chan struct{}) (*Child, error) 
 		// back until its first step answers: a job does not wait for
 		// that.
 		h.RefillNow()
+	}
+	if takeWaitHook != nil {
+		takeWaitHook(kind, true)
 	}
 	timer := time.NewTimer(t.spareTimeout)
 	defer timer.Stop()
@@ -102,7 +111,8 @@ func (t *Template) TakeNS(network bool, cancel <-chan struct{}) (*Child, error) 
 // one forked for the session alone, as TakeSession does for a session
 // without one. The replacement of a ready ns spare taken is asked for by
 // the child's RefillNow (once the session's first step has answered) or
-// by the next TakeNS that finds none, whichever comes first. The first
+// by the next TakeNS that finds none, whichever comes first, or at once
+// when a TakeNS already waits for one of the kind. The first
 // call for a kind also asks for the template's ready ns spare of that
 // kind, after the session's own. It fails like TakeSession.
 func (t *Template) TakeNSSession(network bool, cancel <-chan struct{}) (*Child, error) {
@@ -110,7 +120,7 @@ func (t *Template) TakeNSSession(network bool, cancel <-chan struct{}) (*Child, 
 	if err != nil {
 		return nil, err
 	}
-	if c := t.holdReady(t.nsSpares[kind], &t.nsHeld[kind]); c != nil {
+	if c := t.holdReady(t.nsSpares[kind], &t.nsHeld[kind], &t.nsTaking[kind]); c != nil {
 		return c, nil
 	}
 	if isClosed(t.done) {

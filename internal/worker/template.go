@@ -189,6 +189,13 @@ type Template struct {
 	// held (guarded by mu) is, per kind, a spare a session took whose
 	// replacement waits for RefillNow, or for the next Take.
 	held [2]*Child
+	// taking and nsTaking (guarded by mu) count, per kind, the Take
+	// (TakeNS) calls that found no ready spare and wait for one: a
+	// session that takes the ready spare while one waits asks for its
+	// replacement at once instead of holding it (holdReady), whichever
+	// of the two looked first.
+	taking   [2]int
+	nsTaking [2]int
 	// The ready ns spares (mountns.go): nsSpares holds, per kind, the
 	// spare for a job with a mount namespace once the first TakeNS of the
 	// kind asked for one (nsKept, guarded by mu); nsHeld (guarded by mu)
@@ -617,12 +624,22 @@ func (t *Template) Take(network bool, cancel <-chan struct{}) (*Child, error) {
 	default:
 	}
 	// A session took the last spare and holds its replacement back until
-	// its first step answers: a job does not wait for that.
+	// its first step answers: a job does not wait for that. A session
+	// that takes the spare this Take waits for sees it waiting.
 	t.mu.Lock()
+	t.taking[kind]++
 	h := t.held[kind]
 	t.mu.Unlock()
+	defer func() {
+		t.mu.Lock()
+		t.taking[kind]--
+		t.mu.Unlock()
+	}()
 	if h != nil {
 		h.RefillNow()
+	}
+	if takeWaitHook != nil {
+		takeWaitHook(kind, false)
 	}
 	timer := time.NewTimer(t.spareTimeout)
 	defer timer.Stop()
@@ -664,8 +681,10 @@ type sessionWait struct {
 // replacement of a ready spare taken is asked for by the child's
 // RefillNow — the caller's to call once the session's first step has
 // answered, so that the fork does not compete with it for the CPU — or
-// by the next Take that finds no spare, whichever comes first: a job
-// never waits for a session's step. Either way the process is the
+// by the next Take that finds no spare, whichever comes first, or at
+// once when a Take already waits for a spare of the kind (the spare
+// taken may be the one it waited for): a job never waits for a
+// session's step. Either way the process is the
 // session's: closing it asks for no (further) replacement. TakeSession
 // fails when the template dies, when cancel closes, and when no spare
 // comes within the spare timeout (the template is then declared wedged).
@@ -674,7 +693,7 @@ func (t *Template) TakeSession(network bool, cancel <-chan struct{}) (*Child, er
 	if err != nil {
 		return nil, err
 	}
-	if c := t.holdReady(t.spares[kind], &t.held[kind]); c != nil {
+	if c := t.holdReady(t.spares[kind], &t.held[kind], &t.taking[kind]); c != nil {
 		return c, nil
 	}
 	if isClosed(t.done) {
@@ -692,19 +711,27 @@ func (t *Template) TakeSession(network bool, cancel <-chan struct{}) (*Child, er
 // is one, and holds its replacement's request (see TakeSession) in *held
 // (a field of t, guarded by t.mu): never more than one spare of a kind
 // outstanding, so the one held before has its replacement asked for now.
-// It returns nil when no spare is ready.
-func (t *Template) holdReady(ch chan *Child, held **Child) *Child {
+// When jobs wait for a spare of the kind (*taking, a field of t guarded
+// by t.mu, above zero), the spare taken may be the one they waited for:
+// its replacement is asked for at once, not held. It returns nil when no
+// spare is ready.
+func (t *Template) holdReady(ch chan *Child, held **Child, taking *int) *Child {
 	select {
 	case c := <-ch:
 		c.HoldRefill()
 		t.mu.Lock()
-		if prev := *held; prev != nil {
-			t.mu.Unlock()
-			prev.RefillNow()
-			t.mu.Lock()
+		prev := *held
+		jobs := *taking > 0
+		if !jobs {
+			*held = c
 		}
-		*held = c
 		t.mu.Unlock()
+		if prev != nil {
+			prev.RefillNow()
+		}
+		if jobs {
+			c.RefillNow()
+		}
 		return c
 	default:
 		return nil
@@ -740,6 +767,11 @@ func (t *Template) awaitFork(w *sessionWait, cancel <-chan struct{}) (*Child, er
 	}
 	return nil, err
 }
+
+// takeWaitHook, set only by tests, runs in Take and TakeNS once they
+// have found no ready spare, just before they wait for one: a test
+// makes a session take the spare that comes in that moment.
+var takeWaitHook func(kind int, ns bool)
 
 // DefaultSpareTimeout bounds the wait for a template's next spare unless
 // Options say otherwise.
