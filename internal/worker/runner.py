@@ -199,7 +199,11 @@ def _scan_frame(body):
     """The JSON value of a frame's payload, as json.loads reads it, but by
     the C scanner alone: json.loads adds Python calls and regular
     expressions, each a few more pages that a fresh process copies."""
-    text = body.decode()
+    return _scan_text(body.decode())
+
+
+def _scan_text(text):
+    """_scan_frame of a payload already decoded."""
     try:
         obj, end = _SCAN(text, 0)
     except StopIteration:
@@ -209,22 +213,44 @@ def _scan_frame(body):
     return obj
 
 
+# What _recv_with_fds receives into: one buffer, allocated in the template
+# (a spare writes only the pages its frame fills, where a fresh 64 KiB
+# bytes object would cost it the C heap's allocation and its pages), and
+# room for as many descriptors as one message can carry (the kernel's
+# SCM_MAX_FD): a job's 64 grants come with its scratch directory and its
+# mount namespace's two, and a shorter list would be cut off.
+_RECV_BUF = bytearray(64 << 10)
+_RECV_BUFS = (_RECV_BUF,)
+_RECV_VIEW = memoryview(_RECV_BUF)
+_RECV_ANC = socket.CMSG_SPACE(253 * 4)
+_FRAME_HEADER = struct.Struct("<I")
+
+
 def _recv_with_fds(sock, fd):
     """Reads one frame whose first bytes may carry SCM_RIGHTS descriptors."""
-    # As many descriptors as one message can carry (the kernel's
-    # SCM_MAX_FD): a job's 64 grants come with its scratch directory and
-    # its mount namespace's two, and a shorter list would be cut off.
-    data, fds, _flags, _addr = socket.recv_fds(sock, 65536, 253)
-    if not data:
+    got, anc, _flags, _addr = sock.recvmsg_into(_RECV_BUFS, _RECV_ANC)
+    fds = []
+    for level, kind, data in anc:
+        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+            fds.extend(memoryview(data)[:len(data) - len(data) % 4].cast("i"))
+    if not got:
         return None, fds
-    if len(data) < 4:
-        data = _read_exact(fd, 4, data)
+    if got < 4:
+        data = _read_exact(fd, 4, bytes(_RECV_VIEW[:got]))
         if data is None:
             return None, fds
-    (n,) = struct.unpack("<I", data[:4])
+        got, head = 4, data
+    else:
+        head = _RECV_BUF
+    (n,) = _FRAME_HEADER.unpack_from(head)
     if n > MAX_FRAME:
         raise ValueError("frame too large")
-    body = _read_exact(fd, n, data[4:])
+    if got >= 4 + n and head is _RECV_BUF:
+        # The whole frame came at once (the common case), bytes after it
+        # included, which _scan_text refuses.
+        return _scan_text(str(_RECV_VIEW[4:got], "utf-8")), fds
+    rest = bytes(_RECV_VIEW[4:got]) if head is _RECV_BUF else b""
+    body = _read_exact(fd, n, rest)
     if body is None:
         return None, fds
     return _scan_frame(body), fds
@@ -693,6 +719,7 @@ class Spare:
         self.int_pending = False
         self.main_ident = 0
         self.calls = None  # the job's _HostCalls, once it has host functions
+        self.one_shot = False  # a job that is not a session: see run
 
     def hold_interrupt(self):
         """Keeps an interrupt pending while the runner talks to the host on
@@ -764,6 +791,7 @@ class Spare:
             os._exit(71)
         _write_all(FD, self.started_frame)  # no ring: see send
         self.step = int(job.get("step") or 1)
+        self.one_shot = not job.get("session")
         _DISPLAY.spare = self
         if job.get("script"):
             self.globals["__file__"] = job["name"]
@@ -1244,7 +1272,9 @@ class Spare:
             # Checked by the pool: identifiers, not keywords, JSON values.
             d.update(inputs)
         try:
-            code, last = _compile_cached(src, name)
+            # A one-shot job's code is compiled once: only a session's
+            # steps go through the cache (see _COMPILED).
+            code, last = _compile_split(src, name) if self.one_shot else _compile_cached(src, name)
         except BaseException as e:  # noqa: BLE001 - a SyntaxError is the job's
             traceback.print_exception(type(e), e, None)
             return 1, _describe(e, name)
@@ -1254,7 +1284,8 @@ class Spare:
                 self.int_pending = False
                 self.int_mode = 0
                 raise KeyboardInterrupt
-            exec(code, d)
+            if code is not None:  # None: nothing before the last expression (see _split_at_last_line)
+                exec(code, d)
             if last is not None:
                 value = eval(last, d)
                 self.int_mode = 0
@@ -1352,8 +1383,9 @@ def _compile_cached(src, name):
 def _compile_split(src, name):
     """Compiles a job's code REPL style: when its last statement is an
     expression, that expression is compiled apart (mode "eval") so that its
-    value can be reported. Returns (the code of the rest, the code of the
-    last expression or None). The syntax tree keeps every node's line and
+    value can be reported. Returns (the code of the rest, or None when
+    nothing comes before the last expression; the code of the last
+    expression or None). The syntax tree keeps every node's line and
     column, so tracebacks and error locations are those of the whole."""
     split = _split_at_last_line(src, name)
     if split is not None:
@@ -1397,8 +1429,15 @@ def _split_at_last_line(src, name):
         last = compile("\n" * head.count("\n") + src[nl + 1:], name, "eval", dont_inherit=True)
     except (SyntaxError, ValueError):
         return None
-    if not last.co_names and str in [type(c) for c in last.co_consts]:
-        return None
+    if not last.co_names:
+        for c in last.co_consts:
+            if type(c) is str:
+                return None
+    if not head or head.isspace():
+        # Nothing before the expression (a one-line job): no code to run
+        # but it, and no second compile. (eval adds __builtins__ to the
+        # globals as exec would.)
+        return None, last
     try:
         code = compile(head, name, "exec", dont_inherit=True)
     except (SyntaxError, ValueError):
