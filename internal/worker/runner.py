@@ -105,6 +105,20 @@ SIGKILL = int(signal.SIGKILL)  # a plain int: a spare touches no enum objects
 SIGINT = int(signal.SIGINT)
 
 
+# The functions and constants a spare's prepare calls, by module-level
+# names: a fresh process that looks up os.dup2 writes to the page of the
+# name "dup2" (its reference count) and to the interpreter's type cache; a
+# global name costs it neither.
+_os_open, _os_dup2, _os_close, _os_closerange = os.open, os.dup2, os.close, os.closerange
+_os_setsid, _os_getppid, _os_exit = os.setsid, os.getppid, os._exit
+_O_RDONLY = os.O_RDONLY
+_setrlimit = resource.setrlimit
+_RLIMIT_CORE, _RLIMIT_NOFILE, _RLIMIT_SIGPENDING = resource.RLIMIT_CORE, resource.RLIMIT_NOFILE, resource.RLIMIT_SIGPENDING
+_RLIMIT_RTPRIO, _RLIMIT_NICE, _RLIMIT_MEMLOCK = resource.RLIMIT_RTPRIO, resource.RLIMIT_NICE, resource.RLIMIT_MEMLOCK
+_get_ident = _thread.get_ident
+_signal_signal = _signal.signal
+
+
 class SetupError(Exception):
     """A confinement step could not be applied: no user code may run."""
 
@@ -318,6 +332,8 @@ class Template:
         self.blocks = None  # see spare_blocks
         self.close_plan = None  # see Spare.prepare
         self.job_files = MAX_FILES  # a job's RLIMIT_NOFILE (see _raise_files_limit)
+        self.plans = {}  # see spare_plan
+        self.reserve = None  # see spare_plan
 
     def send(self, obj):
         self.sock.sendall(_pack(obj))
@@ -478,6 +494,9 @@ class Template:
         if not self.setup_error:
             # The same for the ctypes calls that build a spare's ruleset.
             try:
+                for kind in self.seccomp:
+                    if kind != "template":
+                        self.spare_plan(kind)
                 os.close(rehearsal.new_ruleset())
             except BaseException:  # noqa: BLE001 - each spare reports its own failure
                 pass
@@ -610,6 +629,29 @@ class Template:
             nr = self.cfg["syscalls"]
             self.ll_args = (nr["landlock_create_ruleset"], attrs, size, nr["landlock_add_rule"], rules)
         return self.ll_args
+
+    def spare_plan(self, kind):
+        """What a spare of kind takes from the template in its prepare, in
+        one tuple (built once per kind, before the first fork): the runtime
+        descriptors' range (or None) and list, a job's descriptor limit,
+        the address of the kind's seccomp job layer, the parent-death
+        signal's block and its address, the Landlock calls' arguments
+        (see landlock_args), and the address space a spare keeps back to
+        report a MemoryError with (see Spare.prepare; mapped once here,
+        never touched, and each spare's own once forked). A spare unpacks it into local variables: each
+        attribute it would look up instead costs a fresh process a write
+        to the attribute name's page and to the interpreter's type cache."""
+        plan = self.plans.get(kind)
+        if plan is None:
+            prog, _buf = self.seccomp[kind]
+            _rule, _ref, sig, addr = self.spare_blocks()
+            create, attrs, size, add, rules = self.landlock_args()
+            if self.reserve is None:
+                self.reserve = mmap.mmap(-1, RESERVE)
+            plan = (self.runtime_range, [fd for fd, _ in self.runtime_fds], self.job_files,
+                    ctypes.addressof(prog), sig, addr, create, attrs[kind], size, add, rules, self.reserve)
+            self.plans[kind] = plan
+        return plan
 
     def spare_blocks(self):
         """The ctypes blocks a spare fills in rather than builds (see
@@ -923,20 +965,22 @@ class Spare:
         plan = self.tpl.close_plan
         if plan is None:
             plan = self.tpl.close_plan = _close_ranges({0, 1, 2, FD, BELL} | {fd for fd, _ in self.tpl.runtime_fds})
-        null = os.open("/dev/null", os.O_RDONLY)
-        os.dup2(null, 0)
-        os.dup2(self.out_w, 1)
-        os.dup2(self.err_w, 2)
-        os.dup2(self.ctl, FD, inheritable=False)
-        os.dup2(self.bell_w, BELL, inheritable=False)
+        # (The os and resource functions by their module-level names, and
+        # the template's values from its spare plan: see _SPARE_CALLS.)
+        null = _os_open("/dev/null", _O_RDONLY)
+        _os_dup2(null, 0)
+        _os_dup2(self.out_w, 1)
+        _os_dup2(self.err_w, 2)
+        _os_dup2(self.ctl, FD, False)
+        _os_dup2(self.bell_w, BELL, False)
         for lo, hi in plan:
-            os.closerange(lo, hi)
+            _os_closerange(lo, hi)
         self.channels = True
         # own session and process group; die with the template.
-        os.setsid()
+        _os_setsid()
         _check(_prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0), "prctl(PR_SET_PDEATHSIG)")
-        if os.getppid() != self.parent:
-            os._exit(0)
+        if _os_getppid() != self.parent:
+            _os_exit(0)
         # 3. capabilities, no_new_privs, SIGXFSZ: given up and checked by the
         # template; anything that failed there (or in building the policy)
         # fails every spare.
@@ -945,40 +989,41 @@ class Spare:
         # 4. Landlock: a fresh ruleset holding the runtime rules; the job's
         # grants are added and it is enforced when the job arrives.
         self.ruleset = self.new_ruleset()
-        if self.tpl.runtime_range is not None:
-            os.closerange(*self.tpl.runtime_range)
+        runtime_range, runtime_fds, files = self.tpl.spare_plan(self.kind)[:3]
+        if runtime_range is not None:
+            _os_closerange(*runtime_range)
         else:
-            for rfd, _ in self.tpl.runtime_fds:
-                os.close(rfd)
+            for rfd in runtime_fds:
+                _os_close(rfd)
         # rlimits that do not depend on the request: no core dumps, the
         # job's descriptor limit, and few queued signals: the count is the
         # uid's, machine-wide, and timer_create (and a timer's signals) may
         # only add to it while it is under the caller's limit. (kill and
         # tgkill of real-time signals are denied by seccomp.)
-        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-        files = self.tpl.job_files
-        resource.setrlimit(resource.RLIMIT_NOFILE, (files, files))
-        resource.setrlimit(resource.RLIMIT_SIGPENDING, (MAX_SIGPENDING, MAX_SIGPENDING))
+        _setrlimit(_RLIMIT_CORE, (0, 0))
+        _setrlimit(_RLIMIT_NOFILE, (files, files))
+        _setrlimit(_RLIMIT_SIGPENDING, (MAX_SIGPENDING, MAX_SIGPENDING))
         # No real-time policy and no nice value below the default, whatever
         # the pool inherited (systemd's LimitRTPRIO=, docker's --ulimit
         # rtprio=): seccomp lets a job change its own scheduling, and these
         # limits are all that stands between a job and SCHED_FIFO or
         # nice -20 without CAP_SYS_NICE.
-        resource.setrlimit(resource.RLIMIT_RTPRIO, (0, 0))
-        resource.setrlimit(resource.RLIMIT_NICE, (0, 0))
+        _setrlimit(_RLIMIT_RTPRIO, (0, 0))
+        _setrlimit(_RLIMIT_NICE, (0, 0))
         # No locked memory: seccomp denies mlock, mlock2 and mlockall, but
         # mmap with MAP_LOCKED (and mremap of such a mapping) locks pages
         # up to RLIMIT_MEMLOCK.
-        resource.setrlimit(resource.RLIMIT_MEMLOCK, (0, 0))
+        _setrlimit(_RLIMIT_MEMLOCK, (0, 0))
         # The pool's interrupt: see on_sigint.
-        self.main_ident = _thread.get_ident()
+        self.main_ident = _get_ident()
         # (_signal's own function: signal.signal converts the old handler
         # to an enum member, a failing lookup and an exception each time.)
-        _signal.signal(SIGINT, self.on_sigint)
+        _signal_signal(SIGINT, self.on_sigint)
         # Address space set aside to report a MemoryError with when the job
         # used up its allowance (RLIMIT_AS counts address space, so an
         # untouched mapping is enough, and costs no page faults).
-        self.reserve = mmap.mmap(-1, RESERVE)
+        # (Mapped by the template: see Template.spare_plan.)
+        self.reserve = self.tpl.spare_plan(self.kind)[11]
         # The address space the job starts from; its allowance goes on top.
         self.vm = _address_space()
         # 5. seccomp: the job layer of the spare's kind, on top of the
@@ -993,9 +1038,8 @@ class Spare:
             self.job_layer()
 
     def job_layer(self):
-        prog, _buf = self.tpl.seccomp[self.kind]
-        _check(_prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.addressof(prog), 0, 0), "seccomp (job layer)")
-        _rule, _ref, sig, addr = self.tpl.spare_blocks()
+        prog, sig, addr = self.tpl.spare_plan(self.kind)[3:6]
+        _check(_prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, prog, 0, 0), "seccomp (job layer)")
         sig.value = 0
         _check(_prctl(PR_GET_PDEATHSIG, addr, 0, 0, 0), "prctl(PR_GET_PDEATHSIG)")
         if sig.value != SIGKILL:
@@ -1005,8 +1049,8 @@ class Spare:
         """A Landlock ruleset of the spare's kind holding the runtime rules,
         made from the argument blocks the template built (see
         Template.landlock_args)."""
-        create, attrs, size, add, rules = self.tpl.landlock_args()
-        ruleset = _check(_syscall(create, attrs[self.kind], size, 0), "landlock_create_ruleset")
+        create, attr, size, add, rules = self.tpl.spare_plan(self.kind)[6:11]
+        ruleset = _check(_syscall(create, attr, size, 0), "landlock_create_ruleset")
         try:
             for rule in rules:
                 _check(_syscall(add, ruleset, LANDLOCK_RULE_PATH_BENEATH, rule, 0), "landlock_add_rule")
