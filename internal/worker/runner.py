@@ -119,6 +119,23 @@ _get_ident = _thread.get_ident
 _signal_signal = _signal.signal
 
 
+# The same for the template's own loop (_socketpair and the names after
+# it), which runs once per fork and once per exit: after each fork every
+# page it writes is copied once more (the spare still shares it), and a
+# module object's reference count, or an enum member's, is one more such
+# page.
+_socketpair = _socket.socketpair
+_AF_UNIX, _SOCK_STREAM = int(socket.AF_UNIX), int(socket.SOCK_STREAM)
+_SOL_SOCKET, _SCM_RIGHTS = int(socket.SOL_SOCKET), int(socket.SCM_RIGHTS)
+_FIVE_FDS = struct.Struct("5i")  # a spare's five descriptors, as SCM_RIGHTS data
+_os_pipe, _os_getpid, _os_fork, _os_pidfd_open = os.pipe, os.getpid, os.fork, getattr(os, "pidfd_open", None)
+_os_read, _os_wait4, _os_waitid, _os_waitpid = os.read, os.wait4, getattr(os, "waitid", None), os.waitpid
+_WIFSIGNALED, _WTERMSIG, _WEXITSTATUS = os.WIFSIGNALED, os.WTERMSIG, os.WEXITSTATUS
+_POLLIN = select.POLLIN
+_P_ALL, _WNOHANG = os.P_ALL, os.WNOHANG
+_WAIT_PEEK = os.WEXITED | os.WNOHANG | os.WNOWAIT
+
+
 class SetupError(Exception):
     """A confinement step could not be applied: no user code may run."""
 
@@ -523,7 +540,7 @@ class Template:
             for fd, _ev in poller.poll():
                 if fd == FD:
                     try:
-                        chunk = os.read(FD, 65536)
+                        chunk = _os_read(FD, 65536)
                     except OSError:
                         chunk = b""
                     if not chunk:
@@ -540,7 +557,7 @@ class Template:
                             self.fatal("unexpected frame from the host: %r" % payload[:200])
                         pidfd = self.fork_spare(kind, ns)
                         if pidfd is not None:
-                            poller.register(pidfd, select.POLLIN)
+                            poller.register(pidfd, _POLLIN)
                 else:
                     pid = self.children.pop(fd)
                     poller.unregister(fd)
@@ -549,17 +566,17 @@ class Template:
                     # "usage"; never the job's own word).
                     usage = b""
                     try:
-                        _, status, ru = os.wait4(pid, 0)
+                        _, status, ru = _os_wait4(pid, 0)
                         usage = b',"cpu_us":%d,"maxrss_kb":%d,"minflt":%d' % (
                             round((ru.ru_utime + ru.ru_stime) * 1e6), ru.ru_maxrss, ru.ru_minflt)
                     except ChildProcessError:
                         status = 0
-                    os.close(fd)
-                    if os.WIFSIGNALED(status):
-                        rep = b'{"t":"exit","pid":%d,"signal":%d%s}' % (pid, os.WTERMSIG(status), usage)
+                    _os_close(fd)
+                    if _WIFSIGNALED(status):
+                        rep = b'{"t":"exit","pid":%d,"signal":%d%s}' % (pid, _WTERMSIG(status), usage)
                     else:
-                        rep = b'{"t":"exit","pid":%d,"code":%d%s}' % (pid, os.WEXITSTATUS(status), usage)
-                    self.sock.sendall(_frame(rep))
+                        rep = b'{"t":"exit","pid":%d,"code":%d%s}' % (pid, _WEXITSTATUS(status), usage)
+                    self.sock.sendall(_FRAME_HEADER.pack(len(rep)) + rep)
             self.reap_orphans()
 
     def reap_orphans(self):
@@ -573,7 +590,7 @@ class Template:
         ours = None
         while True:
             try:
-                info = os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+                info = _os_waitid(_P_ALL, 0, _WAIT_PEEK)
             except OSError:  # ECHILD: no child at all
                 return
             if info is None or info.si_pid == 0:
@@ -583,7 +600,7 @@ class Template:
             if info.si_pid in ours:
                 return
             try:
-                os.waitpid(info.si_pid, os.WNOHANG)
+                _os_waitpid(info.si_pid, _WNOHANG)
             except OSError:
                 return
 
@@ -664,13 +681,14 @@ class Template:
         return self.blocks
 
     def fork_spare(self, kind, ns=False):
-        a, b = _socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)  # no socket.socket objects
+        # (Functions and constants by module-level names: see _socketpair.)
+        a, b = _socketpair(_AF_UNIX, _SOCK_STREAM)  # no socket.socket objects
         ctl_parent, ctl_child = a.detach(), b.detach()
-        out_r, out_w = os.pipe()
-        err_r, err_w = os.pipe()
-        bell_r, bell_w = os.pipe()
-        parent = os.getpid()
-        pid = os.fork()
+        out_r, out_w = _os_pipe()
+        err_r, err_w = _os_pipe()
+        bell_r, bell_w = _os_pipe()
+        parent = _os_getpid()
+        pid = _os_fork()
         if pid == 0:
             # The child must never return into the template's loop, not
             # even when printing what went wrong raises (a job's exception
@@ -683,9 +701,9 @@ class Template:
             finally:
                 os._exit(70)
         for fd in (ctl_child, out_w, err_w, bell_w):
-            os.close(fd)
+            _os_close(fd)
         try:
-            pidfd = os.pidfd_open(pid)
+            pidfd = _os_pidfd_open(pid)
         except OSError as e:
             os.kill(pid, signal.SIGKILL)
             os.waitpid(pid, 0)
@@ -694,10 +712,10 @@ class Template:
             self.send({"t": "spare_error", "msg": "pidfd_open: %s" % e})
             return None
         spare = b'{"t":"spare","pid":%d,"kind":"%s"}' % (pid, kind.encode())
-        self.sock.sendmsg([_frame(spare)], [(socket.SOL_SOCKET, socket.SCM_RIGHTS,
-                                              array.array("i", [ctl_parent, out_r, err_r, pidfd, bell_r]))])
+        self.sock.sendmsg([_FRAME_HEADER.pack(len(spare)) + spare],
+                          [(_SOL_SOCKET, _SCM_RIGHTS, _FIVE_FDS.pack(ctl_parent, out_r, err_r, pidfd, bell_r))])
         for fd in (ctl_parent, out_r, err_r, bell_r):
-            os.close(fd)
+            _os_close(fd)
         self.children[pidfd] = pid
         return pidfd
 
@@ -965,8 +983,8 @@ class Spare:
         plan = self.tpl.close_plan
         if plan is None:
             plan = self.tpl.close_plan = _close_ranges({0, 1, 2, FD, BELL} | {fd for fd, _ in self.tpl.runtime_fds})
-        # (The os and resource functions by their module-level names, and
-        # the template's values from its spare plan: see _SPARE_CALLS.)
+        # (The os and resource functions by their module-level names, see
+        # _os_open, and the template's values from its spare plan.)
         null = _os_open("/dev/null", _O_RDONLY)
         _os_dup2(null, 0)
         _os_dup2(self.out_w, 1)
