@@ -529,7 +529,9 @@ class Template:
         # Every template forks for jobs and sessions alike (~40 ms once
         # for a pandas heap, before "ready").
         _collapse_huge_pages()
-        _copy_file_ptes_at_fork(_RUNTIME_FILES)
+        err = _copy_file_ptes_at_fork(_RUNTIME_FILES)
+        if err and not self.setup_error:
+            self.setup_error = err
         self.send({"t": "ready"})
 
     def loop(self):
@@ -2392,29 +2394,68 @@ def _copy_file_ptes_at_fork(files):
     The fork then copies the mapping's entries (about 60 ns each, for a
     fault's ~3 us on a VM). Only the files mapped before any preload
     (files): a preload's libraries are large and a trivial job's spare
-    touches little of them. A kernel that refuses the write
-    (proc_mem.force_override=never) leaves everything as it was."""
+    touches little of them.
+
+    Where /proc/self/mem cannot be written (a pool that confines itself
+    with Landlock gives its templates /proc read-only; a kernel booted
+    with proc_mem.force_override=never), the byte is stored through the
+    mapping itself, made writable for that one store and then given its
+    protection back (code stays executable throughout, as the template
+    runs it; no job exists yet, and a job may mprotect its own memory
+    anyway). If a protection cannot be given back, the template says so:
+    every spare then fails its setup. Returns that error, or None."""
     try:
         mem = os.open("/proc/self/mem", os.O_RDWR | os.O_CLOEXEC)
     except OSError:
-        return
+        mem = -1
     try:
         with open("/proc/self/maps") as f:
             lines = f.readlines()
         for line in lines:
             fields = line.split()
-            # Private and not writable: "r-xp", "r--p".
-            if len(fields) < 6 or fields[5] not in files or fields[1][1] != "-" or fields[1][3] != "p":
+            # Private, readable and not writable: "r-xp", "r--p".
+            if len(fields) < 6 or fields[5] not in files or fields[1][0] != "r" or fields[1][1] != "-" or fields[1][3] != "p":
                 continue
-            lo = int(fields[0].split("-", 1)[0], 16)
+            lo, hi = (int(x, 16) for x in fields[0].split("-", 1))
             try:
+                if mem < 0:
+                    raise OSError("no /proc/self/mem")
                 os.pwrite(mem, os.pread(mem, 1, lo), lo)
             except OSError:
-                pass
+                err = _store_byte_in_place(lo, hi, fields[1][2] == "x")
+                if err:
+                    return err
     except Exception:  # noqa: BLE001 - an optimisation only
         pass
     finally:
-        os.close(mem)
+        if mem >= 0:
+            os.close(mem)
+    return None
+
+
+PROT_READ, PROT_WRITE, PROT_EXEC = 1, 2, 4
+
+
+def _store_byte_in_place(lo, hi, executable):
+    """_copy_file_ptes_at_fork's way without /proc/self/mem: the mapping
+    [lo, hi) made writable (mprotect over all of it, so that it stays one
+    mapping), its first byte stored back onto itself, its protection
+    given back. Returns an error when the protection could not be given
+    back, else None (a refused mprotect changes nothing)."""
+    prot = PROT_READ | (PROT_EXEC if executable else 0)
+    mprotect = _libc.mprotect
+    mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    mprotect.restype = ctypes.c_int
+    if mprotect(lo, hi - lo, prot | PROT_WRITE) != 0:
+        return None
+    try:
+        b = ctypes.c_ubyte.from_address(lo)
+        b.value = b.value
+    finally:
+        restored = mprotect(lo, hi - lo, prot) == 0
+    if not restored:
+        return "mprotect: cannot make %x-%x read-only again: %s" % (lo, hi, os.strerror(ctypes.get_errno()))
+    return None
 
 
 def _close_all_but(keep):
