@@ -28,7 +28,10 @@
 //	   │   builds lazily is shared by every child (the receipt of a
 //	   │   job frame too), and builds a spare's Landlock argument blocks
 //	   │   and descriptor plan once; backs its dense
-//	   │   heap with huge pages (cheaper forks and exits);
+//	   │   heap with huge pages (cheaper forks and exits); gives the
+//	   │   read-only file mappings of its runtime one private page each,
+//	   │   unchanged, so that a fork copies their page-table entries and
+//	   │   a spare does not fault the interpreter's code in again;
 //	   │   forks the next spare when the last one is done with (or as soon
 //	   │   as it is taken, when jobs are waiting); reaps children and
 //	   │   reports their exit status

@@ -33,9 +33,11 @@
 # per-job cgroups, PID namespaces, timeouts, output caps, sessions, host
 # functions, grants and a job's environment. What makes a pynox fork cheap
 # it keeps: the template runs the job's path once, freezes its objects out
-# of the garbage collector and backs its heap with huge pages before any
-# fork, and a spare warms up (runs a trivial job's path with its output to
-# /dev/null) before its seccomp layer, unless --no-warm.
+# of the garbage collector, backs its heap with huge pages and gives its
+# runtime's read-only file mappings an anonymous page (so that a fork
+# copies their page-table entries) before any fork, and a spare warms up
+# (runs a trivial job's path with its output to /dev/null) before its
+# seccomp layer, unless --no-warm.
 #
 # It speaks the same minimal JSON Lines as naive_server.py: a ready line,
 # then {"id", "code"} in and {"id", "exit", "stdout", "stderr",
@@ -331,6 +333,46 @@ def collapse_huge_pages():
         pass
 
 
+def mapped_files():
+    """The paths of the files this process maps."""
+    files = set()
+    with open("/proc/self/maps") as f:
+        for line in f:
+            fields = line.split()
+            if len(fields) >= 6 and fields[5].startswith("/"):
+                files.add(fields[5])
+    return files
+
+
+def copy_file_ptes_at_fork(files):
+    """As a pynox template does (runner.py: _copy_file_ptes_at_fork):
+    rewrites one byte of each read-only private mapping of the files
+    mapped before the preloads through /proc/self/mem, so that the
+    mapping holds an anonymous page and a fork copies its page-table
+    entries instead of leaving each child to fault the code in again.
+    Best effort: nothing changes where the kernel refuses the write."""
+    try:
+        mem = os.open("/proc/self/mem", os.O_RDWR | os.O_CLOEXEC)
+    except OSError:
+        return
+    try:
+        with open("/proc/self/maps") as f:
+            lines = f.readlines()
+        for line in lines:
+            fields = line.split()
+            if len(fields) < 6 or fields[5] not in files or fields[1][1] != "-" or fields[1][3] != "p":
+                continue
+            lo = int(fields[0].split("-", 1)[0], 16)
+            try:
+                os.pwrite(mem, os.pread(mem, 1, lo), lo)
+            except OSError:
+                pass
+    except Exception:  # noqa: BLE001 - an optimisation only
+        pass
+    finally:
+        os.close(mem)
+
+
 def emit(data):
     """Writes one result line on stdout, shared by the workers: a write of
     up to PIPE_BUF bytes to a pipe is atomic, so lines of that size never
@@ -415,6 +457,7 @@ def worker_main(loop, index, job_r, free_w):
 
 def main():
     opts = parse_args(sys.argv[1:])
+    runtime_files = mapped_files()
     for mod in opts["preload"]:
         __import__(mod)
     if opts["paths"]:
@@ -442,6 +485,7 @@ def main():
     gc.collect()
     gc.freeze()
     collapse_huge_pages()
+    copy_file_ptes_at_fork(runtime_files)
 
     # One template per worker, as in pynox, forked from this one (the
     # front), which only passes job lines on to free workers.

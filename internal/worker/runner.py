@@ -105,6 +105,37 @@ SIGKILL = int(signal.SIGKILL)  # a plain int: a spare touches no enum objects
 SIGINT = int(signal.SIGINT)
 
 
+# The functions and constants a spare's prepare calls, by module-level
+# names: a fresh process that looks up os.dup2 writes to the page of the
+# name "dup2" (its reference count) and to the interpreter's type cache; a
+# global name costs it neither.
+_os_open, _os_dup2, _os_close, _os_closerange = os.open, os.dup2, os.close, os.closerange
+_os_setsid, _os_getppid, _os_exit = os.setsid, os.getppid, os._exit
+_O_RDONLY = os.O_RDONLY
+_setrlimit = resource.setrlimit
+_RLIMIT_CORE, _RLIMIT_NOFILE, _RLIMIT_SIGPENDING = resource.RLIMIT_CORE, resource.RLIMIT_NOFILE, resource.RLIMIT_SIGPENDING
+_RLIMIT_RTPRIO, _RLIMIT_NICE, _RLIMIT_MEMLOCK = resource.RLIMIT_RTPRIO, resource.RLIMIT_NICE, resource.RLIMIT_MEMLOCK
+_get_ident = _thread.get_ident
+_signal_signal = _signal.signal
+
+
+# The same for the template's own loop (_socketpair and the names after
+# it), which runs once per fork and once per exit: after each fork every
+# page it writes is copied once more (the spare still shares it), and a
+# module object's reference count, or an enum member's, is one more such
+# page.
+_socketpair = _socket.socketpair
+_AF_UNIX, _SOCK_STREAM = int(socket.AF_UNIX), int(socket.SOCK_STREAM)
+_SOL_SOCKET, _SCM_RIGHTS = int(socket.SOL_SOCKET), int(socket.SCM_RIGHTS)
+_FIVE_FDS = struct.Struct("5i")  # a spare's five descriptors, as SCM_RIGHTS data
+_os_pipe, _os_getpid, _os_fork, _os_pidfd_open = os.pipe, os.getpid, os.fork, getattr(os, "pidfd_open", None)
+_os_read, _os_wait4, _os_waitid, _os_waitpid = os.read, os.wait4, getattr(os, "waitid", None), os.waitpid
+_WIFSIGNALED, _WTERMSIG, _WEXITSTATUS = os.WIFSIGNALED, os.WTERMSIG, os.WEXITSTATUS
+_POLLIN = select.POLLIN
+_P_ALL, _WNOHANG = os.P_ALL, os.WNOHANG
+_WAIT_PEEK = os.WEXITED | os.WNOHANG | os.WNOWAIT
+
+
 class SetupError(Exception):
     """A confinement step could not be applied: no user code may run."""
 
@@ -201,7 +232,11 @@ def _scan_frame(body):
     """The JSON value of a frame's payload, as json.loads reads it, but by
     the C scanner alone: json.loads adds Python calls and regular
     expressions, each a few more pages that a fresh process copies."""
-    text = body.decode()
+    return _scan_text(body.decode())
+
+
+def _scan_text(text):
+    """_scan_frame of a payload already decoded."""
     try:
         obj, end = _SCAN(text, 0)
     except StopIteration:
@@ -209,6 +244,19 @@ def _scan_frame(body):
     if end != len(text):
         raise ValueError("a frame has data after its JSON value")
     return obj
+
+
+# What _recv_with_fds receives into: one buffer, allocated in the template
+# (a spare writes only the pages its frame fills, where a fresh 64 KiB
+# bytes object would cost it the C heap's allocation and its pages), and
+# room for as many descriptors as one message can carry (the kernel's
+# SCM_MAX_FD): a job's 64 grants come with its scratch directory and its
+# mount namespace's two, and a shorter list would be cut off.
+_RECV_BUF = bytearray(64 << 10)
+_RECV_BUFS = (_RECV_BUF,)
+_RECV_VIEW = memoryview(_RECV_BUF)
+_RECV_ANC = socket.CMSG_SPACE(253 * 4)
+_FRAME_HEADER = struct.Struct("<I")
 
 
 def _await_input(fd):
@@ -225,20 +273,29 @@ def _await_input(fd):
 
 def _recv_with_fds(sock, fd):
     """Reads one frame whose first bytes may carry SCM_RIGHTS descriptors."""
-    # As many descriptors as one message can carry (the kernel's
-    # SCM_MAX_FD): a job's 64 grants come with its scratch directory and
-    # its mount namespace's two, and a shorter list would be cut off.
-    data, fds, _flags, _addr = socket.recv_fds(sock, 65536, 253)
-    if not data:
+    got, anc, _flags, _addr = sock.recvmsg_into(_RECV_BUFS, _RECV_ANC)
+    fds = []
+    for level, kind, data in anc:
+        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+            fds.extend(memoryview(data)[:len(data) - len(data) % 4].cast("i"))
+    if not got:
         return None, fds
-    if len(data) < 4:
-        data = _read_exact(fd, 4, data)
+    if got < 4:
+        data = _read_exact(fd, 4, bytes(_RECV_VIEW[:got]))
         if data is None:
             return None, fds
-    (n,) = struct.unpack("<I", data[:4])
+        got, head = 4, data
+    else:
+        head = _RECV_BUF
+    (n,) = _FRAME_HEADER.unpack_from(head)
     if n > MAX_FRAME:
         raise ValueError("frame too large")
-    body = _read_exact(fd, n, data[4:])
+    if got >= 4 + n and head is _RECV_BUF:
+        # The whole frame came at once (the common case), bytes after it
+        # included, which _scan_text refuses.
+        return _scan_text(str(_RECV_VIEW[4:got], "utf-8")), fds
+    rest = bytes(_RECV_VIEW[4:got]) if head is _RECV_BUF else b""
+    body = _read_exact(fd, n, rest)
     if body is None:
         return None, fds
     return _scan_frame(body), fds
@@ -306,6 +363,8 @@ class Template:
         self.blocks = None  # see spare_blocks
         self.close_plan = None  # see Spare.prepare
         self.job_files = MAX_FILES  # a job's RLIMIT_NOFILE (see _raise_files_limit)
+        self.plans = {}  # see spare_plan
+        self.reserve = None  # see spare_plan
 
     def send(self, obj):
         self.sock.sendall(_pack(obj))
@@ -466,6 +525,9 @@ class Template:
         if not self.setup_error:
             # The same for the ctypes calls that build a spare's ruleset.
             try:
+                for kind in self.seccomp:
+                    if kind != "template":
+                        self.spare_plan(kind)
                 os.close(rehearsal.new_ruleset())
             except BaseException:  # noqa: BLE001 - each spare reports its own failure
                 pass
@@ -481,6 +543,9 @@ class Template:
         # Every template forks for jobs and sessions alike (~40 ms once
         # for a pandas heap, before "ready").
         _collapse_huge_pages()
+        err = _copy_file_ptes_at_fork(_RUNTIME_FILES)
+        if err and not self.setup_error:
+            self.setup_error = err
         self.send({"t": "ready"})
 
     def loop(self):
@@ -491,7 +556,7 @@ class Template:
             for fd, _ev in poller.poll():
                 if fd == FD:
                     try:
-                        chunk = os.read(FD, 65536)
+                        chunk = _os_read(FD, 65536)
                     except OSError:
                         chunk = b""
                     if not chunk:
@@ -508,7 +573,7 @@ class Template:
                             self.fatal("unexpected frame from the host: %r" % payload[:200])
                         pidfd = self.fork_spare(kind, ns)
                         if pidfd is not None:
-                            poller.register(pidfd, select.POLLIN)
+                            poller.register(pidfd, _POLLIN)
                 else:
                     pid = self.children.pop(fd)
                     poller.unregister(fd)
@@ -517,17 +582,17 @@ class Template:
                     # "usage"; never the job's own word).
                     usage = b""
                     try:
-                        _, status, ru = os.wait4(pid, 0)
+                        _, status, ru = _os_wait4(pid, 0)
                         usage = b',"cpu_us":%d,"maxrss_kb":%d,"minflt":%d' % (
                             round((ru.ru_utime + ru.ru_stime) * 1e6), ru.ru_maxrss, ru.ru_minflt)
                     except ChildProcessError:
                         status = 0
-                    os.close(fd)
-                    if os.WIFSIGNALED(status):
-                        rep = b'{"t":"exit","pid":%d,"signal":%d%s}' % (pid, os.WTERMSIG(status), usage)
+                    _os_close(fd)
+                    if _WIFSIGNALED(status):
+                        rep = b'{"t":"exit","pid":%d,"signal":%d%s}' % (pid, _WTERMSIG(status), usage)
                     else:
-                        rep = b'{"t":"exit","pid":%d,"code":%d%s}' % (pid, os.WEXITSTATUS(status), usage)
-                    self.sock.sendall(_frame(rep))
+                        rep = b'{"t":"exit","pid":%d,"code":%d%s}' % (pid, _WEXITSTATUS(status), usage)
+                    self.sock.sendall(_FRAME_HEADER.pack(len(rep)) + rep)
             self.reap_orphans()
 
     def reap_orphans(self):
@@ -541,7 +606,7 @@ class Template:
         ours = None
         while True:
             try:
-                info = os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+                info = _os_waitid(_P_ALL, 0, _WAIT_PEEK)
             except OSError:  # ECHILD: no child at all
                 return
             if info is None or info.si_pid == 0:
@@ -551,7 +616,7 @@ class Template:
             if info.si_pid in ours:
                 return
             try:
-                os.waitpid(info.si_pid, os.WNOHANG)
+                _os_waitpid(info.si_pid, _WNOHANG)
             except OSError:
                 return
 
@@ -598,6 +663,29 @@ class Template:
             self.ll_args = (nr["landlock_create_ruleset"], attrs, size, nr["landlock_add_rule"], rules)
         return self.ll_args
 
+    def spare_plan(self, kind):
+        """What a spare of kind takes from the template in its prepare, in
+        one tuple (built once per kind, before the first fork): the runtime
+        descriptors' range (or None) and list, a job's descriptor limit,
+        the address of the kind's seccomp job layer, the parent-death
+        signal's block and its address, the Landlock calls' arguments
+        (see landlock_args), and the address space a spare keeps back to
+        report a MemoryError with (see Spare.prepare; mapped once here,
+        never touched, and each spare's own once forked). A spare unpacks it into local variables: each
+        attribute it would look up instead costs a fresh process a write
+        to the attribute name's page and to the interpreter's type cache."""
+        plan = self.plans.get(kind)
+        if plan is None:
+            prog, _buf = self.seccomp[kind]
+            _rule, _ref, sig, addr = self.spare_blocks()
+            create, attrs, size, add, rules = self.landlock_args()
+            if self.reserve is None:
+                self.reserve = mmap.mmap(-1, RESERVE)
+            plan = (self.runtime_range, [fd for fd, _ in self.runtime_fds], self.job_files,
+                    ctypes.addressof(prog), sig, addr, create, attrs[kind], size, add, rules, self.reserve)
+            self.plans[kind] = plan
+        return plan
+
     def spare_blocks(self):
         """The ctypes blocks a spare fills in rather than builds (see
         landlock_args): a path-beneath rule for a job's grants and its
@@ -609,13 +697,14 @@ class Template:
         return self.blocks
 
     def fork_spare(self, kind, ns=False):
-        a, b = _socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)  # no socket.socket objects
+        # (Functions and constants by module-level names: see _socketpair.)
+        a, b = _socketpair(_AF_UNIX, _SOCK_STREAM)  # no socket.socket objects
         ctl_parent, ctl_child = a.detach(), b.detach()
-        out_r, out_w = os.pipe()
-        err_r, err_w = os.pipe()
-        bell_r, bell_w = os.pipe()
-        parent = os.getpid()
-        pid = os.fork()
+        out_r, out_w = _os_pipe()
+        err_r, err_w = _os_pipe()
+        bell_r, bell_w = _os_pipe()
+        parent = _os_getpid()
+        pid = _os_fork()
         if pid == 0:
             # The child must never return into the template's loop, not
             # even when printing what went wrong raises (a job's exception
@@ -628,9 +717,9 @@ class Template:
             finally:
                 os._exit(70)
         for fd in (ctl_child, out_w, err_w, bell_w):
-            os.close(fd)
+            _os_close(fd)
         try:
-            pidfd = os.pidfd_open(pid)
+            pidfd = _os_pidfd_open(pid)
         except OSError as e:
             os.kill(pid, signal.SIGKILL)
             os.waitpid(pid, 0)
@@ -639,10 +728,10 @@ class Template:
             self.send({"t": "spare_error", "msg": "pidfd_open: %s" % e})
             return None
         spare = b'{"t":"spare","pid":%d,"kind":"%s"}' % (pid, kind.encode())
-        self.sock.sendmsg([_frame(spare)], [(socket.SOL_SOCKET, socket.SCM_RIGHTS,
-                                              array.array("i", [ctl_parent, out_r, err_r, pidfd, bell_r]))])
+        self.sock.sendmsg([_FRAME_HEADER.pack(len(spare)) + spare],
+                          [(_SOL_SOCKET, _SCM_RIGHTS, _FIVE_FDS.pack(ctl_parent, out_r, err_r, pidfd, bell_r))])
         for fd in (ctl_parent, out_r, err_r, bell_r):
-            os.close(fd)
+            _os_close(fd)
         self.children[pidfd] = pid
         return pidfd
 
@@ -706,6 +795,7 @@ class Spare:
         self.int_pending = False
         self.main_ident = 0
         self.calls = None  # the job's _HostCalls, once it has host functions
+        self.one_shot = False  # a job that is not a session: see run
 
     def hold_interrupt(self):
         """Keeps an interrupt pending while the runner talks to the host on
@@ -777,6 +867,7 @@ class Spare:
             os._exit(71)
         _write_all(FD, self.started_frame)  # no ring: see send
         self.step = int(job.get("step") or 1)
+        self.one_shot = not job.get("session")
         _DISPLAY.spare = self
         if job.get("script"):
             self.globals["__file__"] = job["name"]
@@ -909,20 +1000,22 @@ class Spare:
         plan = self.tpl.close_plan
         if plan is None:
             plan = self.tpl.close_plan = _close_ranges({0, 1, 2, FD, BELL} | {fd for fd, _ in self.tpl.runtime_fds})
-        null = os.open("/dev/null", os.O_RDONLY)
-        os.dup2(null, 0)
-        os.dup2(self.out_w, 1)
-        os.dup2(self.err_w, 2)
-        os.dup2(self.ctl, FD, inheritable=False)
-        os.dup2(self.bell_w, BELL, inheritable=False)
+        # (The os and resource functions by their module-level names, see
+        # _os_open, and the template's values from its spare plan.)
+        null = _os_open("/dev/null", _O_RDONLY)
+        _os_dup2(null, 0)
+        _os_dup2(self.out_w, 1)
+        _os_dup2(self.err_w, 2)
+        _os_dup2(self.ctl, FD, False)
+        _os_dup2(self.bell_w, BELL, False)
         for lo, hi in plan:
-            os.closerange(lo, hi)
+            _os_closerange(lo, hi)
         self.channels = True
         # own session and process group; die with the template.
-        os.setsid()
+        _os_setsid()
         _check(_prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0), "prctl(PR_SET_PDEATHSIG)")
-        if os.getppid() != self.parent:
-            os._exit(0)
+        if _os_getppid() != self.parent:
+            _os_exit(0)
         # 3. capabilities, no_new_privs, SIGXFSZ: given up and checked by the
         # template; anything that failed there (or in building the policy)
         # fails every spare.
@@ -931,40 +1024,41 @@ class Spare:
         # 4. Landlock: a fresh ruleset holding the runtime rules; the job's
         # grants are added and it is enforced when the job arrives.
         self.ruleset = self.new_ruleset()
-        if self.tpl.runtime_range is not None:
-            os.closerange(*self.tpl.runtime_range)
+        runtime_range, runtime_fds, files = self.tpl.spare_plan(self.kind)[:3]
+        if runtime_range is not None:
+            _os_closerange(*runtime_range)
         else:
-            for rfd, _ in self.tpl.runtime_fds:
-                os.close(rfd)
+            for rfd in runtime_fds:
+                _os_close(rfd)
         # rlimits that do not depend on the request: no core dumps, the
         # job's descriptor limit, and few queued signals: the count is the
         # uid's, machine-wide, and timer_create (and a timer's signals) may
         # only add to it while it is under the caller's limit. (kill and
         # tgkill of real-time signals are denied by seccomp.)
-        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-        files = self.tpl.job_files
-        resource.setrlimit(resource.RLIMIT_NOFILE, (files, files))
-        resource.setrlimit(resource.RLIMIT_SIGPENDING, (MAX_SIGPENDING, MAX_SIGPENDING))
+        _setrlimit(_RLIMIT_CORE, (0, 0))
+        _setrlimit(_RLIMIT_NOFILE, (files, files))
+        _setrlimit(_RLIMIT_SIGPENDING, (MAX_SIGPENDING, MAX_SIGPENDING))
         # No real-time policy and no nice value below the default, whatever
         # the pool inherited (systemd's LimitRTPRIO=, docker's --ulimit
         # rtprio=): seccomp lets a job change its own scheduling, and these
         # limits are all that stands between a job and SCHED_FIFO or
         # nice -20 without CAP_SYS_NICE.
-        resource.setrlimit(resource.RLIMIT_RTPRIO, (0, 0))
-        resource.setrlimit(resource.RLIMIT_NICE, (0, 0))
+        _setrlimit(_RLIMIT_RTPRIO, (0, 0))
+        _setrlimit(_RLIMIT_NICE, (0, 0))
         # No locked memory: seccomp denies mlock, mlock2 and mlockall, but
         # mmap with MAP_LOCKED (and mremap of such a mapping) locks pages
         # up to RLIMIT_MEMLOCK.
-        resource.setrlimit(resource.RLIMIT_MEMLOCK, (0, 0))
+        _setrlimit(_RLIMIT_MEMLOCK, (0, 0))
         # The pool's interrupt: see on_sigint.
-        self.main_ident = _thread.get_ident()
+        self.main_ident = _get_ident()
         # (_signal's own function: signal.signal converts the old handler
         # to an enum member, a failing lookup and an exception each time.)
-        _signal.signal(SIGINT, self.on_sigint)
+        _signal_signal(SIGINT, self.on_sigint)
         # Address space set aside to report a MemoryError with when the job
         # used up its allowance (RLIMIT_AS counts address space, so an
         # untouched mapping is enough, and costs no page faults).
-        self.reserve = mmap.mmap(-1, RESERVE)
+        # (Mapped by the template: see Template.spare_plan.)
+        self.reserve = self.tpl.spare_plan(self.kind)[11]
         # The address space the job starts from; its allowance goes on top.
         self.vm = _address_space()
         # 5. seccomp: the job layer of the spare's kind, on top of the
@@ -979,9 +1073,8 @@ class Spare:
             self.job_layer()
 
     def job_layer(self):
-        prog, _buf = self.tpl.seccomp[self.kind]
-        _check(_prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.addressof(prog), 0, 0), "seccomp (job layer)")
-        _rule, _ref, sig, addr = self.tpl.spare_blocks()
+        prog, sig, addr = self.tpl.spare_plan(self.kind)[3:6]
+        _check(_prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, prog, 0, 0), "seccomp (job layer)")
         sig.value = 0
         _check(_prctl(PR_GET_PDEATHSIG, addr, 0, 0, 0), "prctl(PR_GET_PDEATHSIG)")
         if sig.value != SIGKILL:
@@ -991,8 +1084,8 @@ class Spare:
         """A Landlock ruleset of the spare's kind holding the runtime rules,
         made from the argument blocks the template built (see
         Template.landlock_args)."""
-        create, attrs, size, add, rules = self.tpl.landlock_args()
-        ruleset = _check(_syscall(create, attrs[self.kind], size, 0), "landlock_create_ruleset")
+        create, attr, size, add, rules = self.tpl.spare_plan(self.kind)[6:11]
+        ruleset = _check(_syscall(create, attr, size, 0), "landlock_create_ruleset")
         try:
             for rule in rules:
                 _check(_syscall(add, ruleset, LANDLOCK_RULE_PATH_BENEATH, rule, 0), "landlock_add_rule")
@@ -1258,7 +1351,9 @@ class Spare:
             # Checked by the pool: identifiers, not keywords, JSON values.
             d.update(inputs)
         try:
-            code, last = _compile_cached(src, name)
+            # A one-shot job's code is compiled once: only a session's
+            # steps go through the cache (see _COMPILED).
+            code, last = _compile_split(src, name) if self.one_shot else _compile_cached(src, name)
         except BaseException as e:  # noqa: BLE001 - a SyntaxError is the job's
             traceback.print_exception(type(e), e, None)
             return 1, _describe(e, name)
@@ -1268,7 +1363,8 @@ class Spare:
                 self.int_pending = False
                 self.int_mode = 0
                 raise KeyboardInterrupt
-            exec(code, d)
+            if code is not None:  # None: nothing before the last expression (see _split_at_last_line)
+                exec(code, d)
             if last is not None:
                 value = eval(last, d)
                 self.int_mode = 0
@@ -1366,8 +1462,9 @@ def _compile_cached(src, name):
 def _compile_split(src, name):
     """Compiles a job's code REPL style: when its last statement is an
     expression, that expression is compiled apart (mode "eval") so that its
-    value can be reported. Returns (the code of the rest, the code of the
-    last expression or None). The syntax tree keeps every node's line and
+    value can be reported. Returns (the code of the rest, or None when
+    nothing comes before the last expression; the code of the last
+    expression or None). The syntax tree keeps every node's line and
     column, so tracebacks and error locations are those of the whole."""
     split = _split_at_last_line(src, name)
     if split is not None:
@@ -1411,28 +1508,20 @@ def _split_at_last_line(src, name):
         last = compile("\n" * head.count("\n") + src[nl + 1:], name, "eval", dont_inherit=True)
     except (SyntaxError, ValueError):
         return None
-    if not last.co_names and str in [type(c) for c in last.co_consts]:
-        return None
-    if not head:
-        # One line: the code before it is empty, and so is its code
-        # object, the same for every step of that name (compiling it
-        # anew cost some 10 µs a step).
-        code = _EMPTY_CODE.get(name)
-        if code is None:
-            code = compile("", name, "exec", dont_inherit=True)
-            if len(_EMPTY_CODE) >= _COMPILED_MAX:
-                _EMPTY_CODE.clear()
-            _EMPTY_CODE[name] = code
-        return code, last
+    if not last.co_names:
+        for c in last.co_consts:
+            if type(c) is str:
+                return None
+    if not head or head.isspace():
+        # Nothing before the expression (a one-line job): no code to run
+        # but it, and no second compile. (eval adds __builtins__ to the
+        # globals as exec would.)
+        return None, last
     try:
         code = compile(head, name, "exec", dont_inherit=True)
     except (SyntaxError, ValueError):
         return None
     return code, last
-
-
-# The code of an empty module, by file name (see _split_at_last_line).
-_EMPTY_CODE = {}
 
 
 # For _value_json's checks of an encoded value (bytes): its strings; a
@@ -2282,6 +2371,109 @@ def _collapse_huge_pages():
         pass
 
 
+# The files mapped before any preload is imported: the interpreter, the C
+# library and the extension modules the runner itself imports (see
+# _copy_file_ptes_at_fork). Set by main.
+_RUNTIME_FILES = frozenset()
+
+
+def _mapped_files():
+    """The paths of the files this process maps (/proc/self/maps)."""
+    files = set()
+    try:
+        with open("/proc/self/maps") as f:
+            for line in f:
+                fields = line.split()
+                if len(fields) >= 6 and fields[5].startswith("/"):
+                    files.add(fields[5])
+    except OSError:
+        pass
+    return frozenset(files)
+
+
+def _copy_file_ptes_at_fork(files):
+    """Best effort, once, in the template: makes every fork copy the
+    template's page-table entries of its read-only mappings of files (the
+    interpreter's code and constants, the C library's, the runner's own
+    extension modules'), so that a spare finds them mapped rather than
+    faulting each in again.
+
+    Linux copies a mapping's entries at fork only when the mapping holds
+    anonymous pages (has an anon_vma); a read-only file mapping holds none,
+    and a fresh process takes a page fault for every 64 KiB of code it
+    runs that its parent mapped long ago: some 85 per spare, a fifth of
+    its page faults. Writing one byte of such a mapping back onto itself
+    through /proc/self/mem (as a debugger sets a breakpoint) makes the
+    kernel give that page a private copy and the mapping an anon_vma; the
+    byte's value does not change, and neither does the mapping's
+    protection (never writable, never writable and executable at once).
+    The fork then copies the mapping's entries (about 60 ns each, for a
+    fault's ~3 us on a VM). Only the files mapped before any preload
+    (files): a preload's libraries are large and a trivial job's spare
+    touches little of them.
+
+    Where /proc/self/mem cannot be written (a pool that confines itself
+    with Landlock gives its templates /proc read-only; a kernel booted
+    with proc_mem.force_override=never), the byte is stored through the
+    mapping itself, made writable for that one store and then given its
+    protection back (code stays executable throughout, as the template
+    runs it; no job exists yet, and a job may mprotect its own memory
+    anyway). If a protection cannot be given back, the template says so:
+    every spare then fails its setup. Returns that error, or None."""
+    try:
+        mem = os.open("/proc/self/mem", os.O_RDWR | os.O_CLOEXEC)
+    except OSError:
+        mem = -1
+    try:
+        with open("/proc/self/maps") as f:
+            lines = f.readlines()
+        for line in lines:
+            fields = line.split()
+            # Private, readable and not writable: "r-xp", "r--p".
+            if len(fields) < 6 or fields[5] not in files or fields[1][0] != "r" or fields[1][1] != "-" or fields[1][3] != "p":
+                continue
+            lo, hi = (int(x, 16) for x in fields[0].split("-", 1))
+            try:
+                if mem < 0:
+                    raise OSError("no /proc/self/mem")
+                os.pwrite(mem, os.pread(mem, 1, lo), lo)
+            except OSError:
+                err = _store_byte_in_place(lo, hi, fields[1][2] == "x")
+                if err:
+                    return err
+    except Exception:  # noqa: BLE001 - an optimisation only
+        pass
+    finally:
+        if mem >= 0:
+            os.close(mem)
+    return None
+
+
+PROT_READ, PROT_WRITE, PROT_EXEC = 1, 2, 4
+
+
+def _store_byte_in_place(lo, hi, executable):
+    """_copy_file_ptes_at_fork's way without /proc/self/mem: the mapping
+    [lo, hi) made writable (mprotect over all of it, so that it stays one
+    mapping), its first byte stored back onto itself, its protection
+    given back. Returns an error when the protection could not be given
+    back, else None (a refused mprotect changes nothing)."""
+    prot = PROT_READ | (PROT_EXEC if executable else 0)
+    mprotect = _libc.mprotect
+    mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    mprotect.restype = ctypes.c_int
+    if mprotect(lo, hi - lo, prot | PROT_WRITE) != 0:
+        return None
+    try:
+        b = ctypes.c_ubyte.from_address(lo)
+        b.value = b.value
+    finally:
+        restored = mprotect(lo, hi - lo, prot) == 0
+    if not restored:
+        return "mprotect: cannot make %x-%x read-only again: %s" % (lo, hi, os.strerror(ctypes.get_errno()))
+    return None
+
+
 def _close_all_but(keep):
     for lo, hi in _close_ranges(keep):
         os.closerange(lo, hi)
@@ -2609,6 +2801,8 @@ def main():
     # Descriptors the host's own parent leaked to it without close-on-exec
     # end here: the template holds only 0-2 and its channel.
     _close_all_but({0, 1, 2, FD})
+    global _RUNTIME_FILES
+    _RUNTIME_FILES = _mapped_files()
     _install_display()
     tpl = Template()
     try:

@@ -2,6 +2,7 @@ package worker
 
 import (
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -20,7 +21,8 @@ import (
 // /proc/<pid>/stat, which count each child's whole life, its exit
 // included), and the template's own. Run it with -v, alternating the
 // builds compared; page faults vary less than CPU time on a shared
-// machine.
+// machine. PYNOX_SPARE_PROBE_PRELOAD=pandas measures a template with those
+// modules preloaded instead.
 func TestSpareCostProbe(t *testing.T) {
 	n, _ := strconv.Atoi(os.Getenv("PYNOX_SPARE_PROBE"))
 	if n <= 0 {
@@ -28,6 +30,14 @@ func TestSpareCostProbe(t *testing.T) {
 	}
 	gap, _ := time.ParseDuration(os.Getenv("PYNOX_SPARE_PROBE_GAP"))
 	tpl := startTestTemplate(t, false)
+	if mods := os.Getenv("PYNOX_SPARE_PROBE_PRELOAD"); mods != "" { // e.g. pandas: a template with preloads instead
+		py, err := filepath.EvalSymlinks("/usr/bin/python3")
+		require.NoError(t, err)
+		tpl, err = Start(Options{Python: py, Dir: t.TempDir(), Preload: strings.Split(mods, ","),
+			Env: []string{"PATH=/usr/bin:/bin", "OPENBLAS_NUM_THREADS=1", "OMP_NUM_THREADS=1", "MKL_NUM_THREADS=1"}})
+		require.NoError(t, err)
+		t.Cleanup(func() { tpl.Close() })
+	}
 	scratch := t.TempDir()
 	run := func() {
 		c, err := tpl.Take(false, nil)
