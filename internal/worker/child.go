@@ -114,13 +114,13 @@ type Child struct {
 // The descriptors are close-on-exec already (see Template.readLoop).
 func newChild(t *Template, nsPid, kind int, fds []int) (*Child, error) {
 	tv := unix.NsecToTimeval(ctlSendTimeout.Nanoseconds())
-	err := unix.SetsockoptTimeval(fds[0], unix.SOL_SOCKET, unix.SO_SNDTIMEO, &tv)
+	err := rawSetsockoptTimeval(fds[0], unix.SOL_SOCKET, unix.SO_SNDTIMEO, &tv)
 	for _, fd := range []int{fds[1], fds[2], fds[4]} {
 		if err == nil {
 			// Pipe read ends the template made with pipe2(O_CLOEXEC):
 			// their only status flag is O_RDONLY, so one F_SETFL sets
 			// O_NONBLOCK without the F_GETFL of unix.SetNonblock.
-			_, err = unix.FcntlInt(uintptr(fd), unix.F_SETFL, unix.O_NONBLOCK)
+			err = rawSetfl(fd, unix.O_NONBLOCK)
 		}
 	}
 	if err != nil {
@@ -281,12 +281,12 @@ func (c *Child) Close() {
 		c.closeCtl()
 		c.bell.Close()
 		if c.stdoutFd >= 0 {
-			unix.Close(c.stdoutFd)
-			unix.Close(c.stderrFd)
+			rawClose(c.stdoutFd)
+			rawClose(c.stderrFd)
 		}
 		c.takePrepared().close()
 		c.pidMu.Lock()
-		unix.Close(c.pidfd)
+		rawClose(c.pidfd)
 		c.pidfd = -1
 		c.closeSessionProc()
 		c.pidMu.Unlock()

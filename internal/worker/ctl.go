@@ -86,7 +86,7 @@ func (c *Child) closeCtl() {
 	c.ctlMu.Lock()
 	defer c.ctlMu.Unlock()
 	if c.ctlFd >= 0 {
-		unix.Close(c.ctlFd)
+		rawClose(c.ctlFd)
 		c.ctlFd = -1
 	}
 }

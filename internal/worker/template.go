@@ -526,12 +526,22 @@ func (t *Template) send(v any) error {
 	return t.write(b)
 }
 
+// connWrite writes b to the template's control socket with raw writes
+// (rawmsg.go), or through the connection when it has no raw one.
+func (t *Template) connWrite(b []byte) (int, error) {
+	rc, err := t.conn.SyscallConn()
+	if err != nil {
+		return t.conn.Write(b)
+	}
+	return rawConnWrite(rc, b)
+}
+
 // write sends one frame holding payload to the template.
 func (t *Template) write(payload []byte) error {
 	buf := frame.Append(make([]byte, 0, len(payload)+frame.HeaderSize), payload)
 	t.wmu.Lock()
 	defer t.wmu.Unlock()
-	_, err := t.conn.Write(buf)
+	_, err := t.connWrite(buf)
 	return err
 }
 
@@ -599,7 +609,7 @@ func (t *Template) requestForkFor(kind int, w *sessionWait) error {
 	t.mu.Lock()
 	t.routes[kind] = append(t.routes[kind], w)
 	t.mu.Unlock()
-	_, err := t.conn.Write(buf)
+	_, err := t.connWrite(buf)
 	return err
 }
 
@@ -767,8 +777,15 @@ func (t *Template) readLoop() {
 		rbuf = make([]byte, 64<<10)
 		oob  = make([]byte, unix.CmsgSpace(16*4))
 	)
+	rc, rcErr := t.conn.SyscallConn()
 	for {
-		n, oobn, flags, _, err := t.conn.ReadMsgUnix(rbuf, oob)
+		var n, oobn, flags int
+		var err error
+		if rcErr == nil {
+			n, oobn, flags, err = rawRecvmsg(rc, rbuf, oob) // rawmsg.go
+		} else {
+			n, oobn, flags, _, err = t.conn.ReadMsgUnix(rbuf, oob)
+		}
 		n, oobn = max(n, 0), max(oobn, 0) // a failed read may report -1
 		if oobn > 0 {
 			got, perr := parseRights(oob[:oobn])
