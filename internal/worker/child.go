@@ -39,7 +39,13 @@ type Child struct {
 	// nobody, and a job that finishes fast wakes the host once. Writes to
 	// it block, bounded by ctlSendTimeout.
 	ctlFd int
-	bell  *os.File
+	// The bell's read end, read through the template's bellPoller
+	// (bell.go), or through bell, an os.File of its own, when the
+	// template has none; bellMu guards both.
+	bellFd int
+	bell   *os.File
+	bellID uint64 // the bell's id in the bellPoller, once watched
+	bellMu sync.Mutex
 	// The output pipes' read ends. They are not registered with Go's poller
 	// until the job has reported or has run for outputDelay, so a short
 	// job's writes wake nothing on the host: on virtual machines, waking an
@@ -74,6 +80,7 @@ type Child struct {
 	// The bell is read by one goroutine for the child's whole life; each
 	// turn's watcher takes its rings from here.
 	bellOnce   sync.Once
+	bellEnd    sync.Once     // closes bellClosed
 	rings      chan struct{} // a ring is pending
 	bellClosed chan struct{} // the bell reached end of file
 	rung       atomic.Int64  // bytes read from the bell: one ring each
@@ -131,7 +138,7 @@ func newChild(t *Template, nsPid, kind int, fds []int) (*Child, error) {
 		nsPid:      nsPid,
 		tpl:        t,
 		ctlFd:      fds[0],
-		bell:       os.NewFile(uintptr(fds[4]), "job-bell"),
+		bellFd:     fds[4],
 		stdoutFd:   fds[1],
 		stderrFd:   fds[2],
 		pidfd:      fds[3],
@@ -279,7 +286,7 @@ func (c *Child) Close() {
 		c.Kill()
 		close(c.closed)
 		c.closeCtl()
-		c.bell.Close()
+		c.closeBell()
 		if c.stdoutFd >= 0 {
 			rawClose(c.stdoutFd)
 			rawClose(c.stderrFd)

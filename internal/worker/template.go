@@ -201,6 +201,10 @@ type Template struct {
 	done     chan struct{}
 	waitDone chan struct{}
 	stderr   *tailBuffer
+
+	// bells waits for the children's bells (bell.go); nil when the
+	// template has no epoll instance, and each child reads its own.
+	bells *bellPoller
 }
 
 // systemPaths are read by ordinary Python programs and hold nothing
@@ -267,6 +271,7 @@ func Start(opts Options) (*Template, error) {
 		return nil, err
 	}
 	t.info.MemoryMargin = anonMemory(cmd.Process.Pid) + MemoryOverhead
+	t.bells, _ = newBellPoller() // nil: each child's bell is an os.File of its own
 	go t.readLoop()
 	kinds := []int{kindDeny}
 	if opts.Network {
@@ -1002,6 +1007,7 @@ func (t *Template) fail(err error) {
 	t.mu.Unlock()
 	t.kill()
 	close(t.done)
+	t.bells.close()
 	for _, c := range children {
 		c.exited(ExitStatus{Signal: int(unix.SIGKILL), TemplateDied: true})
 	}
