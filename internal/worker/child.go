@@ -156,6 +156,9 @@ func (c *Child) exited(st ExitStatus) {
 		c.exitCh <- st
 		close(c.exitCh)
 		close(c.reaped)
+		if c.tpl != nil {
+			c.tpl.releaseReaped(c)
+		}
 	})
 }
 
@@ -307,14 +310,11 @@ func (c *Child) Close() {
 			// namespace, or their parent-death signal), so its death
 			// releases the group too, whether or not it had the child
 			// on its books (a pool's Close waits for every release).
-			g := c.cg
-			go func() {
-				select {
-				case <-c.reaped:
-				case <-c.tpl.done:
-				}
+			// The template keeps the group until then (releaseReaped),
+			// rather than a goroutine per job waiting for it.
+			if g := c.cg; !c.tpl.releaseWhenReaped(c, g) {
 				g.Release()
-			}()
+			}
 		}
 		if !c.holdRefill.Load() {
 			c.refillOnce.Do(func() { c.tpl.refillChild(c) })

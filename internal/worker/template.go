@@ -178,6 +178,10 @@ type Template struct {
 	children map[int]*Child // by the pid the template reports (its namespace's)
 	dead     bool
 	deadErr  error
+	// toRelease are the cgroups of closed children whose exit the
+	// template has not reported yet, released when it does or when the
+	// template dies (releaseWhenReaped).
+	toRelease map[*Child]*cgroup.Group
 
 	// routes (guarded by mu) holds, per kind, where each spare asked for
 	// and not yet received goes, in the order of the requests (the
@@ -1010,6 +1014,16 @@ func (t *Template) fail(err error) {
 	t.bells.close()
 	for _, c := range children {
 		c.exited(ExitStatus{Signal: int(unix.SIGKILL), TemplateDied: true})
+	}
+	// A template that dies takes its children with it (its PID
+	// namespace, or their parent-death signal): the groups of those it
+	// did not have on its books are released too.
+	t.mu.Lock()
+	rest := t.toRelease
+	t.toRelease = nil
+	t.mu.Unlock()
+	for _, g := range rest {
+		g.Release()
 	}
 	// Drain unclaimed spares.
 	for _, ch := range append(t.spares[:], t.nsSpares[:]...) {
