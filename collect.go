@@ -29,6 +29,8 @@ import (
 	"strings"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/pynox/pynox/internal/rawsys"
 )
 
 // Bounds of artifacts. A request beyond the first two is refused; files
@@ -415,7 +417,7 @@ func (c *collector) removeOutputs(dir string) {
 // makeOutputs makes the outputs directory in a job's new scratch
 // directory (the O_PATH descriptor fd) and returns its path.
 func makeOutputs(fd int, scratch string) (string, error) {
-	err := unix.Mkdirat(fd, OutputsDir, 0o700)
+	err := rawsys.Mkdirat(fd, OutputsDir, 0o700)
 	if errors.Is(err, unix.EEXIST) {
 		var st unix.Stat_t
 		if err = unix.Fstatat(fd, OutputsDir, &st, unix.AT_SYMLINK_NOFOLLOW); err == nil && st.Mode&unix.S_IFMT != unix.S_IFDIR {

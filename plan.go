@@ -16,6 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/pynox/pynox/internal/mountns"
+	"github.com/pynox/pynox/internal/rawsys"
 	"github.com/pynox/pynox/internal/sandbox"
 	"github.com/pynox/pynox/internal/worker"
 )
@@ -88,7 +89,7 @@ func (pl *plan) close() {
 // needed.
 func (pl *plan) closeGrants() {
 	for _, fd := range pl.fds {
-		unix.Close(fd)
+		rawsys.Close(fd)
 	}
 	pl.fds = nil
 	pl.closeNS()

@@ -563,6 +563,9 @@ type Group struct {
 	// swap is whether v1 memory.memsw.limit_in_bytes exists (1) or not
 	// (-1), once a SetMemory has looked (0: not yet).
 	swap int8
+	// files are the group's control files held open (held.go), shared by
+	// the Groups that reuse its directories; nil holds none.
+	files *heldFiles
 }
 
 // ErrClosed is returned by NewGroup after Close.
@@ -611,7 +614,7 @@ func (m *Manager) NewGroup(memory int64) (*Group, error) {
 		// A fresh Group for the same directories: the old one's Release
 		// may still be inside its sync.Once, which must not be reset
 		// under it.
-		g = &Group{m: g.m, dirs: g.dirs, name: g.name, memDir: g.memDir, memory: g.memory, swap: g.swap}
+		g = &Group{m: g.m, dirs: g.dirs, name: g.name, memDir: g.memDir, memory: g.memory, swap: g.swap, files: g.files}
 		g.oomBase = g.OOMKills()
 		if err := g.SetMemory(memory); err != nil {
 			// What the last process left does not fit the new limit:
@@ -639,6 +642,7 @@ func (m *Manager) create(memory int64) (*Group, error) {
 		g.dirs = append(g.dirs, d)
 	}
 	g.memDir = g.dirs[len(g.dirs)-1]
+	g.files = g.openHeld()
 	if err := write(filepath.Join(g.dirs[0], "pids.max"), strconv.Itoa(m.tasks)); err != nil {
 		return fail(fmt.Errorf("pids.max: %w", err))
 	}
@@ -766,6 +770,7 @@ func (g *Group) Release() {
 				}
 				pause = min(2*pause, time.Second)
 			}
+			g.files.close()
 			g.m.mu.Lock()
 			g.m.leaked = append(g.m.leaked, g.dirs...)
 			g.m.mu.Unlock()
@@ -858,6 +863,7 @@ func (g *Group) retire() {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+	g.files.close()
 	g.m.mu.Lock()
 	g.m.leaked = append(g.m.leaked, g.dirs...)
 	g.m.mu.Unlock()
@@ -866,6 +872,7 @@ func (g *Group) retire() {
 // tryRemove removes what it can of the group's directories and reports
 // whether none is left.
 func (g *Group) tryRemove() bool {
+	g.files.close() // kernfs would refuse them once the directory is gone
 	ok := true
 	for i := len(g.dirs) - 1; i >= 0; i-- {
 		if err := unix.Rmdir(g.dirs[i]); err != nil && err != unix.ENOENT {
@@ -928,16 +935,13 @@ func (m *Manager) Close() error {
 // write writes s to a cgroup file in one write (with no os.File: a
 // control file need not be registered with Go's poller).
 func write(path, s string) error {
-	fd, err := unix.Open(path, unix.O_WRONLY|unix.O_CLOEXEC, 0)
+	fd, err := rawOpenat(unix.AT_FDCWD, path, unix.O_WRONLY|unix.O_CLOEXEC)
 	if err != nil {
 		return &os.PathError{Op: "open", Path: path, Err: err}
 	}
-	_, err = unix.Write(fd, []byte(s))
-	if cerr := unix.Close(fd); err == nil {
-		err = cerr
+	err = writeFd(fd, path, s)
+	if cerr := rawClose(fd); err == nil && cerr != nil {
+		err = &os.PathError{Op: "close", Path: path, Err: cerr}
 	}
-	if err != nil {
-		return &os.PathError{Op: "write", Path: path, Err: err}
-	}
-	return nil
+	return err
 }

@@ -33,11 +33,11 @@ func readFile(path string) ([]byte, error) {
 // host allocated per job. (A buffer on the stack would make the fresh
 // goroutines that release groups grow their stacks.)
 func readValue(path, key string) (n int64, found bool, err error) {
-	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	fd, err := rawOpenat(unix.AT_FDCWD, path, unix.O_RDONLY|unix.O_CLOEXEC)
 	if err != nil {
 		return 0, false, &os.PathError{Op: "open", Path: path, Err: err}
 	}
-	defer unix.Close(fd)
+	defer rawClose(fd)
 	return parseValue(fd, path, key)
 }
 
@@ -78,11 +78,11 @@ var valueBufs = sync.Pool{New: func() any { return new([4096]byte) }}
 // preadFile reads the whole control file at path into buf, or into a
 // larger heap buffer when buf cannot hold it (at most 64 KiB).
 func preadFile(path string, buf []byte) ([]byte, error) {
-	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	fd, err := rawOpenat(unix.AT_FDCWD, path, unix.O_RDONLY|unix.O_CLOEXEC)
 	if err != nil {
 		return nil, &os.PathError{Op: "open", Path: path, Err: err}
 	}
-	defer unix.Close(fd)
+	defer rawClose(fd)
 	return preadFd(fd, path, buf)
 }
 
@@ -91,7 +91,7 @@ func preadFile(path string, buf []byte) ([]byte, error) {
 // 64 KiB).
 func preadFd(fd int, path string, buf []byte) ([]byte, error) {
 	for {
-		n, err := unix.Pread(fd, buf, 0)
+		n, err := rawPread(fd, buf, 0)
 		if err != nil {
 			return nil, &os.PathError{Op: "read", Path: path, Err: err}
 		}
@@ -111,6 +111,12 @@ func preadFd(fd int, path string, buf []byte) ([]byte, error) {
 // pool (link_path_walk: two fifths of openat's time). It falls back to
 // the absolute path once the Manager has let go of its bases.
 func (g *Group) readValue(i int, file, key string) (int64, bool, error) {
+	var n int64
+	var ok bool
+	var err error
+	if g.files.use(i, file, func(fd int) { n, ok, err = parseValue(fd, file, key) }) {
+		return n, ok, g.pathError(err, i, file)
+	}
 	m := g.m
 	m.locksMu.RLock()
 	if i < len(m.locks) && g.name != "" {
@@ -125,6 +131,10 @@ func (g *Group) readValue(i int, file, key string) (int64, bool, error) {
 // writeFile writes s to the group's control file in its i-th directory,
 // opened as readValue opens it.
 func (g *Group) writeFile(i int, file, s string) error {
+	var err error
+	if g.files.use(i, file, func(fd int) { err = writeFd(fd, file, s) }) {
+		return g.pathError(err, i, file)
+	}
 	m := g.m
 	m.locksMu.RLock()
 	if i < len(m.locks) && g.name != "" {
@@ -147,26 +157,32 @@ func (g *Group) pathError(err error, i int, file string) error {
 
 // readValueAt is readValue of the file at rel beneath the directory dirfd.
 func readValueAt(dirfd int, rel, key string) (int64, bool, error) {
-	fd, err := unix.Openat(dirfd, rel, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	fd, err := rawOpenat(dirfd, rel, unix.O_RDONLY|unix.O_CLOEXEC)
 	if err != nil {
 		return 0, false, &os.PathError{Op: "open", Path: rel, Err: err}
 	}
-	defer unix.Close(fd)
+	defer rawClose(fd)
 	return parseValue(fd, rel, key)
 }
 
 // writeAt is write of the file at rel beneath the directory dirfd.
 func writeAt(dirfd int, rel, s string) error {
 	path := rel
-	fd, err := unix.Openat(dirfd, rel, unix.O_WRONLY|unix.O_CLOEXEC, 0)
+	fd, err := rawOpenat(dirfd, rel, unix.O_WRONLY|unix.O_CLOEXEC)
 	if err != nil {
 		return &os.PathError{Op: "open", Path: path, Err: err}
 	}
-	_, err = unix.Write(fd, []byte(s))
-	if cerr := unix.Close(fd); err == nil {
-		err = cerr
+	err = writeFd(fd, path, s)
+	if cerr := rawClose(fd); err == nil && cerr != nil {
+		err = &os.PathError{Op: "close", Path: path, Err: cerr}
 	}
-	if err != nil {
+	return err
+}
+
+// writeFd writes s to the control file open at fd (named path in errors)
+// in one write: a control file takes one value per write.
+func writeFd(fd int, path, s string) error {
+	if _, err := rawWrite(fd, []byte(s)); err != nil {
 		return &os.PathError{Op: "write", Path: path, Err: err}
 	}
 	return nil

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -25,7 +26,7 @@ import (
 // kernel then says -1) or is not visible in the caller's namespace (0).
 func Pid(fd int) (int, error) {
 	info := unix.PidfdInfo{Mask: unix.PIDFD_INFO_PID}
-	switch err := unix.IoctlPidfdInfo(fd, &info); err {
+	switch err := ioctlPidfdInfo(fd, &info); err {
 	case nil:
 		return int(info.Tgid), nil
 	case unix.ENOTTY, unix.EINVAL:
@@ -60,4 +61,17 @@ func Pid(fd int) (int, error) {
 		return 0, errors.New("the pidfd's process has been reaped or is not visible in this pid namespace")
 	}
 	return pid, nil
+}
+
+// ioctlPidfdInfo is unix.IoctlPidfdInfo made as a raw system call: the
+// ioctl never blocks, and the pool asks it for every spare (to move it
+// into its cgroup) while its one P may have been idle, when a call
+// through syscall.Syscall would wake the runtime's monitor thread (see
+// internal/worker/rawsys.go).
+func ioctlPidfdInfo(fd int, info *unix.PidfdInfo) error {
+	_, _, e := unix.RawSyscall(unix.SYS_IOCTL, uintptr(fd), uintptr(unix.PIDFD_GET_INFO), uintptr(unsafe.Pointer(info)))
+	if e != 0 {
+		return e
+	}
+	return nil
 }

@@ -39,7 +39,13 @@ type Child struct {
 	// nobody, and a job that finishes fast wakes the host once. Writes to
 	// it block, bounded by ctlSendTimeout.
 	ctlFd int
-	bell  *os.File
+	// The bell's read end, read through the template's bellPoller
+	// (bell.go), or through bell, an os.File of its own, when the
+	// template has none; bellMu guards both.
+	bellFd int
+	bell   *os.File
+	bellID uint64 // the bell's id in the bellPoller, once watched
+	bellMu sync.Mutex
 	// The output pipes' read ends. They are not registered with Go's poller
 	// until the job has reported or has run for outputDelay, so a short
 	// job's writes wake nothing on the host: on virtual machines, waking an
@@ -74,6 +80,7 @@ type Child struct {
 	// The bell is read by one goroutine for the child's whole life; each
 	// turn's watcher takes its rings from here.
 	bellOnce   sync.Once
+	bellEnd    sync.Once     // closes bellClosed
 	rings      chan struct{} // a ring is pending
 	bellClosed chan struct{} // the bell reached end of file
 	rung       atomic.Int64  // bytes read from the bell: one ring each
@@ -114,13 +121,13 @@ type Child struct {
 // The descriptors are close-on-exec already (see Template.readLoop).
 func newChild(t *Template, nsPid, kind int, fds []int) (*Child, error) {
 	tv := unix.NsecToTimeval(ctlSendTimeout.Nanoseconds())
-	err := unix.SetsockoptTimeval(fds[0], unix.SOL_SOCKET, unix.SO_SNDTIMEO, &tv)
+	err := rawSetsockoptTimeval(fds[0], unix.SOL_SOCKET, unix.SO_SNDTIMEO, &tv)
 	for _, fd := range []int{fds[1], fds[2], fds[4]} {
 		if err == nil {
 			// Pipe read ends the template made with pipe2(O_CLOEXEC):
 			// their only status flag is O_RDONLY, so one F_SETFL sets
 			// O_NONBLOCK without the F_GETFL of unix.SetNonblock.
-			_, err = unix.FcntlInt(uintptr(fd), unix.F_SETFL, unix.O_NONBLOCK)
+			err = rawSetfl(fd, unix.O_NONBLOCK)
 		}
 	}
 	if err != nil {
@@ -131,7 +138,7 @@ func newChild(t *Template, nsPid, kind int, fds []int) (*Child, error) {
 		nsPid:      nsPid,
 		tpl:        t,
 		ctlFd:      fds[0],
-		bell:       os.NewFile(uintptr(fds[4]), "job-bell"),
+		bellFd:     fds[4],
 		stdoutFd:   fds[1],
 		stderrFd:   fds[2],
 		pidfd:      fds[3],
@@ -149,6 +156,9 @@ func (c *Child) exited(st ExitStatus) {
 		c.exitCh <- st
 		close(c.exitCh)
 		close(c.reaped)
+		if c.tpl != nil {
+			c.tpl.releaseReaped(c)
+		}
 	})
 }
 
@@ -279,14 +289,14 @@ func (c *Child) Close() {
 		c.Kill()
 		close(c.closed)
 		c.closeCtl()
-		c.bell.Close()
+		c.closeBell()
 		if c.stdoutFd >= 0 {
-			unix.Close(c.stdoutFd)
-			unix.Close(c.stderrFd)
+			rawClose(c.stdoutFd)
+			rawClose(c.stderrFd)
 		}
 		c.takePrepared().close()
 		c.pidMu.Lock()
-		unix.Close(c.pidfd)
+		rawClose(c.pidfd)
 		c.pidfd = -1
 		c.closeSessionProc()
 		c.pidMu.Unlock()
@@ -300,14 +310,11 @@ func (c *Child) Close() {
 			// namespace, or their parent-death signal), so its death
 			// releases the group too, whether or not it had the child
 			// on its books (a pool's Close waits for every release).
-			g := c.cg
-			go func() {
-				select {
-				case <-c.reaped:
-				case <-c.tpl.done:
-				}
+			// The template keeps the group until then (releaseReaped),
+			// rather than a goroutine per job waiting for it.
+			if g := c.cg; !c.tpl.releaseWhenReaped(c, g) {
 				g.Release()
-			}()
+			}
 		}
 		if !c.holdRefill.Load() {
 			c.refillOnce.Do(func() { c.tpl.refillChild(c) })

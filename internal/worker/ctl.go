@@ -86,7 +86,7 @@ func (c *Child) closeCtl() {
 	c.ctlMu.Lock()
 	defer c.ctlMu.Unlock()
 	if c.ctlFd >= 0 {
-		unix.Close(c.ctlFd)
+		rawClose(c.ctlFd)
 		c.ctlFd = -1
 	}
 }
@@ -108,7 +108,7 @@ const spareRings = 256
 // counts each byte as a ring (Child.rung); the turn compares the count
 // with the frames the rings brought.
 func (c *Child) readBell() {
-	defer close(c.bellClosed)
+	defer c.closeBellChan()
 	// The buffer is lent for the child's life (one job) from bellBufs.
 	bp := bellBufs.Get().(*[bellRead]byte)
 	defer bellBufs.Put(bp)

@@ -165,7 +165,7 @@ func (t *Template) requestNSFork(kind int, w *sessionWait) error {
 	t.mu.Lock()
 	t.routes[kind] = append(t.routes[kind], w)
 	t.mu.Unlock()
-	_, err := t.conn.Write(buf)
+	_, err := t.connWrite(buf)
 	return err
 }
 

@@ -18,7 +18,7 @@ func TestSpareDescriptorFlags(t *testing.T) {
 	tpl := startTestTemplate(t, false)
 	c, err := tpl.Take(false, nil)
 	require.NoError(t, err)
-	for _, fd := range []int{c.ctlFd, c.stdoutFd, c.stderrFd, c.pidfd, int(c.bell.Fd())} {
+	for _, fd := range []int{c.ctlFd, c.stdoutFd, c.stderrFd, c.pidfd, c.bellFd} {
 		f, err := unix.FcntlInt(uintptr(fd), unix.F_GETFD, 0)
 		require.NoError(t, err)
 		require.NotZero(t, f&unix.FD_CLOEXEC, "descriptor %d is not close-on-exec", fd)

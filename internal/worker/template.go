@@ -178,6 +178,10 @@ type Template struct {
 	children map[int]*Child // by the pid the template reports (its namespace's)
 	dead     bool
 	deadErr  error
+	// toRelease are the cgroups of closed children whose exit the
+	// template has not reported yet, released when it does or when the
+	// template dies (releaseWhenReaped).
+	toRelease map[*Child]*cgroup.Group
 
 	// routes (guarded by mu) holds, per kind, where each spare asked for
 	// and not yet received goes, in the order of the requests (the
@@ -208,6 +212,10 @@ type Template struct {
 	done     chan struct{}
 	waitDone chan struct{}
 	stderr   *tailBuffer
+
+	// bells waits for the children's bells (bell.go); nil when the
+	// template has no epoll instance, and each child reads its own.
+	bells *bellPoller
 }
 
 // systemPaths are read by ordinary Python programs and hold nothing
@@ -274,6 +282,7 @@ func Start(opts Options) (*Template, error) {
 		return nil, err
 	}
 	t.info.MemoryMargin = anonMemory(cmd.Process.Pid) + MemoryOverhead
+	t.bells, _ = newBellPoller() // nil: each child's bell is an os.File of its own
 	go t.readLoop()
 	kinds := []int{kindDeny}
 	if opts.Network {
@@ -533,12 +542,22 @@ func (t *Template) send(v any) error {
 	return t.write(b)
 }
 
+// connWrite writes b to the template's control socket with raw writes
+// (rawmsg.go), or through the connection when it has no raw one.
+func (t *Template) connWrite(b []byte) (int, error) {
+	rc, err := t.conn.SyscallConn()
+	if err != nil {
+		return t.conn.Write(b)
+	}
+	return rawConnWrite(rc, b)
+}
+
 // write sends one frame holding payload to the template.
 func (t *Template) write(payload []byte) error {
 	buf := frame.Append(make([]byte, 0, len(payload)+frame.HeaderSize), payload)
 	t.wmu.Lock()
 	defer t.wmu.Unlock()
-	_, err := t.conn.Write(buf)
+	_, err := t.connWrite(buf)
 	return err
 }
 
@@ -606,7 +625,7 @@ func (t *Template) requestForkFor(kind int, w *sessionWait) error {
 	t.mu.Lock()
 	t.routes[kind] = append(t.routes[kind], w)
 	t.mu.Unlock()
-	_, err := t.conn.Write(buf)
+	_, err := t.connWrite(buf)
 	return err
 }
 
@@ -799,8 +818,15 @@ func (t *Template) readLoop() {
 		rbuf = make([]byte, 64<<10)
 		oob  = make([]byte, unix.CmsgSpace(16*4))
 	)
+	rc, rcErr := t.conn.SyscallConn()
 	for {
-		n, oobn, flags, _, err := t.conn.ReadMsgUnix(rbuf, oob)
+		var n, oobn, flags int
+		var err error
+		if rcErr == nil {
+			n, oobn, flags, err = rawRecvmsg(rc, rbuf, oob) // rawmsg.go
+		} else {
+			n, oobn, flags, _, err = t.conn.ReadMsgUnix(rbuf, oob)
+		}
 		n, oobn = max(n, 0), max(oobn, 0) // a failed read may report -1
 		if oobn > 0 {
 			got, perr := parseRights(oob[:oobn])
@@ -1017,8 +1043,19 @@ func (t *Template) fail(err error) {
 	t.mu.Unlock()
 	t.kill()
 	close(t.done)
+	t.bells.close()
 	for _, c := range children {
 		c.exited(ExitStatus{Signal: int(unix.SIGKILL), TemplateDied: true})
+	}
+	// A template that dies takes its children with it (its PID
+	// namespace, or their parent-death signal): the groups of those it
+	// did not have on its books are released too.
+	t.mu.Lock()
+	rest := t.toRelease
+	t.toRelease = nil
+	t.mu.Unlock()
+	for _, g := range rest {
+		g.Release()
 	}
 	// Drain unclaimed spares.
 	for _, ch := range append(t.spares[:], t.nsSpares[:]...) {

@@ -184,7 +184,7 @@ func (t *turn) run(cancel <-chan struct{}) *Outcome {
 		t.kill()
 	}
 
-	c.bellOnce.Do(func() { go c.readBell() })
+	c.bellOnce.Do(c.watchBell)
 	bellClosed := c.bellClosed
 	exitCh := c.exitCh
 	if c.status != nil {

@@ -178,13 +178,13 @@ func openProcFiles(pid int) (procFiles, error) {
 		return procFiles{}, unix.ESRCH
 	}
 	p := "/proc/" + strconv.Itoa(pid)
-	stat, err := unix.Open(p+"/stat", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	stat, err := rawOpen(p+"/stat", unix.O_RDONLY|unix.O_CLOEXEC)
 	if err != nil {
 		return procFiles{}, err
 	}
-	status, err := unix.Open(p+"/status", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	status, err := rawOpen(p+"/status", unix.O_RDONLY|unix.O_CLOEXEC)
 	if err != nil {
-		unix.Close(stat)
+		rawClose(stat)
 		return procFiles{}, err
 	}
 	return procFiles{stat: stat, status: status}, nil
@@ -194,8 +194,8 @@ func (f procFiles) held() bool { return f.stat > 0 }
 
 func (f procFiles) close() {
 	if f.held() {
-		unix.Close(f.stat)
-		unix.Close(f.status)
+		rawClose(f.stat)
+		rawClose(f.status)
 	}
 }
 

@@ -1,0 +1,181 @@
+package cgroup
+
+// Control files held open for a group's life, and the raw system calls
+// the package reads and writes control files with.
+//
+// Every job moves a fresh process into a group (cgroup.procs, once per
+// hierarchy) and reads four of its files: the OOM-kill count when the
+// process joins, and pids.current, memory.stat and the memory usage when
+// it is released. Opening and closing each file every time was 12 of the
+// pool's ~80 system calls per job, and a kernfs open is not cheap (a
+// path walk, a kernfs_open_file and a seq_file): in a profile of `pynox
+// pool` (2 workers, v1) the group's opens and closes were a tenth of the
+// host's CPU. A group now opens them once, when it is created, and keeps
+// them, through reuse, until it is removed: six descriptors per group in
+// v1, five in v2 (groups number about two per worker, plus one per open
+// session).
+//
+// The calls are raw (syscall.RawSyscall): a call through syscall.Syscall
+// tells Go's scheduler that the thread may block, and when every P was
+// idle, as it is while the pool waits for a template's next spare, that
+// first call wakes the runtime's monitor thread on another CPU (see
+// internal/worker/rawsys.go). None of these calls waits for anything
+// but the kernel's own locks: a write to cgroup.procs takes 20-500 µs
+// of the kernel's time, which the P would have to wait for anyway.
+
+import (
+	"sync"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// heldFiles are the descriptors of a group's control files, open for
+// the group's life. Its zero value holds none.
+type heldFiles struct {
+	mu     sync.RWMutex
+	files  []heldFile // nil once closed
+	closed bool
+}
+
+// heldFile is one open control file: the file's name in the group's
+// i-th directory.
+type heldFile struct {
+	i    int
+	name string
+	fd   int
+}
+
+// heldNames are the files a group holds in each of its directories, for
+// each backend: what Add writes and what OOMKills, empty, reclaimed and
+// shmem read.
+func heldNames(backend string) [][]string {
+	if backend == V2 {
+		return [][]string{{"cgroup.procs", "pids.current", "memory.current", "memory.stat", "memory.events"}}
+	}
+	return [][]string{
+		{"cgroup.procs", "pids.current"},
+		{"cgroup.procs", "memory.usage_in_bytes", "memory.stat", "memory.oom_control"},
+	}
+}
+
+// openHeld opens the group's control files beneath the Manager's base
+// descriptors (as Group.readValue does). A file that does not open is
+// not held, and is read or written by its path as before.
+func (g *Group) openHeld() *heldFiles {
+	h := &heldFiles{}
+	names := heldNames(g.m.backend)
+	g.m.locksMu.RLock()
+	defer g.m.locksMu.RUnlock()
+	for i := range g.dirs {
+		if i >= len(names) || i >= len(g.m.locks) {
+			break
+		}
+		for _, name := range names[i] {
+			flags := unix.O_RDONLY
+			if name == "cgroup.procs" {
+				flags = unix.O_WRONLY
+			}
+			fd, err := rawOpenat(g.m.locks[i], g.name+"/"+name, flags|unix.O_CLOEXEC)
+			if err == nil {
+				h.files = append(h.files, heldFile{i: i, name: name, fd: fd})
+			}
+		}
+	}
+	return h
+}
+
+// use calls f with the descriptor of the group's file name in its i-th
+// directory, and reports false without calling it when that file is not
+// held (or no longer: close ran).
+func (h *heldFiles) use(i int, name string, f func(fd int)) bool {
+	if h == nil {
+		return false
+	}
+	h.mu.RLock()
+	defer h.mu.RUnlock()
+	for _, hf := range h.files {
+		if hf.i == i && hf.name == name {
+			f(hf.fd)
+			return true
+		}
+	}
+	return false
+}
+
+// close closes every held file; the group's files are used by their
+// paths from then on.
+func (h *heldFiles) close() {
+	if h == nil {
+		return
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, hf := range h.files {
+		rawClose(hf.fd)
+	}
+	h.files, h.closed = nil, true
+}
+
+// rawOpenat is openat(2).
+func rawOpenat(dirfd int, path string, flags int) (int, error) {
+	p, err := unix.BytePtrFromString(path)
+	if err != nil {
+		return -1, err
+	}
+	for {
+		fd, _, e := unix.RawSyscall6(unix.SYS_OPENAT, uintptr(dirfd), uintptr(unsafe.Pointer(p)), uintptr(flags), 0, 0, 0)
+		if e == unix.EINTR {
+			continue
+		}
+		if e != 0 {
+			return -1, e
+		}
+		return int(fd), nil
+	}
+}
+
+// rawClose is close(2).
+func rawClose(fd int) error {
+	_, _, e := unix.RawSyscall(unix.SYS_CLOSE, uintptr(fd), 0, 0)
+	if e != 0 {
+		return e
+	}
+	return nil
+}
+
+// rawPread is pread(2).
+func rawPread(fd int, p []byte, off int64) (int, error) {
+	var ptr unsafe.Pointer
+	if len(p) > 0 {
+		ptr = unsafe.Pointer(&p[0])
+	}
+	for {
+		n, _, e := unix.RawSyscall6(unix.SYS_PREAD64, uintptr(fd), uintptr(ptr), uintptr(len(p)), uintptr(off), 0, 0)
+		if e == unix.EINTR {
+			continue
+		}
+		if e != 0 {
+			return 0, e
+		}
+		return int(n), nil
+	}
+}
+
+// rawWrite is write(2).
+func rawWrite(fd int, p []byte) (int, error) {
+	var ptr unsafe.Pointer
+	if len(p) > 0 {
+		ptr = unsafe.Pointer(&p[0])
+	}
+	for {
+		n, _, e := unix.RawSyscall(unix.SYS_WRITE, uintptr(fd), uintptr(ptr), uintptr(len(p)))
+		if e == unix.EINTR {
+			continue
+		}
+		if e != 0 {
+			return 0, e
+		}
+		return int(n), nil
+	}
+}
