@@ -70,6 +70,9 @@ type Child struct {
 	closed     chan struct{} // closed by Close
 	kind       int           // kindDeny or kindAllow
 	nsSpare    bool          // the template's ready ns spare: its replacement is one too
+	// lease is the namespace the ns spare entered ahead of its job (see
+	// Template.preEnter and TakeNSLease), until its taker takes it.
+	lease atomic.Pointer[NSLease]
 
 	// The bell is read by one goroutine for the child's whole life; each
 	// turn's watcher takes its rings from here.
@@ -277,6 +280,7 @@ func (c *Child) signal(sig unix.Signal) error {
 func (c *Child) Close() {
 	c.killOnce.Do(func() {
 		c.Kill()
+		c.releaseLease()
 		close(c.closed)
 		c.closeCtl()
 		c.bell.Close()
@@ -352,7 +356,11 @@ func (c *Child) Run(job *Job, cancel <-chan struct{}) *Outcome {
 		f.Rules[i] = g.Access
 	}
 	if ns := job.Namespace; ns != nil {
-		fds = append(fds, ns.User, ns.Mount)
+		if ns.Entered {
+			f.NSEntered = true
+		} else {
+			fds = append(fds, ns.User, ns.Mount)
+		}
 		f.NS, f.NSRules = true, ns.Rules
 	}
 	if job.Restore != nil {

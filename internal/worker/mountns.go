@@ -3,6 +3,7 @@ package worker
 import (
 	"errors"
 	"fmt"
+	"os"
 	"time"
 
 	"github.com/pynox/pynox/internal/frame"
@@ -14,6 +15,63 @@ type Namespace struct {
 	User  int      // the user namespace's descriptor
 	Mount int      // the mount namespace's descriptor
 	Rules []NSRule // Landlock rules on paths inside the namespace
+	// Entered says the child entered its namespace before the job (a
+	// leased one: see Child.TakeNSLease), and the job's mounts have been
+	// attached to it since: User and Mount are not used.
+	Entered bool
+}
+
+// NSLease is a prepared mount namespace leased for a ready ns spare
+// (Options.NSLease), which enters it before its job.
+type NSLease struct {
+	// User and Mount are the namespace's descriptors; the template sends
+	// them to the spare and closes them.
+	User, Mount *os.File
+	// ID is the lease's number at the pool's mounter.
+	ID int64
+	// Release ends the lease at the mounter; the child calls it when it
+	// is closed while it still holds the lease (its job never came).
+	Release func()
+}
+
+// enterFrame asks a ready ns spare to enter the namespace whose user and
+// mount namespace descriptors come with it (runner.py: Spare.main).
+var enterFrame = []byte(`{"t":"enter"}`)
+
+// preEnter leases a namespace for c, a ready ns spare about to be
+// delivered, and sends it to c to enter ahead of its job. Without a
+// lease (the mounter failed, say), c enters its job's namespace when the
+// job comes, as a spare without NSLease does.
+func (t *Template) preEnter(c *Child) {
+	l, err := t.nsLease()
+	if err != nil {
+		return
+	}
+	err = c.sendRaw(enterFrame, []int{int(l.User.Fd()), int(l.Mount.Fd())})
+	l.User.Close()
+	l.Mount.Close()
+	l.User, l.Mount = nil, nil
+	if err != nil {
+		// The spare cannot be told: it fails or dies with its job.
+		l.Release()
+		return
+	}
+	c.lease.Store(l)
+}
+
+// TakeNSLease returns the lease of the namespace the child entered ahead
+// of its job, and hands it to the caller, who attaches the job's mounts
+// to it (or releases it); nil when the child entered none (its job then
+// brings a namespace of its own in Job.Namespace).
+func (c *Child) TakeNSLease() *NSLease {
+	return c.lease.Swap(nil)
+}
+
+// releaseLease ends the lease the child still holds, if any.
+func (c *Child) releaseLease() {
+	if l := c.lease.Swap(nil); l != nil && l.Release != nil {
+		go l.Release()
+	}
 }
 
 // NSRule is a Landlock rule on a path the child opens after entering its
