@@ -537,6 +537,9 @@ func (p *Pool) nsLease() (*worker.NSLease, error) {
 		return nil, errors.New("the mounter holds no prepared namespaces")
 	}
 	l, err := m.Lease()
+	if errors.Is(err, mountns.ErrNoneReady) {
+		return nil, worker.ErrNSLeaseBusy
+	}
 	if err != nil {
 		return nil, err
 	}

@@ -513,10 +513,10 @@ def serve_one(plan, fds):
     return reply, out, reap
 
 
-def spawn(plan, fds, ro_root=True):
+def spawn(plan, fds, ro_root=True, idle=False):
     """Forks a builder child for plan; returns its pid, the pipe it says
     "u" (map me) or "e<error>" on, and the pipe whose closing lets it
-    exit."""
+    exit. With idle, the child runs under SCHED_IDLE (see start_pending)."""
     r1, w1 = os.pipe()
     r2, w2 = os.pipe()
     pid = os.fork()
@@ -525,6 +525,8 @@ def spawn(plan, fds, ro_root=True):
         try:
             os.close(r1)
             os.close(w2)
+            if idle:
+                os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
             child(plan, fds, w1, r2, ro_root)
         except BaseException as e:  # noqa: BLE001
             try:
@@ -624,8 +626,22 @@ def start_pending(wait=SLOT_WAIT):
     plan = BASE["plan"]
     if slotted(plan):
         plan = dict(plan, slot=take_slot(base_root(), plan["slots"], wait))
-    pid, r, w = spawn(plan, BASE["fds"], False)
+    # A stock namespace is built in the background, under SCHED_IDLE: on
+    # a busy machine its build (a fork, some 300 system calls, the
+    # teardown of the builder's first namespace: milliseconds of CPU)
+    # takes no CPU from the jobs and the attaches running meanwhile. A
+    # request that must wait for it raises it back (boost_pending).
+    pid, r, w = spawn(plan, BASE["fds"], False, idle=True)
     PENDING = {"pid": pid, "r": r, "w": w, "slot": plan.get("slot")}
+
+
+def boost_pending():
+    """Gives the pending builder child the normal policy: a request waits
+    for its namespace now."""
+    try:
+        os.sched_setscheduler(PENDING["pid"], os.SCHED_OTHER, os.sched_param(0))
+    except OSError:
+        pass  # gone already: finish_pending reads its end
 
 
 def finish_pending():
@@ -733,6 +749,7 @@ def take_stocked():
     if not STOCK:
         if PENDING is None:
             start_pending()
+        boost_pending()
         finish_pending()
         if not STOCK:
             return None, {"error": "building a namespace: " + LAST_ERR}
@@ -745,6 +762,11 @@ def serve_lease(plan, fds):
         raise ValueError("lease: the mounter is not prepared")
     if len(LEASES) >= MAX_LEASES:
         raise ValueError("lease: %d namespaces are leased already" % MAX_LEASES)
+    if not STOCK:
+        # A lease never waits for a build: the mounter serves one request
+        # at a time, and an attach (a job waiting) must not wait behind
+        # it. The host's spare then enters its job's namespace at the job.
+        return {"error": "lease: no prepared namespace is ready"}, [], None
     ns, err = take_stocked()
     if ns is None:
         return err, [], None

@@ -48,6 +48,7 @@ import (
 	"os"
 	"os/exec"
 	"strconv"
+	"strings"
 	"sync"
 
 	"golang.org/x/sys/unix"
@@ -307,8 +308,16 @@ type Lease struct {
 	Namespace *Namespace
 }
 
-// Lease takes a prepared namespace out of the mounter's stock (waiting
-// for one being built when the stock is empty) and hands it over before
+// ErrNoneReady is Lease's error when the mounter's stock is empty (its
+// namespaces are being rebuilt): a lease never waits for a build, so
+// that no attach (a job waiting) waits behind it.
+var ErrNoneReady = errors.New("mounter: lease: no prepared namespace is ready")
+
+// leaseNoneReady is how the mounter says so (builder.py: serve_lease).
+const leaseNoneReady = "lease: no prepared namespace is ready"
+
+// Lease takes a prepared namespace out of the mounter's stock (failing
+// with ErrNoneReady when the stock is empty) and hands it over before
 // any job's mounts are in it: it holds the base plan's mounts only, and
 // its root is still writable (the attach makes it read-only). It fails
 // before Prepare. The lease ends with Attach (successful or not) or
@@ -320,6 +329,9 @@ func (m *Mounter) Lease() (*Lease, error) {
 		return nil, errors.New("mounter: lease: the mounter is not prepared")
 	}
 	got, id, err := m.roundTrip(wirePlan{Op: "lease"}, nil)
+	if err != nil && strings.Contains(err.Error(), leaseNoneReady) {
+		return nil, ErrNoneReady
+	}
 	if err != nil {
 		return nil, err
 	}

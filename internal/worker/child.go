@@ -71,8 +71,12 @@ type Child struct {
 	kind       int           // kindDeny or kindAllow
 	nsSpare    bool          // the template's ready ns spare: its replacement is one too
 	// lease is the namespace the ns spare entered ahead of its job (see
-	// Template.preEnter and TakeNSLease), until its taker takes it.
-	lease atomic.Pointer[NSLease]
+	// Template.preEnter and TakeNSLease), until its taker takes it;
+	// leaseTaken says it was taken (or the child closed): no lease is
+	// sent from then on. Both guarded by leaseMu.
+	leaseMu    sync.Mutex
+	lease      *NSLease
+	leaseTaken bool
 
 	// The bell is read by one goroutine for the child's whole life; each
 	// turn's watcher takes its rings from here.

@@ -38,38 +38,93 @@ type NSLease struct {
 // mount namespace descriptors come with it (runner.py: Spare.main).
 var enterFrame = []byte(`{"t":"enter"}`)
 
+// ErrNSLeaseBusy is what an Options.NSLease returns when no namespace is
+// ready to lease now (the mounter's stock is being rebuilt): the lease is
+// tried again a little later, while the spare waits for its job.
+var ErrNSLeaseBusy = errors.New("no prepared namespace is ready to lease")
+
+// nsLeaseTries bounds the leases tried for one ready ns spare (the first
+// before it is delivered, the others while it waits for its job, each
+// nsLeaseRetry later than the one before).
+const (
+	nsLeaseTries = 8
+	nsLeaseRetry = 2 * time.Millisecond
+)
+
 // preEnter leases a namespace for c, a ready ns spare about to be
-// delivered, and sends it to c to enter ahead of its job. Without a
-// lease (the mounter failed, say), c enters its job's namespace when the
-// job comes, as a spare without NSLease does.
+// delivered, and sends it to c to enter ahead of its job. When none is
+// ready it tries again in the background, after c's delivery, until c is
+// taken. Without a lease (the mounter failed, say, or the job came
+// first), c enters its job's namespace when the job comes, as a spare
+// without NSLease does.
 func (t *Template) preEnter(c *Child) {
+	if t.tryLease(c) == ErrNSLeaseBusy {
+		go func() {
+			for i := 1; i < nsLeaseTries; i++ {
+				select {
+				case <-time.After(time.Duration(i) * nsLeaseRetry):
+				case <-c.closed:
+					return
+				case <-t.done:
+					return
+				}
+				if t.tryLease(c) != ErrNSLeaseBusy {
+					return
+				}
+			}
+		}()
+	}
+}
+
+// tryLease leases a namespace for c and sends it to c, unless c was
+// taken (or closed) already; it returns the lease's error, or nil.
+func (t *Template) tryLease(c *Child) error {
+	c.leaseMu.Lock()
+	taken := c.leaseTaken
+	c.leaseMu.Unlock()
+	if taken {
+		return nil
+	}
 	l, err := t.nsLease()
 	if err != nil {
-		return
+		return err
 	}
-	err = c.sendRaw(enterFrame, []int{int(l.User.Fd()), int(l.Mount.Fd())})
+	c.leaseMu.Lock()
+	defer c.leaseMu.Unlock()
+	if !c.leaseTaken {
+		// Sent under leaseMu: a taker's job frame comes after it.
+		err = c.sendRaw(enterFrame, []int{int(l.User.Fd()), int(l.Mount.Fd())})
+	}
 	l.User.Close()
 	l.Mount.Close()
 	l.User, l.Mount = nil, nil
-	if err != nil {
-		// The spare cannot be told: it fails or dies with its job.
-		l.Release()
-		return
+	if c.leaseTaken || err != nil {
+		// Taken meanwhile, or the spare cannot be told (it then fails or
+		// dies with its job).
+		go l.Release()
+		return nil
 	}
-	c.lease.Store(l)
+	c.lease = l
+	return nil
 }
 
 // TakeNSLease returns the lease of the namespace the child entered ahead
 // of its job, and hands it to the caller, who attaches the job's mounts
 // to it (or releases it); nil when the child entered none (its job then
-// brings a namespace of its own in Job.Namespace).
+// brings a namespace of its own in Job.Namespace). From then on the child
+// is sent no lease.
 func (c *Child) TakeNSLease() *NSLease {
-	return c.lease.Swap(nil)
+	c.leaseMu.Lock()
+	defer c.leaseMu.Unlock()
+	c.leaseTaken = true
+	l := c.lease
+	c.lease = nil
+	return l
 }
 
 // releaseLease ends the lease the child still holds, if any.
 func (c *Child) releaseLease() {
-	if l := c.lease.Swap(nil); l != nil && l.Release != nil {
+	if l := c.TakeNSLease(); l != nil && l.Release != nil {
 		go l.Release()
 	}
 }
