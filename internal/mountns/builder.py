@@ -516,7 +516,7 @@ def serve_one(plan, fds):
 def spawn(plan, fds, ro_root=True, idle=False):
     """Forks a builder child for plan; returns its pid, the pipe it says
     "u" (map me) or "e<error>" on, and the pipe whose closing lets it
-    exit. With idle, the child runs under SCHED_IDLE (see start_pending)."""
+    exit. With idle, the child runs at nice BUILD_NICE (see start_pending)."""
     r1, w1 = os.pipe()
     r2, w2 = os.pipe()
     pid = os.fork()
@@ -526,7 +526,7 @@ def spawn(plan, fds, ro_root=True, idle=False):
             os.close(r1)
             os.close(w2)
             if idle:
-                os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+                os.setpriority(os.PRIO_PROCESS, 0, BUILD_NICE)
             child(plan, fds, w1, r2, ro_root)
         except BaseException as e:  # noqa: BLE001
             try:
@@ -626,20 +626,22 @@ def start_pending(wait=SLOT_WAIT):
     plan = BASE["plan"]
     if slotted(plan):
         plan = dict(plan, slot=take_slot(base_root(), plan["slots"], wait))
-    # A stock namespace is built in the background, under SCHED_IDLE: on
+    # A stock namespace is built in the background, at a low priority: on
     # a busy machine its build (a fork, some 300 system calls, the
     # teardown of the builder's first namespace: milliseconds of CPU)
-    # takes no CPU from the jobs and the attaches running meanwhile. A
-    # request that must wait for it raises it back (boost_pending).
+    # takes little CPU from the jobs and attaches running meanwhile. (Not
+    # SCHED_IDLE: a builder starved while it holds the kernel's mount
+    # lock would hold up every attach.) A request that must wait for it
+    # raises it back (boost_pending).
     pid, r, w = spawn(plan, BASE["fds"], False, idle=True)
     PENDING = {"pid": pid, "r": r, "w": w, "slot": plan.get("slot")}
 
 
 def boost_pending():
-    """Gives the pending builder child the normal policy: a request waits
-    for its namespace now."""
+    """Gives the pending builder child the normal priority back: a
+    request waits for its namespace now."""
     try:
-        os.sched_setscheduler(PENDING["pid"], os.SCHED_OTHER, os.sched_param(0))
+        os.setpriority(os.PRIO_PROCESS, PENDING["pid"], 0)
     except OSError:
         pass  # gone already: finish_pending reads its end
 
@@ -735,6 +737,7 @@ def drop_ns(ns):
 # The host sends the spare its job only after the attach succeeded.
 LEASES = {}      # lease number -> namespace (as in STOCK)
 NEXT_LEASE = [1]
+BUILD_NICE = 10  # a background build's nice value (start_pending)
 MAX_LEASES = 256  # the host holds one per ready ns spare: a bound against leaks
 
 
