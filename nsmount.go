@@ -65,6 +65,11 @@ type nsMounter struct {
 	prepBase *nsBase
 	prepErr  error
 
+	// mach is what on the machine stands in the way of namespaces
+	// (machineObstacles), probed once.
+	machOnce sync.Once
+	mach     []string
+
 	// slots bounds the namespaces one-shot jobs hold (see jobSlots).
 	slotsOnce sync.Once
 	slots     chan struct{}
@@ -278,7 +283,7 @@ func (n *nsMounter) close() {
 // nsObstacles names what, on this machine and in this pool, stands in the
 // way of per-job mount namespaces; none means the pool builds them.
 func (p *Pool) nsObstacles() []string {
-	why := nsMachineObstacles()
+	why := slices.Clone(p.ns.machineObstacles())
 	if err := p.ns.failed(); err != nil {
 		why = append(why, "the pool's mounter failed: "+err.Error())
 	} else if p.self.Landlock > 0 && len(p.ns.rootRules()) == 0 {
@@ -286,6 +291,14 @@ func (p *Pool) nsObstacles() []string {
 			"its jobs' namespaces (the mounter did not start before the pool confined itself)")
 	}
 	return why
+}
+
+// machineObstacles is nsMachineObstacles, probed once per pool (at its
+// start, or at its first job with a mount) and kept: a mount job's
+// request reads no /proc file for it.
+func (n *nsMounter) machineObstacles() []string {
+	n.machOnce.Do(func() { n.mach = nsMachineObstacles() })
+	return n.mach
 }
 
 // nsMachineObstacles names what on this machine stands in the way of

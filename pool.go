@@ -188,7 +188,7 @@ func New(cfg Config) (*Pool, error) {
 		}
 		// The mounter of the jobs' mount namespaces must run outside the
 		// domain, and the domain must hold a rule on their root.
-		if len(nsMachineObstacles()) == 0 {
+		if len(p.ns.machineObstacles()) == 0 {
 			p.ns.inodes = nsRootInodes(cfg.Workers, cfg.MaxSessions)
 			p.ns.nSlots = nsSlots(cfg.Workers, cfg.MaxSessions)
 			p.ns.startEarly()
