@@ -514,7 +514,8 @@ func (p *Pool) buildNS(pl *plan) *Error {
 // nsFor gives pl's job the mount namespace it runs in with child: when
 // child entered a leased namespace ahead of its job (worker.NSLease), the
 // mounter attaches the job's part (the plan buildNS would send) to that
-// namespace, and the job's frame says so; otherwise buildNS builds one
+// namespace once the job is sent to child, which waits for it
+// (worker.Namespace.Attach); otherwise buildNS builds one
 // for the job, which child enters when the job arrives. On an error no
 // code may run in child: the caller closes it.
 func (p *Pool) nsFor(pl *plan, child *worker.Child) *Error {
@@ -531,10 +532,16 @@ func (p *Pool) nsFor(pl *plan, child *worker.Child) *Error {
 		l.Release()
 		return rerr
 	}
-	if err := m.Attach(l.ID, plan); err != nil {
-		return newError(KindSandboxSetup, "mounts: the job's mount namespace could not be built: %v; no code ran", err)
+	// The attach runs once the job is sent, while the spare confines
+	// itself; the spare waits for it before anything else (see
+	// worker.Namespace.Attach).
+	attach := func() error {
+		if err := m.Attach(l.ID, plan); err != nil {
+			return fmt.Errorf("mounts: the job's mount namespace could not be built: %v", err)
+		}
+		return nil
 	}
-	pl.job.Namespace = &worker.Namespace{Entered: true, Rules: rules}
+	pl.job.Namespace = &worker.Namespace{Entered: true, Rules: rules, Attach: attach}
 	return nil
 }
 

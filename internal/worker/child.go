@@ -359,9 +359,11 @@ func (c *Child) Run(job *Job, cancel <-chan struct{}) *Outcome {
 		fds[i] = g.Fd
 		f.Rules[i] = g.Access
 	}
+	var attach func() error
 	if ns := job.Namespace; ns != nil {
 		if ns.Entered {
 			f.NSEntered = true
+			attach = ns.Attach
 		} else {
 			fds = append(fds, ns.User, ns.Mount)
 		}
@@ -378,6 +380,19 @@ func (c *Child) Run(job *Job, cancel <-chan struct{}) *Outcome {
 		fds = append(fds, mfd)
 		f.Restore = true
 	}
+	if attach != nil && len(fds) == 0 {
+		// A frame without descriptors may be read in one piece with the
+		// frame after it (the kernel stops a read only after one with
+		// descriptors), so the "attached" frame does not follow one:
+		// the mounts are attached before the job is sent.
+		if err := attach(); err != nil {
+			c.Close()
+			now := time.Now()
+			return &Outcome{SetupError: err.Error(), Start: now, End: now}
+		}
+		attach = nil
+	}
+	f.NSWait = attach != nil
 	c.session = job.Session
 	c.functions = make(map[string]bool, len(job.Functions))
 	for _, n := range job.Functions {
@@ -410,6 +425,7 @@ func (c *Child) Run(job *Job, cancel <-chan struct{}) *Outcome {
 			}
 			return c.sendRaw(b, fds)
 		},
+		afterSend: c.attachAfterSend(attach),
 		timeout:   job.Timeout,
 		maxOutput: job.MaxOutput,
 		output:    job.Output,

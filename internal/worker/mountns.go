@@ -16,10 +16,21 @@ type Namespace struct {
 	Mount int      // the mount namespace's descriptor
 	Rules []NSRule // Landlock rules on paths inside the namespace
 	// Entered says the child entered its namespace before the job (a
-	// leased one: see Child.TakeNSLease), and the job's mounts have been
-	// attached to it since: User and Mount are not used.
+	// leased one: see Child.TakeNSLease): User and Mount are not used.
+	// Without Attach, the job's mounts have been attached to it already.
 	Entered bool
+	// Attach, with Entered, attaches the job's mounts to the namespace.
+	// Run sends the job first and calls Attach while the child confines
+	// itself; the child waits for word that it succeeded (an "attached"
+	// frame) before it opens anything in the namespace or runs any
+	// code. When Attach fails, Run kills the child: a setup error, no
+	// code ran.
+	Attach func() error
 }
+
+// attachedFrame tells a child waiting for its job's mounts (a job frame
+// with "ns_wait") that they are attached (runner.py: await_attached).
+var attachedFrame = []byte(`{"t":"attached"}`)
 
 // NSLease is a prepared mount namespace leased for a ready ns spare
 // (Options.NSLease), which enters it before its job.
@@ -301,5 +312,23 @@ func (t *Template) deliverNS(c *Child, kind int) bool {
 		t.fail(errors.New("template forked an ns spare nobody asked for"))
 		c.Close() // after fail: it asks for no replacement
 		return false
+	}
+}
+
+// attachAfterSend is a turn's afterSend for a job whose mounts attach runs
+// once the job is sent (Namespace.Attach): it attaches them and tells the
+// child; nil without attach.
+func (c *Child) attachAfterSend(attach func() error) func() error {
+	if attach == nil {
+		return nil
+	}
+	return func() error {
+		if err := attach(); err != nil {
+			return err
+		}
+		if err := c.sendRaw(attachedFrame, nil); err != nil {
+			return fmt.Errorf("the job's mounts are attached, but its process cannot be told: %w", err)
+		}
+		return nil
 	}
 }

@@ -1,6 +1,7 @@
 package worker
 
 import (
+	"errors"
 	"os"
 	"strings"
 	"testing"
@@ -90,5 +91,33 @@ func TestNSEnteredSpareFailsClosed(t *testing.T) {
 	job, flag = nsTestJob(t)
 	job.Namespace = &Namespace{Entered: true}
 	requireNeverRan(t, c.Run(&job, nil), flag, "setns(user namespace)")
+
+	// The attach runs once the job is sent (the job frame has a grant's
+	// descriptor: "ns_wait"), while the spare confines itself. An attach
+	// that fails kills the spare before any code; one that succeeds
+	// without attaching anything (the root still writable) is refused by
+	// the spare.
+	grant, err := unix.Open(t.TempDir(), unix.O_PATH|unix.O_CLOEXEC, 0)
+	require.NoError(t, err)
+	defer unix.Close(grant)
+	c = take()
+	enter(c)
+	job, flag = nsTestJob(t)
+	job.Grants = []Grant{{Fd: grant, Access: 1}}
+	job.Namespace = &Namespace{Entered: true, Attach: func() error { return errors.New("the attach failed") }}
+	requireNeverRan(t, c.Run(&job, nil), flag, "the attach failed")
+	c = take()
+	enter(c)
+	job, flag = nsTestJob(t)
+	job.Grants = []Grant{{Fd: grant, Access: 1}}
+	job.Namespace = &Namespace{Entered: true, Attach: func() error { return nil }}
+	requireNeverRan(t, c.Run(&job, nil), flag, "root is writable")
+	// Without descriptors in the job frame, the attach comes first, and
+	// its failure too stops the job.
+	c = take()
+	enter(c)
+	job, flag = nsTestJob(t)
+	job.Namespace = &Namespace{Entered: true, Attach: func() error { return errors.New("the attach failed") }}
+	requireNeverRan(t, c.Run(&job, nil), flag, "the attach failed")
 	require.False(t, isClosed(tpl.Done()), "template failed: %v", tpl.Err())
 }

@@ -1101,6 +1101,20 @@ class Spare:
             os.close(fd)
         return _recv_with_fds(sock, FD)
 
+    def await_attached(self):
+        """Waits for the host's word that the job's mounts are attached to
+        the namespace this spare entered (it attaches them while the spare
+        confines itself). End of file (the host ended the job: the attach
+        failed) exits without running anything; any other frame is a
+        setup error."""
+        msg, fds = _recv_with_fds(self.sock, FD)
+        for fd in fds:
+            os.close(fd)
+        if msg is None:
+            os._exit(0)
+        if msg.get("t") != "attached" or fds:
+            raise SetupError("expected the host's word that the job's mounts are attached")
+
     def enter_pending(self):
         """Whether the frame waiting is an ns spare's "enter" frame (not a
         job: the warm-up may run before it is served)."""
@@ -1165,7 +1179,7 @@ class Spare:
         if bool(job.get("ns_entered")) != (self.entered_cwd is not None):
             raise SetupError("the job's namespace and the spare's disagree (entered before: %r)" % (self.entered_cwd is not None))
         if self.entered_cwd is not None:
-            self.entered()
+            pass  # the job's mounts: see below, before the namespace's own rules
         elif self.ns:
             if len(fds) < 2:
                 raise SetupError("mount namespace descriptors missing")
@@ -1177,6 +1191,10 @@ class Spare:
             raise SetupError("grant descriptors missing: %d rules, %d descriptors" % (len(rules), len(fds)))
         for fd, access in zip(fds, rules):
             self.add_rule(ruleset, fd, access)
+        if self.entered_cwd is not None:
+            if job.get("ns_wait"):
+                self.await_attached()
+            self.entered()
         # The namespace's own mounts (overlays), whose file systems no
         # descriptor of the host names: opened here, after entering.
         for path, access in job.get("ns_rules") or []:

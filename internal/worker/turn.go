@@ -17,7 +17,11 @@ import (
 // turnSpec is what differs between a job's first turn and a session's
 // later steps.
 type turnSpec struct {
-	send      func() error // hands the code over
+	send func() error // hands the code over
+	// afterSend, when set, runs once send has succeeded, while the child
+	// confines itself; an error kills the child before any code runs
+	// (a setup error). See Namespace.Attach.
+	afterSend func() error
 	timeout   time.Duration
 	maxOutput int
 	output    OutputFunc  // streams the output as it comes, or nil
@@ -175,6 +179,12 @@ func (t *turn) run(cancel <-chan struct{}) *Outcome {
 		return o
 	}
 
+	if t.ts.afterSend != nil {
+		if err := t.ts.afterSend(); err != nil {
+			o.SetupError = err.Error()
+			t.kill()
+		}
+	}
 	if t.ts.timeout > 0 {
 		t.timeout = t.newTimer(t.ts.timeout)
 	}

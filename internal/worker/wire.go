@@ -220,6 +220,9 @@ type jobFrame struct {
 	// "enter" frame), and the job's mounts are attached to it now; the
 	// job brings no namespace descriptors.
 	NSEntered bool `json:"ns_entered,omitempty"`
+	// NSWait: the job's mounts are being attached; an "attached" frame
+	// follows once they are (Namespace.Attach).
+	NSWait bool `json:"ns_wait,omitempty"`
 }
 
 type stepFrame struct {
