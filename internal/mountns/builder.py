@@ -768,7 +768,15 @@ def serve_lease(plan, fds):
     if not STOCK:
         # A lease never waits for a build: the mounter serves one request
         # at a time, and an attach (a job waiting) must not wait behind
-        # it. The host's spare then enters its job's namespace at the job.
+        # it. The host asks again a little later; the build it waits for
+        # runs at the normal priority from now on.
+        if PENDING is None and not PAUSED:
+            try:
+                start_pending(0)
+            except OSError:
+                pass  # no free slot now
+        if PENDING is not None:
+            boost_pending()
         return {"error": "lease: no prepared namespace is ready"}, [], None
     ns, err = take_stocked()
     if ns is None:

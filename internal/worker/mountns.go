@@ -28,6 +28,10 @@ type Namespace struct {
 	Attach func() error
 }
 
+// errChildGone is afterSend's error when the child died before it could
+// take the code.
+var errChildGone = errors.New("the child is gone")
+
 // attachedFrame tells a child waiting for its job's mounts (a job frame
 // with "ns_wait") that they are attached (runner.py: await_attached).
 var attachedFrame = []byte(`{"t":"attached"}`)
@@ -54,12 +58,12 @@ var enterFrame = []byte(`{"t":"enter"}`)
 // tried again a little later, while the spare waits for its job.
 var ErrNSLeaseBusy = errors.New("no prepared namespace is ready to lease")
 
-// nsLeaseTries bounds the leases tried for one ready ns spare (the first
-// before it is delivered, the others while it waits for its job, each
-// nsLeaseRetry later than the one before).
+// nsLeaseRetry is the wait before a ready ns spare's first lease tried
+// again, doubled each time up to nsLeaseRetryMax: the lease is tried
+// until one comes or the spare is taken.
 const (
-	nsLeaseTries = 8
-	nsLeaseRetry = 2 * time.Millisecond
+	nsLeaseRetry    = 2 * time.Millisecond
+	nsLeaseRetryMax = 50 * time.Millisecond
 )
 
 // preEnter leases a namespace for c, a ready ns spare about to be
@@ -71,17 +75,22 @@ const (
 func (t *Template) preEnter(c *Child) {
 	if t.tryLease(c) == ErrNSLeaseBusy {
 		go func() {
-			for i := 1; i < nsLeaseTries; i++ {
+			wait := nsLeaseRetry
+			for {
+				timer := time.NewTimer(wait)
 				select {
-				case <-time.After(time.Duration(i) * nsLeaseRetry):
+				case <-timer.C:
 				case <-c.closed:
+					timer.Stop()
 					return
 				case <-t.done:
+					timer.Stop()
 					return
 				}
 				if t.tryLease(c) != ErrNSLeaseBusy {
 					return
 				}
+				wait = min(2*wait, nsLeaseRetryMax)
 			}
 		}()
 	}
@@ -327,7 +336,9 @@ func (c *Child) attachAfterSend(attach func() error) func() error {
 			return err
 		}
 		if err := c.sendRaw(attachedFrame, nil); err != nil {
-			return fmt.Errorf("the job's mounts are attached, but its process cannot be told: %w", err)
+			// It died before it could take the code (no code ran): the
+			// job may go to another process.
+			return fmt.Errorf("%w: %w", errChildGone, err)
 		}
 		return nil
 	}

@@ -7,6 +7,7 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"runtime"
 	"time"
@@ -167,7 +168,7 @@ func (t *turn) run(cancel <-chan struct{}) *Outcome {
 	// after the send, and its clock would be gone.
 	cpuErr := t.startCPU()
 	o.Start = time.Now()
-	if err := t.ts.send(); err != nil {
+	gone := func() *Outcome {
 		// The child died before it could take the code.
 		c.Kill()
 		t.out.start(c)
@@ -178,9 +179,14 @@ func (t *turn) run(cancel <-chan struct{}) *Outcome {
 		o.End = time.Now()
 		return o
 	}
+	if err := t.ts.send(); err != nil {
+		return gone()
+	}
 
 	if t.ts.afterSend != nil {
-		if err := t.ts.afterSend(); err != nil {
+		if err := t.ts.afterSend(); errors.Is(err, errChildGone) {
+			return gone()
+		} else if err != nil {
 			o.SetupError = err.Error()
 			t.kill()
 		}
