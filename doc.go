@@ -288,6 +288,23 @@
 // user and a mount namespace, is a SandboxSetupError before any of the
 // job's code (TestNSSpareForgedFrames).
 //
+// A ready ns spare enters a namespace before its job, off the job's
+// path: as the template delivers it, the pool leases a prepared
+// namespace from its mounter (one of its stock, holding the base only)
+// and sends it to the spare, which enters it, drops its capabilities and
+// attaches its seccomp job layer while it waits. At the job the mounter
+// attaches the job's mounts to that namespace and makes its root
+// read-only while the spare takes its job and confines itself; the spare
+// waits for the pool's word that the attach succeeded before it opens
+// anything in the namespace or runs any code, and checks the root is
+// read-only first. When no prepared
+// namespace is ready (the stock is being rebuilt) the spare enters its
+// job's namespace at the job, as above. So a mount job's path holds one
+// round trip to the mounter (the attach, overlapping the spare's own
+// confinement) and no setns, capability drop or seccomp filter. The
+// mounter rebuilds its stock at nice 10, and at the normal priority once
+// a request waits for it. See SECURITY.md ("Leased namespaces").
+//
 // The part of that tree no request changes (the runtime and system
 // paths, the devices, /proc, the host's links, the working directory) is
 // the pool's base, computed once: at the first job that needs a

@@ -65,6 +65,11 @@ type nsMounter struct {
 	prepBase *nsBase
 	prepErr  error
 
+	// mach is what on the machine stands in the way of namespaces
+	// (machineObstacles), probed once.
+	machOnce sync.Once
+	mach     []string
+
 	// slots bounds the namespaces one-shot jobs hold (see jobSlots).
 	slotsOnce sync.Once
 	slots     chan struct{}
@@ -133,24 +138,27 @@ const nsRootMinInodes = 65536
 // nsSlots is how many namespaces of a pool of workers workers and
 // sessions sessions at most can be live at once, in a pool that confines
 // itself: the one-shot jobs' jobSlots (two per worker) and one per worker
-// whose process is still exiting, a session's each, the mounter's stock,
-// and the mounter's probe. Each has a slot directory of its own in the
+// whose process is still exiting, the namespaces the templates' ready ns
+// spares entered ahead of their jobs (worker.NSLease: two per worker, one
+// per kind), a session's each, the mounter's stock, and the mounter's
+// probe. Each has a slot directory of its own in the
 // shared root (mountns.Plan.Slots): while one job holds a file mount at
 // /x, another tenant's directory mount at /x is made in another
 // directory (TestHostileReview10NSSharedRootTypeConflict).
 func nsSlots(workers, sessions int) int {
-	return 3*workers + sessions + mountns.MaxStock + 1
+	return 5*workers + sessions + mountns.MaxStock + 1
 }
 
 // nsRootInodes is the size in inodes of the namespaces' shared root for
 // a pool of workers workers and sessions sessions at most: room for the
 // entries of every namespace that can be live at once (the one-shot
 // jobs' jobSlots, two per worker, and one per worker whose process is
-// still exiting; a session's each; the mounter's stock), as many again
+// still exiting; the ready ns spares' two per worker; a session's each;
+// the mounter's stock), as many again
 // that are gone but not collected yet (the mounter removes a gone
 // namespace's entries at its next request), and the base's.
 func nsRootInodes(workers, sessions int) int {
-	return max(nsRootMinInodes, 2*(3*workers+sessions+mountns.MaxStock)*nsMaxEntries+4096)
+	return max(nsRootMinInodes, 2*(5*workers+sessions+mountns.MaxStock)*nsMaxEntries+4096)
 }
 
 // nsEntries counts the entries paths make in a namespace's root (each
@@ -275,7 +283,7 @@ func (n *nsMounter) close() {
 // nsObstacles names what, on this machine and in this pool, stands in the
 // way of per-job mount namespaces; none means the pool builds them.
 func (p *Pool) nsObstacles() []string {
-	why := nsMachineObstacles()
+	why := slices.Clone(p.ns.machineObstacles())
 	if err := p.ns.failed(); err != nil {
 		why = append(why, "the pool's mounter failed: "+err.Error())
 	} else if p.self.Landlock > 0 && len(p.ns.rootRules()) == 0 {
@@ -283,6 +291,14 @@ func (p *Pool) nsObstacles() []string {
 			"its jobs' namespaces (the mounter did not start before the pool confined itself)")
 	}
 	return why
+}
+
+// machineObstacles is nsMachineObstacles, probed once per pool (at its
+// start, or at its first job with a mount) and kept: a mount job's
+// request reads no /proc file for it.
+func (n *nsMounter) machineObstacles() []string {
+	n.machOnce.Do(func() { n.mach = nsMachineObstacles() })
+	return n.mach
 }
 
 // nsMachineObstacles names what on this machine stands in the way of
@@ -482,13 +498,88 @@ func (p *Pool) prepared(m *mountns.Mounter) (*nsBase, bool) {
 // to a namespace it prepared from the base beforehand.
 func (p *Pool) buildNS(pl *plan) *Error {
 	pl.dropNS()
+	m, plan, rules, rerr := p.nsPlan(pl)
+	if rerr != nil {
+		return rerr
+	}
+	ns, err := m.Build(plan)
+	if err != nil {
+		return newError(KindSandboxSetup, "mounts: the job's mount namespace could not be built: %v; no code ran", err)
+	}
+	pl.ns = ns
+	pl.job.Namespace = &worker.Namespace{User: int(ns.User.Fd()), Mount: int(ns.Mount.Fd()), Rules: rules}
+	return nil
+}
+
+// nsFor gives pl's job the mount namespace it runs in with child: when
+// child entered a leased namespace ahead of its job (worker.NSLease), the
+// mounter attaches the job's part (the plan buildNS would send) to that
+// namespace once the job is sent to child, which waits for it
+// (worker.Namespace.Attach); otherwise buildNS builds one
+// for the job, which child enters when the job arrives. On an error no
+// code may run in child: the caller closes it.
+func (p *Pool) nsFor(pl *plan, child *worker.Child) *Error {
+	l := child.TakeNSLease()
+	if l == nil {
+		return p.buildNS(pl)
+	}
+	pl.dropNS()
+	m, plan, rules, rerr := p.nsPlan(pl)
+	if rerr == nil && !m.Prepared() {
+		rerr = newError(KindSandboxSetup, "mounts: the pool's mounter holds no prepared namespaces; no code ran")
+	}
+	if rerr != nil {
+		l.Release()
+		return rerr
+	}
+	// The attach runs once the job is sent, while the spare confines
+	// itself; the spare waits for it before anything else (see
+	// worker.Namespace.Attach).
+	attach := func() error {
+		if err := m.Attach(l.ID, plan); err != nil {
+			return fmt.Errorf("mounts: the job's mount namespace could not be built: %v", err)
+		}
+		return nil
+	}
+	pl.job.Namespace = &worker.Namespace{Entered: true, Rules: rules, Attach: attach}
+	return nil
+}
+
+// nsLease leases a prepared namespace for a template's ready ns spare
+// (worker.Options.NSLease), making the pool's namespace base and handing
+// it to the mounter first if no job did yet.
+func (p *Pool) nsLease() (*worker.NSLease, error) {
 	m, err := p.ns.get()
 	if err != nil {
-		return newError(KindSandboxSetup, "mounts: the pool's mounter could not start: %v; no code ran", err)
+		return nil, err
+	}
+	if base, ok := p.prepared(m); base == nil || !ok {
+		return nil, errors.New("the mounter holds no prepared namespaces")
+	}
+	l, err := m.Lease()
+	if errors.Is(err, mountns.ErrNoneReady) {
+		return nil, worker.ErrNSLeaseBusy
+	}
+	if err != nil {
+		return nil, err
+	}
+	return &worker.NSLease{User: l.Namespace.User, Mount: l.Namespace.Mount, ID: l.ID,
+		Release: func() { _ = m.Release(l.ID) }}, nil
+}
+
+// nsPlan checks pl's mounts against what the job sees from the host and
+// returns the running mounter and what it is to build for pl's job: the
+// job's part when the mounter holds prepared namespaces, else the whole
+// namespace; and the Landlock rules on the namespace's own mounts.
+func (p *Pool) nsPlan(pl *plan) (*mountns.Mounter, mountns.Plan, []worker.NSRule, *Error) {
+	var plan mountns.Plan
+	m, err := p.ns.get()
+	if err != nil {
+		return nil, plan, nil, newError(KindSandboxSetup, "mounts: the pool's mounter could not start: %v; no code ran", err)
 	}
 	base, prepared := p.prepared(m)
 	if base == nil {
-		return newError(KindSandboxSetup, "mounts: the pool is closed; no code ran")
+		return nil, plan, nil, newError(KindSandboxSetup, "mounts: the pool is closed; no code ran")
 	}
 	virtual := map[int]bool{}
 	for _, mt := range pl.nsMounts {
@@ -502,18 +593,17 @@ func (p *Pool) buildNS(pl *plan) *Error {
 		}
 		real, err := os.Readlink("/proc/self/fd/" + strconv.Itoa(fd))
 		if err != nil || !filepath.IsAbs(real) {
-			return newError(KindSandboxSetup, "mounts: a grant's descriptor cannot be resolved; no code ran")
+			return nil, plan, nil, newError(KindSandboxSetup, "mounts: a grant's descriptor cannot be resolved; no code ran")
 		}
 		grants = append(grants, hostBind{real, fd, pl.accessOf[i]&writeBits == 0})
 	}
 	// kept is what the job sees from the host, base and grants together.
 	kept := dedupBinds(append(slices.Clone(base.binds), grants...))
-	var plan mountns.Plan
 	var rules []worker.NSRule
 	for _, mt := range pl.nsMounts {
 		for _, b := range kept {
 			if beneath(mt.path, b.path) || beneath(b.path, mt.path) {
-				return newError(KindSandboxSetup, "mounts: %s overlaps %s, which the job sees from the host; "+
+				return nil, plan, nil, newError(KindSandboxSetup, "mounts: %s overlaps %s, which the job sees from the host; "+
 					"choose a path outside it; no code ran", mt.path, b.path)
 			}
 		}
@@ -527,7 +617,7 @@ func (p *Pool) buildNS(pl *plan) *Error {
 	for i, a := range pl.nsMounts {
 		for _, b := range pl.nsMounts[i+1:] {
 			if beneath(a.path, b.path) || beneath(b.path, a.path) {
-				return newError(KindSandboxSetup, "mounts: %s and %s overlap; no code ran", a.path, b.path)
+				return nil, plan, nil, newError(KindSandboxSetup, "mounts: %s and %s overlap; no code ran", a.path, b.path)
 			}
 		}
 	}
@@ -580,16 +670,10 @@ func (p *Pool) buildNS(pl *plan) *Error {
 		paths = append(paths, o.Path)
 	}
 	if n := nsEntries(append(paths, plan.Dirs...), nsMaxEntries); n > nsMaxEntries {
-		return newError(KindSandboxSetup, "mounts: the paths of the job's mounts and grants make more than %d directories "+
+		return nil, plan, nil, newError(KindSandboxSetup, "mounts: the paths of the job's mounts and grants make more than %d directories "+
 			"in its mount namespace (each path and each directory above it counts once); choose shorter paths; no code ran", nsMaxEntries)
 	}
-	ns, err := m.Build(plan)
-	if err != nil {
-		return newError(KindSandboxSetup, "mounts: the job's mount namespace could not be built: %v; no code ran", err)
-	}
-	pl.ns = ns
-	pl.job.Namespace = &worker.Namespace{User: int(ns.User.Fd()), Mount: int(ns.Mount.Fd()), Rules: rules}
-	return nil
+	return m, plan, rules, nil
 }
 
 // takeNSSlot takes a place among the pool's jobSlots for pl's namespace,
@@ -606,23 +690,6 @@ func (p *Pool) takeNSSlot(ctx context.Context, pl *plan) error {
 		return ctx.Err()
 	case <-p.life.Done():
 		return errClosed()
-	}
-}
-
-// buildNSAsync starts buildNS for pl and returns a function that waits
-// for it and returns its error (the same one on every call). Until it
-// returns, pl's namespace fields are the builder's: the caller sets
-// nothing else of pl.job's namespace and runs no child with pl.job.
-func (p *Pool) buildNSAsync(pl *plan) func() *Error {
-	done := make(chan struct{})
-	var err *Error
-	go func() {
-		defer close(done)
-		err = p.buildNS(pl)
-	}()
-	return func() *Error {
-		<-done
-		return err
 	}
 }
 
@@ -645,8 +712,8 @@ func (p *Pool) takeFor(tpl *worker.Template, pl *plan, cancel <-chan struct{}) (
 // job layer. The replacement of a ready ns spare taken is asked for as
 // sessionChild's is.
 func (p *Pool) sessionNSChild(pl *plan, cancel <-chan struct{}) (*worker.Child, error) {
-	if err := p.buildNS(pl); err != nil {
-		return nil, err
+	if _, err := p.ns.get(); err != nil {
+		return nil, newError(KindSandboxSetup, "mounts: the pool's mounter could not start: %v; no code ran", err)
 	}
 	var lastErr error
 	for attempt := 0; attempt < 2; attempt++ {
@@ -659,6 +726,12 @@ func (p *Pool) sessionNSChild(pl *plan, cancel <-chan struct{}) (*worker.Child, 
 		}
 		child, err := tpl.TakeNSSession(pl.network, cancel)
 		if err == nil {
+			// The namespace: the one the ready ns spare entered, with the
+			// session's mounts attached now, or one built for it.
+			if err := p.nsFor(pl, child); err != nil {
+				child.Close()
+				return nil, err
+			}
 			if p.waiting.Load() > 0 {
 				// Jobs wait for a worker: the template's next ns spare
 				// is needed now, not after the session's first step.

@@ -188,7 +188,7 @@ func New(cfg Config) (*Pool, error) {
 		}
 		// The mounter of the jobs' mount namespaces must run outside the
 		// domain, and the domain must hold a rule on their root.
-		if len(nsMachineObstacles()) == 0 {
+		if len(p.ns.machineObstacles()) == 0 {
 			p.ns.inodes = nsRootInodes(cfg.Workers, cfg.MaxSessions)
 			p.ns.nSlots = nsSlots(cfg.Workers, cfg.MaxSessions)
 			p.ns.startEarly()
@@ -313,6 +313,7 @@ func (p *Pool) templateOptions(cpus []int) worker.Options {
 		PIDNamespace: p.cfg.PIDNamespace,
 		Cgroups:      p.cg,
 		Memory:       p.cfg.Limits.Memory,
+		NSLease:      p.nsLease,
 		OnStderr: func(line string) {
 			p.log.Warn("template stderr", "line", line)
 		},
@@ -542,12 +543,7 @@ func (p *Pool) runJob(ctx context.Context, job Job) (_ *Result, refill func(), _
 		return p.refuse(&job, rerr), refill, nil
 	}
 	var ran *worker.Child // the child the job ran in, if any
-	// built, for a job with a mount namespace, waits for the namespace,
-	// which the mounter builds while the pool waits for a worker and the
-	// template forks the job's process (see buildNSAsync).
-	built := func() *Error { return nil }
 	defer func() {
-		built()
 		if ran != nil {
 			pl.closeAfter(ran)
 		} else {
@@ -564,10 +560,12 @@ func (p *Pool) runJob(ctx context.Context, job Job) (_ *Result, refill func(), _
 				return p.refuse(&job, err), refill, nil
 			}
 		} else {
+			// The namespace comes with the job's process (see nsFor): the
+			// mounter attaches the job's mounts to the namespace the ready
+			// ns spare entered before the job.
 			if err := p.takeNSSlot(ctx, pl); err != nil {
 				return nil, refill, err
 			}
-			built = p.buildNSAsync(pl)
 		}
 	}
 	pl.job.Host = p.traceHost(trace.SpanFromContext(ctx), job.ID, "", checkedHost(pl.sigs, p.hostAdapter(job.ID, "", job.Host)))
@@ -627,9 +625,11 @@ func (p *Pool) runJob(ctx context.Context, job Job) (_ *Result, refill func(), _
 			p.finish(&job, res)
 			return res, refill, nil
 		}
-		if err := built(); err != nil {
-			child.Close()
-			return p.refuse(&job, err), refill, nil
+		if pl.needsNS() {
+			if err := p.nsFor(pl, child); err != nil {
+				child.Close()
+				return p.refuse(&job, err), refill, nil
+			}
 		}
 		if p.waiting.Load() > 0 {
 			child.RefillNow()

@@ -513,10 +513,10 @@ def serve_one(plan, fds):
     return reply, out, reap
 
 
-def spawn(plan, fds, ro_root=True):
+def spawn(plan, fds, ro_root=True, idle=False):
     """Forks a builder child for plan; returns its pid, the pipe it says
     "u" (map me) or "e<error>" on, and the pipe whose closing lets it
-    exit."""
+    exit. With idle, the child runs at nice BUILD_NICE (see start_pending)."""
     r1, w1 = os.pipe()
     r2, w2 = os.pipe()
     pid = os.fork()
@@ -525,6 +525,8 @@ def spawn(plan, fds, ro_root=True):
         try:
             os.close(r1)
             os.close(w2)
+            if idle:
+                os.setpriority(os.PRIO_PROCESS, 0, BUILD_NICE)
             child(plan, fds, w1, r2, ro_root)
         except BaseException as e:  # noqa: BLE001
             try:
@@ -624,8 +626,24 @@ def start_pending(wait=SLOT_WAIT):
     plan = BASE["plan"]
     if slotted(plan):
         plan = dict(plan, slot=take_slot(base_root(), plan["slots"], wait))
-    pid, r, w = spawn(plan, BASE["fds"], False)
+    # A stock namespace is built in the background, at a low priority: on
+    # a busy machine its build (a fork, some 300 system calls, the
+    # teardown of the builder's first namespace: milliseconds of CPU)
+    # takes little CPU from the jobs and attaches running meanwhile. (Not
+    # SCHED_IDLE: a builder starved while it holds the kernel's mount
+    # lock would hold up every attach.) A request that must wait for it
+    # raises it back (boost_pending).
+    pid, r, w = spawn(plan, BASE["fds"], False, idle=True)
     PENDING = {"pid": pid, "r": r, "w": w, "slot": plan.get("slot")}
+
+
+def boost_pending():
+    """Gives the pending builder child the normal priority back: a
+    request waits for its namespace now."""
+    try:
+        os.setpriority(os.PRIO_PROCESS, PENDING["pid"], 0)
+    except OSError:
+        pass  # gone already: finish_pending reads its end
 
 
 def finish_pending():
@@ -703,23 +721,99 @@ def drop_ns(ns):
     os.close(ns["mnt"])
 
 
-def serve_attach(plan, fds):
-    """Attaches the job's mounts to a prepared namespace."""
-    if BASE is None:
-        raise ValueError("attach: the mounter is not prepared")
+# Leased namespaces. A request {"op": "lease"} takes a prepared namespace
+# out of the stock, as an attach does, and hands its two descriptors to
+# the host at once, with a lease number, before any job's mounts are in
+# it: the host gives them to a ready spare, which enters the namespace,
+# drops the capabilities it regains there and attaches its seccomp job
+# layer while it waits for a job. The namespace holds only the base then
+# (it is fresh from the stock, never a job's before). A request {"op":
+# "attach", "lease": number, <the job's part>} then attaches the job's
+# mounts to that namespace (the spare in it sees them: a process sees the
+# mounts attached to its namespace later) and makes its root read-only,
+# as an attach to a stocked namespace does; the lease ends with it,
+# failed or not, so no namespace is ever attached to twice. {"op":
+# "release", "lease": number} ends a lease whose spare never got a job.
+# The host sends the spare its job only after the attach succeeded.
+LEASES = {}      # lease number -> namespace (as in STOCK)
+NEXT_LEASE = [1]
+BUILD_NICE = 10  # a background build's nice value (start_pending)
+MAX_LEASES = 256  # the host holds one per ready ns spare: a bound against leaks
+
+
+def take_stocked():
+    """Takes a namespace out of the stock (waiting for one being built);
+    returns it, or an error reply."""
     root = base_root()
     if slotted(BASE["plan"]):
         collect_slots(root)
-        root = None  # each namespace has a slot of its own: nothing shared to count
     elif root is not None:
         collect(root)
     if not STOCK:
         if PENDING is None:
             start_pending()
+        boost_pending()
         finish_pending()
         if not STOCK:
-            return {"error": "building a namespace: " + LAST_ERR}, [], None
-    ns = STOCK.pop(0)
+            return None, {"error": "building a namespace: " + LAST_ERR}
+    return STOCK.pop(0), None
+
+
+def serve_lease(plan, fds):
+    """Leases a prepared namespace (see LEASES)."""
+    if BASE is None:
+        raise ValueError("lease: the mounter is not prepared")
+    if len(LEASES) >= MAX_LEASES:
+        raise ValueError("lease: %d namespaces are leased already" % MAX_LEASES)
+    if not STOCK:
+        # A lease never waits for a build: the mounter serves one request
+        # at a time, and an attach (a job waiting) must not wait behind
+        # it. The host asks again a little later; the build it waits for
+        # runs at the normal priority from now on.
+        if PENDING is None and not PAUSED:
+            try:
+                start_pending(0)
+            except OSError:
+                pass  # no free slot now
+        if PENDING is not None:
+            boost_pending()
+        return {"error": "lease: no prepared namespace is ready"}, [], None
+    ns, err = take_stocked()
+    if ns is None:
+        return err, [], None
+    n = NEXT_LEASE[0]
+    NEXT_LEASE[0] += 1
+    LEASES[n] = ns
+    # The host gets copies: the mounter keeps its own until the attach.
+    return {"ok": True, "lease": n}, [os.dup(ns["user"]), os.dup(ns["mnt"])], None
+
+
+def serve_release(plan, fds):
+    ns = LEASES.pop(plan.get("lease"), None)
+    if ns is not None:
+        drop_ns(ns)
+    return {"ok": True}, [], None
+
+
+def serve_attach(plan, fds):
+    """Attaches the job's mounts to a prepared namespace: a leased one
+    (plan["lease"]) or one out of the stock."""
+    if BASE is None:
+        raise ValueError("attach: the mounter is not prepared")
+    root = base_root()
+    if slotted(BASE["plan"]):
+        root = None  # each namespace has a slot of its own: nothing shared to count
+    lease = plan.get("lease")
+    if lease is not None:
+        ns = LEASES.pop(lease, None)
+        if ns is None:
+            raise ValueError("attach: no namespace is leased as %r" % (lease,))
+        if root is not None:
+            collect(root)
+    else:
+        ns, err = take_stocked()
+        if ns is None:
+            return err, [], None
     ok = False
     try:
         attach_job(ns["mnt"], plan, fds)
@@ -736,8 +830,10 @@ def serve_attach(plan, fds):
                 for node in used.values():
                     node[0] += 1
                 ns["live"][1].extend(used.values())
-        if not ok:
+        if not ok or lease is not None:
             drop_ns(ns)
+    if lease is not None:
+        return {"ok": True}, [], None  # the host and its spare hold the namespace
     return {"ok": True}, [ns["user"], ns["mnt"]], None
 
 
@@ -840,6 +936,10 @@ def main():
                 reply, out, reap = serve_prepare(plan, fds)
             elif op == "attach":
                 reply, out, reap = serve_attach(plan, fds)
+            elif op == "lease":
+                reply, out, reap = serve_lease(plan, fds)
+            elif op == "release":
+                reply, out, reap = serve_release(plan, fds)
             elif op is None:
                 reply, out, reap = serve_one(plan, fds)
             else:

@@ -48,6 +48,7 @@ import (
 	"os"
 	"os/exec"
 	"strconv"
+	"strings"
 	"sync"
 
 	"golang.org/x/sys/unix"
@@ -194,8 +195,9 @@ type wireOverlay struct {
 }
 
 type wirePlan struct {
-	Op       string        `json:"op,omitempty"` // "prepare", "attach", or a full build
-	N        int           `json:"n,omitempty"`  // prepare: the stock's size
+	Op       string        `json:"op,omitempty"`    // "prepare", "attach", "lease", "release", or a full build
+	N        int           `json:"n,omitempty"`     // prepare: the stock's size
+	Lease    int64         `json:"lease,omitempty"` // attach, release: the leased namespace
 	Binds    []wireBind    `json:"binds"`
 	Overlays []wireOverlay `json:"overlays"`
 	Links    [][2]string   `json:"links"`
@@ -242,7 +244,7 @@ func (m *Mounter) Prepare(base Plan, n int) error {
 	if m.prepared {
 		return errors.New("mounter: prepared already")
 	}
-	got, err := m.roundTrip(w, fds)
+	got, _, err := m.roundTrip(w, fds)
 	if err != nil {
 		return err
 	}
@@ -283,7 +285,7 @@ func (m *Mounter) Build(plan Plan) (*Namespace, error) {
 		}
 		w.Op = "attach"
 	}
-	got, err := m.roundTrip(w, fds)
+	got, _, err := m.roundTrip(w, fds)
 	if err != nil {
 		return nil, err
 	}
@@ -294,6 +296,91 @@ func (m *Mounter) Build(plan Plan) (*Namespace, error) {
 		return nil, fmt.Errorf("mounter: the reply holds %d descriptors; expected 2", len(got))
 	}
 	return &Namespace{User: os.NewFile(uintptr(got[0]), "userns"), Mount: os.NewFile(uintptr(got[1]), "mntns")}, nil
+}
+
+// Lease is a prepared namespace leased before any job's mounts are in
+// it (Mounter.Lease): a ready spare enters it ahead of its job, and
+// Mounter.Attach later attaches the job's mounts to it.
+type Lease struct {
+	// ID names the lease to the mounter.
+	ID int64
+	// Namespace is the namespace: its descriptors are the caller's.
+	Namespace *Namespace
+}
+
+// ErrNoneReady is Lease's error when the mounter's stock is empty (its
+// namespaces are being rebuilt): a lease never waits for a build, so
+// that no attach (a job waiting) waits behind it.
+var ErrNoneReady = errors.New("mounter: lease: no prepared namespace is ready")
+
+// leaseNoneReady is how the mounter says so (builder.py: serve_lease).
+const leaseNoneReady = "lease: no prepared namespace is ready"
+
+// Lease takes a prepared namespace out of the mounter's stock (failing
+// with ErrNoneReady when the stock is empty) and hands it over before
+// any job's mounts are in it: it holds the base plan's mounts only, and
+// its root is still writable (the attach makes it read-only). It fails
+// before Prepare. The lease ends with Attach (successful or not) or
+// Release; the mounter holds at most 256 leases at once.
+func (m *Mounter) Lease() (*Lease, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if !m.prepared {
+		return nil, errors.New("mounter: lease: the mounter is not prepared")
+	}
+	got, id, err := m.roundTrip(wirePlan{Op: "lease"}, nil)
+	if err != nil && strings.Contains(err.Error(), leaseNoneReady) {
+		return nil, ErrNoneReady
+	}
+	if err != nil {
+		return nil, err
+	}
+	if len(got) != 2 || id <= 0 {
+		for _, fd := range got {
+			unix.Close(fd)
+		}
+		return nil, fmt.Errorf("mounter: the lease reply holds %d descriptors and lease %d; expected 2 and a lease", len(got), id)
+	}
+	return &Lease{ID: id, Namespace: &Namespace{User: os.NewFile(uintptr(got[0]), "userns"), Mount: os.NewFile(uintptr(got[1]), "mntns")}}, nil
+}
+
+// Attach attaches a job's part (Binds, Overlays and Dirs, as Build takes
+// after Prepare) to the namespace leased as id, and makes its root
+// read-only: when it returns nil, the namespace (and every process in
+// it) shows the base plan's mounts and exactly plan's. The lease ends
+// either way; when Attach fails, the namespace may hold part of plan,
+// and no job may run in it.
+func (m *Mounter) Attach(id int64, plan Plan) error {
+	if len(plan.Links) > 0 || plan.RootSet {
+		return errors.New("mounter: Attach takes a job's part only (no Links, no Root)")
+	}
+	w, fds, err := wire(plan)
+	if err != nil {
+		return err
+	}
+	w.Op, w.Lease = "attach", id
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	got, _, err := m.roundTrip(w, fds)
+	for _, fd := range got {
+		unix.Close(fd)
+	}
+	if err == nil && len(got) != 0 {
+		err = errors.New("mounter: unexpected descriptors in the attach reply")
+	}
+	return err
+}
+
+// Release ends the lease id without an attach (its spare never got a
+// job): the mounter drops its copies of the namespace's descriptors.
+func (m *Mounter) Release(id int64) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	got, _, err := m.roundTrip(wirePlan{Op: "release", Lease: id}, nil)
+	for _, fd := range got {
+		unix.Close(fd)
+	}
+	return err
 }
 
 // wire encodes plan and lists the descriptors it names.
@@ -323,14 +410,15 @@ func wire(plan Plan) (wirePlan, []int, error) {
 }
 
 // roundTrip sends one request and returns the descriptors of its reply
-// (the caller's), or the mounter's error. m.mu is held.
-func (m *Mounter) roundTrip(w wirePlan, fds []int) ([]int, error) {
+// (the caller's) and its lease number (zero when it has none), or the
+// mounter's error. m.mu is held.
+func (m *Mounter) roundTrip(w wirePlan, fds []int) ([]int, int64, error) {
 	msg, err := json.Marshal(w)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	if len(msg) > maxPlan || len(fds) > maxFDs {
-		return nil, fmt.Errorf("mounter: the plan is %d bytes with %d descriptors; at most %d bytes and %d descriptors fit one request",
+		return nil, 0, fmt.Errorf("mounter: the plan is %d bytes with %d descriptors; at most %d bytes and %d descriptors fit one request",
 			len(msg), len(fds), maxPlan, maxFDs)
 	}
 	var oob []byte
@@ -338,16 +426,16 @@ func (m *Mounter) roundTrip(w wirePlan, fds []int) ([]int, error) {
 		oob = unix.UnixRights(fds...)
 	}
 	if err := unix.Sendmsg(int(m.sock.Fd()), msg, oob, nil, 0); err != nil {
-		return nil, fmt.Errorf("mounter: %w", err)
+		return nil, 0, fmt.Errorf("mounter: %w", err)
 	}
 	buf := make([]byte, 8192)
 	rb := make([]byte, unix.CmsgSpace(2*4))
 	n, oobn, _, _, err := unix.Recvmsg(int(m.sock.Fd()), buf, rb, unix.MSG_CMSG_CLOEXEC)
 	if err != nil {
-		return nil, fmt.Errorf("mounter: %w", err)
+		return nil, 0, fmt.Errorf("mounter: %w", err)
 	}
 	if n == 0 {
-		return nil, errors.New("mounter: the builder process is gone")
+		return nil, 0, errors.New("mounter: the builder process is gone")
 	}
 	var got []int
 	if oobn > 0 {
@@ -363,17 +451,18 @@ func (m *Mounter) roundTrip(w wirePlan, fds []int) ([]int, error) {
 	var reply struct {
 		OK    bool   `json:"ok"`
 		Error string `json:"error"`
+		Lease int64  `json:"lease"`
 	}
 	if err := json.Unmarshal(buf[:n], &reply); err != nil || !reply.OK {
 		for _, fd := range got {
 			unix.Close(fd)
 		}
 		if reply.Error != "" {
-			return nil, fmt.Errorf("mounter: %s", reply.Error)
+			return nil, 0, fmt.Errorf("mounter: %s", reply.Error)
 		}
-		return nil, fmt.Errorf("mounter: bad reply %q", buf[:n])
+		return nil, 0, fmt.Errorf("mounter: bad reply %q", buf[:n])
 	}
-	return got, nil
+	return got, reply.Lease, nil
 }
 
 // HostLinks lists the symbolic links at the top of the host's root

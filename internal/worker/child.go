@@ -76,6 +76,13 @@ type Child struct {
 	closed     chan struct{} // closed by Close
 	kind       int           // kindDeny or kindAllow
 	nsSpare    bool          // the template's ready ns spare: its replacement is one too
+	// lease is the namespace the ns spare entered ahead of its job (see
+	// Template.preEnter and TakeNSLease), until its taker takes it;
+	// leaseTaken says it was taken (or the child closed): no lease is
+	// sent from then on. Both guarded by leaseMu.
+	leaseMu    sync.Mutex
+	lease      *NSLease
+	leaseTaken bool
 
 	// The bell is read by one goroutine for the child's whole life; each
 	// turn's watcher takes its rings from here.
@@ -287,6 +294,7 @@ func (c *Child) signal(sig unix.Signal) error {
 func (c *Child) Close() {
 	c.killOnce.Do(func() {
 		c.Kill()
+		c.releaseLease()
 		close(c.closed)
 		c.closeCtl()
 		c.closeBell()
@@ -358,8 +366,14 @@ func (c *Child) Run(job *Job, cancel <-chan struct{}) *Outcome {
 		fds[i] = g.Fd
 		f.Rules[i] = g.Access
 	}
+	var attach func() error
 	if ns := job.Namespace; ns != nil {
-		fds = append(fds, ns.User, ns.Mount)
+		if ns.Entered {
+			f.NSEntered = true
+			attach = ns.Attach
+		} else {
+			fds = append(fds, ns.User, ns.Mount)
+		}
 		f.NS, f.NSRules = true, ns.Rules
 	}
 	if job.Restore != nil {
@@ -373,6 +387,19 @@ func (c *Child) Run(job *Job, cancel <-chan struct{}) *Outcome {
 		fds = append(fds, mfd)
 		f.Restore = true
 	}
+	if attach != nil && len(fds) == 0 {
+		// A frame without descriptors may be read in one piece with the
+		// frame after it (the kernel stops a read only after one with
+		// descriptors), so the "attached" frame does not follow one:
+		// the mounts are attached before the job is sent.
+		if err := attach(); err != nil {
+			c.Close()
+			now := time.Now()
+			return &Outcome{SetupError: err.Error(), Start: now, End: now}
+		}
+		attach = nil
+	}
+	f.NSWait = attach != nil
 	c.session = job.Session
 	c.functions = make(map[string]bool, len(job.Functions))
 	for _, n := range job.Functions {
@@ -405,6 +432,7 @@ func (c *Child) Run(job *Job, cancel <-chan struct{}) *Outcome {
 			}
 			return c.sendRaw(b, fds)
 		},
+		afterSend: c.attachAfterSend(attach),
 		timeout:   job.Timeout,
 		maxOutput: job.MaxOutput,
 		output:    job.Output,

@@ -3,6 +3,7 @@ package worker
 import (
 	"errors"
 	"fmt"
+	"os"
 	"time"
 
 	"github.com/pynox/pynox/internal/frame"
@@ -14,6 +15,138 @@ type Namespace struct {
 	User  int      // the user namespace's descriptor
 	Mount int      // the mount namespace's descriptor
 	Rules []NSRule // Landlock rules on paths inside the namespace
+	// Entered says the child entered its namespace before the job (a
+	// leased one: see Child.TakeNSLease): User and Mount are not used.
+	// Without Attach, the job's mounts have been attached to it already.
+	Entered bool
+	// Attach, with Entered, attaches the job's mounts to the namespace.
+	// Run sends the job first and calls Attach while the child confines
+	// itself; the child waits for word that it succeeded (an "attached"
+	// frame) before it opens anything in the namespace or runs any
+	// code. When Attach fails, Run kills the child: a setup error, no
+	// code ran.
+	Attach func() error
+}
+
+// errChildGone is afterSend's error when the child died before it could
+// take the code.
+var errChildGone = errors.New("the child is gone")
+
+// attachedFrame tells a child waiting for its job's mounts (a job frame
+// with "ns_wait") that they are attached (runner.py: await_attached).
+var attachedFrame = []byte(`{"t":"attached"}`)
+
+// NSLease is a prepared mount namespace leased for a ready ns spare
+// (Options.NSLease), which enters it before its job.
+type NSLease struct {
+	// User and Mount are the namespace's descriptors; the template sends
+	// them to the spare and closes them.
+	User, Mount *os.File
+	// ID is the lease's number at the pool's mounter.
+	ID int64
+	// Release ends the lease at the mounter; the child calls it when it
+	// is closed while it still holds the lease (its job never came).
+	Release func()
+}
+
+// enterFrame asks a ready ns spare to enter the namespace whose user and
+// mount namespace descriptors come with it (runner.py: Spare.main).
+var enterFrame = []byte(`{"t":"enter"}`)
+
+// ErrNSLeaseBusy is what an Options.NSLease returns when no namespace is
+// ready to lease now (the mounter's stock is being rebuilt): the lease is
+// tried again a little later, while the spare waits for its job.
+var ErrNSLeaseBusy = errors.New("no prepared namespace is ready to lease")
+
+// nsLeaseRetry is the wait before a ready ns spare's first lease tried
+// again, doubled each time up to nsLeaseRetryMax: the lease is tried
+// until one comes or the spare is taken.
+const (
+	nsLeaseRetry    = 2 * time.Millisecond
+	nsLeaseRetryMax = 50 * time.Millisecond
+)
+
+// preEnter leases a namespace for c, a ready ns spare about to be
+// delivered, and sends it to c to enter ahead of its job. When none is
+// ready it tries again in the background, after c's delivery, until c is
+// taken. Without a lease (the mounter failed, say, or the job came
+// first), c enters its job's namespace when the job comes, as a spare
+// without NSLease does.
+func (t *Template) preEnter(c *Child) {
+	if t.tryLease(c) == ErrNSLeaseBusy {
+		go func() {
+			wait := nsLeaseRetry
+			for {
+				timer := time.NewTimer(wait)
+				select {
+				case <-timer.C:
+				case <-c.closed:
+					timer.Stop()
+					return
+				case <-t.done:
+					timer.Stop()
+					return
+				}
+				if t.tryLease(c) != ErrNSLeaseBusy {
+					return
+				}
+				wait = min(2*wait, nsLeaseRetryMax)
+			}
+		}()
+	}
+}
+
+// tryLease leases a namespace for c and sends it to c, unless c was
+// taken (or closed) already; it returns the lease's error, or nil.
+func (t *Template) tryLease(c *Child) error {
+	c.leaseMu.Lock()
+	taken := c.leaseTaken
+	c.leaseMu.Unlock()
+	if taken {
+		return nil
+	}
+	l, err := t.nsLease()
+	if err != nil {
+		return err
+	}
+	c.leaseMu.Lock()
+	defer c.leaseMu.Unlock()
+	if !c.leaseTaken {
+		// Sent under leaseMu: a taker's job frame comes after it.
+		err = c.sendRaw(enterFrame, []int{int(l.User.Fd()), int(l.Mount.Fd())})
+	}
+	l.User.Close()
+	l.Mount.Close()
+	l.User, l.Mount = nil, nil
+	if c.leaseTaken || err != nil {
+		// Taken meanwhile, or the spare cannot be told (it then fails or
+		// dies with its job).
+		go l.Release()
+		return nil
+	}
+	c.lease = l
+	return nil
+}
+
+// TakeNSLease returns the lease of the namespace the child entered ahead
+// of its job, and hands it to the caller, who attaches the job's mounts
+// to it (or releases it); nil when the child entered none (its job then
+// brings a namespace of its own in Job.Namespace). From then on the child
+// is sent no lease.
+func (c *Child) TakeNSLease() *NSLease {
+	c.leaseMu.Lock()
+	defer c.leaseMu.Unlock()
+	c.leaseTaken = true
+	l := c.lease
+	c.lease = nil
+	return l
+}
+
+// releaseLease ends the lease the child still holds, if any.
+func (c *Child) releaseLease() {
+	if l := c.TakeNSLease(); l != nil && l.Release != nil {
+		go l.Release()
+	}
 }
 
 // NSRule is a Landlock rule on a path the child opens after entering its
@@ -198,5 +331,25 @@ func (t *Template) deliverNS(c *Child, kind int) bool {
 		t.fail(errors.New("template forked an ns spare nobody asked for"))
 		c.Close() // after fail: it asks for no replacement
 		return false
+	}
+}
+
+// attachAfterSend is a turn's afterSend for a job whose mounts attach runs
+// once the job is sent (Namespace.Attach): it attaches them and tells the
+// child; nil without attach.
+func (c *Child) attachAfterSend(attach func() error) func() error {
+	if attach == nil {
+		return nil
+	}
+	return func() error {
+		if err := attach(); err != nil {
+			return err
+		}
+		if err := c.sendRaw(attachedFrame, nil); err != nil {
+			// It died before it could take the code (no code ran): the
+			// job may go to another process.
+			return fmt.Errorf("%w: %w", errChildGone, err)
+		}
+		return nil
 	}
 }

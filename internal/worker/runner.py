@@ -206,6 +206,9 @@ _STARTED = _frame(b'{"t":"started"}')  # a spare's "started" report
 _FORK_KINDS = {b'{"t":"fork","kind":"deny"}': "deny", b'{"t":"fork","kind":"allow"}': "allow"}
 # The fork requests of a spare for a job with a mount namespace (see
 # Spare.enter_namespace), forked for that job alone.
+# The frame that hands a ready ns spare the namespace to enter before its
+# job (worker/mountns.go: enterFrame; see Spare.pre_enter).
+_ENTER_FRAME = _frame(b'{"t":"enter"}')
 _FORK_NS_KINDS = {b'{"t":"fork","kind":"deny","ns":true}': "deny", b'{"t":"fork","kind":"allow","ns":true}': "allow"}
 
 
@@ -772,6 +775,10 @@ class Spare:
         self.nr = tpl.cfg["syscalls"]
         self.ctl, self.out_w, self.err_w, self.bell_w = ctl, out_w, err_w, bell_w
         self.error = None
+        # An ns spare that entered a leased namespace before its job (see
+        # pre_enter): the working directory to return to once the job's
+        # mounts are attached, else None.
+        self.entered_cwd = None
         self.ruleset = -1
         self.sock = None
         self.step = 0
@@ -852,6 +859,8 @@ class Spare:
             except BaseException as e:  # noqa: BLE001 - reported as SandboxSetupError
                 self.error = "%s: %s" % (type(e).__name__, e)
         job, fds = _recv_with_fds(sock, FD)
+        if job is not None and job.get("t") == "enter":
+            job, fds = self.pre_enter(sock, fds)
         if job is None:
             os._exit(0)
         restore_fd = -1
@@ -1115,7 +1124,7 @@ class Spare:
         would not) and takes ~0.3 ms off an idle worker's next job: worth
         it only on a CPU that would otherwise idle; a job that already
         waits would only wait longer for it."""
-        if not select.select([FD], [], [], 0)[0] and not _cpu_contended():
+        if (not select.select([FD], [], [], 0)[0] or self.enter_pending()) and not _cpu_contended():
             self.rehearse(["print(sum(range(100)))\n"], reports=False)
             # What the rehearsal mapped is the spare's, not the job's.
             self.vm = _address_space()
@@ -1169,6 +1178,76 @@ class Spare:
         drop_capabilities(self.tpl.cfg["cap_last"], self.nr)
         self.job_layer()
 
+    def pre_enter(self, sock, fds):
+        """Serves an "enter" frame, the first an ns spare may get: enters
+        the leased namespace whose descriptors come with it (the pool's
+        mounter attaches the job's mounts to it later, and the host sends
+        the job only once they are), drops the capabilities and attaches
+        the job layer, all before the job, off its path. A failure is the
+        job's setup error: no code runs. Returns the next frame (the
+        job's)."""
+        if self.error is None:
+            try:
+                if not self.ns or self.entered_cwd is not None or len(fds) != 2:
+                    raise SetupError("unexpected enter frame (%d descriptors)" % len(fds))
+                cwd = os.getcwd()
+                user, mnt = fds
+                fds = []
+                try:
+                    self.enter_namespace(user, mnt)
+                except BaseException:
+                    for fd in (user, mnt):
+                        try:
+                            os.close(fd)
+                        except OSError:
+                            pass
+                    raise
+                self.entered_cwd = cwd
+            except BaseException as e:  # noqa: BLE001 - reported as SandboxSetupError
+                self.error = "%s: %s" % (type(e).__name__, e)
+        for fd in fds:
+            os.close(fd)
+        return _recv_with_fds(sock, FD)
+
+    def await_attached(self):
+        """Waits for the host's word that the job's mounts are attached to
+        the namespace this spare entered (it attaches them while the spare
+        confines itself). End of file (the host ended the job: the attach
+        failed) exits without running anything; any other frame is a
+        setup error."""
+        msg, fds = _recv_with_fds(self.sock, FD)
+        for fd in fds:
+            os.close(fd)
+        if msg is None:
+            os._exit(0)
+        if msg.get("t") != "attached" or fds:
+            raise SetupError("expected the host's word that the job's mounts are attached")
+
+    def enter_pending(self):
+        """Whether the frame waiting is an ns spare's "enter" frame (not a
+        job: the warm-up may run before it is served)."""
+        if not self.ns:
+            return False
+        try:
+            return self.sock.recv(len(_ENTER_FRAME), socket.MSG_PEEK | socket.MSG_DONTWAIT) == _ENTER_FRAME
+        except OSError:
+            return False
+
+    def entered(self):
+        """The job's side of pre_enter, once its mounts are attached: the
+        namespace's root must be read-only (the attach makes it so last,
+        so a root still writable means no attach finished), and the
+        working directory is entered again, as a job mount may now cover
+        it."""
+        if self.entered_cwd is None:
+            raise SetupError("the job's namespace was not entered before it")
+        if not os.statvfs("/").f_flag & os.ST_RDONLY:
+            raise SetupError("the mount namespace's root is writable: its job's mounts were not attached")
+        try:
+            os.chdir(self.entered_cwd)
+        except OSError:
+            os.chdir("/")
+
     # Request-dependent steps, done when the job arrives.
     def confine(self, job, fds):
         # 1. descriptors: the grants' O_PATH descriptors stay only until the
@@ -1205,7 +1284,11 @@ class Spare:
         if bool(job.get("ns")) != self.ns:
             raise SetupError("a spare %s a mount namespace cannot serve a job %s one" % (
                 ("for", "without") if self.ns else ("without", "with")))
-        if self.ns:
+        if bool(job.get("ns_entered")) != (self.entered_cwd is not None):
+            raise SetupError("the job's namespace and the spare's disagree (entered before: %r)" % (self.entered_cwd is not None))
+        if self.entered_cwd is not None:
+            pass  # the job's mounts: see below, before the namespace's own rules
+        elif self.ns:
             if len(fds) < 2:
                 raise SetupError("mount namespace descriptors missing")
             self.enter_namespace(fds[-2], fds[-1])
@@ -1216,6 +1299,10 @@ class Spare:
             raise SetupError("grant descriptors missing: %d rules, %d descriptors" % (len(rules), len(fds)))
         for fd, access in zip(fds, rules):
             self.add_rule(ruleset, fd, access)
+        if self.entered_cwd is not None:
+            if job.get("ns_wait"):
+                self.await_attached()
+            self.entered()
         # The namespace's own mounts (overlays), whose file systems no
         # descriptor of the host names: opened here, after entering.
         for path, access in job.get("ns_rules") or []:

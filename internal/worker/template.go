@@ -102,6 +102,14 @@ type Options struct {
 	// it inherited (Info.CPUs says which it has). Empty leaves the
 	// inherited affinity alone.
 	CPUs []int
+	// NSLease, when set, leases a prepared mount namespace for each ready
+	// ns spare (see TakeNS) as it is delivered: the spare enters it,
+	// drops the capabilities it regains there and attaches its seccomp
+	// job layer while it waits, off its job's path; the job's mounts are
+	// attached to it later (see Child.TakeNSLease). When it fails, the
+	// spare enters its job's namespace when the job arrives, as without
+	// it.
+	NSLease func() (*NSLease, error)
 }
 
 // PID namespace modes (Options.PIDNamespace).
@@ -173,6 +181,7 @@ type Template struct {
 	cg           *cgroup.Manager
 	memory       int64 // the allowance a new spare's cgroup is sized for
 	spareTimeout time.Duration
+	nsLease      func() (*NSLease, error) // Options.NSLease
 
 	mu       sync.Mutex
 	children map[int]*Child // by the pid the template reports (its namespace's)
@@ -259,6 +268,7 @@ func Start(opts Options) (*Template, error) {
 		cg:           opts.Cgroups,
 		memory:       opts.Memory,
 		spareTimeout: cmp.Or(opts.SpareTimeout, DefaultSpareTimeout),
+		nsLease:      opts.NSLease,
 		children:     make(map[int]*Child),
 		done:         make(chan struct{}),
 		waitDone:     make(chan struct{}),
@@ -909,7 +919,12 @@ func (t *Template) readLoop() {
 					// replacement.
 					c.refillOnce.Do(func() {})
 				}
-				if t.cg.Backend() != cgroup.None {
+				if route == nsReadyRoute && t.nsLease != nil {
+					// The spare is handed out once it has a namespace to
+					// enter (a round trip to the pool's mounter, which
+					// this loop need not wait for).
+					go t.deliverTo(c, kind, route)
+				} else if t.cg.Backend() != cgroup.None {
 					// The spare is handed out once it is in its cgroup;
 					// creating and joining it takes a few hundred
 					// microseconds that this loop need not wait for.
@@ -957,6 +972,9 @@ func (t *Template) deliverTo(c *Child, kind int, route *sessionWait) bool {
 		c.joinCgroup(t.cg, t.memory+t.info.MemoryMargin, t.info.MemoryMargin)
 	}
 	c.prepareUsage()
+	if route == nsReadyRoute && t.nsLease != nil {
+		t.preEnter(c)
+	}
 	t.mu.Lock()
 	if t.dead {
 		t.mu.Unlock()

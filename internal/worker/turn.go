@@ -7,6 +7,7 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"runtime"
 	"time"
@@ -17,7 +18,11 @@ import (
 // turnSpec is what differs between a job's first turn and a session's
 // later steps.
 type turnSpec struct {
-	send      func() error // hands the code over
+	send func() error // hands the code over
+	// afterSend, when set, runs once send has succeeded, while the child
+	// confines itself; an error kills the child before any code runs
+	// (a setup error). See Namespace.Attach.
+	afterSend func() error
 	timeout   time.Duration
 	maxOutput int
 	output    OutputFunc  // streams the output as it comes, or nil
@@ -163,7 +168,7 @@ func (t *turn) run(cancel <-chan struct{}) *Outcome {
 	// after the send, and its clock would be gone.
 	cpuErr := t.startCPU()
 	o.Start = time.Now()
-	if err := t.ts.send(); err != nil {
+	gone := func() *Outcome {
 		// The child died before it could take the code.
 		c.Kill()
 		t.out.start(c)
@@ -174,7 +179,18 @@ func (t *turn) run(cancel <-chan struct{}) *Outcome {
 		o.End = time.Now()
 		return o
 	}
+	if err := t.ts.send(); err != nil {
+		return gone()
+	}
 
+	if t.ts.afterSend != nil {
+		if err := t.ts.afterSend(); errors.Is(err, errChildGone) {
+			return gone()
+		} else if err != nil {
+			o.SetupError = err.Error()
+			t.kill()
+		}
+	}
 	if t.ts.timeout > 0 {
 		t.timeout = t.newTimer(t.ts.timeout)
 	}

@@ -216,6 +216,13 @@ type jobFrame struct {
 	// paths inside it, opened after entering it.
 	NS      bool     `json:"ns,omitempty"`
 	NSRules []NSRule `json:"ns_rules,omitempty"`
+	// NSEntered: the child entered its namespace before the job (an
+	// "enter" frame), and the job's mounts are attached to it now; the
+	// job brings no namespace descriptors.
+	NSEntered bool `json:"ns_entered,omitempty"`
+	// NSWait: the job's mounts are being attached; an "attached" frame
+	// follows once they are (Namespace.Attach).
+	NSWait bool `json:"ns_wait,omitempty"`
 }
 
 type stepFrame struct {
