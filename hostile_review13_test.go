@@ -263,7 +263,7 @@ func TestHostileReview13AttachRefusals(t *testing.T) {
 	for i := range 300 {
 		many = append(many, MountSpec{HostPath: data, Path: "/many/m" + strconv.Itoa(i)})
 	}
-	ran := Job{Code: `open(` + pyQuote(marker) + `, "w").write("ran"); print("RAN")`}
+	ran := Job{Code: `open("/r13out/ran", "w").write("ran"); print("RAN")`}
 	cases := []struct {
 		name   string
 		mounts []MountSpec
@@ -279,13 +279,21 @@ func TestHostileReview13AttachRefusals(t *testing.T) {
 		{"symlink-source-outside", []MountSpec{{HostPath: filepath.Join(data, "etclink"), Path: "/etc2"}}, false},
 		{"too-many", many, false},
 		{"dotdot", []MountSpec{{HostPath: data, Path: "/x/../proc"}}, false},
+		{"file-over-workdir", []MountSpec{{HostPath: filepath.Join(data, "f.txt"), Path: p.Config().Dir}}, true},
+		{"over-workdir-parent", []MountSpec{{HostPath: data, Path: filepath.Dir(p.Config().Dir)}}, true},
+		{"newline-path", []MountSpec{{HostPath: data, Path: "/a\nb"}}, true},
+		{"long-component", []MountSpec{{HostPath: data, Path: "/" + strings.Repeat("x", 300)}}, false},
+		{"long-path", []MountSpec{{HostPath: data, Path: strings.Repeat("/" + strings.Repeat("y", 250), 20)}}, true},
+		{"double-slash", []MountSpec{{HostPath: data, Path: "//dd//e/"}}, true},
+		{"dot-component", []MountSpec{{HostPath: data, Path: "/a/./b"}}, true},
+		{"beneath-fifo", []MountSpec{{HostPath: filepath.Join(data, "fifo"), Path: "/ff"}, {HostPath: data, Path: "/ff/x"}}, false},
 	}
 	requireOK(t, run(t, p, Job{Mounts: []MountSpec{{HostPath: data, Path: "/data"}}, Code: "print(1)"}))
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			r13Leased(t, p)
 			j := ran
-			j.Mounts = append(append([]MountSpec{}, c.mounts...), MountSpec{HostPath: out, Path: out, Mode: ReadWrite})
+			j.Mounts = append(append([]MountSpec{}, c.mounts...), MountSpec{HostPath: out, Path: "/r13out", Mode: ReadWrite})
 			ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 			res, err := p.Run(ctx, j)
 			cancel()
@@ -745,5 +753,68 @@ print(os.path.lexists("/r13-planted"), os.path.lexists("/r13-link"), open("/data
 		requireOK(t, res)
 		require.Equal(t, "False False hello\n", res.Stdout)
 	}
+	advServes(t, p)
+}
+
+// r13MounterNS counts the mount namespace descriptors the mounter pid
+// holds (its stock's and its leases').
+func r13MounterNS(pid int) int {
+	n := 0
+	ents, _ := os.ReadDir("/proc/" + strconv.Itoa(pid) + "/fd")
+	for _, e := range ents {
+		if l, err := os.Readlink("/proc/" + strconv.Itoa(pid) + "/fd/" + e.Name()); err == nil && strings.HasPrefix(l, "mnt:[") {
+			n++
+		}
+	}
+	return n
+}
+
+// Probe: leases do not pile up. After mount jobs that succeed, jobs
+// whose attach fails, jobs that kill their own process, and ready ns
+// spares killed in their leased namespace, the host holds as many
+// descriptors as before and the mounter as many namespaces (its stock,
+// its own, and one lease per ready ns spare): no lease outlives the
+// spare it was made for.
+func TestHostileReview13NoLeaseLeak(t *testing.T) {
+	before := mounterPids(t)
+	p, data, _ := nsPool(t)
+	mounts := []MountSpec{{HostPath: data, Path: "/data"}}
+	requireOK(t, run(t, p, Job{Mounts: mounts, Code: "print(1)"}))
+	mounter := newMounter(t, before)
+	r13Leased(t, p)
+	steady := func() (int, int) {
+		var ns int
+		for range 100 {
+			ns = r13MounterNS(mounter)
+			time.Sleep(20 * time.Millisecond)
+			if ns == r13MounterNS(mounter) {
+				break
+			}
+		}
+		return advSteadyFDs(t), ns
+	}
+	// Let the stock refill before counting.
+	time.Sleep(300 * time.Millisecond)
+	fds0, ns0 := steady()
+	for round := range 3 {
+		requireOK(t, run(t, p, Job{Mounts: mounts, Code: "print(1)"}))
+		res := run(t, p, Job{Mounts: append([]MountSpec{{HostPath: filepath.Join(data, "f.txt"), Path: p.Config().Dir}}, mounts...), Code: "print(1)"})
+		require.NotNil(t, res.Error)
+		require.Equal(t, "SandboxSetupError", res.Error.Type)
+		res = run(t, p, Job{Mounts: mounts, Code: "import os, signal; os.kill(os.getpid(), signal.SIGKILL)"})
+		require.NotNil(t, res.Error)
+		spare := r13Leased(t, p)
+		require.NoError(t, unix.Kill(spare, unix.SIGKILL))
+		require.True(t, eventually(func() bool { return !processAlive(spare) }))
+		res = run(t, p, Job{Mounts: mounts, Code: `print(open("/data/f.txt").read())`})
+		requireOK(t, res)
+		require.Equal(t, "hello\n", res.Stdout, "round %d", round)
+	}
+	r13Leased(t, p)
+	time.Sleep(300 * time.Millisecond)
+	fds1, ns1 := steady()
+	t.Logf("host descriptors %d -> %d; mounter namespaces %d -> %d (leased now %d)", fds0, fds1, ns0, ns1, nsLeased(mounter))
+	require.Equal(t, fds0, fds1, "the host's descriptors grew")
+	require.LessOrEqual(t, ns1, ns0, "the mounter holds more namespaces than before")
 	advServes(t, p)
 }
