@@ -279,7 +279,7 @@ func TestHostileReview13AttachRefusals(t *testing.T) {
 		{"symlink-source-outside", []MountSpec{{HostPath: filepath.Join(data, "etclink"), Path: "/etc2"}}, false},
 		{"too-many", many, false},
 		{"dotdot", []MountSpec{{HostPath: data, Path: "/x/../proc"}}, false},
-		{"file-over-workdir", []MountSpec{{HostPath: filepath.Join(data, "f.txt"), Path: p.Config().Dir}}, true},
+		{"file-over-workdir", []MountSpec{{HostPath: filepath.Join(data, "f.txt"), Path: p.Config().Dir}}, false},
 		{"over-workdir-parent", []MountSpec{{HostPath: data, Path: filepath.Dir(p.Config().Dir)}}, true},
 		{"newline-path", []MountSpec{{HostPath: data, Path: "/a\nb"}}, true},
 		{"long-component", []MountSpec{{HostPath: data, Path: "/" + strings.Repeat("x", 300)}}, false},
@@ -770,8 +770,9 @@ func r13MounterNS(pid int) int {
 }
 
 // Probe: leases do not pile up. After mount jobs that succeed, jobs
-// whose attach fails, jobs that kill their own process, and ready ns
-// spares killed in their leased namespace, the host holds as many
+// whose attach fails, jobs that kill their own process, ready ns spares
+// killed in their leased namespace, and templates killed with their
+// ready ns spare in its leased namespace, the host holds as many
 // descriptors as before and the mounter as many namespaces (its stock,
 // its own, and one lease per ready ns spare): no lease outlives the
 // spare it was made for.
@@ -809,6 +810,13 @@ func TestHostileReview13NoLeaseLeak(t *testing.T) {
 		res = run(t, p, Job{Mounts: mounts, Code: `print(open("/data/f.txt").read())`})
 		requireOK(t, res)
 		require.Equal(t, "hello\n", res.Stdout, "round %d", round)
+		// A template that dies takes its ready ns spare, and that spare's
+		// lease ends with it.
+		r13Leased(t, p)
+		old := p.workers[0].live.Load().Pid()
+		require.NoError(t, unix.Kill(old, unix.SIGKILL))
+		awaitNewTemplate(t, p, old)
+		requireOK(t, run(t, p, Job{Mounts: mounts, Code: "print(1)"}))
 	}
 	r13Leased(t, p)
 	time.Sleep(300 * time.Millisecond)
