@@ -283,7 +283,7 @@ func TestHostileReview13AttachRefusals(t *testing.T) {
 		{"over-workdir-parent", []MountSpec{{HostPath: data, Path: filepath.Dir(p.Config().Dir)}}, true},
 		{"newline-path", []MountSpec{{HostPath: data, Path: "/a\nb"}}, true},
 		{"long-component", []MountSpec{{HostPath: data, Path: "/" + strings.Repeat("x", 300)}}, false},
-		{"long-path", []MountSpec{{HostPath: data, Path: strings.Repeat("/" + strings.Repeat("y", 250), 20)}}, true},
+		{"long-path", []MountSpec{{HostPath: data, Path: strings.Repeat("/"+strings.Repeat("y", 250), 20)}}, true},
 		{"double-slash", []MountSpec{{HostPath: data, Path: "//dd//e/"}}, true},
 		{"dot-component", []MountSpec{{HostPath: data, Path: "/a/./b"}}, true},
 		{"beneath-fifo", []MountSpec{{HostPath: filepath.Join(data, "fifo"), Path: "/ff"}, {HostPath: data, Path: "/ff/x"}}, false},
