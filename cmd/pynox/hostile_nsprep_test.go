@@ -75,7 +75,7 @@ func mounterSettles(t *testing.T, pid, want int) {
 		}
 		time.Sleep(25 * time.Millisecond)
 	}
-	t.Fatalf("the mounter holds %d children and %d mount namespaces; expected none and %d", kids, fds, want)
+	t.Fatalf("the mounter holds %d children and %d mount namespaces; expected none and %d (and %d leased)", kids, fds, want, leasedBy(pid))
 }
 
 // In a pool that confines itself (the CLI's default), whose namespaces'
