@@ -163,6 +163,11 @@ func (c *Child) exited(st ExitStatus) {
 		c.exitCh <- st
 		close(c.exitCh)
 		close(c.reaped)
+		// A ready ns spare that died before its job (killed from
+		// outside, say) ends the lease of the namespace it entered: the
+		// mounter would otherwise keep that namespace until the dead
+		// spare is taken or the pool closes.
+		c.releaseLease()
 		if c.tpl != nil {
 			c.tpl.releaseReaped(c)
 		}
