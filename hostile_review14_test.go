@@ -126,10 +126,12 @@ func TestHostileReview14NoWritableCodeMapping(t *testing.T) {
 	defer mem.Close()
 	checked := 0
 	for _, m := range r14ReadMaps(t, tpl) {
-		if !strings.HasPrefix(m.path, "/") || m.perms[0] != 'r' || m.perms[1] != '-' || m.perms[3] != 'p' {
+		if !strings.HasPrefix(m.path, "/") || (m.perms != "r-xp" && (m.perms != "r--p" || m.offset != 0)) {
 			continue
 		}
-		// A read-only private file mapping: its first bytes are the file's.
+		// A read-only private file mapping that the loader did not
+		// relocate (code, or the file's head; a RELRO region holds
+		// relocated pointers): its first bytes are the file's.
 		want := make([]byte, 64)
 		f, err := os.Open(m.path)
 		if err != nil {
@@ -146,6 +148,7 @@ func TestHostileReview14NoWritableCodeMapping(t *testing.T) {
 		require.Equal(t, want[:n], got, "the template's copy of %s at %#x differs from the file", m.path, m.lo)
 		checked++
 	}
+	t.Logf("%d read-only file mappings of the template checked", checked)
 	require.Greater(t, checked, 3, "no read-only file mapping of the template was checked")
 }
 
@@ -451,6 +454,38 @@ func TestHostileReview14BellAbuse(t *testing.T) {
 	}
 	wg.Wait()
 	advServes(t, p)
+}
+
+// TestHostileReview14LimitsPerJob runs jobs with different limits one
+// after another on one template, whose spares now take the template's
+// values from a plan built before the first fork: each job has its own
+// address-space, file-size and CPU limits, not the plan's nor an earlier
+// job's.
+func TestHostileReview14LimitsPerJob(t *testing.T) {
+	t.Parallel()
+	p := newTestPool(t, Config{Workers: 1})
+	code := "import resource\nprint(*[resource.getrlimit(r)[1] for r in (resource.RLIMIT_AS, resource.RLIMIT_FSIZE, resource.RLIMIT_CPU)])"
+	lim := func(j Job) []int64 {
+		j.Code = code
+		r := run(t, p, j)
+		requireOK(t, r)
+		var v [3]int64
+		_, err := fmt.Sscan(r.Stdout, &v[0], &v[1], &v[2])
+		require.NoError(t, err, r.Stdout)
+		return v[:]
+	}
+	small := Job{Memory: 64 << 20, MaxFileSize: 1 << 20, Timeout: 3 * time.Second}
+	big := Job{Memory: 512 << 20, MaxFileSize: 8 << 20, Timeout: 30 * time.Second}
+	a := lim(small)
+	b := lim(big)
+	c := lim(small)
+	t.Logf("small %v, big %v, small again %v", a, b, c)
+	require.Equal(t, a, c, "the same limits gave different rlimits after a larger job")
+	require.Equal(t, int64(1<<20), a[1])
+	require.Equal(t, int64(8<<20), b[1])
+	require.Less(t, a[0], b[0])
+	require.Less(t, a[0], int64(128<<20), "a 64 MiB job's address space")
+	require.Less(t, a[2], b[2])
 }
 
 // r14MemfdCode fills n MiB of memfd (memory RLIMIT_AS does not see, the
