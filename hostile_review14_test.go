@@ -488,6 +488,101 @@ func TestHostileReview14LimitsPerJob(t *testing.T) {
 	require.Less(t, a[2], b[2])
 }
 
+// TestHostileReview14ManyGrants sends a job frame that carries the most
+// descriptors a job may have (MaxGrants paths, half read, half write,
+// beside its scratch directory) together with code larger than the 64 KiB
+// receive buffer, to a job and to a session: every grant arrives, in its
+// place, and the frame's tail is read after the descriptors.
+func TestHostileReview14ManyGrants(t *testing.T) {
+	t.Parallel()
+	base := t.TempDir()
+	p := newTestPool(t, Config{Workers: 1, Limits: Limits{AllowRead: []string{base}, AllowWrite: []string{base}}})
+	var read, write []string
+	for i := 0; i < MaxGrants; i++ {
+		d := fmt.Sprintf("%s/g%02d", base, i)
+		require.NoError(t, os.Mkdir(d, 0o755))
+		require.NoError(t, os.WriteFile(d+"/f", []byte(strconv.Itoa(i)), 0o644))
+		if i%2 == 0 {
+			read = append(read, d)
+		} else {
+			write = append(write, d)
+		}
+	}
+	code := "pad = '" + strings.Repeat("p", 80<<10) + "'\n" + fmt.Sprintf(`import os
+got = []
+for i in range(%d):
+    d = "%s/g%%02d" %% i
+    got.append(open(d + "/f").read() == str(i))
+    if i %% 2:
+        with open(d + "/w", "w") as f:
+            f.write("x")
+print(sum(got), len(pad))
+`, MaxGrants, base)
+	r := run(t, p, Job{Code: code, AllowRead: read, AllowWrite: write})
+	requireOK(t, r)
+	require.Equal(t, fmt.Sprintf("%d %d\n", MaxGrants, 80<<10), r.Stdout)
+	for i := 1; i < MaxGrants; i += 2 {
+		_, err := os.Stat(fmt.Sprintf("%s/g%02d/w", base, i))
+		require.NoError(t, err, "grant %d was not writable", i)
+	}
+	co := checkout(t, p, Job{AllowRead: read, AllowWrite: write})
+	for i := 0; i < 2; i++ {
+		sr := feed(t, co, code)
+		requireOK(t, sr)
+		require.Equal(t, fmt.Sprintf("%d %d\n", MaxGrants, 80<<10), sr.Stdout)
+	}
+}
+
+// TestHostileReview14SessionFloodThenIdle has a session's steps flood
+// stdout and stderr (more than the pipes hold) and then idle between
+// steps: each step gets all of its own output and none of another's, a
+// job beside it is served, and the idle session waits in poll for its
+// next step (the template's other children aside, it is the process that
+// is not the spare).
+func TestHostileReview14SessionFloodThenIdle(t *testing.T) {
+	t.Parallel()
+	p := newTestPool(t, Config{Workers: 1})
+	co := checkout(t, p, Job{})
+	for i := 0; i < 3; i++ {
+		tag := fmt.Sprintf("s%d", i)
+		r := feed(t, co, fmt.Sprintf(`import sys
+for k in range(20000):
+    print("%s", k)
+    sys.stderr.write("e%s %%d\n" %% k)
+`, tag, tag))
+		requireOK(t, r)
+		lines := strings.Split(strings.TrimSuffix(r.Stdout, "\n"), "\n")
+		require.Len(t, lines, 20000, "step %d's stdout", i)
+		require.Equal(t, tag+" 0", lines[0])
+		require.Equal(t, tag+" 19999", lines[19999])
+		require.Equal(t, 20000, strings.Count(r.Stderr, "e"+tag+" "), "step %d's stderr", i)
+		require.NotContains(t, r.Stdout, fmt.Sprintf("s%d ", i-1))
+
+		j := run(t, p, Job{Code: "print(6 * 7)"})
+		requireOK(t, j)
+		require.Equal(t, "42\n", j.Stdout)
+	}
+	// The session is idle now: one of the template's children waits in
+	// poll (7) or ppoll (271), the spare in its receive or its own poll.
+	inPoll := 0
+	fam := r14Family(t, p)
+	for _, pid := range fam[1:] {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/syscall", pid))
+		if err != nil {
+			continue
+		}
+		f := strings.Fields(string(b))
+		t.Logf("child %d: syscall %v", pid, f)
+		if len(f) > 0 && (f[0] == "7" || f[0] == "271") {
+			inPoll++
+		}
+	}
+	require.GreaterOrEqual(t, inPoll, 1, "the idle session does not wait in poll")
+	r := feed(t, co, "print('after idle')")
+	requireOK(t, r)
+	require.Equal(t, "after idle\n", r.Stdout)
+}
+
 // r14MemfdCode fills n MiB of memfd (memory RLIMIT_AS does not see, the
 // cgroup's).
 func r14MemfdCode(mib int) string {
