@@ -80,7 +80,13 @@ func TestHostileReview4RestoredDumpCannotReachIdleDumps(t *testing.T) {
 	var kept []string
 	require.Eventually(t, func() bool {
 		kept, _ = filepath.Glob(filepath.Join(dumps, "*.dump"))
-		return len(kept) == 1
+		if len(kept) != 1 {
+			return false
+		}
+		// The pool creates the file, then writes the dump into it: wait
+		// for the dump, not the empty file.
+		st, err := os.Stat(kept[0])
+		return err == nil && st.Size() > 0
 	}, 30*time.Second, 20*time.Millisecond, "session a was not kept in the idle-dump directory")
 	before := advStat(t, kept[0])
 
@@ -466,7 +472,13 @@ func TestHostileReview4IdleDumpReplaced(t *testing.T) {
 	var kept []string
 	require.Eventually(t, func() bool {
 		kept, _ = filepath.Glob(filepath.Join(dumps, "*.dump"))
-		return len(kept) == 1
+		if len(kept) != 1 {
+			return false
+		}
+		// The pool creates the file, then writes the dump into it: wait
+		// for the dump, not the empty file.
+		st, err := os.Stat(kept[0])
+		return err == nil && st.Size() > 0
 	}, 30*time.Second, 20*time.Millisecond, "session a was not kept in the idle-dump directory")
 	planted := reduceDump(t, "exec", "import __main__\n__main__.planted = 1")
 	require.NoError(t, os.Remove(kept[0]))
