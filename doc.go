@@ -401,7 +401,10 @@
 // memory is the job's allowance on top of the template it was forked from:
 // the job's RLIMIT_AS is set to the address space it already has at
 // hand-over plus the allowance, so preloaded pandas does not eat a small
-// allowance. An allocation beyond it raises MemoryError, whose hint names
+// allowance. (That address space is the template's, measured once when it
+// is ready: a spare maps nothing of its own before its job, and reading its
+// own would cost each one page faults; a spare that rehearses the job path
+// while the machine idles measures its own again.) An allocation beyond it raises MemoryError, whose hint names
 // the limit and how far the ceiling allows raising it.
 //
 // RLIMIT_AS counts mappings only, and RLIMIT_NPROC does not apply to uid

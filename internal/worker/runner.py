@@ -116,6 +116,9 @@ _setrlimit = resource.setrlimit
 _RLIMIT_CORE, _RLIMIT_NOFILE, _RLIMIT_SIGPENDING = resource.RLIMIT_CORE, resource.RLIMIT_NOFILE, resource.RLIMIT_SIGPENDING
 _RLIMIT_RTPRIO, _RLIMIT_NICE, _RLIMIT_MEMLOCK = resource.RLIMIT_RTPRIO, resource.RLIMIT_NICE, resource.RLIMIT_MEMLOCK
 _get_ident = _thread.get_ident
+# os.environ's encoding and its mapping of bytes (os.environ[k] = v is
+# putenv and a store in it; see Spare.confine).
+_FS_ENCODING, _os_putenv, _ENVIRON_DATA = sys.getfilesystemencoding(), os.putenv, os.environ._data
 _signal_signal = _signal.signal
 
 
@@ -368,6 +371,8 @@ class Template:
         self.job_files = MAX_FILES  # a job's RLIMIT_NOFILE (see _raise_files_limit)
         self.plans = {}  # see spare_plan
         self.reserve = None  # see spare_plan
+        self.spare_proto = None  # a fresh Spare each child starts from (see init)
+        self.spare_vm = 0  # a spare's address space before its job (see init)
 
     def send(self, obj):
         self.sock.sendall(_pack(obj))
@@ -538,8 +543,16 @@ class Template:
         try:
             _rehearse_receipt()
             _bind_symbols()
+            # A spare's fresh numpy state (see new_main): numpy's lazily
+            # built state of set_state and frombuffer, built here.
+            for _ in range(10):
+                _reseed_numpy()
         except BaseException:  # noqa: BLE001 - an optimisation only
             pass
+        # The Spare object every child starts from, built once here (each
+        # child sets its own descriptors on its own copy, see fork_spare):
+        # the template never uses it, so its pages stay as built.
+        self.spare_proto = Spare(self, "deny", 0, -1, -1, -1, -1)
         gc.collect()
         gc.freeze()
         _trim_heap()
@@ -549,6 +562,10 @@ class Template:
         err = _copy_file_ptes_at_fork(_RUNTIME_FILES)
         if err and not self.setup_error:
             self.setup_error = err
+        # The address space every spare starts from: the template's, as it
+        # forks (a spare maps nothing of its own before its job; see
+        # Spare.prepare).
+        self.spare_vm = _address_space()
         self.send({"t": "ready"})
 
     def loop(self):
@@ -714,7 +731,17 @@ class Template:
             # may define __notes__ or its class's names as properties).
             try:
                 try:
-                    Spare(self, kind, parent, ctl_child, out_w, err_w, bell_w, ns).main()
+                    # The spare object the template built before its first
+                    # fork (see spare_proto), given this fork's values: a
+                    # fresh one would cost some sixty page faults of new
+                    # objects and their dictionary.
+                    spare = self.spare_proto
+                    if spare is None:
+                        spare = Spare(self, kind, parent, ctl_child, out_w, err_w, bell_w, ns)
+                    else:
+                        spare.kind, spare.ns, spare.parent = kind, ns, parent
+                        spare.ctl, spare.out_w, spare.err_w, spare.bell_w = ctl_child, out_w, err_w, bell_w
+                    spare.main()
                 except BaseException:  # noqa: BLE001
                     traceback.print_exc()
             finally:
@@ -1069,7 +1096,11 @@ class Spare:
         # (Mapped by the template: see Template.spare_plan.)
         self.reserve = self.tpl.spare_plan(self.kind)[11]
         # The address space the job starts from; its allowance goes on top.
-        self.vm = _address_space()
+        # The template's, measured once it was ready: a spare has mapped
+        # nothing since its fork (its reserve is the template's), and
+        # reading its own would cost it some twenty page faults. (A spare
+        # that rehearses measures its own again, see warm_up.)
+        self.vm = self.tpl.spare_vm or _address_space()
         # 5. seccomp: the job layer of the spare's kind, on top of the
         # template layer it inherited; installed now, as attaching a filter
         # costs hundreds of microseconds (the kernel compiles it), too much
@@ -1255,8 +1286,15 @@ class Spare:
         # 2. environment and argv.
         # The template started with exactly the base environment, so only
         # the request's additions need setting.
-        for k, v in (job.get("env") or {}).items():
-            os.environ[k] = v
+        # (Set as os.environ's own __setitem__ sets them, without its two
+        # Python functions, each a code object a fresh process writes.)
+        env = job.get("env")
+        if env:
+            for k, v in env.items():
+                kb = k.encode(_FS_ENCODING, "surrogateescape")
+                vb = v.encode(_FS_ENCODING, "surrogateescape")
+                _os_putenv(kb, vb)
+                _ENVIRON_DATA[kb] = vb
         # tempfile caches its directory on first use: a preload (or the
         # template) that used it cached the template's, not the job's
         # TMPDIR (its scratch directory).
@@ -1415,12 +1453,7 @@ class Spare:
         sys.modules["__main__"] = main
         if "random" in sys.modules:
             sys.modules["random"].seed()
-        npr = sys.modules.get("numpy.random")
-        if npr is not None:
-            try:
-                npr.seed()
-            except Exception:  # noqa: BLE001 - best effort
-                pass
+        _reseed_numpy()
 
     def run(self, job):
         """Runs one piece of code in __main__ and returns (exit code, error).
@@ -1521,6 +1554,25 @@ class Spare:
         except BaseException:  # noqa: BLE001
             pass
         os._exit(code & 0xFF)
+
+
+def _reseed_numpy():
+    """Gives numpy's global generator (numpy.random's legacy RandomState,
+    when numpy.random is imported) a fresh state: 624 words from os.urandom
+    as its Mersenne Twister key, through its public set_state. Its seed()
+    would derive a state from 128 bits of entropy through a SeedSequence
+    and numpy's ufuncs: some 130 page faults in a fresh process, where
+    this costs some 50. Falls back to seed() if the state is refused."""
+    npr = sys.modules.get("numpy.random")
+    if npr is None:
+        return
+    try:
+        try:
+            npr.set_state(("MT19937", sys.modules["numpy"].frombuffer(os.urandom(2496), "<u4"), 624, 0, 0.0))
+        except Exception:  # noqa: BLE001 - not the legacy MT19937 generator: numpy's own way
+            npr.seed()
+    except Exception:  # noqa: BLE001 - best effort
+        pass
 
 
 # Compiled steps by (source, name): a session that runs the same code
