@@ -675,27 +675,30 @@ func (g *Group) SetMemory(n int64) error {
 		return nil
 	}
 	v := strconv.FormatInt(n, 10)
+	// The files are written through the group's held descriptors
+	// (held.go), or opened beneath the Manager's base when not held.
+	mi := len(g.dirs) - 1
 	var err error
 	if g.m.backend == V2 {
-		err = write(filepath.Join(g.memDir, "memory.max"), v)
+		err = g.writeFile(mi, "memory.max", v)
 	} else {
 		// memsw must stay at or above the memory limit at every step.
-		memsw := filepath.Join(g.memDir, "memory.memsw.limit_in_bytes")
+		const memsw = "memory.memsw.limit_in_bytes"
 		if g.swap == 0 {
 			g.swap = -1
-			if _, err := os.Stat(memsw); err == nil {
+			if _, err := os.Stat(filepath.Join(g.memDir, memsw)); err == nil {
 				g.swap = 1
 			}
 		}
 		hasSw := g.swap > 0
 		if hasSw && n > g.memory && g.memory != 0 {
-			err = write(memsw, v)
+			err = g.writeFile(mi, memsw, v)
 		}
 		if err == nil {
-			err = write(filepath.Join(g.memDir, "memory.limit_in_bytes"), v)
+			err = g.writeFile(mi, "memory.limit_in_bytes", v)
 		}
 		if err == nil && hasSw && (n < g.memory || g.memory == 0) {
-			err = write(memsw, v)
+			err = g.writeFile(mi, memsw, v)
 		}
 	}
 	if err != nil {

@@ -11,8 +11,8 @@ package cgroup
 // path walk, a kernfs_open_file and a seq_file): in a profile of `pynox
 // pool` (2 workers, v1) the group's opens and closes were a tenth of the
 // host's CPU. A group now opens them once, when it is created, and keeps
-// them, through reuse, until it is removed: six descriptors per group in
-// v1, five in v2 (groups number about two per worker, plus one per open
+// them, through reuse, until it is removed: eight descriptors per group in
+// v1, six in v2 (groups number about two per worker, plus one per open
 // session).
 //
 // The calls are raw (syscall.RawSyscall): a call through syscall.Syscall
@@ -47,16 +47,31 @@ type heldFile struct {
 }
 
 // heldNames are the files a group holds in each of its directories, for
-// each backend: what Add writes and what OOMKills, empty, reclaimed and
-// shmem read.
+// each backend: what Add and SetMemory write and what OOMKills, empty,
+// reclaimed and shmem read. The memory limit's files are written for
+// about every other job (each template asks for its own limit, and the
+// workers share the free groups): by their absolute paths, two opens of
+// up to nine path components each, they were among the larger items of
+// the host's CPU per job in a profile of `pynox pool` (v1).
 func heldNames(backend string) [][]string {
 	if backend == V2 {
-		return [][]string{{"cgroup.procs", "pids.current", "memory.current", "memory.stat", "memory.events"}}
+		return [][]string{{"cgroup.procs", "pids.current", "memory.current", "memory.stat", "memory.events", "memory.max"}}
 	}
 	return [][]string{
 		{"cgroup.procs", "pids.current"},
-		{"cgroup.procs", "memory.usage_in_bytes", "memory.stat", "memory.oom_control"},
+		{"cgroup.procs", "memory.usage_in_bytes", "memory.stat", "memory.oom_control",
+			"memory.limit_in_bytes", "memory.memsw.limit_in_bytes"},
 	}
+}
+
+// heldForWriting reports whether the held file name is opened for
+// writing (the files Add and SetMemory write) rather than for reading.
+func heldForWriting(name string) bool {
+	switch name {
+	case "cgroup.procs", "memory.max", "memory.limit_in_bytes", "memory.memsw.limit_in_bytes":
+		return true
+	}
+	return false
 }
 
 // openHeld opens the group's control files beneath the Manager's base
@@ -73,7 +88,7 @@ func (g *Group) openHeld() *heldFiles {
 		}
 		for _, name := range names[i] {
 			flags := unix.O_RDONLY
-			if name == "cgroup.procs" {
+			if heldForWriting(name) {
 				flags = unix.O_WRONLY
 			}
 			fd, err := rawOpenat(g.m.locks[i], g.name+"/"+name, flags|unix.O_CLOEXEC)

@@ -86,3 +86,31 @@ func TestGroupHoldsItsFiles(t *testing.T) {
 	closed = true
 	require.Zero(t, count(), "no file of a removed group stays open")
 }
+
+// TestGroupWritesItsLimitThroughHeldFiles: the memory limit's control
+// files (v1 memory.limit_in_bytes and, where swap is accounted,
+// memory.memsw.limit_in_bytes; v2 memory.max) are among the files a group
+// holds, and a new limit written through them reaches the kernel.
+func TestGroupWritesItsLimitThroughHeldFiles(t *testing.T) {
+	m := requireManager(t)
+	defer m.Close()
+	g, err := m.NewGroup(32 << 20)
+	require.NoError(t, err)
+	defer g.Release()
+	memDir := g.Dirs()[len(g.Dirs())-1]
+	limit := "memory.max"
+	if m.Backend() != V2 {
+		limit = "memory.limit_in_bytes"
+	}
+	held := heldIn(t, memDir)
+	require.Contains(t, held, limit, "the memory limit's file is held")
+	if _, err := os.Stat(filepath.Join(memDir, "memory.memsw.limit_in_bytes")); err == nil && m.Backend() != V2 {
+		require.Contains(t, held, "memory.memsw.limit_in_bytes", "the swap limit's file is held")
+	}
+	for _, n := range []int64{48 << 20, 16 << 20} {
+		require.NoError(t, g.SetMemory(n))
+		b, err := os.ReadFile(filepath.Join(memDir, limit))
+		require.NoError(t, err)
+		require.Equal(t, itoa(int(n)), strings.TrimSpace(string(b)))
+	}
+}

@@ -38,7 +38,8 @@ type bellPoller struct {
 	epfd   int
 	closed bool
 	seq    uint64
-	bells  map[uint64]*Child // by the id their epoll events carry
+	bells  map[uint64]*Child     // by the id their epoll events carry
+	pipes  map[uint64]*pipeWatch // output pipes (pipewatch.go), by id too
 }
 
 // newBellPoller makes a template's epoll instance and starts the
@@ -58,7 +59,7 @@ func newBellPoller() (*bellPoller, error) {
 		f.Close()
 		return nil, err
 	}
-	bp := &bellPoller{f: f, rc: rc, epfd: epfd, bells: map[uint64]*Child{}}
+	bp := &bellPoller{f: f, rc: rc, epfd: epfd, bells: map[uint64]*Child{}, pipes: map[uint64]*pipeWatch{}}
 	go bp.run()
 	return bp, nil
 }
@@ -121,6 +122,12 @@ func (bp *bellPoller) run() {
 	bp2 := bellBufs.Get().(*[bellRead]byte)
 	defer bellBufs.Put(bp2)
 	buf := bp2[:]
+	var pbuf *[]byte // lent by bufPool once a pipe is read
+	defer func() {
+		if pbuf != nil {
+			bufPool.Put(pbuf)
+		}
+	}()
 	for {
 		var n int
 		var werr error
@@ -141,9 +148,13 @@ func (bp *bellPoller) run() {
 		}
 		bp.mu.Lock()
 		for _, ev := range events[:n] {
-			c := bp.bells[uint64(uint32(ev.Fd))|uint64(uint32(ev.Pad))<<32]
+			id := uint64(uint32(ev.Fd)) | uint64(uint32(ev.Pad))<<32
+			c := bp.bells[id]
 			if c == nil {
-				continue // removed since
+				if w := bp.pipes[id]; w != nil {
+					bp.readPipeLocked(w, pipeBuf(&pbuf))
+				}
+				continue // else removed since
 			}
 			k, rerr := rawRead(c.bellFd, buf)
 			for rerr == unix.EINTR {
@@ -178,6 +189,7 @@ func (bp *bellPoller) shutdown() {
 	for _, c := range bells {
 		c.closeBellChan()
 	}
+	bp.shutdownPipes()
 	bp.f.Close()
 }
 
@@ -241,4 +253,13 @@ func rawEpollWaitNow(epfd int, events []unix.EpollEvent) (int, error) {
 		return 0, e
 	}
 	return int(n), nil
+}
+
+// pipeBuf returns the buffer *pb holds, borrowing one from bufPool first
+// when it holds none.
+func pipeBuf(pb **[]byte) []byte {
+	if *pb == nil {
+		*pb = bufPool.Get().(*[]byte)
+	}
+	return **pb
 }

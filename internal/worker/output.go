@@ -130,6 +130,7 @@ type output struct {
 	// capture starts.
 	closed <-chan struct{}
 	files  []*os.File // the pipes still being read
+	pipes  *pipeGroup // or those read by the template's poller
 	// stream passes the output on as it comes (see streamer); nil when
 	// nobody asked for it.
 	stream *streamer
@@ -168,6 +169,29 @@ func (out *output) start(c *Child) {
 		close(closed)
 		return
 	}
+	if c.tpl != nil {
+		// The pipes still open are read by the template's poller
+		// (pipewatch.go); one at end of file is closed now.
+		var fds []int
+		var ks []*sink
+		for i, fd := range []int{outFd, errFd} {
+			if []bool{outEOF, errEOF}[i] {
+				continue
+			}
+			fds = append(fds, fd)
+			ks = append(ks, []*sink{&out.stdout, &out.stderr}[i])
+		}
+		if g := c.tpl.bells.watchPipes(fds, ks, closed); g != nil {
+			if outEOF {
+				rawClose(outFd)
+			}
+			if errEOF {
+				rawClose(errFd)
+			}
+			out.pipes = g
+			return
+		}
+	}
 	stdout := os.NewFile(uintptr(outFd), "job-stdout")
 	stderr := os.NewFile(uintptr(errFd), "job-stderr")
 	out.files = []*os.File{stdout, stderr}
@@ -186,6 +210,9 @@ func (out *output) start(c *Child) {
 // cutOff closes the pipes being read, for a job that smuggled their
 // write ends elsewhere, and waits for the readers.
 func (out *output) cutOff() {
+	if out.pipes != nil {
+		out.pipes.cutOff()
+	}
 	for _, f := range out.files {
 		f.Close()
 	}

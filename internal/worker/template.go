@@ -829,6 +829,14 @@ func (t *Template) readLoop() {
 		oob  = make([]byte, unix.CmsgSpace(16*4))
 	)
 	rc, rcErr := t.conn.SyscallConn()
+	// deliveries feeds the goroutine that moves spares into their cgroups
+	// (deliverLoop), started at the first spare and ended with this loop.
+	var deliveries chan spareDelivery
+	defer func() {
+		if deliveries != nil {
+			close(deliveries)
+		}
+	}()
 	for {
 		var n, oobn, flags int
 		var err error
@@ -928,7 +936,15 @@ func (t *Template) readLoop() {
 					// The spare is handed out once it is in its cgroup;
 					// creating and joining it takes a few hundred
 					// microseconds that this loop need not wait for.
-					go t.deliverTo(c, kind, route)
+					if deliveries == nil {
+						deliveries = make(chan spareDelivery, deliveryQueue)
+						go t.deliverLoop(deliveries)
+					}
+					select {
+					case deliveries <- spareDelivery{c, kind, route}:
+					default: // never expected: as many as were asked for wait
+						go t.deliverTo(c, kind, route)
+					}
 				} else if !t.deliverTo(c, kind, route) {
 					return
 				}
@@ -960,6 +976,27 @@ func (t *Template) readLoop() {
 			t.fail(fmt.Errorf("template channel: %w", err))
 			return
 		}
+	}
+}
+
+// spareDelivery is a spare for deliverLoop to deliver (see deliverTo).
+type spareDelivery struct {
+	c     *Child
+	kind  int
+	route *sessionWait
+}
+
+// deliveryQueue is how many spares may wait for deliverLoop; the template
+// forks one per kind at a time, plus the sessions' own processes.
+const deliveryQueue = 16
+
+// deliverLoop delivers the spares sent on ch, in order, until ch is
+// closed. One long-lived goroutine per template does what a goroutine
+// per spare did: the fresh goroutine grew its stack on the way through
+// the cgroup's join, copying it, once per job.
+func (t *Template) deliverLoop(ch <-chan spareDelivery) {
+	for d := range ch {
+		t.deliverTo(d.c, d.kind, d.route)
 	}
 }
 
