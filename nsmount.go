@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"golang.org/x/sys/unix"
 
@@ -355,6 +356,10 @@ func (pl *plan) dropNS() {
 		pl.ns.Close()
 		pl.ns = nil
 	}
+	if pl.nsLease != nil {
+		pl.nsLease.release()
+		pl.nsLease = nil
+	}
 	pl.job.Namespace = nil
 }
 
@@ -535,7 +540,12 @@ func (p *Pool) nsFor(pl *plan, child *worker.Child) *Error {
 	// The attach runs once the job is sent, while the spare confines
 	// itself; the spare waits for it before anything else (see
 	// worker.Namespace.Attach).
+	use := &leaseUse{l: l}
+	pl.nsLease = use
 	attach := func() error {
+		if !use.used.CompareAndSwap(false, true) {
+			return errors.New("mounts: the namespace's lease ended before the attach")
+		}
 		if err := m.Attach(l.ID, plan); err != nil {
 			return fmt.Errorf("mounts: the job's mount namespace could not be built: %v", err)
 		}
@@ -543,6 +553,23 @@ func (p *Pool) nsFor(pl *plan, child *worker.Child) *Error {
 	}
 	pl.job.Namespace = &worker.Namespace{Entered: true, Rules: rules, Attach: attach}
 	return nil
+}
+
+// leaseUse is a lease a job took from its child (nsFor): either the
+// job's attach uses it (the mounter then drops its copy, whether the
+// attach succeeds or not) or, when the job never came to its attach (its
+// child died before, its frame could not be sent, another child took
+// the job), dropNS ends it; never both.
+type leaseUse struct {
+	l    *worker.NSLease
+	used atomic.Bool
+}
+
+// release ends the lease unless the attach used it.
+func (u *leaseUse) release() {
+	if u.used.CompareAndSwap(false, true) && u.l.Release != nil {
+		go u.l.Release()
+	}
 }
 
 // nsLease leases a prepared namespace for a template's ready ns spare
