@@ -653,6 +653,9 @@ func (c *Client) dispatch(line []byte) {
 			return
 		}
 	}
+	if bytes.HasPrefix(line, callStart) && c.dispatchCall(line) {
+		return
+	}
 	var h head
 	if err := json.Unmarshal(line, &h); err != nil {
 		c.unreadable(line, err)
@@ -685,6 +688,45 @@ func (c *Client) dispatch(line []byte) {
 	default:
 		c.deliver(h.ID, line, "")
 	}
+}
+
+// callStart begins every call event the server writes (see callPrefix).
+var callStart = []byte(`{"event":"call",`)
+
+// callLine is a call event decoded at once as its head and as the call:
+// a call's line is decoded once, not once to route it and once more as a
+// pynox.Call (JobID, decoded from ID, aside).
+type callLine struct {
+	ID       json.RawMessage `json:"id"`
+	Event    string          `json:"event"`
+	CallID   *int64          `json:"call_id"`
+	Session  string          `json:"session"`
+	Function string          `json:"function"`
+	Args     json.RawMessage `json:"args"`
+	Kwargs   json.RawMessage `json:"kwargs"`
+}
+
+// dispatchCall routes a line that begins as a call event, decoding it
+// once, and reports whether it did. Any other line (one that does not
+// decode so, turns out to be another event, or lacks a call_id) is left
+// to dispatch's general path, which handles it as before.
+func (c *Client) dispatchCall(line []byte) bool {
+	var cl callLine
+	if err := json.Unmarshal(line, &cl); err != nil || cl.Event != "call" || cl.CallID == nil {
+		return false
+	}
+	call := pynox.Call{Session: cl.Session, ID: *cl.CallID, Function: cl.Function, Args: cl.Args, Kwargs: cl.Kwargs}
+	if len(cl.ID) > 0 {
+		_ = json.Unmarshal(cl.ID, &call.JobID) // valid JSON: the line decoded
+	}
+	var p *pending
+	if k, ok := call.JobID.(string); ok {
+		c.mu.Lock()
+		p = c.waiting[k]
+		c.mu.Unlock()
+	}
+	c.spawnCall(call.ID, func() { c.answerCall(p, &call) })
+	return true
 }
 
 // key is the waiting map's key of a raw id: the text of a string id.
@@ -784,7 +826,25 @@ func (c *Client) answerCall(p *pending, call *pynox.Call) {
 		c.reply(call.ID, nil, "the host's result could not be passed on: "+err.Error())
 		return
 	}
-	c.reply(call.ID, b, "")
+	c.replyResult(call.ID, b)
+}
+
+// replyResult writes the reply to a host call with its result, the JSON
+// json.Marshal made (valid and compact). The line is put together
+// directly: encoding it as reply does would validate and compact the
+// result once more, the same bytes.
+func (c *Client) replyResult(callID int64, result []byte) {
+	if len(result) == 0 {
+		c.reply(callID, result, "")
+		return
+	}
+	b := make([]byte, 0, len(result)+40)
+	b = append(b, `{"reply":{"call_id":`...)
+	b = strconv.AppendInt(b, callID, 10)
+	b = append(b, `,"result":`...)
+	b = append(b, result...)
+	b = append(b, "}}\n"...)
+	_ = c.writeLine(b) // a failed write fails the request's own wait
 }
 
 // callHost runs a HostFunc, turning a panic into an error the job sees

@@ -108,6 +108,9 @@ type Child struct {
 	procFiles procFiles
 	// sproc are a session process's held /proc files (session_usage.go).
 	sproc sessionProc
+	// nextPipes are the next step's output pipes, when made ahead
+	// (step_pipes.go); guarded by pidMu.
+	nextPipes stepPipes
 
 	// The child's cgroup, set before the child is handed out (see
 	// Template.deliver); cgErr says why joining one failed, which fails
@@ -312,6 +315,7 @@ func (c *Child) Close() {
 		rawClose(c.pidfd)
 		c.pidfd = -1
 		c.closeSessionProc()
+		c.closeStepPipes()
 		c.pidMu.Unlock()
 		if c.cg != nil {
 			// Released once the template has reaped the process, which it
@@ -435,7 +439,13 @@ func (c *Child) Run(job *Job, cancel <-chan struct{}) *Outcome {
 			if err != nil {
 				return err
 			}
-			return c.sendRaw(b, fds)
+			err = c.sendRaw(b, fds)
+			if err == nil && job.Session {
+				// The second step's pipes, made while the first runs
+				// (step_pipes.go).
+				c.prepareStepPipes()
+			}
+			return err
 		},
 		afterSend: c.attachAfterSend(attach),
 		timeout:   job.Timeout,
@@ -492,6 +502,10 @@ func (c *Child) RunStep(st *Step, cancel <-chan struct{}) *Outcome {
 			rawClose(errp[1])
 			if err == nil && small {
 				err = c.signal(unix.SIGCONT)
+			}
+			if err == nil {
+				// While the process runs the step.
+				c.prepareStepPipes()
 			}
 			return err
 		},
@@ -576,7 +590,10 @@ func (c *Child) betweenSteps() (out, errp [2]int, o *Outcome) {
 		o.End = time.Now()
 		return out, errp, o
 	}
-	out, errp, err = outputPipes()
+	var ok bool
+	if out, errp, ok = c.takeStepPipes(); !ok {
+		out, errp, err = outputPipes()
+	}
 	if err != nil {
 		c.Close()
 		now := time.Now()
