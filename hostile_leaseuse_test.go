@@ -20,24 +20,11 @@ func TestHostileLeaseOfDeadSpareEnds(t *testing.T) {
 	mounts := []MountSpec{{HostPath: data, Path: "/data"}}
 	requireOK(t, run(t, p, Job{Mounts: mounts, Code: "print(1)"}))
 	mounter := newMounter(t, before)
-	settled := func() int {
-		// The count the mounter settles at: two equal reads in a row
-		// after the background stock builds are done (a wait, not a
-		// timing assertion).
-		prev := -1
-		for range 200 {
-			r13Leased(t, p)
-			n := r13MounterNS(mounter)
-			if n == prev {
-				return n
-			}
-			prev = n
-			time.Sleep(50 * time.Millisecond)
-		}
-		return prev
-	}
-	ns0 := settled()
-	for range 8 {
+	// Namespaces the mounter holds that no process is in, past its
+	// own: its stock (at most nsStock) and any lease that was never
+	// ended (no process is in it either).
+	idle := func() int { return r13MounterNS(mounter) - nsLeased(mounter) - 1 }
+	for range 16 {
 		spare := r13Leased(t, p)
 		// Killed, and the job sent at once: it may take the dead spare
 		// (and its lease) before the template reports its exit.
@@ -46,8 +33,19 @@ func TestHostileLeaseOfDeadSpareEnds(t *testing.T) {
 		requireOK(t, res)
 		require.Equal(t, "hello\n", res.Stdout)
 	}
-	ns1 := settled()
-	t.Logf("mounter namespaces %d -> %d", ns0, ns1)
-	require.LessOrEqual(t, ns1, ns0, "leases of jobs that never reached their attach were not ended")
+	// Read once the count holds still for half a second (the stock refills
+	// in the background, a build at a time; a wait, not a timing
+	// assertion): a lease never ended stays on top of a full stock.
+	last, same := -1, 0
+	for i := 0; i < 400 && same < 5; i++ {
+		if n := idle(); n == last {
+			same++
+		} else {
+			last, same = n, 0
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Logf("the mounter holds %d namespaces no process is in; its stock is at most %d", last, p.nsStock())
+	require.LessOrEqual(t, last, p.nsStock(), "leases of jobs that never reached their attach were not ended")
 	advServes(t, p)
 }

@@ -99,11 +99,19 @@ func nsSparePid(t *testing.T, tpl *worker.Template, except ...int) int {
 			}
 			found = append(found, q)
 		}
-		if len(found) == 1 {
-			pid = found[0]
-			return true
+		if len(found) != 1 {
+			pid = 0
+			return false
 		}
-		return false
+		// The same process twice in a row (eventually polls every 50
+		// ms): a job's
+		// process that is still exiting (its namespace is readable until
+		// it is a zombie) is never taken for the spare.
+		if pid != found[0] || !processAlive(pid) {
+			pid = found[0]
+			return false
+		}
+		return true
 	}), "no single ns spare among the template's children %v", templateKids(tpl.Pid()))
 	return pid
 }
