@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"golang.org/x/sys/unix"
 
@@ -351,6 +352,15 @@ func (pl *plan) closeNS() {
 // dropNS releases the namespace's descriptors (a process that entered it
 // keeps it).
 func (pl *plan) dropNS() {
+	if h := pl.nsLease; h != nil {
+		// A lease whose attach never ran (the job never reached its
+		// spare: the spare died, and the job is retried in another, or
+		// failed) ends here, else the mounter would keep its namespace.
+		pl.nsLease = nil
+		if h.used.CompareAndSwap(false, true) && h.l.Release != nil {
+			go h.l.Release()
+		}
+	}
 	if pl.ns != nil {
 		pl.ns.Close()
 		pl.ns = nil
@@ -511,6 +521,13 @@ func (p *Pool) buildNS(pl *plan) *Error {
 	return nil
 }
 
+// nsLeaseHold is a lease taken for a job: used says its attach ran, or
+// it was released; whichever comes first, the other does nothing.
+type nsLeaseHold struct {
+	l    *worker.NSLease
+	used atomic.Bool
+}
+
 // nsFor gives pl's job the mount namespace it runs in with child: when
 // child entered a leased namespace ahead of its job (worker.NSLease), the
 // mounter attaches the job's part (the plan buildNS would send) to that
@@ -535,7 +552,12 @@ func (p *Pool) nsFor(pl *plan, child *worker.Child) *Error {
 	// The attach runs once the job is sent, while the spare confines
 	// itself; the spare waits for it before anything else (see
 	// worker.Namespace.Attach).
+	h := &nsLeaseHold{l: l}
+	pl.nsLease = h
 	attach := func() error {
+		if !h.used.CompareAndSwap(false, true) {
+			return errors.New("mounts: the job's leased namespace was released; no code ran")
+		}
 		if err := m.Attach(l.ID, plan); err != nil {
 			return fmt.Errorf("mounts: the job's mount namespace could not be built: %v", err)
 		}
