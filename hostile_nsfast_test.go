@@ -2,6 +2,7 @@ package pynox
 
 import (
 	"context"
+	"github.com/pynox/pynox/internal/mountns"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -29,7 +30,8 @@ func nsLeased(pid int) int {
 	own, _ := os.Readlink(dir + "/ns/mnt")
 	ents, _ := os.ReadDir(dir + "/fd")
 	for _, e := range ents {
-		if l, err := os.Readlink(dir + "/fd/" + e.Name()); err == nil && strings.HasPrefix(l, "mnt:[") && l != own {
+		if l, err := os.Readlink(dir + "/fd/" + e.Name()); err == nil && strings.HasPrefix(l, "mnt:[") && l != own &&
+			e.Name() != strconv.Itoa(mountns.SeedFD) {
 			held[l] = true
 		}
 	}

@@ -1,6 +1,7 @@
 package pynox
 
 import (
+	"github.com/pynox/pynox/internal/mountns"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -31,7 +32,8 @@ func nsMounterState(t *testing.T, pid int) (children, mntFDs int) {
 	ents, err := os.ReadDir(dir + "/fd")
 	require.NoError(t, err)
 	for _, e := range ents {
-		if l, err := os.Readlink(dir + "/fd/" + e.Name()); err == nil && strings.HasPrefix(l, "mnt:[") {
+		if l, err := os.Readlink(dir + "/fd/" + e.Name()); err == nil && strings.HasPrefix(l, "mnt:[") &&
+			e.Name() != strconv.Itoa(mountns.SeedFD) {
 			mntFDs++
 		}
 	}

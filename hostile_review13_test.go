@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/pynox/pynox/internal/mountns"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -785,7 +786,8 @@ func r13MounterNS(pid int) int {
 	n := 0
 	ents, _ := os.ReadDir("/proc/" + strconv.Itoa(pid) + "/fd")
 	for _, e := range ents {
-		if l, err := os.Readlink("/proc/" + strconv.Itoa(pid) + "/fd/" + e.Name()); err == nil && strings.HasPrefix(l, "mnt:[") {
+		if l, err := os.Readlink("/proc/" + strconv.Itoa(pid) + "/fd/" + e.Name()); err == nil && strings.HasPrefix(l, "mnt:[") &&
+			e.Name() != strconv.Itoa(mountns.SeedFD) {
 			n++
 		}
 	}

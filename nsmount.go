@@ -352,13 +352,18 @@ func (pl *plan) closeNS() {
 // dropNS releases the namespace's descriptors (a process that entered it
 // keeps it).
 func (pl *plan) dropNS() {
+	if h := pl.nsLease; h != nil {
+		// A lease whose attach never ran (the job never reached its
+		// spare: the spare died, and the job is retried in another, or
+		// failed) ends here, else the mounter would keep its namespace.
+		pl.nsLease = nil
+		if h.used.CompareAndSwap(false, true) && h.l.Release != nil {
+			go h.l.Release()
+		}
+	}
 	if pl.ns != nil {
 		pl.ns.Close()
 		pl.ns = nil
-	}
-	if pl.nsLease != nil {
-		pl.nsLease.release()
-		pl.nsLease = nil
 	}
 	pl.job.Namespace = nil
 }
@@ -516,6 +521,13 @@ func (p *Pool) buildNS(pl *plan) *Error {
 	return nil
 }
 
+// nsLeaseHold is a lease taken for a job: used says its attach ran, or
+// it was released; whichever comes first, the other does nothing.
+type nsLeaseHold struct {
+	l    *worker.NSLease
+	used atomic.Bool
+}
+
 // nsFor gives pl's job the mount namespace it runs in with child: when
 // child entered a leased namespace ahead of its job (worker.NSLease), the
 // mounter attaches the job's part (the plan buildNS would send) to that
@@ -540,11 +552,11 @@ func (p *Pool) nsFor(pl *plan, child *worker.Child) *Error {
 	// The attach runs once the job is sent, while the spare confines
 	// itself; the spare waits for it before anything else (see
 	// worker.Namespace.Attach).
-	use := &leaseUse{l: l}
-	pl.nsLease = use
+	h := &nsLeaseHold{l: l}
+	pl.nsLease = h
 	attach := func() error {
-		if !use.used.CompareAndSwap(false, true) {
-			return errors.New("mounts: the namespace's lease ended before the attach")
+		if !h.used.CompareAndSwap(false, true) {
+			return errors.New("mounts: the job's leased namespace was released; no code ran")
 		}
 		if err := m.Attach(l.ID, plan); err != nil {
 			return fmt.Errorf("mounts: the job's mount namespace could not be built: %v", err)
@@ -553,23 +565,6 @@ func (p *Pool) nsFor(pl *plan, child *worker.Child) *Error {
 	}
 	pl.job.Namespace = &worker.Namespace{Entered: true, Rules: rules, Attach: attach}
 	return nil
-}
-
-// leaseUse is a lease a job took from its child (nsFor): either the
-// job's attach uses it (the mounter then drops its copy, whether the
-// attach succeeds or not) or, when the job never came to its attach (its
-// child died before, its frame could not be sent, another child took
-// the job), dropNS ends it; never both.
-type leaseUse struct {
-	l    *worker.NSLease
-	used atomic.Bool
-}
-
-// release ends the lease unless the attach used it.
-func (u *leaseUse) release() {
-	if u.used.CompareAndSwap(false, true) && u.l.Release != nil {
-		go u.l.Release()
-	}
 }
 
 // nsLease leases a prepared namespace for a template's ready ns spare

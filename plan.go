@@ -61,7 +61,7 @@ type plan struct {
 	nsMounts []nsMount          // mounts that need the job's own mount namespace (nsmount.go)
 	ns       *mountns.Namespace // that namespace, once built
 	nsSlot   chan struct{}      // the pool's slot a one-shot job's namespace holds (nsmount.go: jobSlots)
-	nsLease  *leaseUse          // the lease of the namespace a ready ns spare entered, until attached or released (nsFor)
+	nsLease  *nsLeaseHold       // the leased namespace the job's spare entered, until attached or released (nsmount.go: nsFor)
 }
 
 // scratchDir is the path of the plan's scratch directory, or "".

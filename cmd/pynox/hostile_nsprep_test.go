@@ -12,6 +12,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/pynox/pynox/internal/mountns"
 	"github.com/pynox/pynox/internal/sandbox"
 )
 
@@ -46,14 +47,16 @@ func poolMounter(t *testing.T, pool int) int {
 }
 
 // mounterHolds returns the mounter's live children (builders) and its
-// mount namespace descriptors (its own and its prepared stock).
+// mount namespace descriptors (its own and its prepared stock; not its
+// seed namespace, at mountns.SeedFD).
 func mounterHolds(t *testing.T, pid int) (children, mntFDs int) {
 	t.Helper()
 	dir := "/proc/" + strconv.Itoa(pid)
 	ents, err := os.ReadDir(dir + "/fd")
 	require.NoError(t, err)
 	for _, e := range ents {
-		if l, err := os.Readlink(dir + "/fd/" + e.Name()); err == nil && strings.HasPrefix(l, "mnt:[") {
+		if l, err := os.Readlink(dir + "/fd/" + e.Name()); err == nil && strings.HasPrefix(l, "mnt:[") &&
+			e.Name() != strconv.Itoa(mountns.SeedFD) {
 			mntFDs++
 		}
 	}

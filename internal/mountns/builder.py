@@ -54,6 +54,7 @@ import socket
 import stat
 import struct
 import sys
+import time
 
 libc = ctypes.CDLL(None, use_errno=True)
 libc.syscall.restype = ctypes.c_long
@@ -141,36 +142,52 @@ def make_point(root, path, is_dir, cache=None, dev=None):
     descriptors, which it keeps; the caller closes them. dev, when given,
     is the root tmpfs's device: a directory on the way that is on another
     file system (a mount made before, a host directory) is refused, so
-    that nothing is ever made outside the root tmpfs."""
+    that nothing is ever made outside the root tmpfs. Returns a
+    descriptor of the parent directory, which the caller closes, and the
+    last component."""
+    if cache is None:
+        return point(root, path, is_dir, {}, dev, True)
+    d, last = point(root, path, is_dir, cache, dev)
+    return os.dup(d), last
+
+
+def point(root, path, is_dir, cache, dev=None, own=False):
+    """make_point's work, with the fewest system calls: the parent
+    directory's descriptor it returns is cache's (or root itself), not
+    to be closed, unless own (then a descriptor of its own, and cache is
+    emptied)."""
     parts = rel(path)
-    d = os.dup(root)
+    d = root
     try:
         for i, p in enumerate(parts):
-            last = i == len(parts) - 1
+            if i == len(parts) - 1:
+                try:
+                    if is_dir:
+                        os.mkdir(p, 0o755, dir_fd=d)
+                    else:
+                        os.close(os.open(p, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644, dir_fd=d))
+                except FileExistsError:
+                    pass
+                if own:
+                    d = os.dup(d)
+                return d, p
             key = tuple(parts[:i + 1])
-            if not last and cache is not None and key in cache:
-                os.close(d)
-                d = os.dup(cache[key])
-                continue
-            try:
-                if last and not is_dir:
-                    os.close(os.open(p, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644, dir_fd=d))
-                else:
+            n = cache.get(key)
+            if n is None:
+                try:
                     os.mkdir(p, 0o755, dir_fd=d)
-            except FileExistsError:
-                pass
-            if not last:
+                except FileExistsError:
+                    pass
                 n = os.open(p, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=d)
-                os.close(d)
-                d = n
+                cache[key] = n
                 if dev is not None and os.fstat(n).st_dev != dev:
                     raise OSError(errno.EXDEV, "%s: a mount or a host directory is on the way" % path)
-                if cache is not None:
-                    cache[key] = os.dup(n)
-        return d, parts[-1]
-    except BaseException:
-        os.close(d)
-        raise
+            d = n
+    finally:
+        if own:
+            for fd in cache.values():
+                os.close(fd)
+            cache.clear()
 
 
 def forget(cache, path):
@@ -182,10 +199,13 @@ def forget(cache, path):
         os.close(cache.pop(key))
 
 
-def build(plan, fds, ro_root=True):
+def build(plan, fds, ro_root=True, masters=None):
     """Runs in the builder child, as real root: returns the detached root
     (left writable without ro_root: a prepared namespace, whose root the
-    mounter makes read-only when it attaches a job's mounts)."""
+    mounter makes read-only when it attaches a job's mounts). masters,
+    when given, holds for each of the plan's binds a (detached mount,
+    is_dir) pair made once (see make_masters): the bind is a clone of it,
+    its flags set already."""
     if plan.get("slot") is not None:
         # A clone of a slot directory of the host's tmpfs (a rule of a
         # Landlock domain holds it): no other live namespace uses it.
@@ -206,7 +226,11 @@ def build(plan, fds, ro_root=True):
     for path in plan.get("dirs") or []:
         os.close(make_point(root, path, True)[0])
     mounts = []  # (path, is_dir, detached mount)
-    for b in plan.get("binds") or []:
+    for i, b in enumerate(plan.get("binds") or []):
+        if masters is not None:
+            mfd, is_dir = masters[i]
+            mounts.append((b["path"], is_dir, clone_tree(mfd)))
+            continue
         fd = fds[b["fd"]]
         m = clone_tree(fd)
         flags = MOUNT_ATTR_NOSUID | (MOUNT_ATTR_RDONLY if b.get("ro") else 0)
@@ -228,14 +252,13 @@ def build(plan, fds, ro_root=True):
     cache = {}
     try:
         for path, is_dir, m in sorted(mounts, key=lambda x: len(rel(x[0]))):
-            d, last = make_point(root, path, is_dir, cache)
             try:
+                d, last = point(root, path, is_dir, cache)
                 try:
                     attach(m, d, last)
                 except OSError as e:
                     raise OSError(e.errno, "%s at %s" % (e.strerror, path)) from None
             finally:
-                os.close(d)
                 os.close(m)
             forget(cache, path)
     finally:
@@ -457,14 +480,23 @@ def slotted(plan):
     return plan.get("root") is not None and isinstance(plan.get("slots"), int) and plan["slots"] > 0
 
 
-def child(plan, fds, w, r, ro_root=True):
+def child(plan, fds, w, r, ro_root=True, masters=None, seed=None):
     libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-    root = build(plan, fds, ro_root)
-    sys_("unshare", CLONE_NEWNS)
-    if libc.mount(b"none", b"/", None, MS_REC | MS_PRIVATE, None) != 0:
-        raise OSError(ctypes.get_errno(), "mount(/, MS_REC|MS_PRIVATE)")
-    attach(root, AT_FDCWD, "/tmp")
-    os.chdir("/tmp")
+    root = build(plan, fds, ro_root, masters)
+    if seed is not None:
+        # The first namespace is a copy of the seed's (one mount, see
+        # make_seed), not of the host's: less to copy and to tear down.
+        if libc.setns(seed, CLONE_NEWNS) != 0:
+            raise OSError(ctypes.get_errno(), "setns into the seed namespace")
+        sys_("unshare", CLONE_NEWNS)
+        attach(root, AT_FDCWD, "/t")
+        os.chdir("/t")
+    else:
+        sys_("unshare", CLONE_NEWNS)
+        if libc.mount(b"none", b"/", None, MS_REC | MS_PRIVATE, None) != 0:
+            raise OSError(ctypes.get_errno(), "mount(/, MS_REC|MS_PRIVATE)")
+        attach(root, AT_FDCWD, "/tmp")
+        os.chdir("/tmp")
     sys_("pivot_root", b".", b".")
     if libc.umount2(b".", MNT_DETACH) != 0:
         raise OSError(ctypes.get_errno(), "umount2(old root)")
@@ -513,7 +545,7 @@ def serve_one(plan, fds):
     return reply, out, reap
 
 
-def spawn(plan, fds, ro_root=True, idle=False):
+def spawn(plan, fds, ro_root=True, idle=False, masters=None, seed=None):
     """Forks a builder child for plan; returns its pid, the pipe it says
     "u" (map me) or "e<error>" on, and the pipe whose closing lets it
     exit. With idle, the child runs at nice BUILD_NICE (see start_pending)."""
@@ -527,7 +559,7 @@ def spawn(plan, fds, ro_root=True, idle=False):
             os.close(w2)
             if idle:
                 os.setpriority(os.PRIO_PROCESS, 0, BUILD_NICE)
-            child(plan, fds, w1, r2, ro_root)
+            child(plan, fds, w1, r2, ro_root, masters, seed)
         except BaseException as e:  # noqa: BLE001
             try:
                 os.write(w1, b"e" + str(e).encode()[:3000])
@@ -538,6 +570,18 @@ def spawn(plan, fds, ro_root=True, idle=False):
     os.close(w1)
     os.close(r2)
     return pid, r1, w2
+
+
+def write_maps(pid):
+    """Maps the builder child's user namespace (see MAP): one open and
+    one write a file, no buffered file object."""
+    for f in ("uid_map", "gid_map"):
+        fd = os.open("/proc/%d/%s" % (pid, f), os.O_WRONLY | os.O_CLOEXEC)
+        try:
+            if os.write(fd, MAP.encode()) != len(MAP):
+                raise OSError(errno.EIO, "short write to %s" % f)
+        finally:
+            os.close(fd)
 
 
 def serve_build(plan, fds):
@@ -551,9 +595,7 @@ def serve_build(plan, fds):
         msg = os.read(r1, 4096)
         if not msg.startswith(b"u"):
             return {"error": msg[1:].decode(errors="replace") or "the builder died"}, [], reap
-        for f in ("uid_map", "gid_map"):
-            with open("/proc/%d/%s" % (pid, f), "w") as fh:
-                fh.write(MAP)
+        write_maps(pid)
         return {"ok": True}, [os.open("/proc/%d/ns/user" % pid, os.O_RDONLY | os.O_CLOEXEC),
                               os.open("/proc/%d/ns/mnt" % pid, os.O_RDONLY | os.O_CLOEXEC)], reap
     except OSError as e:
@@ -609,6 +651,8 @@ def serve_prepare(plan, fds):
         rel(path)
     BASE = {"plan": plan, "fds": list(fds), "n": n}
     fds.clear()  # BASE's now
+    BASE["masters"] = make_masters(plan, BASE["fds"])
+    BASE["seed"] = make_seed()
     if base_root() is not None and not slotted(plan):
         # The base's entries in the shared root are never collected: a
         # namespace being built in the background uses them before any
@@ -619,6 +663,102 @@ def serve_prepare(plan, fds):
                 node = node[1].setdefault(p, [0, {}])
                 node[0] += 1
     return {"ok": True}, [], None
+
+
+def make_masters(plan, fds):
+    """The base binds' masters: for each, a detached recursive clone of
+    its source, its flags (nosuid, read-only as asked) and its propagation
+    (private: no later mount event of the host reaches it) set once, and
+    whether it is a directory. A stock build then clones each master
+    whole (one system call a bind: open_tree of a detached mount, Linux
+    6.15 or later) instead of cloning the source, setting its flags and
+    looking up its type; each clone is a new mount of that namespace's
+    own, never shared with another. None where the kernel cannot clone a
+    detached mount: the builds then take the sources as before."""
+    out = []
+    try:
+        for b in plan.get("binds") or []:
+            fd = fds[b["fd"]]
+            m = clone_tree(fd)
+            out.append((m, stat.S_ISDIR(os.fstat(fd).st_mode)))
+            ma = MountAttr(MOUNT_ATTR_NOSUID | (MOUNT_ATTR_RDONLY if b.get("ro") else 0), 0, MS_PRIVATE, 0)
+            sys_("mount_setattr", m, b"", AT_EMPTY_PATH | AT_RECURSIVE, ctypes.byref(ma), ctypes.sizeof(ma))
+        if out:
+            os.close(clone_tree(out[0][0]))
+        return out
+    except (OSError, ValueError, IndexError, TypeError):
+        for m, _ in out:
+            os.close(m)
+        return None
+
+
+def seed_child(w, r):
+    root = new_fs("tmpfs", [("size", "4k"), ("nr_inodes", "4"), ("mode", "0755")])
+    os.mkdir("t", 0o755, dir_fd=root)
+    set_attr(root, MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV, False)
+    sys_("unshare", CLONE_NEWNS)
+    if libc.mount(b"none", b"/", None, MS_REC | MS_PRIVATE, None) != 0:
+        raise OSError(ctypes.get_errno(), "mount(/, MS_REC|MS_PRIVATE)")
+    attach(root, AT_FDCWD, "/tmp")
+    os.chdir("/tmp")
+    sys_("pivot_root", b".", b".")
+    if libc.umount2(b".", MNT_DETACH) != 0:
+        raise OSError(ctypes.get_errno(), "umount2(old root)")
+    os.write(w, b"u")
+    os.read(r, 1)
+
+
+# The seed namespace's descriptor number (mountns.SeedFD): tools that
+# count the mounter's namespaces leave it out. Not used when it is taken
+# (or above the descriptor limit): builds then go without a seed.
+SEED_FD = 1000
+
+
+def make_seed():
+    """The seed namespace, made once: a mount namespace of the initial
+    user namespace whose one mount is a small read-only tmpfs holding an
+    empty directory "t" (private, no other mount, nothing of the host). A
+    stock build enters it, unshares a copy, attaches its tree at /t and
+    pivot_roots into it, instead of copying the host's mount namespace
+    and detaching all of it; the seed itself never changes (each build
+    changes its own copy). Returns its descriptor, or None when it cannot
+    be made (builds then start from a copy of the host's, as before)."""
+    r1, w1 = os.pipe()
+    r2, w2 = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            os.close(r1)
+            os.close(w2)
+            libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+            seed_child(w1, r2)
+            code = 0
+        except BaseException:  # noqa: BLE001
+            pass
+        os._exit(code)
+    os.close(w1)
+    os.close(r2)
+    fd = None
+    try:
+        if os.read(r1, 1) == b"u":
+            try:
+                fcntl.fcntl(SEED_FD, fcntl.F_GETFD)
+            except OSError as e:
+                if e.errno != errno.EBADF:
+                    raise
+                n = os.open("/proc/%d/ns/mnt" % pid, os.O_RDONLY | os.O_CLOEXEC)
+                try:
+                    fd = os.dup2(n, SEED_FD, inheritable=False)
+                finally:
+                    os.close(n)
+    except OSError:
+        fd = None
+    finally:
+        os.close(w2)
+        os.close(r1)
+        os.waitpid(pid, 0)
+    return fd
 
 
 def start_pending(wait=SLOT_WAIT):
@@ -633,7 +773,7 @@ def start_pending(wait=SLOT_WAIT):
     # SCHED_IDLE: a builder starved while it holds the kernel's mount
     # lock would hold up every attach.) A request that must wait for it
     # raises it back (boost_pending).
-    pid, r, w = spawn(plan, BASE["fds"], False, idle=True)
+    pid, r, w = spawn(plan, BASE["fds"], False, idle=True, masters=BASE.get("masters"), seed=BASE.get("seed"))
     PENDING = {"pid": pid, "r": r, "w": w, "slot": plan.get("slot")}
 
 
@@ -655,9 +795,7 @@ def finish_pending():
         if not msg.startswith(b"u"):
             raise OSError(errno.EIO, msg[1:].decode(errors="replace") or "the builder died")
         pid = pend["pid"]
-        for f in ("uid_map", "gid_map"):
-            with open("/proc/%d/%s" % (pid, f), "w") as fh:
-                fh.write(MAP)
+        write_maps(pid)
         user = os.open("/proc/%d/ns/user" % pid, os.O_RDONLY | os.O_CLOEXEC)
         try:
             mnt = os.open("/proc/%d/ns/mnt" % pid, os.O_RDONLY | os.O_CLOEXEC)
@@ -690,6 +828,7 @@ def finish_pending():
     except OSError as e:
         LAST_ERR = str(e)
         PAUSED = True
+        FAILED_AT[0] = time.monotonic()
     finally:
         if pend["slot"] is not None:
             SLOTS[pend["slot"]] = "gone"
@@ -739,6 +878,8 @@ LEASES = {}      # lease number -> namespace (as in STOCK)
 NEXT_LEASE = [1]
 BUILD_NICE = 10  # a background build's nice value (start_pending)
 MAX_LEASES = 256  # the host holds one per ready ns spare: a bound against leaks
+LEASE_REBUILD = 0.2  # seconds between a lease's tries of a failed build
+FAILED_AT = [0.0]  # time.monotonic() of the last failed prepared build
 
 
 def take_stocked():
@@ -770,7 +911,11 @@ def serve_lease(plan, fds):
         # at a time, and an attach (a job waiting) must not wait behind
         # it. The host asks again a little later; the build it waits for
         # runs at the normal priority from now on.
-        if PENDING is None and not PAUSED:
+        # A build that failed (PAUSED) is tried again for a lease, at
+        # most every LEASE_REBUILD seconds: a spare asking for a lease
+        # gets one once a build succeeds again, instead of never (the
+        # background refill stays paused).
+        if PENDING is None and (not PAUSED or time.monotonic() - FAILED_AT[0] >= LEASE_REBUILD):
             try:
                 start_pending(0)
             except OSError:
@@ -872,15 +1017,13 @@ def attach_job(mnt, plan, fds):
                 try:
                     for path, is_dir, m in sorted(mounts, key=lambda x: len(rel(x[0]))):
                         try:
-                            d, last = make_point(root, path, is_dir, cache, dev)
+                            d, last = point(root, path, is_dir, cache, dev)
                         except OSError as e:
                             raise OSError(e.errno, "mountpoint %s: %s" % (path, e.strerror)) from None
                         try:
                             attach(m, d, last)
                         except OSError as e:
                             raise OSError(e.errno, "%s at %s" % (e.strerror, path)) from None
-                        finally:
-                            os.close(d)
                         forget(cache, path)
                 finally:
                     for fd in cache.values():

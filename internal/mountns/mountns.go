@@ -217,6 +217,14 @@ const (
 // MaxStock is the most prepared namespaces a Mounter keeps (Prepare's n).
 const MaxStock = 16
 
+// SeedFD is the descriptor number at which a prepared mounter holds its
+// seed namespace for good: a mount namespace of the initial user
+// namespace whose one mount is a small empty read-only tmpfs, from which
+// each stock namespace's build starts (a copy of it, not of the host's
+// mount namespace). No job ever enters it; tools that count the
+// namespaces a mounter holds leave this descriptor out.
+const SeedFD = 1000
+
 // Prepare gives the mounter the base plan, the part of every namespace
 // that no request changes (runtime and system paths, devices, /proc, the
 // host's links, Dirs, and Root in a pool whose namespaces share one; no
