@@ -25,9 +25,10 @@ package cgroup
 
 import (
 	"sync"
-	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/pynox/pynox/internal/rawsys"
 )
 
 // heldFiles are the descriptors of a group's control files, open for
@@ -132,65 +133,13 @@ func (h *heldFiles) close() {
 	h.files, h.closed = nil, true
 }
 
-// rawOpenat is openat(2).
+// The raw system calls of the held files (see internal/rawsys).
 func rawOpenat(dirfd int, path string, flags int) (int, error) {
-	p, err := unix.BytePtrFromString(path)
-	if err != nil {
-		return -1, err
-	}
-	for {
-		fd, _, e := unix.RawSyscall6(unix.SYS_OPENAT, uintptr(dirfd), uintptr(unsafe.Pointer(p)), uintptr(flags), 0, 0, 0)
-		if e == unix.EINTR {
-			continue
-		}
-		if e != 0 {
-			return -1, e
-		}
-		return int(fd), nil
-	}
+	return rawsys.Openat(dirfd, path, flags, 0)
 }
 
-// rawClose is close(2).
-func rawClose(fd int) error {
-	_, _, e := unix.RawSyscall(unix.SYS_CLOSE, uintptr(fd), 0, 0)
-	if e != 0 {
-		return e
-	}
-	return nil
-}
-
-// rawPread is pread(2).
-func rawPread(fd int, p []byte, off int64) (int, error) {
-	var ptr unsafe.Pointer
-	if len(p) > 0 {
-		ptr = unsafe.Pointer(&p[0])
-	}
-	for {
-		n, _, e := unix.RawSyscall6(unix.SYS_PREAD64, uintptr(fd), uintptr(ptr), uintptr(len(p)), uintptr(off), 0, 0)
-		if e == unix.EINTR {
-			continue
-		}
-		if e != 0 {
-			return 0, e
-		}
-		return int(n), nil
-	}
-}
-
-// rawWrite is write(2).
-func rawWrite(fd int, p []byte) (int, error) {
-	var ptr unsafe.Pointer
-	if len(p) > 0 {
-		ptr = unsafe.Pointer(&p[0])
-	}
-	for {
-		n, _, e := unix.RawSyscall(unix.SYS_WRITE, uintptr(fd), uintptr(ptr), uintptr(len(p)))
-		if e == unix.EINTR {
-			continue
-		}
-		if e != 0 {
-			return 0, e
-		}
-		return int(n), nil
-	}
-}
+var (
+	rawClose = rawsys.Close
+	rawPread = rawsys.Pread
+	rawWrite = rawsys.Write
+)

@@ -108,3 +108,59 @@ func Seek(fd int, offset int64, whence int) (int64, error) {
 	}
 	return int64(off), nil
 }
+
+// Read is unix.Read, for a descriptor that never blocks (a /proc or
+// cgroup file, a non-blocking pipe or socket).
+func Read(fd int, p []byte) (int, error) {
+	var ptr unsafe.Pointer
+	if len(p) > 0 {
+		ptr = unsafe.Pointer(&p[0])
+	}
+	for {
+		n, _, e := unix.RawSyscall(unix.SYS_READ, uintptr(fd), uintptr(ptr), uintptr(len(p)))
+		if e == unix.EINTR {
+			continue
+		}
+		if e != 0 {
+			return 0, e
+		}
+		return int(n), nil
+	}
+}
+
+// Pread is unix.Pread.
+func Pread(fd int, p []byte, off int64) (int, error) {
+	var ptr unsafe.Pointer
+	if len(p) > 0 {
+		ptr = unsafe.Pointer(&p[0])
+	}
+	for {
+		n, _, e := unix.RawSyscall6(unix.SYS_PREAD64, uintptr(fd), uintptr(ptr), uintptr(len(p)), uintptr(off), 0, 0)
+		if e == unix.EINTR {
+			continue
+		}
+		if e != 0 {
+			return 0, e
+		}
+		return int(n), nil
+	}
+}
+
+// Write is unix.Write, for a descriptor that never blocks (a /proc or
+// cgroup control file).
+func Write(fd int, p []byte) (int, error) {
+	var ptr unsafe.Pointer
+	if len(p) > 0 {
+		ptr = unsafe.Pointer(&p[0])
+	}
+	for {
+		n, _, e := unix.RawSyscall(unix.SYS_WRITE, uintptr(fd), uintptr(ptr), uintptr(len(p)))
+		if e == unix.EINTR {
+			continue
+		}
+		if e != 0 {
+			return 0, e
+		}
+		return int(n), nil
+	}
+}

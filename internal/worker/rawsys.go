@@ -17,6 +17,8 @@ import (
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/pynox/pynox/internal/rawsys"
 )
 
 // errnoErr returns nil for a zero errno.
@@ -27,64 +29,17 @@ func errnoErr(e unix.Errno) error {
 	return nil
 }
 
-// rawRead is read(2) on a descriptor that never blocks.
-func rawRead(fd int, p []byte) (int, error) {
-	var ptr unsafe.Pointer
-	if len(p) > 0 {
-		ptr = unsafe.Pointer(&p[0])
-	}
-	n, _, e := unix.RawSyscall(unix.SYS_READ, uintptr(fd), uintptr(ptr), uintptr(len(p)))
-	if e != 0 {
-		return 0, e
-	}
-	return int(n), nil
-}
+// The calls internal/rawsys makes for every package of the pool.
+var (
+	rawRead  = rawsys.Read
+	rawPread = rawsys.Pread
+	rawWrite = rawsys.Write
+	rawClose = rawsys.Close
+)
 
-// rawPread is pread(2) of a /proc file.
-func rawPread(fd int, p []byte, off int64) (int, error) {
-	var ptr unsafe.Pointer
-	if len(p) > 0 {
-		ptr = unsafe.Pointer(&p[0])
-	}
-	n, _, e := unix.RawSyscall6(unix.SYS_PREAD64, uintptr(fd), uintptr(ptr), uintptr(len(p)), uintptr(off), 0, 0)
-	if e != 0 {
-		return 0, e
-	}
-	return int(n), nil
-}
-
-// rawWrite is write(2) to a /proc file.
-func rawWrite(fd int, p []byte) (int, error) {
-	var ptr unsafe.Pointer
-	if len(p) > 0 {
-		ptr = unsafe.Pointer(&p[0])
-	}
-	n, _, e := unix.RawSyscall(unix.SYS_WRITE, uintptr(fd), uintptr(ptr), uintptr(len(p)))
-	if e != 0 {
-		return 0, e
-	}
-	return int(n), nil
-}
-
-// rawClose is close(2).
-func rawClose(fd int) error {
-	_, _, e := unix.RawSyscall(unix.SYS_CLOSE, uintptr(fd), 0, 0)
-	return errnoErr(e)
-}
-
-// rawOpen is open(2) of a /proc file (openat from the working directory;
-// path is absolute).
+// rawOpen is open(2) of a /proc file (path is absolute).
 func rawOpen(path string, flags int) (int, error) {
-	p, err := unix.BytePtrFromString(path)
-	if err != nil {
-		return -1, err
-	}
-	atFDCWD := unix.AT_FDCWD
-	fd, _, e := unix.RawSyscall6(unix.SYS_OPENAT, uintptr(atFDCWD), uintptr(unsafe.Pointer(p)), uintptr(flags), 0, 0, 0)
-	if e != 0 {
-		return -1, e
-	}
-	return int(fd), nil
+	return rawsys.Openat(unix.AT_FDCWD, path, flags, 0)
 }
 
 // rawRecv is recvfrom(2) with flags that include MSG_DONTWAIT.
