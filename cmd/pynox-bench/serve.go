@@ -64,20 +64,24 @@ func benchOnly(ctx context.Context, rep *Report, o options, bin, python, tmp, wo
 		}
 		return s.latency(rep.row(zeroID), trivialCode, trivialOut, o.n, o.warm, 0)
 	}
-	switch o.only {
-	case "limit":
+	// plain runs f on a pool without preloads, which it then stops.
+	plain := func(f func(s *server) error) error {
 		logf("pynox pool")
 		s, err := startServer(ctx, rep, "pynox", bin, pool(""), work, nil)
 		if err != nil {
-			return nil, err
+			return err
 		}
-		err = func() error {
+		defer s.close()
+		return f(s)
+	}
+	switch o.only {
+	case "limit":
+		err := plain(func(s *server) error {
 			if err := gapRows(s, "1", "2"); err != nil {
 				return err
 			}
 			return s.throughput(rep.row("13"), trivialCode, trivialOut, o.n, o.warm, o.inflight)
-		}()
-		s.close()
+		})
 		if err != nil {
 			return nil, err
 		}
@@ -85,12 +89,7 @@ func benchOnly(ctx context.Context, rep *Report, o options, bin, python, tmp, wo
 			return nil, err
 		}
 	case "sessions":
-		logf("pynox pool")
-		s, err := startServer(ctx, rep, "pynox", bin, pool(""), work, nil)
-		if err != nil {
-			return nil, err
-		}
-		err = func() error {
+		err := plain(func(s *server) error {
 			if err := gapRows(s, "1", "2"); err != nil {
 				return err
 			}
@@ -101,8 +100,7 @@ func benchOnly(ctx context.Context, rep *Report, o options, bin, python, tmp, wo
 				return err
 			}
 			return s.hostCalls(rep.row("20"), o.n, o.warm)
-		}()
-		s.close()
+		})
 		if err != nil {
 			return nil, err
 		}
@@ -111,21 +109,12 @@ func benchOnly(ctx context.Context, rep *Report, o options, bin, python, tmp, wo
 			return nil, err
 		}
 	case "serve":
-		logf("pynox pool")
-		s, err := startServer(ctx, rep, "pynox", bin, pool(""), work, nil)
-		if err != nil {
-			return nil, err
-		}
-		err = func() error {
-			if err := s.latency(rep.row("1"), trivialCode, trivialOut, o.n, o.warm, o.gap); err != nil {
-				return err
-			}
-			if err := s.latency(rep.row("2"), trivialCode, trivialOut, o.n, o.warm, 0); err != nil {
+		err := plain(func(s *server) error {
+			if err := gapRows(s, "1", "2"); err != nil {
 				return err
 			}
 			return s.throughput(rep.row("13"), trivialCode, trivialOut, o.n, o.warm, o.inflight)
-		}()
-		s.close()
+		})
 		if err != nil {
 			return nil, err
 		}
