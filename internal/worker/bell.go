@@ -110,6 +110,12 @@ func (bp *bellPoller) removeLocked(c *Child) {
 // reads as closed.
 func (bp *bellPoller) close() {
 	if bp != nil {
+		// Marked closed before the descriptor is: once it is, its number
+		// may name another descriptor (another template's instance), and
+		// watch, watchPipes and the removals must not epoll_ctl on it.
+		bp.mu.Lock()
+		bp.closed = true
+		bp.mu.Unlock()
 		bp.f.Close() // run's wait fails, and it shuts the instance
 	}
 }
