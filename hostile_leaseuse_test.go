@@ -49,3 +49,27 @@ func TestHostileLeaseOfDeadSpareEnds(t *testing.T) {
 	require.LessOrEqual(t, last, p.nsStock(), "leases of jobs that never reached their attach were not ended")
 	advServes(t, p)
 }
+
+// A request whose mounts cannot be (two of them overlap) is refused
+// before it takes a process: the template's ready ns spare, which has
+// entered a namespace leased for it, stays ready for the next job
+// instead of being closed with its namespace.
+func TestNSRefusedMountsKeepReadySpare(t *testing.T) {
+	p, data, _ := nsPool(t)
+	mounts := []MountSpec{{HostPath: data, Path: "/data"}}
+	requireOK(t, run(t, p, Job{Mounts: mounts, Code: "print(1)"}))
+	tpl := p.workers[0].live.Load()
+	spare := nsSparePid(t, tpl)
+	for range 3 {
+		res := run(t, p, Job{Mounts: []MountSpec{{HostPath: data, Path: "/ff"}, {HostPath: data, Path: "/ff/x"}},
+			Code: "print('ran')"})
+		require.NotNil(t, res.Error)
+		require.Contains(t, res.Error.Message, "overlap")
+		require.NotContains(t, res.Stdout, "ran")
+	}
+	require.True(t, processAlive(spare), "the ready ns spare was closed for a refused request")
+	require.Equal(t, spare, nsSparePid(t, tpl), "the ready ns spare was replaced for a refused request")
+	res := run(t, p, Job{Mounts: mounts, Code: `print(open("/data/f.txt").read())`})
+	requireOK(t, res)
+	require.Equal(t, "hello\n", res.Stdout)
+}

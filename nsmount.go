@@ -508,7 +508,7 @@ func (p *Pool) prepared(m *mountns.Mounter) (*nsBase, bool) {
 // to a namespace it prepared from the base beforehand.
 func (p *Pool) buildNS(pl *plan) *Error {
 	pl.dropNS()
-	m, plan, rules, rerr := p.nsPlan(pl)
+	m, plan, rules, rerr := p.nsPlanOnce(pl)
 	if rerr != nil {
 		return rerr
 	}
@@ -541,7 +541,7 @@ func (p *Pool) nsFor(pl *plan, child *worker.Child) *Error {
 		return p.buildNS(pl)
 	}
 	pl.dropNS()
-	m, plan, rules, rerr := p.nsPlan(pl)
+	m, plan, rules, rerr := p.nsPlanOnce(pl)
 	if rerr == nil && !m.Prepared() {
 		rerr = newError(KindSandboxSetup, "mounts: the pool's mounter holds no prepared namespaces; no code ran")
 	}
@@ -587,6 +587,38 @@ func (p *Pool) nsLease() (*worker.NSLease, error) {
 	}
 	return &worker.NSLease{User: l.Namespace.User, Mount: l.Namespace.Mount, ID: l.ID,
 		Release: func() { _ = m.Release(l.ID) }}, nil
+}
+
+// nsPlanned is a plan's namespace plan as nsCheck made it, before the
+// job took a process: the first nsFor or buildNS after uses it.
+type nsPlanned struct {
+	m     *mountns.Mounter
+	plan  mountns.Plan
+	rules []worker.NSRule
+}
+
+// nsCheck makes pl's namespace plan (nsPlan) before its job or session
+// takes a process, so that a request whose mounts cannot be (they
+// overlap what the job sees from the host, or each other, or make too
+// many directories) is refused without costing a ready ns spare and the
+// namespace it entered.
+func (p *Pool) nsCheck(pl *plan) *Error {
+	m, plan, rules, err := p.nsPlan(pl)
+	if err != nil {
+		return err
+	}
+	pl.nsPlanned = &nsPlanned{m, plan, rules}
+	return nil
+}
+
+// nsPlanOnce returns the plan nsCheck made for pl, once, or else makes
+// one (a second process for the same job or session).
+func (p *Pool) nsPlanOnce(pl *plan) (*mountns.Mounter, mountns.Plan, []worker.NSRule, *Error) {
+	if c := pl.nsPlanned; c != nil {
+		pl.nsPlanned = nil
+		return c.m, c.plan, c.rules, nil
+	}
+	return p.nsPlan(pl)
 }
 
 // nsPlan checks pl's mounts against what the job sees from the host and
@@ -736,6 +768,10 @@ func (p *Pool) takeFor(tpl *worker.Template, pl *plan, cancel <-chan struct{}) (
 func (p *Pool) sessionNSChild(pl *plan, cancel <-chan struct{}) (*worker.Child, error) {
 	if _, err := p.ns.get(); err != nil {
 		return nil, newError(KindSandboxSetup, "mounts: the pool's mounter could not start: %v; no code ran", err)
+	}
+	// Checked before a process is taken (see nsCheck).
+	if err := p.nsCheck(pl); err != nil {
+		return nil, err
 	}
 	var lastErr error
 	for attempt := 0; attempt < 2; attempt++ {

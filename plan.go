@@ -58,10 +58,11 @@ type plan struct {
 
 	collect []collectPattern // Job.Collect, checked
 
-	nsMounts []nsMount          // mounts that need the job's own mount namespace (nsmount.go)
-	ns       *mountns.Namespace // that namespace, once built
-	nsSlot   chan struct{}      // the pool's slot a one-shot job's namespace holds (nsmount.go: jobSlots)
-	nsLease  *nsLeaseHold       // the leased namespace the job's spare entered, until attached or released (nsmount.go: nsFor)
+	nsMounts  []nsMount          // mounts that need the job's own mount namespace (nsmount.go)
+	ns        *mountns.Namespace // that namespace, once built
+	nsSlot    chan struct{}      // the pool's slot a one-shot job's namespace holds (nsmount.go: jobSlots)
+	nsPlanned *nsPlanned         // the namespace plan nsCheck made before the job took a process, until used
+	nsLease   *nsLeaseHold       // the leased namespace the job's spare entered, until attached or released (nsmount.go: nsFor)
 }
 
 // scratchDir is the path of the plan's scratch directory, or "".

@@ -562,7 +562,10 @@ func (p *Pool) runJob(ctx context.Context, job Job) (_ *Result, refill func(), _
 		} else {
 			// The namespace comes with the job's process (see nsFor): the
 			// mounter attaches the job's mounts to the namespace the ready
-			// ns spare entered before the job.
+			// ns spare entered before the job. Its plan is checked first.
+			if err := p.nsCheck(pl); err != nil {
+				return p.refuse(&job, err), refill, nil
+			}
 			if err := p.takeNSSlot(ctx, pl); err != nil {
 				return nil, refill, err
 			}
