@@ -67,13 +67,24 @@ func (bp *bellPoller) watchPipes(fds []int, ks []*sink, closed chan struct{}) *p
 	return g
 }
 
-// readPipeLocked reads what the pipe holds now; at end of file, or on a
-// failed read, the pipe is done.
+// pipeReadsPerEvent bounds the reads of one pipe per event: a writer
+// that keeps it full must not hold the poller's lock (every bell and
+// pipe of the template, and cutOff) for as long as it writes. The
+// instance is level-triggered, so what is left is reported again.
+// Thirty-two reads of a pooled 32 KiB buffer hold what a pipe can (1 MiB,
+// the default pipe-max-size).
+const pipeReadsPerEvent = 32
+
+// readPipeLocked reads what the pipe holds now, up to pipeReadsPerEvent
+// reads; at end of file, or on a failed read, the pipe is done.
 func (bp *bellPoller) readPipeLocked(w *pipeWatch, buf []byte) {
-	for {
+	for reads := 0; ; {
 		n, err := rawRead(w.fd, buf)
 		if n > 0 {
 			w.k.add(buf[:n])
+			if reads++; reads == pipeReadsPerEvent {
+				return
+			}
 			continue
 		}
 		switch err {
