@@ -938,13 +938,5 @@ func (m *Manager) Close() error {
 // write writes s to a cgroup file in one write (with no os.File: a
 // control file need not be registered with Go's poller).
 func write(path, s string) error {
-	fd, err := rawOpenat(unix.AT_FDCWD, path, unix.O_WRONLY|unix.O_CLOEXEC)
-	if err != nil {
-		return &os.PathError{Op: "open", Path: path, Err: err}
-	}
-	err = writeFd(fd, path, s)
-	if cerr := rawClose(fd); err == nil && cerr != nil {
-		err = &os.PathError{Op: "close", Path: path, Err: cerr}
-	}
-	return err
+	return writeAt(unix.AT_FDCWD, path, s)
 }

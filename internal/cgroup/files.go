@@ -33,12 +33,7 @@ func readFile(path string) ([]byte, error) {
 // host allocated per job. (A buffer on the stack would make the fresh
 // goroutines that release groups grow their stacks.)
 func readValue(path, key string) (n int64, found bool, err error) {
-	fd, err := rawOpenat(unix.AT_FDCWD, path, unix.O_RDONLY|unix.O_CLOEXEC)
-	if err != nil {
-		return 0, false, &os.PathError{Op: "open", Path: path, Err: err}
-	}
-	defer rawClose(fd)
-	return parseValue(fd, path, key)
+	return readValueAt(unix.AT_FDCWD, path, key)
 }
 
 // parseValue reads the control file open at fd (named path in errors) into
@@ -167,14 +162,13 @@ func readValueAt(dirfd int, rel, key string) (int64, bool, error) {
 
 // writeAt is write of the file at rel beneath the directory dirfd.
 func writeAt(dirfd int, rel, s string) error {
-	path := rel
 	fd, err := rawOpenat(dirfd, rel, unix.O_WRONLY|unix.O_CLOEXEC)
 	if err != nil {
-		return &os.PathError{Op: "open", Path: path, Err: err}
+		return &os.PathError{Op: "open", Path: rel, Err: err}
 	}
-	err = writeFd(fd, path, s)
+	err = writeFd(fd, rel, s)
 	if cerr := rawClose(fd); err == nil && cerr != nil {
-		err = &os.PathError{Op: "close", Path: path, Err: cerr}
+		err = &os.PathError{Op: "close", Path: rel, Err: cerr}
 	}
 	return err
 }
