@@ -1,0 +1,333 @@
+package pynox
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
+)
+
+// Review 15 (issue 13, the seed namespace and the base binds' masters):
+// an outside reviewer's probes against stock namespaces built from the
+// mounter's seed namespace (mountns.SeedFD) with each base bind cloned
+// from a master made once at prepare. Each probe runs real python3 in
+// the real sandbox.
+
+// r15Mount is one line of a mountinfo file.
+type r15Mount struct {
+	id, parent string
+	point      string // the mountpoint, as the namespace's root shows it
+	opts       string // the mount's own options (ro, nosuid, nodev, ...)
+	optional   string // the propagation fields (shared:N, master:N), "" when private
+	fstype     string
+	super      string // the superblock's options
+}
+
+// r15ParseMountinfo parses a mountinfo file's text.
+func r15ParseMountinfo(t *testing.T, text string) []r15Mount {
+	t.Helper()
+	var out []r15Mount
+	for _, l := range strings.Split(strings.TrimSpace(text), "\n") {
+		f := strings.Fields(l)
+		sep := -1
+		for i, x := range f {
+			if x == "-" {
+				sep = i
+				break
+			}
+		}
+		require.True(t, sep >= 6 && len(f) >= sep+4, "a mountinfo line: %q", l)
+		out = append(out, r15Mount{id: f[0], parent: f[1], point: f[4], opts: f[5],
+			optional: strings.Join(f[6:sep], " "), fstype: f[sep+1], super: f[sep+3]})
+	}
+	return out
+}
+
+// r15Opt says whether a comma-separated option list holds opt.
+func r15Opt(opts, opt string) bool {
+	for _, o := range strings.Split(opts, ",") {
+		if o == opt {
+			return true
+		}
+	}
+	return false
+}
+
+// r15Inspect is what a probe job prints of its namespace: its pid, its
+// mountinfo, its root's entries, and what "..", an O_PATH descriptor of
+// "/" and its parent, and chdir("..") from "/" lead to.
+const r15Inspect = `import json, os
+root = os.open("/", os.O_PATH | os.O_DIRECTORY)
+up = os.open("..", os.O_PATH | os.O_DIRECTORY, dir_fd=root)
+s, u = os.fstat(root), os.fstat(up)
+os.chdir("/")
+for _ in range(4):
+    os.chdir("..")
+c = os.stat(".")
+try:
+    ents = sorted(os.listdir("/"))
+except PermissionError:
+    ents = []  # Landlock: the root is no grant
+print("R15 " + json.dumps({
+    "pid": os.readlink("/proc/self"),
+    "mountinfo": open("/proc/self/mountinfo").read(),
+    "root": ents,
+    "t": os.path.lexists("/t"),
+    "tmp": os.environ.get("TMPDIR", ""),
+    "dotdot": [s.st_dev == u.st_dev and s.st_ino == u.st_ino, s.st_dev == c.st_dev and s.st_ino == c.st_ino],
+}), flush=True)
+`
+
+// r15Result is what r15Inspect printed.
+type r15Result struct {
+	Pid       string `json:"pid"`
+	Mountinfo string `json:"mountinfo"`
+	Root      []string
+	T         bool
+	Tmp       string // the job's scratch directory (a grant of its own)
+	Dotdot    []bool
+}
+
+func r15Read(t *testing.T, res *Result) r15Result {
+	t.Helper()
+	m := r13Line(t, res, "R15")
+	var r r15Result
+	r.Pid, _ = m["pid"].(string)
+	r.Mountinfo, _ = m["mountinfo"].(string)
+	for _, x := range m["root"].([]any) { // empty where Landlock refuses the listing
+		r.Root = append(r.Root, x.(string))
+	}
+	r.T, _ = m["t"].(bool)
+	r.Tmp, _ = m["tmp"].(string)
+	for _, x := range m["dotdot"].([]any) {
+		r.Dotdot = append(r.Dotdot, x.(bool))
+	}
+	return r
+}
+
+// r15CheckTree checks a job's namespace as r15Inspect showed it: no
+// trace of the seed (no tmpfs of its size, no /t, no mount above the
+// root), ".." of "/" is "/", every mount is nosuid and private, the
+// root and every base bind but the four devices read-only, and every
+// mountpoint is the root, beneath a base bind's path, a device, the
+// pool's directory or one of want (the job's mounts and grants).
+func r15CheckTree(t *testing.T, p *Pool, r r15Result, want map[string]bool) {
+	t.Helper()
+	base := p.ns.prepBase
+	require.NotNil(t, base)
+	mounts := r15ParseMountinfo(t, r.Mountinfo)
+	ids := map[string]bool{}
+	for _, m := range mounts {
+		ids[m.id] = true
+	}
+	require.False(t, r.T, "the job's root shows the seed's t")
+	require.NotContains(t, r.Root, "t")
+	require.Equal(t, []bool{true, true}, r.Dotdot, "\"..\" of the job's root leads elsewhere")
+	devices := map[string]bool{"/dev/null": true, "/dev/zero": true, "/dev/urandom": true, "/dev/random": true}
+	roots := 0
+	for _, m := range mounts {
+		require.False(t, m.fstype == "tmpfs" && strings.Contains(m.super, "size=4k"), "the job's namespace shows the seed's tmpfs: %+v", m)
+		require.True(t, r15Opt(m.opts, "nosuid"), "a mount is not nosuid: %+v", m)
+		require.Empty(t, m.optional, "a mount of the job's namespace takes part in propagation: %+v", m)
+		if m.point == "/" {
+			roots++
+			require.True(t, r15Opt(m.opts, "ro"), "the job's root is writable: %+v", m)
+			require.Equal(t, "tmpfs", m.fstype)
+			// The root's parent is no mount of the namespace (the seed's
+			// copy it was attached to is gone).
+			require.False(t, ids[m.parent] && m.parent != m.id, "the job's root sits on a mount of its namespace: %+v", m)
+			continue
+		}
+		ok := want[m.point] || devices[m.point] || (r.Tmp != "" && m.point == r.Tmp)
+		for _, b := range base.binds {
+			if beneath(m.point, b.path) {
+				ok = true
+				if !devices[b.path] && m.point == b.path {
+					require.True(t, r15Opt(m.opts, "ro"), "a read-only base bind is writable: %+v", m)
+				}
+			}
+		}
+		for w := range want {
+			ok = ok || beneath(m.point, w)
+		}
+		require.True(t, ok, "the job's namespace shows a mount at %s, neither a base bind nor the job's: %+v", m.point, m)
+	}
+	require.Equal(t, 1, roots, "the job's namespace has %d root mounts", roots)
+}
+
+// Probe: a job in a stock namespace (leased by its spare) shows nothing
+// of the seed namespace it was built from: no /t, no 4 KiB tmpfs, no
+// mount beneath its root besides the base binds, the job's mounts and
+// grants; ".." of its root (by path, by an O_PATH descriptor, by chdir)
+// is its root; every mount is nosuid and private (no shared or master
+// propagation), the root and read-only base binds are "ro". The host
+// reads the same mount table through /proc/<pid>/mountinfo of the
+// job's process.
+func TestHostileReview15JobShowsNoSeed(t *testing.T) {
+	p, data := r13ProcPool(t)
+	mounts := []MountSpec{{HostPath: data, Path: "/data"}}
+	requireOK(t, run(t, p, Job{Mounts: mounts, Code: "print(1)"}))
+	for range 3 {
+		spare := r13Leased(t, p)
+		// The host reads the job's mount table while it runs.
+		host := make(chan string, 1)
+		go func() {
+			var s string
+			for range 2000 {
+				b, err := os.ReadFile("/proc/" + strconv.Itoa(spare) + "/mountinfo")
+				if err != nil {
+					break
+				}
+				// Once the attach is done: /data mounted and the root made
+				// read-only (its last step).
+				if s = string(b); strings.Contains(s, " /data ") && strings.Contains(s, " / / ro,") {
+					break
+				}
+				time.Sleep(time.Millisecond)
+			}
+			host <- s
+		}()
+		res := run(t, p, Job{Mounts: mounts, AllowRead: []string{"/proc"}, Code: r15Inspect + "import time; time.sleep(0.3)"})
+		requireOK(t, res)
+		r := r15Read(t, res)
+		require.Equal(t, strconv.Itoa(spare), r.Pid, "the job did not run in its leased spare")
+		t.Logf("job %s root %v\n%s", r.Pid, r.Root, r.Mountinfo)
+		r15CheckTree(t, p, r, map[string]bool{"/data": true, p.Config().Dir: true})
+		seen := <-host
+		require.Contains(t, seen, " /data ", "the host never read the job's mount table")
+		r.Mountinfo = seen
+		r15CheckTree(t, p, r, map[string]bool{"/data": true, p.Config().Dir: true})
+	}
+	advServes(t, p)
+}
+
+const r15HostMountsEnv = "PYNOX_R15_HOSTMOUNTS"
+
+// r15Doc is the base path the host mounts beneath in
+// TestHostileReview15HostMounts (beneath the base bind /usr), in the
+// test's own mount namespace only.
+const r15Doc = "/usr/share/doc"
+
+// r15Tmpfs mounts a tmpfs at path holding the file name.
+func r15Tmpfs(t *testing.T, path, name string) {
+	t.Helper()
+	require.NoError(t, unix.Mount("r15", path, "tmpfs", 0, "size=64k"))
+	require.NoError(t, os.WriteFile(filepath.Join(path, name), []byte(name), 0o644))
+}
+
+// r15Seen is what a job prints of the host's mounts beneath r15Doc and
+// the job's /data, and whether it can write to the mount beneath /data.
+const r15Seen = `import os
+def w():
+    try:
+        open("/data/sub/job.txt", "w").close()
+        return "ok"
+    except OSError as e:
+        return type(e).__name__
+print("SEEN", os.path.exists("/usr/share/doc/early.txt"), os.path.exists("/usr/share/doc/sub/late.txt"),
+      os.path.exists("/data/sub/late.txt"), w())
+`
+
+// Probe: mounts the host makes, or removes, beneath a base bind's path
+// (here /usr, in a mount namespace of the test's own whose mounts are
+// shared, as systemd makes them) after the pool prepared its base. The
+// base binds' masters are private: a mount the host makes beneath a base
+// path after the prepare reaches no job (neither one running then nor a
+// later one); one that was there at the prepare stays in every job's
+// namespace after the host unmounts it (the base is what the host showed
+// at the prepare, until the pool closes). A job's mounts are private
+// clones of their source made at its attach: a mount the host makes
+// beneath a mount's source while the job runs does not reach it (it
+// did: a writable mount inside the job's read-only /data, only Landlock
+// refused writes there); one there at the attach is in the job's mount,
+// read-only as the mount is.
+func TestHostileReview15HostMounts(t *testing.T) {
+	if os.Getenv(r15HostMountsEnv) == "" {
+		requireSandbox(t)
+		if os.Geteuid() != 0 || len(nsMachineObstacles()) > 0 {
+			t.Skipf("needs root and mount namespaces: %v", nsMachineObstacles())
+		}
+		if _, err := os.Stat(r15Doc); err != nil {
+			t.Skipf("no %s here", r15Doc)
+		}
+		cmd := exec.Command(os.Args[0], "-test.run=^TestHostileReview15HostMounts$", "-test.count=1", "-test.v")
+		cmd.Env = append(os.Environ(), r15HostMountsEnv+"="+t.TempDir())
+		// A mount namespace of its own (its mounts made private first):
+		// nothing it mounts reaches the machine.
+		cmd.SysProcAttr = &syscall.SysProcAttr{Unshareflags: syscall.CLONE_NEWNS}
+		out, err := cmd.CombinedOutput()
+		require.NoError(t, err, "child:\n%s", out)
+		require.Contains(t, string(out), "--- PASS: TestHostileReview15HostMounts", "child:\n%s", out)
+		require.NotContains(t, string(out), "--- SKIP", "child:\n%s", out)
+		t.Logf("child:\n%s", out)
+		return
+	}
+	dir := os.Getenv(r15HostMountsEnv)
+	require.NoError(t, unix.Mount("none", "/", "", unix.MS_REC|unix.MS_SHARED, ""))
+	r15Tmpfs(t, r15Doc, "early.txt")
+	require.NoError(t, os.Mkdir(filepath.Join(r15Doc, "sub"), 0o755))
+	p := newTestPool(t, Config{Workers: 2, Dir: dir, Limits: Limits{AllowRead: []string{dir, "/proc"}}})
+	requireNS(t, p)
+	data, ctl := filepath.Join(dir, "data"), filepath.Join(dir, "ctl")
+	for _, d := range []string{data, filepath.Join(data, "sub"), ctl} {
+		require.NoError(t, os.Mkdir(d, 0o755))
+	}
+	mounts := []MountSpec{{HostPath: data, Path: "/data"}}
+	requireOK(t, run(t, p, Job{Mounts: mounts, Code: "print(1)"}))
+	res := run(t, p, Job{Mounts: mounts, Code: r15Seen})
+	requireOK(t, res)
+	t.Logf("before: %s", res.Stdout)
+	require.Equal(t, "SEEN True False False OSError\n", res.Stdout)
+	// A job running while the host mounts.
+	done := make(chan *Result, 1)
+	go func() {
+		done <- run(t, p, Job{Mounts: append([]MountSpec{{HostPath: ctl, Path: "/ctl", Mode: ReadWrite}}, mounts...), Timeout: 30 * time.Second,
+			Code: `import os, time
+open("/ctl/ready", "w").close()
+while not os.path.exists("/ctl/go"):
+    time.sleep(0.01)
+` + r15Seen})
+	}()
+	require.True(t, eventually(func() bool { _, err := os.Stat(filepath.Join(ctl, "ready")); return err == nil }))
+	r15Tmpfs(t, filepath.Join(r15Doc, "sub"), "late.txt")
+	r15Tmpfs(t, filepath.Join(data, "sub"), "late.txt")
+	require.NoError(t, os.WriteFile(filepath.Join(ctl, "go"), nil, 0o644))
+	res = <-done
+	requireOK(t, res)
+	t.Logf("running: %s", res.Stdout)
+	// Nothing the host mounted reached the running job: not beneath the
+	// base (a private master's clone), nor beneath its /data (a private
+	// clone of data: no propagation).
+	require.Equal(t, "SEEN True False False OSError\n", res.Stdout, "a mount the host made while the job ran reached its namespace")
+	// A job's mount table: every mount private (no shared: or master: field)
+	// though the host's are shared, nothing of the seed.
+	res = run(t, p, Job{Mounts: mounts, AllowRead: []string{"/proc"}, Code: r15Inspect})
+	requireOK(t, res)
+	r := r15Read(t, res)
+	t.Logf("mountinfo:\n%s", r.Mountinfo)
+	r15CheckTree(t, p, r, map[string]bool{"/data": true})
+	res = run(t, p, Job{Mounts: mounts, Code: r15Seen})
+	requireOK(t, res)
+	t.Logf("after: %s", res.Stdout)
+	// A later job: the base is as the prepare saw it; /data is a clone of
+	// data made at its attach, its submount with it, read-only (EROFS,
+	// an OSError) as /data is.
+	require.Equal(t, "SEEN True False True OSError\n", res.Stdout)
+	require.NoError(t, unix.Unmount(filepath.Join(data, "sub"), unix.MNT_DETACH))
+	require.NoError(t, unix.Unmount(r15Doc, unix.MNT_DETACH))
+	res = run(t, p, Job{Mounts: mounts, Code: r15Seen})
+	requireOK(t, res)
+	t.Logf("unmounted: %s", res.Stdout)
+	// The base's master still holds what the host unmounted beneath a
+	// base path (early.txt): the base is the prepare's until the pool
+	// closes. data's is gone.
+	require.Equal(t, "SEEN True False False OSError\n", res.Stdout)
+	advServes(t, p)
+}
