@@ -105,8 +105,8 @@ def clone_tree(fd):
     return sys_("open_tree", fd, b"", OPEN_TREE_CLONE | AT_EMPTY_PATH | AT_RECURSIVE | O_CLOEXEC)
 
 
-def set_attr(fd, flags, recursive):
-    ma = MountAttr(flags, 0, 0, 0)
+def set_attr(fd, flags, recursive, prop=0):
+    ma = MountAttr(flags, 0, prop, 0)
     sys_("mount_setattr", fd, b"", AT_EMPTY_PATH | (AT_RECURSIVE if recursive else 0), ctypes.byref(ma),
          ctypes.sizeof(ma))
 
@@ -234,7 +234,7 @@ def build(plan, fds, ro_root=True, masters=None):
         fd = fds[b["fd"]]
         m = clone_tree(fd)
         flags = MOUNT_ATTR_NOSUID | (MOUNT_ATTR_RDONLY if b.get("ro") else 0)
-        set_attr(m, flags, True)
+        set_attr(m, flags, True, MS_PRIVATE)  # see attach_job
         mounts.append((b["path"], stat.S_ISDIR(os.fstat(fd).st_mode), m))
     for o in plan.get("overlays") or []:
         fd = fds[o["fd"]]
@@ -989,7 +989,11 @@ def attach_job(mnt, plan, fds):
             fd = fds[b["fd"]]
             m = clone_tree(fd)
             mounts.append((b["path"], stat.S_ISDIR(os.fstat(fd).st_mode), m))
-            set_attr(m, MOUNT_ATTR_NOSUID | (MOUNT_ATTR_RDONLY if b.get("ro") else 0), True)
+            # Private, as the base's masters are: a clone of a shared
+            # source is a peer of it, and a mount the host made beneath
+            # the source later would reach the job's namespace with its
+            # own flags (writable in a read-only mount).
+            set_attr(m, MOUNT_ATTR_NOSUID | (MOUNT_ATTR_RDONLY if b.get("ro") else 0), True, MS_PRIVATE)
         for o in plan.get("overlays") or []:
             fd = fds[o["fd"]]
             up = new_fs("tmpfs", [("size", str(o["limit"])), ("mode", "0755")])
