@@ -1,6 +1,7 @@
 package pynox
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -12,6 +13,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
+
+	"github.com/pynox/pynox/internal/mountns"
 )
 
 // Review 15 (issue 13, the seed namespace and the base binds' masters):
@@ -329,5 +332,132 @@ while not os.path.exists("/ctl/go"):
 	// base path (early.txt): the base is the prepare's until the pool
 	// closes. data's is gone.
 	require.Equal(t, "SEEN True False False OSError\n", res.Stdout)
+	advServes(t, p)
+}
+
+// r15Mounter is what a job tries against the pool's mounter's seed
+// namespace and the base binds' masters it holds: its descriptors
+// through /proc (listing, opening, O_PATH, readlink), setns on what
+// opens, pidfd_getfd.
+const r15Mounter = `
+import errno
+P = "/proc/%d/" % MOUNTER
+attempt("fd_list", lambda: os.listdir(P + "fd"))
+try:
+    fds = [int(x) for x in os.listdir(P + "fd")]
+except OSError:
+    fds = []
+if SEED not in fds:
+    fds.append(SEED)
+opened = []
+def each(name, fn):
+    got = set()
+    for fd in fds:
+        try:
+            r = fn(fd)
+            got.add("ok")
+            if isinstance(r, int):
+                opened.append(r)
+        except OSError as e:
+            if e.errno != errno.ENOENT:  # a descriptor the mounter closed meanwhile
+                got.add(_name(e.errno))
+    R[name] = ",".join(sorted(got))
+each("fd_open", lambda fd: os.open(P + "fd/%d" % fd, os.O_RDONLY))
+each("fd_opath", lambda fd: os.open(P + "fd/%d" % fd, os.O_PATH))
+each("fd_readlink", lambda fd: os.readlink(P + "fd/%d" % fd))
+each("fdinfo", lambda fd: open(P + "fdinfo/%d" % fd).read())
+R["setns_opened"] = "none" if not opened else ",".join(sorted({"ok" if _libc.setns(fd, 0) == 0 else _name(ctypes.get_errno()) for fd in opened}))
+attempt("seed_open", lambda: os.open(P + "fd/%d" % SEED, os.O_RDONLY))
+pfd = sc("pidfd_open", 434, MOUNTER, 0)
+if pfd >= 0:
+    sc("pidfd_getfd_seed", 438, pfd, SEED, 0)
+else:
+    R["pidfd_getfd_seed"] = "skipped"
+`
+
+// r15OwnNS counts the namespace descriptors the job holds.
+const r15OwnNS = `
+def _link(x):
+    try:
+        return os.readlink("/proc/self/fd/" + x)
+    except OSError:
+        return ""
+R["own_ns_fds"] = str(sum(1 for x in os.listdir("/proc/self/fd") if _link(x).startswith(("mnt:", "user:"))))
+`
+
+// Probe: a job with /proc cannot reach the mounter's seed namespace
+// (mountns.SeedFD) nor any descriptor it holds (the masters, the
+// stock's namespaces): it may list the mounter's descriptor numbers (any
+// job with /proc may, for any process), but opening, O_PATH, readlink,
+// fdinfo and pidfd_getfd of each are refused, so no setns is possible;
+// the job itself holds no namespace descriptor.
+func TestHostileReview15SeedUnreachable(t *testing.T) {
+	before := mounterPids(t)
+	p, data := r13ProcPool(t)
+	mounts := []MountSpec{{HostPath: data, Path: "/data"}}
+	requireOK(t, run(t, p, Job{Mounts: mounts, Code: "print(1)"}))
+	mounter := newMounter(t, before)
+	_, err := os.Readlink("/proc/" + strconv.Itoa(mounter) + "/fd/" + strconv.Itoa(mountns.SeedFD))
+	if err != nil {
+		t.Skipf("the mounter holds no seed namespace here: %v", err)
+	}
+	for _, ns := range []bool{true, false} {
+		job := Job{AllowRead: []string{"/proc"}, Code: advCode(fmt.Sprintf("MOUNTER, SEED = %d, %d\n", mounter, mountns.SeedFD) + r15Mounter +
+			r15OwnNS)}
+		if ns {
+			job.Mounts = mounts
+		}
+		res := run(t, p, job)
+		requireOK(t, res)
+		denied := []string{"EACCES", "EPERM", "ESRCH", "ENOSYS"}
+		advExpect(t, advProbes(t, res), map[string][]string{
+			"fd_list": append([]string{"ok"}, denied...), "fd_open": denied, "fd_opath": denied, "fd_readlink": denied,
+			"fdinfo": denied, "setns_opened": {"none"}, "seed_open": denied, "pidfd_open": append([]string{"ok"}, denied...),
+			"pidfd_getfd_seed": append([]string{"skipped"}, denied...), "own_ns_fds": {"0"},
+		})
+	}
+	advServes(t, p)
+}
+
+const r15SelfConfineEnv = "PYNOX_R15_SELFCONFINE"
+
+// Probe: in a pool that confines itself (each namespace's root a slot of
+// one shared tmpfs, built from the seed with the masters too), a job's
+// namespace shows nothing of the seed, ".." of its root is its root, and
+// every mount is nosuid, private and read-only as asked (as
+// TestHostileReview15JobShowsNoSeed checks in a plain pool); no earlier
+// job's mount is in it.
+func TestHostileReview15SelfConfined(t *testing.T) {
+	if os.Getenv(r15SelfConfineEnv) == "" {
+		requireSandbox(t)
+		if len(nsMachineObstacles()) > 0 {
+			t.Skipf("no mount namespaces here: %v", nsMachineObstacles())
+		}
+		cmd := exec.Command(os.Args[0], "-test.run=^TestHostileReview15SelfConfined$", "-test.count=1", "-test.v")
+		cmd.Env = append(os.Environ(), r15SelfConfineEnv+"="+t.TempDir())
+		out, err := cmd.CombinedOutput()
+		require.NoError(t, err, "child:\n%s", out)
+		require.Contains(t, string(out), "--- PASS: TestHostileReview15SelfConfined", "child:\n%s", out)
+		require.NotContains(t, string(out), "--- SKIP", "child:\n%s", out)
+		return
+	}
+	dir := os.Getenv(r15SelfConfineEnv)
+	p, err := New(Config{Python: testPython(), Dir: dir, ConfineSelf: true, Workers: 1,
+		Limits: Limits{AllowRead: []string{dir, "/proc"}, AllowWrite: []string{dir}}})
+	require.NoError(t, err)
+	defer p.Close()
+	requireNS(t, p)
+	data := filepath.Join(dir, "data")
+	require.NoError(t, os.Mkdir(data, 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(data, "f.txt"), []byte("hello"), 0o644))
+	requireOK(t, run(t, p, Job{Mounts: []MountSpec{{HostPath: data, Path: "/r15-earlier"}}, Code: "print(1)"}))
+	for range 3 {
+		res := run(t, p, Job{Mounts: []MountSpec{{HostPath: data, Path: "/data"}}, AllowRead: []string{"/proc"}, Code: r15Inspect})
+		requireOK(t, res)
+		r := r15Read(t, res)
+		t.Logf("job %s\n%s", r.Pid, r.Mountinfo)
+		require.NotContains(t, r.Mountinfo, "r15-earlier")
+		r15CheckTree(t, p, r, map[string]bool{"/data": true})
+	}
 	advServes(t, p)
 }
