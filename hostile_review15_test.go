@@ -461,3 +461,53 @@ func TestHostileReview15SelfConfined(t *testing.T) {
 	}
 	advServes(t, p)
 }
+
+const r15NoSeedEnv = "PYNOX_R15_NOSEED"
+
+// Probe: a mounter that cannot hold its seed namespace at
+// mountns.SeedFD (here: a descriptor limit below it, which the mounter
+// inherits) builds its stock the old way, from a copy of the host's
+// mount namespace whose every mount it detaches: the job's namespace is
+// the same tree, with nothing of the host's mount table beyond the base
+// binds and the job's mounts, every mount nosuid, private and read-only
+// as asked.
+func TestHostileReview15NoSeedFallback(t *testing.T) {
+	if os.Getenv(r15NoSeedEnv) == "" {
+		requireSandbox(t)
+		if len(nsMachineObstacles()) > 0 {
+			t.Skipf("no mount namespaces here: %v", nsMachineObstacles())
+		}
+		cmd := exec.Command(os.Args[0], "-test.run=^TestHostileReview15NoSeedFallback$", "-test.count=1", "-test.v")
+		cmd.Env = append(os.Environ(), r15NoSeedEnv+"="+t.TempDir())
+		out, err := cmd.CombinedOutput()
+		require.NoError(t, err, "child:\n%s", out)
+		require.Contains(t, string(out), "--- PASS: TestHostileReview15NoSeedFallback", "child:\n%s", out)
+		require.NotContains(t, string(out), "--- SKIP", "child:\n%s", out)
+		return
+	}
+	// syscall's Setrlimit: the processes this one starts get this limit
+	// too (not the one Go found at its start).
+	lim := uint64(mountns.SeedFD / 2)
+	require.NoError(t, syscall.Setrlimit(syscall.RLIMIT_NOFILE, &syscall.Rlimit{Cur: lim, Max: lim}))
+	dir := os.Getenv(r15NoSeedEnv)
+	before := mounterPids(t)
+	p := newTestPool(t, Config{Workers: 1, Dir: dir, Limits: Limits{AllowRead: []string{dir, "/proc"}}})
+	requireNS(t, p)
+	data := filepath.Join(dir, "data")
+	require.NoError(t, os.Mkdir(data, 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(data, "f.txt"), []byte("hello"), 0o644))
+	mounts := []MountSpec{{HostPath: data, Path: "/data"}}
+	requireOK(t, run(t, p, Job{Mounts: mounts, Code: "print(1)"}))
+	mounter := newMounter(t, before)
+	_, err := os.Readlink("/proc/" + strconv.Itoa(mounter) + "/fd/" + strconv.Itoa(mountns.SeedFD))
+	require.True(t, os.IsNotExist(err), "the mounter holds a seed despite its descriptor limit: %v", err)
+	for range 3 {
+		res := run(t, p, Job{Mounts: mounts, AllowRead: []string{"/proc"}, Code: r15Inspect + `print(open("/data/f.txt").read())`})
+		requireOK(t, res)
+		require.Contains(t, res.Stdout, "\nhello\n")
+		r := r15Read(t, res)
+		t.Logf("job %s\n%s", r.Pid, r.Mountinfo)
+		r15CheckTree(t, p, r, map[string]bool{"/data": true})
+	}
+	advServes(t, p)
+}
