@@ -511,3 +511,55 @@ func TestHostileReview15NoSeedFallback(t *testing.T) {
 	}
 	advServes(t, p)
 }
+
+// Probe: the host replaces the pool's working directory (in the
+// namespace's base: an empty directory the mounter made by path in the
+// root tmpfs, nothing of the host's) with a symbolic link to /etc after
+// the prepare. A job granted the directory is refused (the grant now
+// resolves to /etc, outside the ceiling: a RequestError naming
+// allow_read); a job without the grant sees nothing of /etc (its files
+// neither at the working directory's path nor at their own) and nothing
+// of the old directory's files; once the host puts the directory back,
+// a job starts in it and sees its files again.
+func TestHostileReview15DirSwap(t *testing.T) {
+	base := t.TempDir()
+	dir := filepath.Join(base, "pool")
+	require.NoError(t, os.Mkdir(dir, 0o755))
+	p := newTestPool(t, Config{Workers: 1, Dir: dir, Limits: Limits{AllowRead: []string{base, "/proc"}, AllowWrite: []string{dir}}})
+	requireNS(t, p)
+	data := filepath.Join(base, "data")
+	require.NoError(t, os.Mkdir(data, 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "f.txt"), []byte("hello"), 0o644))
+	mounts := []MountSpec{{HostPath: data, Path: "/data"}}
+	code := `import os
+D = ` + pyQuote(dir) + `
+print(os.path.exists("f.txt"), os.path.exists(D + "/f.txt"), os.path.exists("passwd"), os.path.exists(D + "/passwd"), os.path.exists("/etc/passwd"))
+`
+	res := run(t, p, Job{Mounts: mounts, Code: code, AllowRead: []string{dir}})
+	requireOK(t, res)
+	require.Equal(t, "True True False False False\n", res.Stdout)
+	require.NoError(t, os.Rename(dir, dir+".old"))
+	require.NoError(t, os.Symlink("/etc", dir))
+	swapped := true
+	defer func() {
+		if swapped {
+			_ = os.Remove(dir)
+			_ = os.Rename(dir+".old", dir)
+		}
+	}()
+	for range 2 {
+		res = run(t, p, Job{Mounts: mounts, Code: code, AllowRead: []string{dir}})
+		requireErrorType(t, res, "RequestError")
+		require.Contains(t, res.Error.Message, "allow_read")
+		res = run(t, p, Job{Mounts: mounts, Code: code})
+		requireOK(t, res)
+		require.Equal(t, "False False False False False\n", res.Stdout, "a job saw /etc or the old directory's files")
+	}
+	require.NoError(t, os.Remove(dir))
+	require.NoError(t, os.Rename(dir+".old", dir))
+	swapped = false
+	res = run(t, p, Job{Mounts: mounts, Code: code + "print(os.getcwd())", AllowRead: []string{dir}})
+	requireOK(t, res)
+	require.Equal(t, "True True False False False\n"+dir+"\n", res.Stdout)
+	advServes(t, p)
+}
