@@ -118,7 +118,8 @@ func r15Read(t *testing.T, res *Result) r15Result {
 // r15CheckTree checks a job's namespace as r15Inspect showed it: no
 // trace of the seed (no tmpfs of its size, no /t, no mount above the
 // root), ".." of "/" is "/", every mount is nosuid and private, the
-// root and every base bind but the four devices read-only, and every
+// root and every base bind but the four devices (and every mount beneath
+// them) read-only and nodev, and every
 // mountpoint is the root, beneath a base bind's path, a device, the
 // pool's directory or one of want (the job's mounts and grants).
 func r15CheckTree(t *testing.T, p *Pool, r r15Result, want map[string]bool) {
@@ -152,8 +153,13 @@ func r15CheckTree(t *testing.T, p *Pool, r r15Result, want map[string]bool) {
 		for _, b := range base.binds {
 			if beneath(m.point, b.path) {
 				ok = true
-				if !devices[b.path] && m.point == b.path {
+				// A base bind, and every mount beneath it, is read-only and
+				// nodev but the four devices.
+				if b.ro {
 					require.True(t, r15Opt(m.opts, "ro"), "a read-only base bind is writable: %+v", m)
+				}
+				if !devices[b.path] {
+					require.True(t, r15Opt(m.opts, "nodev"), "a base bind lets device nodes open: %+v", m)
 				}
 			}
 		}
@@ -170,7 +176,8 @@ func r15CheckTree(t *testing.T, p *Pool, r r15Result, want map[string]bool) {
 // mount beneath its root besides the base binds, the job's mounts and
 // grants; ".." of its root (by path, by an O_PATH descriptor, by chdir)
 // is its root; every mount is nosuid and private (no shared or master
-// propagation), the root and read-only base binds are "ro". The host
+// propagation), the root and the base binds but the devices are "ro"
+// and "nodev". The host
 // reads the same mount table through /proc/<pid>/mountinfo of the
 // job's process.
 func TestHostileReview15JobShowsNoSeed(t *testing.T) {
@@ -250,7 +257,8 @@ print("SEEN", os.path.exists("/usr/share/doc/early.txt"), os.path.exists("/usr/s
 // beneath a mount's source while the job runs does not reach it (it
 // did: a writable mount inside the job's read-only /data, only Landlock
 // refused writes there); one there at the attach is in the job's mount,
-// read-only as the mount is.
+// read-only as the mount is. A device node beneath a base path does
+// not open (the base binds are nodev, but the four device files).
 func TestHostileReview15HostMounts(t *testing.T) {
 	if os.Getenv(r15HostMountsEnv) == "" {
 		requireSandbox(t)
@@ -276,6 +284,8 @@ func TestHostileReview15HostMounts(t *testing.T) {
 	require.NoError(t, unix.Mount("none", "/", "", unix.MS_REC|unix.MS_SHARED, ""))
 	r15Tmpfs(t, r15Doc, "early.txt")
 	require.NoError(t, os.Mkdir(filepath.Join(r15Doc, "sub"), 0o755))
+	// A device node beneath a base path (the null device: harmless).
+	require.NoError(t, unix.Mknod(filepath.Join(r15Doc, "r15null"), unix.S_IFCHR|0o666, int(unix.Mkdev(1, 3))))
 	p := newTestPool(t, Config{Workers: 2, Dir: dir, Limits: Limits{AllowRead: []string{dir, "/proc"}}})
 	requireNS(t, p)
 	data, ctl := filepath.Join(dir, "data"), filepath.Join(dir, "ctl")
@@ -288,6 +298,18 @@ func TestHostileReview15HostMounts(t *testing.T) {
 	requireOK(t, res)
 	t.Logf("before: %s", res.Stdout)
 	require.Equal(t, "SEEN True False False OSError\n", res.Stdout)
+	// A device node beneath a base path opens for no job (the base binds
+	// but the devices are nodev), while the base's own /dev/null does.
+	res = run(t, p, Job{Mounts: mounts, Code: `import errno, os
+def o(path, flags):
+    try:
+        os.close(os.open(path, flags))
+        return "ok"
+    except OSError as e:
+        return errno.errorcode[e.errno]
+print("DEV", o("/usr/share/doc/r15null", os.O_RDONLY), o("/dev/null", os.O_RDWR))`})
+	requireOK(t, res)
+	require.Equal(t, "DEV EACCES ok\n", res.Stdout, "a device node beneath a base path opens in a job")
 	// A job running while the host mounts.
 	done := make(chan *Result, 1)
 	go func() {
