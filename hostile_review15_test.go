@@ -585,3 +585,26 @@ print(os.path.exists("f.txt"), os.path.exists(D + "/f.txt"), os.path.exists("pas
 	require.Equal(t, "True True False False False\n"+dir+"\n", res.Stdout)
 	advServes(t, p)
 }
+
+// Probe: a pool whose mounter holds no prepared namespaces (its prepare
+// failed: here the test makes it so) builds each job's namespace whole,
+// neither from the seed nor from the masters: its tree is the same (no
+// seed, every mount nosuid and private, the base binds but the devices
+// read-only and nodev).
+func TestHostileReview15WholeBuild(t *testing.T) {
+	p, data := r13ProcPool(t)
+	p.ns.prepOnce.Do(func() {
+		p.ns.prepBase = p.nsBaseOf()
+		p.ns.prepErr = fmt.Errorf("review 15: no prepare")
+	})
+	mounts := []MountSpec{{HostPath: data, Path: "/data"}}
+	for range 2 {
+		res := run(t, p, Job{Mounts: mounts, AllowRead: []string{"/proc"}, Code: r15Inspect + `print(open("/data/f.txt").read())`})
+		requireOK(t, res)
+		require.Contains(t, res.Stdout, "\nhello\n")
+		r := r15Read(t, res)
+		t.Logf("job %s\n%s", r.Pid, r.Mountinfo)
+		r15CheckTree(t, p, r, map[string]bool{"/data": true})
+	}
+	advServes(t, p)
+}
