@@ -467,8 +467,8 @@ func (p *Pool) nsBaseOf() *nsBase {
 // another's path: a host path inside another is seen through the outer
 // bind (and its Landlock rule, being on the inode, still matches); binding
 // it again would make its mountpoint inside a host directory. Of two
-// binds at one path, a writable one makes the kept one writable, and one
-// without nodev (a grant) the kept one without.
+// binds at one path, a writable one makes the kept one writable (and,
+// without nodev, as a grant is, the kept one without).
 func dedupBinds(binds []hostBind) []hostBind {
 	binds = slices.Clone(binds)
 	slices.SortStableFunc(binds, func(a, b hostBind) int { return strings.Compare(a.path, b.path) })
@@ -477,9 +477,9 @@ func dedupBinds(binds []hostBind) []hostBind {
 		if len(kept) > 0 && beneath(b.path, kept[len(kept)-1].path) {
 			if b.path == kept[len(kept)-1].path && !b.ro {
 				kept[len(kept)-1].ro = false
-			}
-			if b.path == kept[len(kept)-1].path && !b.nodev {
-				kept[len(kept)-1].nodev = false // a grant at a base bind's path shows it as a grant
+				// A writable grant at a read-only base bind's path is
+				// the grant there (as a prepared namespace mounts it).
+				kept[len(kept)-1].nodev = kept[len(kept)-1].nodev && b.nodev
 			}
 			continue
 		}
@@ -689,7 +689,7 @@ func (p *Pool) nsPlan(pl *plan) (*mountns.Mounter, mountns.Plan, []worker.NSRule
 	}
 	hb := make([]mountns.Bind, 0, len(hostBinds)+len(plan.Binds))
 	for _, b := range hostBinds {
-		hb = append(hb, mountns.Bind{Source: b.fd, Path: b.path, ReadOnly: b.ro})
+		hb = append(hb, mountns.Bind{Source: b.fd, Path: b.path, ReadOnly: b.ro, NoDev: b.nodev})
 	}
 	plan.Binds = append(hb, plan.Binds...)
 	var paths []string
