@@ -370,9 +370,10 @@ func (pl *plan) dropNS() {
 
 // hostBind is a host path the job sees at its own path in its namespace.
 type hostBind struct {
-	path string
-	fd   int
-	ro   bool
+	path  string
+	fd    int
+	ro    bool
+	nodev bool // a base bind but the devices: no device node in it opens
 }
 
 // nsBase is the part of every job namespace of the pool that no request
@@ -398,7 +399,7 @@ func (b *nsBase) close() {
 func (b *nsBase) plan(n *nsMounter) mountns.Plan {
 	pl := mountns.Plan{Links: b.links, Dirs: b.dirs, Root: n.base, RootSet: n.hasBase, Slots: n.nSlots}
 	for _, h := range b.binds {
-		pl.Binds = append(pl.Binds, mountns.Bind{Source: h.fd, Path: h.path, ReadOnly: h.ro})
+		pl.Binds = append(pl.Binds, mountns.Bind{Source: h.fd, Path: h.path, ReadOnly: h.ro, NoDev: h.nodev})
 	}
 	return pl
 }
@@ -411,6 +412,9 @@ func (p *Pool) nsBaseOf() *nsBase {
 	}
 	var binds []hostBind
 	addPath := func(path string, ro bool) {
+		// Only the devices' own binds (not read-only) let a device node
+		// open: one beneath a runtime or system path, or /proc, does not.
+		nodev := ro
 		fd, err := unix.Open(path, unix.O_PATH|unix.O_CLOEXEC, 0)
 		if err != nil {
 			return // a runtime or system path that does not exist grants nothing either
@@ -420,7 +424,7 @@ func (p *Pool) nsBaseOf() *nsBase {
 		if err != nil || !filepath.IsAbs(real) {
 			return
 		}
-		binds = append(binds, hostBind{real, fd, ro})
+		binds = append(binds, hostBind{real, fd, ro, nodev})
 		// A system file that is itself a link (/etc/localtime) is shown
 		// at its own path too, when its directory is no link (a linked
 		// directory, /lib, is one of the host's top-level links, which
@@ -428,7 +432,7 @@ func (p *Pool) nsBaseOf() *nsBase {
 		var st unix.Stat_t
 		if real != path && unix.Fstat(fd, &st) == nil && st.Mode&unix.S_IFMT != unix.S_IFDIR {
 			if dir, err := filepath.EvalSymlinks(filepath.Dir(path)); err == nil && dir == filepath.Dir(path) {
-				binds = append(binds, hostBind{path, fd, ro})
+				binds = append(binds, hostBind{path, fd, ro, nodev})
 			}
 		}
 	}
@@ -463,7 +467,8 @@ func (p *Pool) nsBaseOf() *nsBase {
 // another's path: a host path inside another is seen through the outer
 // bind (and its Landlock rule, being on the inode, still matches); binding
 // it again would make its mountpoint inside a host directory. Of two
-// binds at one path, a writable one makes the kept one writable.
+// binds at one path, a writable one makes the kept one writable (and,
+// without nodev, as a grant is, the kept one without).
 func dedupBinds(binds []hostBind) []hostBind {
 	binds = slices.Clone(binds)
 	slices.SortStableFunc(binds, func(a, b hostBind) int { return strings.Compare(a.path, b.path) })
@@ -472,6 +477,9 @@ func dedupBinds(binds []hostBind) []hostBind {
 		if len(kept) > 0 && beneath(b.path, kept[len(kept)-1].path) {
 			if b.path == kept[len(kept)-1].path && !b.ro {
 				kept[len(kept)-1].ro = false
+				// A writable grant at a read-only base bind's path is
+				// the grant there (as a prepared namespace mounts it).
+				kept[len(kept)-1].nodev = kept[len(kept)-1].nodev && b.nodev
 			}
 			continue
 		}
@@ -649,7 +657,7 @@ func (p *Pool) nsPlan(pl *plan) (*mountns.Mounter, mountns.Plan, []worker.NSRule
 		if err != nil || !filepath.IsAbs(real) {
 			return nil, plan, nil, newError(KindSandboxSetup, "mounts: a grant's descriptor cannot be resolved; no code ran")
 		}
-		grants = append(grants, hostBind{real, fd, pl.accessOf[i]&writeBits == 0})
+		grants = append(grants, hostBind{path: real, fd: fd, ro: pl.accessOf[i]&writeBits == 0})
 	}
 	// kept is what the job sees from the host, base and grants together.
 	kept := dedupBinds(append(slices.Clone(base.binds), grants...))
@@ -713,7 +721,7 @@ func (p *Pool) nsPlan(pl *plan) (*mountns.Mounter, mountns.Plan, []worker.NSRule
 	}
 	hb := make([]mountns.Bind, 0, len(hostBinds)+len(plan.Binds))
 	for _, b := range hostBinds {
-		hb = append(hb, mountns.Bind{Source: b.fd, Path: b.path, ReadOnly: b.ro})
+		hb = append(hb, mountns.Bind{Source: b.fd, Path: b.path, ReadOnly: b.ro, NoDev: b.nodev})
 	}
 	plan.Binds = append(hb, plan.Binds...)
 	var paths []string

@@ -33,7 +33,7 @@
 # serve_attach). A request without "op" builds a whole namespace as
 # above.
 #
-# Plan: {"binds": [{"fd": i, "path": "/data", "ro": true}],
+# Plan: {"binds": [{"fd": i, "path": "/data", "ro": true, "nodev": true}],
 #        "overlays": [{"fd": i, "path": "/work", "limit": bytes}],
 #        "links": [["lib", "usr/lib"], ...], "dirs": ["/srv/app"], "root": i}
 # where "root", when present, is a detached tmpfs mount to clone as the
@@ -105,10 +105,17 @@ def clone_tree(fd):
     return sys_("open_tree", fd, b"", OPEN_TREE_CLONE | AT_EMPTY_PATH | AT_RECURSIVE | O_CLOEXEC)
 
 
-def set_attr(fd, flags, recursive):
-    ma = MountAttr(flags, 0, 0, 0)
+def set_attr(fd, flags, recursive, prop=0):
+    ma = MountAttr(flags, 0, prop, 0)
     sys_("mount_setattr", fd, b"", AT_EMPTY_PATH | (AT_RECURSIVE if recursive else 0), ctypes.byref(ma),
          ctypes.sizeof(ma))
+
+
+def bind_flags(b):
+    """A bind's mount flags: always nosuid; read-only and nodev as its
+    plan entry asks ("ro", "nodev")."""
+    return (MOUNT_ATTR_NOSUID | (MOUNT_ATTR_RDONLY if b.get("ro") else 0) |
+            (MOUNT_ATTR_NODEV if b.get("nodev") else 0))
 
 
 def new_fs(fstype, opts):
@@ -233,8 +240,7 @@ def build(plan, fds, ro_root=True, masters=None):
             continue
         fd = fds[b["fd"]]
         m = clone_tree(fd)
-        flags = MOUNT_ATTR_NOSUID | (MOUNT_ATTR_RDONLY if b.get("ro") else 0)
-        set_attr(m, flags, True)
+        set_attr(m, bind_flags(b), True, MS_PRIVATE)  # see attach_job
         mounts.append((b["path"], stat.S_ISDIR(os.fstat(fd).st_mode), m))
     for o in plan.get("overlays") or []:
         fd = fds[o["fd"]]
@@ -681,7 +687,7 @@ def make_masters(plan, fds):
             fd = fds[b["fd"]]
             m = clone_tree(fd)
             out.append((m, stat.S_ISDIR(os.fstat(fd).st_mode)))
-            ma = MountAttr(MOUNT_ATTR_NOSUID | (MOUNT_ATTR_RDONLY if b.get("ro") else 0), 0, MS_PRIVATE, 0)
+            ma = MountAttr(bind_flags(b), 0, MS_PRIVATE, 0)
             sys_("mount_setattr", m, b"", AT_EMPTY_PATH | AT_RECURSIVE, ctypes.byref(ma), ctypes.sizeof(ma))
         if out:
             os.close(clone_tree(out[0][0]))
@@ -989,7 +995,11 @@ def attach_job(mnt, plan, fds):
             fd = fds[b["fd"]]
             m = clone_tree(fd)
             mounts.append((b["path"], stat.S_ISDIR(os.fstat(fd).st_mode), m))
-            set_attr(m, MOUNT_ATTR_NOSUID | (MOUNT_ATTR_RDONLY if b.get("ro") else 0), True)
+            # Private, as the base's masters are: a clone of a shared
+            # source is a peer of it, and a mount the host made beneath
+            # the source later would reach the job's namespace with its
+            # own flags (writable in a read-only mount).
+            set_attr(m, bind_flags(b), True, MS_PRIVATE)
         for o in plan.get("overlays") or []:
             fd = fds[o["fd"]]
             up = new_fs("tmpfs", [("size", str(o["limit"])), ("mode", "0755")])

@@ -68,6 +68,9 @@ type Bind struct {
 	Path string
 	// ReadOnly makes the bind read-only (writes fail with EROFS).
 	ReadOnly bool
+	// NoDev makes the bind (and every mount beneath it) nodev: a device
+	// node in it does not open (EACCES).
+	NoDev bool
 }
 
 // Overlay asks for an overlay mount of a host directory at Path: the
@@ -186,6 +189,8 @@ type wireBind struct {
 	FD   int    `json:"fd"`
 	Path string `json:"path"`
 	RO   bool   `json:"ro,omitempty"`
+	// NoDev is Bind.NoDev.
+	NoDev bool `json:"nodev,omitempty"`
 }
 
 type wireOverlay struct {
@@ -396,7 +401,7 @@ func wire(plan Plan) (wirePlan, []int, error) {
 	var w wirePlan
 	var fds []int
 	for _, b := range plan.Binds {
-		w.Binds = append(w.Binds, wireBind{FD: len(fds), Path: b.Path, RO: b.ReadOnly})
+		w.Binds = append(w.Binds, wireBind{FD: len(fds), Path: b.Path, RO: b.ReadOnly, NoDev: b.NoDev})
 		fds = append(fds, b.Source)
 	}
 	for _, o := range plan.Overlays {
