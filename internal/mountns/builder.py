@@ -140,22 +140,17 @@ def rel(path):
     return parts
 
 
-def make_point(root, path, is_dir, cache=None, dev=None):
+def make_point(root, path, is_dir, dev=None):
     """Creates the mountpoint for path inside the detached root tmpfs,
     relative to its descriptor (never on the host). A component that is a
     symlink in the tree (one of the host's top-level links) is refused.
-    cache, when given, maps the components of directories opened before
-    (in this tree, on no mount made since: see forget) to their
-    descriptors, which it keeps; the caller closes them. dev, when given,
-    is the root tmpfs's device: a directory on the way that is on another
-    file system (a mount made before, a host directory) is refused, so
-    that nothing is ever made outside the root tmpfs. Returns a
-    descriptor of the parent directory, which the caller closes, and the
-    last component."""
-    if cache is None:
-        return point(root, path, is_dir, {}, dev, True)
-    d, last = point(root, path, is_dir, cache, dev)
-    return os.dup(d), last
+    dev, when given, is the root tmpfs's device: a directory on the way
+    that is on another file system (a mount made before, a host
+    directory) is refused, so that nothing is ever made outside the root
+    tmpfs. Returns a descriptor of the parent directory, which the caller
+    closes, and the last component. (Callers that make many mountpoints
+    use point, with a cache of the directories on the way.)"""
+    return point(root, path, is_dir, {}, dev, True)
 
 
 def point(root, path, is_dir, cache, dev=None, own=False):
@@ -486,6 +481,25 @@ def slotted(plan):
     return plan.get("root") is not None and isinstance(plan.get("slots"), int) and plan["slots"] > 0
 
 
+def private_copy_at_tmp(root):
+    """Unshares a copy of the current mount namespace, makes every mount
+    in it private, attaches the detached tree root at /tmp and makes it
+    the working directory (for pivot_here)."""
+    sys_("unshare", CLONE_NEWNS)
+    if libc.mount(b"none", b"/", None, MS_REC | MS_PRIVATE, None) != 0:
+        raise OSError(ctypes.get_errno(), "mount(/, MS_REC|MS_PRIVATE)")
+    attach(root, AT_FDCWD, "/tmp")
+    os.chdir("/tmp")
+
+
+def pivot_here():
+    """Makes the working directory the namespace's root and detaches the
+    old root."""
+    sys_("pivot_root", b".", b".")
+    if libc.umount2(b".", MNT_DETACH) != 0:
+        raise OSError(ctypes.get_errno(), "umount2(old root)")
+
+
 def child(plan, fds, w, r, ro_root=True, masters=None, seed=None):
     libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
     root = build(plan, fds, ro_root, masters)
@@ -498,14 +512,8 @@ def child(plan, fds, w, r, ro_root=True, masters=None, seed=None):
         attach(root, AT_FDCWD, "/t")
         os.chdir("/t")
     else:
-        sys_("unshare", CLONE_NEWNS)
-        if libc.mount(b"none", b"/", None, MS_REC | MS_PRIVATE, None) != 0:
-            raise OSError(ctypes.get_errno(), "mount(/, MS_REC|MS_PRIVATE)")
-        attach(root, AT_FDCWD, "/tmp")
-        os.chdir("/tmp")
-    sys_("pivot_root", b".", b".")
-    if libc.umount2(b".", MNT_DETACH) != 0:
-        raise OSError(ctypes.get_errno(), "umount2(old root)")
+        private_copy_at_tmp(root)
+    pivot_here()
     os.chdir("/")
     sys_("unshare", CLONE_NEWUSER | CLONE_NEWNS)
     os.write(w, b"u")  # map me
@@ -702,14 +710,8 @@ def seed_child(w, r):
     root = new_fs("tmpfs", [("size", "4k"), ("nr_inodes", "4"), ("mode", "0755")])
     os.mkdir("t", 0o755, dir_fd=root)
     set_attr(root, MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV, False)
-    sys_("unshare", CLONE_NEWNS)
-    if libc.mount(b"none", b"/", None, MS_REC | MS_PRIVATE, None) != 0:
-        raise OSError(ctypes.get_errno(), "mount(/, MS_REC|MS_PRIVATE)")
-    attach(root, AT_FDCWD, "/tmp")
-    os.chdir("/tmp")
-    sys_("pivot_root", b".", b".")
-    if libc.umount2(b".", MNT_DETACH) != 0:
-        raise OSError(ctypes.get_errno(), "umount2(old root)")
+    private_copy_at_tmp(root)
+    pivot_here()
     os.write(w, b"u")
     os.read(r, 1)
 
@@ -1022,7 +1024,7 @@ def attach_job(mnt, plan, fds):
             try:
                 dev = os.fstat(root).st_dev
                 for path in plan.get("dirs") or []:
-                    os.close(make_point(root, path, True, None, dev)[0])
+                    os.close(make_point(root, path, True, dev)[0])
                 cache = {}
                 try:
                     for path, is_dir, m in sorted(mounts, key=lambda x: len(rel(x[0]))):
