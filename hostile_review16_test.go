@@ -1,10 +1,13 @@
 package pynox
 
 import (
+	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -57,4 +60,100 @@ func TestHostileReview16JobMountDevices(t *testing.T) {
 		assert.Contains(t, res.Stdout, "DEV EACCES\n", "a device node in a %s job mount's source opens in the job", mode)
 		assert.Regexp(t, `(?m)^MI /mnt16 \S*nodev`, res.Stdout, "a %s job mount is not nodev", mode)
 	}
+}
+
+// r16Flood prints n MiB of numbered lines to stdout and half as much to
+// stderr as fast as it can, then "END" and exits at once.
+const r16Flood = `import os, sys
+n = %d
+line = "x" * 1023 + "\n"
+for i in range(n * 1024):
+    sys.stdout.write(line)
+    if i %% 2 == 0:
+        sys.stderr.write(line)
+sys.stdout.write("END\n")
+sys.stdout.flush(); sys.stderr.flush()
+os._exit(0)
+`
+
+// Probe: the output pipe's read bound per event (32 reads, 1 MiB) loses
+// no output and hangs no turn: a job that writes 6 MiB to stdout and 3
+// MiB to stderr at once and exits has all of it kept (under a 16 MiB
+// cap) and streamed, in order; under a 1 MiB cap exactly 1 MiB is kept
+// and marked truncated; the next job of the same pool runs.
+func TestHostileReview16OutputFlood(t *testing.T) {
+	p := newTestPool(t, Config{Workers: 1, Limits: Limits{MaxOutput: 16 << 20}})
+	want := strings.Repeat(strings.Repeat("x", 1023)+"\n", 6*1024) + "END\n"
+	for _, stream := range []bool{false, true} {
+		log := &outputLog{}
+		job := Job{Code: fmt.Sprintf(r16Flood, 6), Timeout: 30 * time.Second}
+		if stream {
+			job.OnOutput = log.fn
+		}
+		res := run(t, p, job)
+		requireOK(t, res)
+		require.False(t, res.StdoutTruncated || res.StderrTruncated, "streamed %v: truncated under a 16 MiB cap", stream)
+		require.Equal(t, len(want), len(res.Stdout), "streamed %v: stdout's length", stream)
+		require.True(t, res.Stdout == want, "streamed %v: stdout differs", stream)
+		require.Equal(t, 3*1024*1024, len(res.Stderr), "streamed %v: stderr's length", stream)
+		if stream {
+			log.returned.Store(true)
+			require.True(t, log.text(Stdout) == want, "the streamed stdout differs: %d bytes", len(log.text(Stdout)))
+			require.Equal(t, int64(0), log.late.Load())
+		}
+	}
+	res := run(t, p, Job{Code: fmt.Sprintf(r16Flood, 6), MaxOutput: 1 << 20, Timeout: 30 * time.Second})
+	requireOK(t, res)
+	require.True(t, res.StdoutTruncated && res.StderrTruncated)
+	require.Equal(t, 1<<20, len(res.Stdout))
+	require.Equal(t, 1<<20, len(res.Stderr))
+	res = run(t, p, Job{Code: "print('next')"})
+	requireOK(t, res)
+	require.Equal(t, "next\n", res.Stdout)
+}
+
+// Probe: a session step leaves a thread writing to a copy of its stdout
+// as fast as it can (the template's poller watches that pipe after the
+// step). Another session of the same template and plain jobs keep being
+// answered, each step's and job's output whole, and the flooding
+// session's next step answers with only its own output. A poller that
+// read the full pipe for as long as it stayed full would hold every
+// other child's bell.
+func TestHostileReview16LeftoverFlood(t *testing.T) {
+	p := newTestPool(t, Config{Workers: 2})
+	ctx := context.Background()
+	a, err := p.Checkout(ctx, Job{})
+	require.NoError(t, err)
+	defer a.Finish(ctx)
+	ev, err := a.Feed(ctx, Step{Code: `import os, threading
+fd = os.dup(1)
+blob = b"y" * 65536
+def w():
+    while True:
+        os.write(fd, blob)
+threading.Thread(target=w, daemon=True).start()
+print("flooding", flush=True)
+`, Timeout: 20 * time.Second})
+	require.NoError(t, err)
+	requireOK(t, ev.Result)
+	b, err := p.Checkout(ctx, Job{})
+	require.NoError(t, err)
+	defer b.Finish(ctx)
+	for i := 0; i < 20; i++ {
+		ev, err := b.Feed(ctx, Step{Code: fmt.Sprintf("print('b%d' * 1000)", i), Timeout: 20 * time.Second})
+		require.NoError(t, err)
+		requireOK(t, ev.Result)
+		require.Equal(t, strings.Repeat(fmt.Sprintf("b%d", i), 1000)+"\n", ev.Result.Stdout)
+	}
+	for i := 0; i < 5; i++ {
+		res := run(t, p, Job{Code: fmt.Sprintf("print('j%d')", i), Timeout: 20 * time.Second})
+		requireOK(t, res)
+		require.Equal(t, fmt.Sprintf("j%d\n", i), res.Stdout)
+	}
+	log := &outputLog{}
+	ev, err = a.Feed(ctx, Step{Code: "print('a2')", OnOutput: log.fn, Timeout: 20 * time.Second})
+	require.NoError(t, err)
+	requireOK(t, ev.Result)
+	require.Equal(t, "a2\n", ev.Result.Stdout)
+	require.NotContains(t, log.text(Stdout), "y")
 }
