@@ -21,7 +21,7 @@ import (
 
 // r16Open is a job that opens each path given and prints "DEV" and the
 // outcome of each (ok or the errno's name), then the mountinfo lines of
-// the mounts at /m*.
+// the mount at /mnt16.
 const r16Open = `import errno, os, sys
 def o(path, flags):
     try:
@@ -32,7 +32,7 @@ def o(path, flags):
 print("DEV", " ".join(o(p, os.O_RDONLY) for p in sys.argv[1:] if p))
 for l in open("/proc/self/mountinfo"):
     f = l.split()
-    if f[4].startswith("/m"):
+    if f[4] == "/mnt16":
         print("MI", f[4], f[5])
 `
 
@@ -156,4 +156,89 @@ print("flooding", flush=True)
 	requireOK(t, ev.Result)
 	require.Equal(t, "a2\n", ev.Result.Stdout)
 	require.NotContains(t, log.text(Stdout), "y")
+}
+
+// Probe: the early namespace plan (nsCheck) is used once; a session's
+// replacement process (its first crashed) gets a plan made anew from the
+// same request: the same mounts at the same paths with the same modes
+// (the read-only mount read-only, nodev; the overlay empty again), no
+// other mount, and a third process the same again.
+func TestHostileReview16SessionPlanOnReplacement(t *testing.T) {
+	requireSandbox(t)
+	dir := t.TempDir()
+	ro, ov := filepath.Join(dir, "ro"), filepath.Join(dir, "ov")
+	for _, d := range []string{ro, ov} {
+		require.NoError(t, os.Mkdir(d, 0o755))
+	}
+	require.NoError(t, os.WriteFile(filepath.Join(ro, "f"), []byte("ro-data"), 0o644))
+	p := newTestPool(t, Config{Workers: 1, Dir: dir, Limits: Limits{AllowRead: []string{"/proc"}}})
+	requireNS(t, p)
+	ctx := context.Background()
+	co, err := p.Checkout(ctx, Job{AllowRead: []string{"/proc"}, Mounts: []MountSpec{
+		{HostPath: ro, Path: "/mro"}, {HostPath: ov, Path: "/mov", Mode: Overlay}}})
+	require.NoError(t, err)
+	defer co.Finish(ctx)
+	look := `import os
+def w(p):
+    try:
+        open(p, "a").close()
+        return "w"
+    except OSError as e:
+        return type(e).__name__
+mi = sorted(l.split()[4] + ":" + ",".join(o for o in l.split()[5].split(",") if o in ("ro", "rw", "nodev", "nosuid"))
+            for l in open("/proc/self/mountinfo") if l.split()[4].startswith("/m"))
+print("LOOK", open("/mro/f").read(), sorted(os.listdir("/mov")), w("/mro/x"), w("/mov/x"), mi)
+`
+	var first string
+	for i := 0; i < 3; i++ {
+		ev, err := co.Feed(ctx, Step{Code: look, Timeout: 20 * time.Second})
+		require.NoError(t, err)
+		requireOK(t, ev.Result)
+		t.Logf("process %d: %s", i, ev.Result.Stdout)
+		require.Equal(t, i > 0, ev.Result.Restarted)
+		require.Contains(t, ev.Result.Stdout, "LOOK ro-data [] ")
+		if i == 0 {
+			first = ev.Result.Stdout
+		} else {
+			require.Equal(t, first, ev.Result.Stdout, "the replacement's namespace differs from the first's")
+		}
+		ev, err = co.Feed(ctx, Step{Code: "import os; os._exit(3)", Timeout: 20 * time.Second})
+		require.NoError(t, err)
+		_ = ev
+	}
+	require.Contains(t, first, "'/mro:ro,nosuid,nodev'")
+}
+
+// Probe (what is, recorded): a device node the host made in a directory a
+// job is granted (AllowRead, AllowWrite) at its host path is Landlock's
+// to judge, with or without a mount namespace: a job in one (it has a
+// mount) sees the same outcome as a job without. The grant is the
+// operator's; the namespace neither widens nor narrows it.
+func TestHostileReview16GrantDevices(t *testing.T) {
+	requireSandbox(t)
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to make a device node")
+	}
+	dir := t.TempDir()
+	g, m := filepath.Join(dir, "g"), filepath.Join(dir, "m")
+	for _, d := range []string{g, m} {
+		require.NoError(t, os.Mkdir(d, 0o755))
+	}
+	require.NoError(t, unix.Mknod(filepath.Join(g, "null"), unix.S_IFCHR|0o666, int(unix.Mkdev(1, 3))))
+	p := newTestPool(t, Config{Workers: 1, Dir: dir, Limits: Limits{AllowRead: []string{"/proc"}}})
+	requireNS(t, p)
+	code := strings.Replace(r16Open, "sys.argv[1:]", `["`+filepath.Join(g, "null")+`"]`, 1)
+	for _, write := range []bool{false, true} {
+		job := Job{Code: code, AllowRead: []string{"/proc", g}}
+		if write {
+			job = Job{Code: code, AllowRead: []string{"/proc"}, AllowWrite: []string{g}}
+		}
+		plain := run(t, p, job)
+		requireOK(t, plain)
+		job.Mounts = []MountSpec{{HostPath: m, Path: "/mnt16"}}
+		ns := run(t, p, job)
+		requireOK(t, ns)
+		t.Logf("write %v: plain %q, namespace %q", write, plain.Stdout, ns.Stdout)
+		require.Equal(t, strings.SplitN(plain.Stdout, "\n", 2)[0], strings.SplitN(ns.Stdout, "\n", 2)[0])
+	}
 }
