@@ -52,13 +52,23 @@ func TestHostileReview16JobMountDevices(t *testing.T) {
 	require.NoError(t, unix.Mknod(filepath.Join(src, "null"), unix.S_IFCHR|0o666, int(unix.Mkdev(1, 3))))
 	p := newTestPool(t, Config{Workers: 1, Dir: dir, Limits: Limits{AllowRead: []string{"/proc"}}})
 	requireNS(t, p)
-	for _, mode := range []MountMode{ReadOnly, ReadWrite, Overlay} {
+	// A pool whose prepare failed builds each namespace whole: the same.
+	whole := newTestPool(t, Config{Workers: 1, Dir: dir, Limits: Limits{AllowRead: []string{"/proc"}}})
+	whole.ns.prepOnce.Do(func() {
+		whole.ns.prepBase = whole.nsBaseOf()
+		whole.ns.prepErr = fmt.Errorf("review 16: no prepare")
+	})
+	for _, mode := range []MountMode{ReadOnly, ReadWrite, Overlay, ReadOnly + "-whole", ReadWrite + "-whole", Overlay + "-whole"} {
+		p, label := p, mode
+		if m, ok := strings.CutSuffix(string(mode), "-whole"); ok {
+			p, mode = whole, MountMode(m)
+		}
 		res := run(t, p, Job{Mounts: []MountSpec{{HostPath: src, Path: "/mnt16", Mode: mode}}, AllowRead: []string{"/proc"},
 			Code: strings.Replace(r16Open, "sys.argv[1:]", `["/mnt16/null"]`, 1)})
 		requireOK(t, res)
-		t.Logf("%s: %s", mode, res.Stdout)
-		assert.Contains(t, res.Stdout, "DEV EACCES\n", "a device node in a %s job mount's source opens in the job", mode)
-		assert.Regexp(t, `(?m)^MI /mnt16 \S*nodev`, res.Stdout, "a %s job mount is not nodev", mode)
+		t.Logf("%s: %s", label, res.Stdout)
+		assert.Contains(t, res.Stdout, "DEV EACCES\n", "a device node in a %s job mount's source opens in the job", label)
+		assert.Regexp(t, `(?m)^MI /mnt16 \S*nodev`, res.Stdout, "a %s job mount is not nodev", label)
 	}
 }
 
