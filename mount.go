@@ -42,7 +42,9 @@ const (
 // (see the package docs, "Scratch space and mounts"): the job then sees
 // only the interpreter's and the system's paths, its grants, its scratch
 // directory and its mounts, read-only except its write grants, scratch
-// and overlays. A session's namespace lasts as long as its process.
+// and overlays; every mount is nosuid and a job's mounts nodev (no
+// device node in the host directory opens). A session's namespace lasts
+// as long as its process.
 // Where the pool cannot build one, such a mount is refused with
 // SandboxSetupError naming what is missing (see [Pool.Mounts]; nothing
 // weaker is ever put in place silently).

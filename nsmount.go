@@ -673,7 +673,9 @@ func (p *Pool) nsPlan(pl *plan) (*mountns.Mounter, mountns.Plan, []worker.NSRule
 			plan.Overlays = append(plan.Overlays, mountns.Overlay{Lower: mt.fd, Path: mt.path, Limit: mt.limit})
 			rules = append(rules, worker.NSRule{Path: mt.path, Access: sandbox.WriteAccess(p.info.Landlock.ABI)})
 		} else {
-			plan.Binds = append(plan.Binds, mountns.Bind{Source: mt.fd, Path: mt.path, ReadOnly: mt.ro})
+			// A job's mount is nodev, as its overlay and the base binds
+			// are: a device node in the host directory opens in no job.
+			plan.Binds = append(plan.Binds, mountns.Bind{Source: mt.fd, Path: mt.path, ReadOnly: mt.ro, NoDev: true})
 		}
 	}
 	for i, a := range pl.nsMounts {
