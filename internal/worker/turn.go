@@ -94,6 +94,9 @@ type turn struct {
 	// run concurrently and timeouts still apply.
 	calls   map[int64]*pendingCall
 	replies chan callReply // made at the first host call
+	// canceled is the caller's cancel channel (run's cancel): a host
+	// answer that comes once it is closed is not passed on (see reply).
+	canceled <-chan struct{}
 
 	// The control channel is read when the bell rings, and polled once the
 	// bell is closed (the child exited, or its code closed the bell) or a
@@ -160,6 +163,7 @@ func (t *turn) stop() {
 // run sends the code and waits for the outcome.
 func (t *turn) run(cancel <-chan struct{}) *Outcome {
 	c, o := t.c, t.o
+	t.canceled = cancel
 	captureTimer := t.newTimer(outputDelay)
 
 	// The CPU clock's base is read before the code goes, while the
@@ -607,6 +611,15 @@ func (t *turn) reply(cr callReply) {
 		// (its ctx ended at the deadline): a timeout, not the answer.
 		t.o.TimedOut = true
 		t.timeout = nil
+		t.kill()
+		return
+	}
+	if t.canceled != nil && isClosed(t.canceled) && !t.o.Done {
+		// The caller gave up, which is likely why the host answered (its
+		// ctx ends with the caller's): the turn is canceled, as its
+		// select would have found had it looked at cancel first, and the
+		// child never gets an answer made of the cancellation.
+		t.o.Canceled = true
 		t.kill()
 		return
 	}
