@@ -514,6 +514,30 @@ func TestHostileReview13StockPressure(t *testing.T) {
 	advServes(t, p)
 }
 
+// nsChildProcess runs the calling test again in a child test process
+// with env set to a fresh directory, for probes of a pool that confines
+// the whole process (or changes its limits), and reports whether this
+// is that child, with the directory. In the parent it skips where the
+// machine has no mount namespaces and requires the child's test to
+// pass (not skip).
+func nsChildProcess(t *testing.T, env string) (string, bool) {
+	t.Helper()
+	if dir := os.Getenv(env); dir != "" {
+		return dir, true
+	}
+	requireSandbox(t)
+	if len(nsMachineObstacles()) > 0 {
+		t.Skipf("no mount namespaces here: %v", nsMachineObstacles())
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^"+t.Name()+"$", "-test.count=1", "-test.v")
+	cmd.Env = append(os.Environ(), env+"="+t.TempDir())
+	out, err := cmd.CombinedOutput()
+	require.NoError(t, err, "child:\n%s", out)
+	require.Contains(t, string(out), "--- PASS: "+t.Name(), "child:\n%s", out)
+	require.NotContains(t, string(out), "--- SKIP", "child:\n%s", out)
+	return "", false
+}
+
 // r13SelfConfineEnv runs TestHostileReview13SelfConfined's probes in a
 // child test process (a pool that confines itself confines the whole
 // process).
@@ -525,20 +549,10 @@ const r13SelfConfineEnv = "PYNOX_R13_SELFCONFINE"
 // capability, cannot change its mounts, and concurrent jobs with random
 // paths never see each other's.
 func TestHostileReview13SelfConfined(t *testing.T) {
-	if os.Getenv(r13SelfConfineEnv) == "" {
-		requireSandbox(t)
-		if len(nsMachineObstacles()) > 0 {
-			t.Skipf("no mount namespaces here: %v", nsMachineObstacles())
-		}
-		cmd := exec.Command(os.Args[0], "-test.run=^TestHostileReview13SelfConfined$", "-test.count=1", "-test.v")
-		cmd.Env = append(os.Environ(), r13SelfConfineEnv+"="+t.TempDir())
-		out, err := cmd.CombinedOutput()
-		require.NoError(t, err, "child:\n%s", out)
-		require.Contains(t, string(out), "--- PASS: TestHostileReview13SelfConfined", "child:\n%s", out)
-		require.NotContains(t, string(out), "--- SKIP", "child:\n%s", out)
+	dir, child := nsChildProcess(t, r13SelfConfineEnv)
+	if !child {
 		return
 	}
-	dir := os.Getenv(r13SelfConfineEnv)
 	p, err := New(Config{Python: testPython(), Dir: dir, ConfineSelf: true, Workers: 2,
 		Limits: Limits{AllowRead: []string{dir, "/proc"}, AllowWrite: []string{dir}}})
 	require.NoError(t, err)

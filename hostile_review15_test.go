@@ -450,20 +450,10 @@ const r15SelfConfineEnv = "PYNOX_R15_SELFCONFINE"
 // TestHostileReview15JobShowsNoSeed checks in a plain pool); no earlier
 // job's mount is in it.
 func TestHostileReview15SelfConfined(t *testing.T) {
-	if os.Getenv(r15SelfConfineEnv) == "" {
-		requireSandbox(t)
-		if len(nsMachineObstacles()) > 0 {
-			t.Skipf("no mount namespaces here: %v", nsMachineObstacles())
-		}
-		cmd := exec.Command(os.Args[0], "-test.run=^TestHostileReview15SelfConfined$", "-test.count=1", "-test.v")
-		cmd.Env = append(os.Environ(), r15SelfConfineEnv+"="+t.TempDir())
-		out, err := cmd.CombinedOutput()
-		require.NoError(t, err, "child:\n%s", out)
-		require.Contains(t, string(out), "--- PASS: TestHostileReview15SelfConfined", "child:\n%s", out)
-		require.NotContains(t, string(out), "--- SKIP", "child:\n%s", out)
+	dir, child := nsChildProcess(t, r15SelfConfineEnv)
+	if !child {
 		return
 	}
-	dir := os.Getenv(r15SelfConfineEnv)
 	p, err := New(Config{Python: testPython(), Dir: dir, ConfineSelf: true, Workers: 1,
 		Limits: Limits{AllowRead: []string{dir, "/proc"}, AllowWrite: []string{dir}}})
 	require.NoError(t, err)
@@ -494,24 +484,14 @@ const r15NoSeedEnv = "PYNOX_R15_NOSEED"
 // binds and the job's mounts, every mount nosuid, private and read-only
 // as asked.
 func TestHostileReview15NoSeedFallback(t *testing.T) {
-	if os.Getenv(r15NoSeedEnv) == "" {
-		requireSandbox(t)
-		if len(nsMachineObstacles()) > 0 {
-			t.Skipf("no mount namespaces here: %v", nsMachineObstacles())
-		}
-		cmd := exec.Command(os.Args[0], "-test.run=^TestHostileReview15NoSeedFallback$", "-test.count=1", "-test.v")
-		cmd.Env = append(os.Environ(), r15NoSeedEnv+"="+t.TempDir())
-		out, err := cmd.CombinedOutput()
-		require.NoError(t, err, "child:\n%s", out)
-		require.Contains(t, string(out), "--- PASS: TestHostileReview15NoSeedFallback", "child:\n%s", out)
-		require.NotContains(t, string(out), "--- SKIP", "child:\n%s", out)
+	dir, child := nsChildProcess(t, r15NoSeedEnv)
+	if !child {
 		return
 	}
 	// syscall's Setrlimit: the processes this one starts get this limit
 	// too (not the one Go found at its start).
 	lim := uint64(mountns.SeedFD / 2)
 	require.NoError(t, syscall.Setrlimit(syscall.RLIMIT_NOFILE, &syscall.Rlimit{Cur: lim, Max: lim}))
-	dir := os.Getenv(r15NoSeedEnv)
 	before := mounterPids(t)
 	p := newTestPool(t, Config{Workers: 1, Dir: dir, Limits: Limits{AllowRead: []string{dir, "/proc"}}})
 	requireNS(t, p)
