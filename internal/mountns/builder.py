@@ -620,8 +620,9 @@ def serve_build(plan, fds):
 # base plan: runtime and system paths, devices, /proc, the host's links,
 # the working directory, and "root" in a pool with a shared root), the
 # mounter keeps BASE["n"] namespaces built from it in STOCK, each with its
-# root tmpfs still writable, built by builder children it forks in the
-# background (one at a time, PENDING) while it waits for requests. An
+# root tmpfs still writable, built inline (see INLINE) or by builder
+# children it forks in the background (one at a time, PENDING) while it
+# waits for requests. An
 # "attach" request (the job's binds, overlays and dirs) takes one out of
 # the stock (or waits for one being built) and, without a fork, attaches
 # the job's mounts to it: detached clones made here, in the mounter's own
@@ -769,8 +770,154 @@ def make_seed():
     return fd
 
 
+# Inline stock builds. A stock namespace is built by the mounter itself,
+# without forking a builder child (a fork of this process, the child's
+# copy-on-write faults and its exit cost milliseconds of CPU per
+# namespace): it builds the detached tree as a child would, enters the
+# seed namespace, unshares a copy of it, attaches the tree and
+# pivot_roots into it, then clones a "holder" that shares this process's
+# memory (CLONE_VM: nothing is copied) and is created in a new user
+# namespace with a new mount namespace: a copy of the one just made,
+# whose mounts become locked there, as the builder child's second
+# unshare makes them. The mounter enters its own mount namespace again
+# at once (never serving from another), maps the holder's user namespace,
+# opens its two namespaces and kills and reaps it. The holder runs no
+# Python and touches nothing of ours: it runs the C library's sleep
+# (INLINE_HOLD seconds) on a stack of its own, so that it goes away by
+# itself even if the mounter is killed before it kills it. Where the C
+# library has no clone, or the first inline build fails at the clone, the
+# stock is built by builder children as before (spawn).
+INLINE = [True]
+BUILDS = {"inline": 0, "forked": 0}  # stock builds made each way (op "builds")
+INLINE_HOLD = 10  # seconds a holder lives at most
+CLONE_VM = 0x100
+HOLD_STACK = ctypes.create_string_buffer(64 << 10)
+try:
+    libc.clone.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p]
+    libc.clone.restype = ctypes.c_int
+    HOLD_FN = ctypes.cast(libc.sleep, ctypes.c_void_p)
+except AttributeError:
+    INLINE[0] = False
+
+
+def clone_holder():
+    """Clones the holder (see INLINE) in a new user namespace and a new
+    mount namespace copied from the current one; returns its pid."""
+    top = ctypes.c_void_p(ctypes.addressof(HOLD_STACK) + ctypes.sizeof(HOLD_STACK) - 256)
+    pid = libc.clone(HOLD_FN, top, CLONE_VM | CLONE_NEWUSER | CLONE_NEWNS | signal.SIGCHLD,
+                     ctypes.c_void_p(INLINE_HOLD))
+    if pid < 0:
+        raise OSError(ctypes.get_errno(), "clone of the namespace holder")
+    return pid
+
+
+def build_inline(plan, fds, masters, seed):
+    """Builds a prepared namespace in this process (see INLINE); returns
+    its user and mount namespace descriptors."""
+    root = build(plan, fds, False, masters)
+    try:
+        if libc.setns(seed, CLONE_NEWNS) != 0:
+            raise OSError(ctypes.get_errno(), "setns into the seed namespace")
+        pid = None
+        try:
+            sys_("unshare", CLONE_NEWNS)
+            attach(root, AT_FDCWD, "/t")
+            os.chdir("/t")
+            pivot_here()
+            os.chdir("/")
+            try:
+                pid = clone_holder()
+            except OSError:
+                INLINE[0] = False  # builder children from now on
+                raise
+        finally:
+            if libc.setns(OWN_MNT, CLONE_NEWNS) != 0:
+                os._exit(3)  # never serve from a namespace of a build
+    finally:
+        os.close(root)
+    try:
+        write_maps(pid)
+        user = os.open("/proc/%d/ns/user" % pid, os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            mnt = os.open("/proc/%d/ns/mnt" % pid, os.O_RDONLY | os.O_CLOEXEC)
+        except OSError:
+            os.close(user)
+            raise
+    finally:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+    return user, mnt
+
+
+def stock(user, mnt, slot):
+    """Puts a namespace just built into the stock: its slot's state, or
+    its counts in the shared root."""
+    ns = {"user": user, "mnt": mnt, "live": None}
+    root = base_root()
+    if slot is not None:
+        try:
+            SLOTS[slot] = ns_id(mnt)
+        except OSError:
+            pass  # no id (an older kernel): the slot stays taken for good
+    elif root is not None:
+        used = {}
+        for path in plan_paths(BASE["plan"]):
+            for node in shared_nodes(root, path):
+                used[id(node)] = node
+        used = list(used.values())
+        for node in used:
+            node[0] += 1
+        try:
+            ns["live"] = (ns_id(mnt), used)
+            LIVE.append(ns["live"])
+        except OSError:
+            pass  # no id (an older kernel): its entries are kept for good
+    STOCK.append(ns)
+
+
+def stock_inline(wait=SLOT_WAIT):
+    """Builds one namespace inline and stocks it; on failure records why
+    and pauses the background refill, as a failed builder child does.
+    Returns False where inline builds cannot be used (the caller forks a
+    builder child instead)."""
+    global LAST_ERR, PAUSED
+    if not INLINE[0] or BASE.get("seed") is None:
+        return False
+    plan = BASE["plan"]
+    slot = None
+    if slotted(plan):
+        slot = take_slot(base_root(), plan["slots"], wait)
+        plan = dict(plan, slot=slot)
+    try:
+        user, mnt = build_inline(plan, BASE["fds"], BASE.get("masters"), BASE["seed"])
+    except OSError as e:
+        if slot is not None:
+            SLOTS[slot] = "gone"
+        if not INLINE[0]:
+            return False  # the clone failed: a builder child tries
+        LAST_ERR = str(e)
+        PAUSED = True
+        FAILED_AT[0] = time.monotonic()
+        return True
+    stock(user, mnt, slot)
+    BUILDS["inline"] += 1
+    PAUSED = False
+    return True
+
+
+def serve_builds(plan, fds):
+    """Reports how many stock namespaces were built inline and by builder
+    children; with "inline": false, builds by builder children from now
+    on (the tests' way to the fork path)."""
+    if plan.get("inline") is False:
+        INLINE[0] = False
+    return dict(BUILDS, ok=True, inline_on=INLINE[0], seed=BASE is not None and BASE.get("seed") is not None), [], None
+
+
 def start_pending(wait=SLOT_WAIT):
     global PENDING
+    if stock_inline(wait):
+        return  # built (or failed) at once: nothing pending
     plan = BASE["plan"]
     if slotted(plan):
         plan = dict(plan, slot=take_slot(base_root(), plan["slots"], wait))
@@ -810,28 +957,9 @@ def finish_pending():
         except OSError:
             os.close(user)
             raise
-        ns = {"user": user, "mnt": mnt, "live": None}
-        root = base_root()
-        if pend["slot"] is not None:
-            try:
-                SLOTS[pend["slot"]] = ns_id(mnt)
-            except OSError:
-                pass  # no id (an older kernel): the slot stays taken for good
-            pend["slot"] = None
-        elif root is not None:
-            used = {}
-            for path in plan_paths(BASE["plan"]):
-                for node in shared_nodes(root, path):
-                    used[id(node)] = node
-            used = list(used.values())
-            for node in used:
-                node[0] += 1
-            try:
-                ns["live"] = (ns_id(mnt), used)
-                LIVE.append(ns["live"])
-            except OSError:
-                pass  # no id (an older kernel): its entries are kept for good
-        STOCK.append(ns)
+        stock(user, mnt, pend["slot"])
+        BUILDS["forked"] += 1
+        pend["slot"] = None
         PAUSED = False
     except OSError as e:
         LAST_ERR = str(e)
@@ -846,11 +974,19 @@ def finish_pending():
 
 
 def refill():
+    """Starts the next stock build when the stock is short; returns
+    whether it is still short after an inline build (the main loop then
+    polls without waiting, to build the next one when no request
+    comes)."""
     if BASE is not None and PENDING is None and not PAUSED and len(STOCK) < BASE["n"]:
+        if INLINE[0] and select.select([3], [], [], 0)[0]:
+            return False  # a request first: an inline build would hold it up
         try:
             start_pending(0)
         except OSError:
-            pass  # no free slot now: an attach takes one when it needs it
+            return False  # no free slot now: an attach takes one when it needs it
+        return PENDING is None and not PAUSED and len(STOCK) < BASE["n"]
+    return False
 
 
 def reap_zombies():
@@ -900,9 +1036,10 @@ def take_stocked():
         collect(root)
     if not STOCK:
         if PENDING is None:
-            start_pending()
-        boost_pending()
-        finish_pending()
+            start_pending()  # an inline build stocks it at once
+        if PENDING is not None:
+            boost_pending()
+            finish_pending()
         if not STOCK:
             return None, {"error": "building a namespace: " + LAST_ERR}
     return STOCK.pop(0), None
@@ -923,6 +1060,8 @@ def serve_lease(plan, fds):
         # most every LEASE_REBUILD seconds: a spare asking for a lease
         # gets one once a build succeeds again, instead of never (the
         # background refill stays paused).
+        # An inline build (see INLINE) takes a fraction of a millisecond
+        # and stocks its namespace at once: the lease takes it.
         if PENDING is None and (not PAUSED or time.monotonic() - FAILED_AT[0] >= LEASE_REBUILD):
             try:
                 start_pending(0)
@@ -930,7 +1069,8 @@ def serve_lease(plan, fds):
                 pass  # no free slot now
         if PENDING is not None:
             boost_pending()
-        return {"error": "lease: no prepared namespace is ready"}, [], None
+        if not STOCK:
+            return {"error": "lease: no prepared namespace is ready"}, [], None
     ns, err = take_stocked()
     if ns is None:
         return err, [], None
@@ -1062,12 +1202,12 @@ def main():
     sock = socket.socket(fileno=3)
     while True:
         reap_zombies()
-        refill()
+        more = refill()
         poller = select.poll()
         poller.register(3, select.POLLIN)
         if PENDING is not None:
             poller.register(PENDING["r"], select.POLLIN)
-        ready = [fd for fd, _ in poller.poll(50 if ZOMBIES else None)]
+        ready = [fd for fd, _ in poller.poll(0 if more else 50 if ZOMBIES else None)]
         if PENDING is not None and PENDING["r"] in ready:
             finish_pending()
         if 3 not in ready:
@@ -1095,6 +1235,8 @@ def main():
                 reply, out, reap = serve_lease(plan, fds)
             elif op == "release":
                 reply, out, reap = serve_release(plan, fds)
+            elif op == "builds":
+                reply, out, reap = serve_builds(plan, fds)
             elif op is None:
                 reply, out, reap = serve_one(plan, fds)
             else:

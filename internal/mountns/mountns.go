@@ -234,8 +234,9 @@ const SeedFD = 1000
 // that no request changes (runtime and system paths, devices, /proc, the
 // host's links, Dirs, and Root in a pool whose namespaces share one; no
 // Overlays), and has it keep n namespaces built from it ready, each
-// rebuilt in the background (a builder process forked then) after one is
-// taken. From then on Build takes only a job's part (Binds, Overlays and
+// rebuilt after one is taken (by the mounter itself, while no request
+// waits: no process is forked for it where the C library has clone; see
+// INLINE in builder.py). From then on Build takes only a job's part (Binds, Overlays and
 // Dirs; no Links, no Root) and attaches it to a prepared namespace
 // without a fork: see builder.py. The base plan's descriptors stay the
 // caller's (the mounter keeps copies for its lifetime). Prepare may be

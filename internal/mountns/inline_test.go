@@ -1,0 +1,122 @@
+package mountns
+
+import (
+	"encoding/json"
+	"os"
+	"os/exec"
+	"strconv"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
+)
+
+// mounterBuilds asks the mounter how many stock namespaces it built
+// inline and by builder children (op "builds"); with off, it turns
+// inline builds off first.
+func mounterBuilds(t *testing.T, m *Mounter, off bool) (inline, forked int, inlineOn, seed bool) {
+	t.Helper()
+	req := map[string]any{"op": "builds"}
+	if off {
+		req["inline"] = false
+	}
+	msg, err := json.Marshal(req)
+	require.NoError(t, err)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	require.NoError(t, unix.Sendmsg(int(m.sock.Fd()), msg, nil, nil, 0))
+	buf := make([]byte, 4096)
+	n, _, _, _, err := unix.Recvmsg(int(m.sock.Fd()), buf, nil, 0)
+	require.NoError(t, err)
+	var r struct {
+		OK       bool `json:"ok"`
+		Inline   int  `json:"inline"`
+		Forked   int  `json:"forked"`
+		InlineOn bool `json:"inline_on"`
+		Seed     bool `json:"seed"`
+	}
+	require.NoError(t, json.Unmarshal(buf[:n], &r), "%s", buf[:n])
+	require.True(t, r.OK, "%s", buf[:n])
+	return r.Inline, r.Forked, r.InlineOn, r.Seed
+}
+
+// lockScript enters the namespace (fds 3 and 4) holding every capability
+// of its user namespace (it drops none) and tries to undo the base's
+// mounts: unmount /usr, make it writable, remount the root writable.
+const lockScript = `
+import ctypes, errno, json, os, sys
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
+for fd, kind in ((3, 0x10000000), (4, 0x00020000)):
+    if libc.setns(fd, kind) != 0:
+        sys.exit("setns: %d" % ctypes.get_errno())
+os.chdir("/")
+out = {}
+def t(name, r):
+    out[name] = "ok" if r == 0 else errno.errorcode.get(ctypes.get_errno(), "?")
+# mount_setattr(AT_FDCWD, path, AT_RECURSIVE, {clr: MOUNT_ATTR_RDONLY}, 32)
+attr = (ctypes.c_uint64 * 4)(0, 1, 0, 0)
+t("rw /usr", libc.syscall(442, -100, b"/usr", 0x8000, attr, 32))
+t("remount /usr", libc.mount(None, b"/usr", None, 0x20 | 0x1000, None))  # MS_REMOUNT|MS_BIND, rw
+t("umount /usr", libc.umount2(b"/usr", 2))
+print(json.dumps(out))
+`
+
+// Stock namespaces are built by the mounter itself (no builder process
+// forked per namespace, see INLINE in builder.py), and are what the
+// builder children made: each job sees the base and exactly its own
+// mount, its root read-only; the base's mounts are locked to the
+// namespace (a process holding every capability of its user namespace
+// can neither unmount /usr nor make it writable); no holder process
+// stays; the mounter is back in its own mount namespace after each
+// build. The same holds with inline builds turned off (the fork path,
+// kept for C libraries without clone), where the stock is then built by
+// children.
+func TestPreparedBuildsInline(t *testing.T) {
+	for _, forked := range []bool{false, true} {
+		t.Run(map[bool]string{false: "inline", true: "forked"}[forked], func(t *testing.T) {
+			m := preparedMounter(t, 2, 0, false)
+			settle(t, m, 1+2)
+			_, _, on, seed := mounterBuilds(t, m, forked)
+			if !seed {
+				t.Skip("the mounter has no seed namespace here (inline builds start from it): builds fork")
+			}
+			require.Equal(t, !forked, on, "inline builds on")
+			settle(t, m, 1+2)
+			inline0, forked0, _, _ := mounterBuilds(t, m, false)
+			a := dataDir(t, "A")
+			for i := range 6 {
+				ns, err := m.Build(Plan{Binds: []Bind{{Source: openPath(t, a), Path: "/data", ReadOnly: true}}})
+				require.NoError(t, err)
+				got := look(t, ns, "/data/f.txt")
+				require.Equal(t, "A", got["read /data/f.txt"], "job %d", i)
+				require.ElementsMatch(t, []any{"/", "/usr", "/proc", "/data"}, got["mounts"], "job %d", i)
+				require.Equal(t, "EROFS", got["mkdir root"], "job %d", i)
+				cmd := exec.Command("/usr/bin/python3", "-I", "-S", "-c", lockScript)
+				cmd.ExtraFiles = []*os.File{ns.User, ns.Mount}
+				out, err := cmd.CombinedOutput()
+				require.NoError(t, err, "%s", out)
+				var lk map[string]string
+				require.NoError(t, json.Unmarshal(out, &lk), "%s", out)
+				require.NotEqual(t, "ok", lk["rw /usr"], "job %d: %v", i, lk)
+				require.NotEqual(t, "ok", lk["remount /usr"], "job %d: %v", i, lk)
+				require.NotEqual(t, "ok", lk["umount /usr"], "job %d: %v", i, lk)
+				ns.Close()
+				settle(t, m, 1+2)
+			}
+			inline1, forked1, _, _ := mounterBuilds(t, m, false)
+			if forked {
+				require.Equal(t, inline0, inline1, "no inline build once they are off")
+				require.GreaterOrEqual(t, forked1-forked0, 6, "every stock build forked")
+			} else {
+				require.Equal(t, forked0, forked1, "no stock build forked")
+				require.GreaterOrEqual(t, inline1-inline0, 6, "every stock build inline")
+			}
+			self, err := os.Readlink("/proc/self/ns/mnt")
+			require.NoError(t, err)
+			its, err := os.Readlink("/proc/" + strconv.Itoa(m.cmd.Process.Pid) + "/ns/mnt")
+			require.NoError(t, err)
+			require.Equal(t, self, its, "the mounter is back in its own mount namespace")
+		})
+	}
+}
