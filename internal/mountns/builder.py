@@ -134,10 +134,21 @@ def attach(src, dfd, path):
 
 
 def rel(path):
-    parts = [p for p in path.split("/") if p]
+    """path's components (a tuple), checked; remembered for the paths
+    seen most (a build looks up each base path several times)."""
+    parts = REL.get(path)
+    if parts is not None:
+        return parts
+    parts = tuple(p for p in path.split("/") if p)
     if not path.startswith("/") or not parts or any(p in (".", "..") for p in parts):
         raise ValueError("path %r: expected an absolute path without . or .. components" % path)
+    if len(REL) >= 4096:
+        REL.clear()
+    REL[path] = parts
     return parts
+
+
+REL = {}
 
 
 def make_point(root, path, is_dir, dev=None):
@@ -196,7 +207,7 @@ def forget(cache, path):
     """Drops the cached directories at or beneath path, on which a mount
     now sits (a descriptor opened before it names the directory under
     it)."""
-    parts = tuple(rel(path))
+    parts = rel(path)
     for key in [k for k in cache if k[:len(parts)] == parts]:
         os.close(cache.pop(key))
 
