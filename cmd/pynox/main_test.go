@@ -500,7 +500,10 @@ func TestExamplesConfigAndPythonClient(t *testing.T) {
 	require.Contains(t, string(out), "denied: PermissionError")
 	require.Contains(t, string(out), "host call: ['pynox result 0', 'pynox result 1']\n")
 	require.Contains(t, string(out), "session: 42\n")
-	require.Contains(t, string(out), "streamed stdout: step 0\nstreamed stdout: step 1\nstreamed stdout: step 2\n")
+	// One event a line when the machine is quiet (the job sleeps 0.1 s
+	// between them); on a loaded machine the pool may read two lines at
+	// once (small writes are coalesced: docs/protocol.md), never lose one.
+	require.Regexp(t, `streamed stdout: step 0\n(streamed stdout: )?step 1\n(streamed stdout: )?step 2\n`, string(out))
 	require.Contains(t, string(out), "interrupted: KeyboardInterrupt - total is 42\n")
 	require.Contains(t, string(out), "cancelled: CancelledError\n")
 	require.Contains(t, string(out), "['sessions result 0']\n")
