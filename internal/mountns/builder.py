@@ -803,6 +803,10 @@ BUILDS = {"inline": 0, "forked": 0}  # stock builds made each way (op "builds")
 INLINE_HOLD = 10  # seconds a holder lives at most
 CLONE_VM = 0x100
 HOLD_STACK = ctypes.create_string_buffer(64 << 10)
+# A clone that fails for want of a resource (the pids cgroup full, memory,
+# the user namespace count) fails that build only, as a fork would: it
+# does not turn inline builds off.
+TRANSIENT = (errno.EAGAIN, errno.ENOMEM, errno.ENOSPC, errno.EUSERS)
 try:
     libc.clone.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p]
     libc.clone.restype = ctypes.c_int
@@ -838,8 +842,9 @@ def build_inline(plan, fds, masters, seed):
             os.chdir("/")
             try:
                 pid = clone_holder()
-            except OSError:
-                INLINE[0] = False  # builder children from now on
+            except OSError as e:
+                if e.errno not in TRANSIENT:
+                    INLINE[0] = False  # builder children from now on
                 raise
         finally:
             if libc.setns(OWN_MNT, CLONE_NEWNS) != 0:
@@ -939,7 +944,12 @@ def start_pending(wait=SLOT_WAIT):
     # SCHED_IDLE: a builder starved while it holds the kernel's mount
     # lock would hold up every attach.) A request that must wait for it
     # raises it back (boost_pending).
-    pid, r, w = spawn(plan, BASE["fds"], False, idle=True, masters=BASE.get("masters"), seed=BASE.get("seed"))
+    try:
+        pid, r, w = spawn(plan, BASE["fds"], False, idle=True, masters=BASE.get("masters"), seed=BASE.get("seed"))
+    except OSError:
+        if plan.get("slot") is not None:
+            SLOTS[plan["slot"]] = "gone"  # no namespace uses it: emptied and freed, never kept "busy"
+        raise
     PENDING = {"pid": pid, "r": r, "w": w, "slot": plan.get("slot")}
 
 
