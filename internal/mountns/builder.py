@@ -819,10 +819,18 @@ def clone_holder():
     """Clones the holder (see INLINE) in a new user namespace and a new
     mount namespace copied from the current one; returns its pid."""
     top = ctypes.c_void_p(ctypes.addressof(HOLD_STACK) + ctypes.sizeof(HOLD_STACK) - 256)
-    pid = libc.clone(HOLD_FN, top, CLONE_VM | CLONE_NEWUSER | CLONE_NEWNS | signal.SIGCHLD,
-                     ctypes.c_void_p(INLINE_HOLD))
+    # The holder starts with every signal blocked (it inherits the mask):
+    # sharing our memory and our signal handlers, it would otherwise run
+    # Python's C-level handler on a signal (SIGINT: KeyboardInterrupt here).
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, signal.valid_signals())
+    try:
+        pid = libc.clone(HOLD_FN, top, CLONE_VM | CLONE_NEWUSER | CLONE_NEWNS | signal.SIGCHLD,
+                         ctypes.c_void_p(INLINE_HOLD))
+        err = ctypes.get_errno()
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
     if pid < 0:
-        raise OSError(ctypes.get_errno(), "clone of the namespace holder")
+        raise OSError(err, "clone of the namespace holder")
     return pid
 
 

@@ -199,6 +199,31 @@ func r18Alive(pid int) bool {
 	return len(f) > 0 && f[0] != "Z" && f[0] != "X"
 }
 
+// r18CatchHolder stops the mounter at random points after builds
+// (each build taken makes it build one for its stock) until it is
+// stopped while a holder lives and sleeps; it returns the holder's pid,
+// the mounter left stopped. Skips if none is found in 400 tries.
+func r18CatchHolder(t *testing.T, m *Mounter, src int) int {
+	t.Helper()
+	pid := m.cmd.Process.Pid
+	for try := 0; try < 400; try++ {
+		ns, err := m.Build(Plan{Binds: []Bind{{Source: src, Path: "/data", ReadOnly: true}}})
+		require.NoError(t, err)
+		ns.Close()
+		spin := time.Duration(rand.IntN(1500)) * time.Microsecond
+		for start := time.Now(); time.Since(start) < spin; {
+		}
+		require.NoError(t, unix.Kill(pid, unix.SIGSTOP))
+		r18Stopped(t, pid)
+		if holder := r18Holder(t, m); holder != 0 && r18Sleeping(holder) {
+			return holder
+		}
+		require.NoError(t, unix.Kill(pid, unix.SIGCONT))
+	}
+	t.Skip("no stop of the mounter found a holder alive in 400 tries")
+	return 0
+}
+
 // The mounter killed in the middle of an inline build, while its holder
 // lives: the holder (a copy of the mounter's descriptor table, the host's
 // socket among them, and in a user namespace of its own) outlives it for
@@ -216,26 +241,7 @@ func TestReview18MounterDeathMidBuild(t *testing.T) {
 	}
 	pid := m.cmd.Process.Pid
 	src := openPath(t, dataDir(t, "A"))
-	holder := 0
-	for try := 0; try < 400 && holder == 0; try++ {
-		ns, err := m.Build(Plan{Binds: []Bind{{Source: src, Path: "/data", ReadOnly: true}}})
-		require.NoError(t, err)
-		ns.Close()
-		spin := time.Duration(rand.IntN(1500)) * time.Microsecond
-		for start := time.Now(); time.Since(start) < spin; {
-		}
-		require.NoError(t, unix.Kill(pid, unix.SIGSTOP))
-		r18Stopped(t, pid)
-		if holder = r18Holder(t, m); holder != 0 && !r18Sleeping(holder) {
-			holder = 0 // being killed by the mounter already
-		}
-		if holder == 0 {
-			require.NoError(t, unix.Kill(pid, unix.SIGCONT))
-		}
-	}
-	if holder == 0 {
-		t.Skip("no stop of the mounter found a holder alive in 400 tries")
-	}
+	holder := r18CatchHolder(t, m, src)
 	// What the holder holds: the mounter's socket to the host, among the
 	// rest of its descriptors.
 	sock, err := os.Readlink("/proc/" + strconv.Itoa(pid) + "/fd/3")
@@ -346,4 +352,36 @@ func TestReview18RacingRequestsNeverShareNamespace(t *testing.T) {
 	}
 	settle(t, m, 1+2)
 	r18Home(t, m, "after racing requests")
+}
+
+// A signal sent to a holder (by whoever may signal the mounter's
+// processes: a root process of the host, a terminal's Ctrl-C to the
+// pool's process group) touches nothing of the mounter's: the holder
+// shares the mounter's memory and, cloned with the mounter's signal
+// handlers, would run Python's C-level handler there (SIGINT: the
+// mounter then raised KeyboardInterrupt and died, failing every later
+// mount job of the pool). The mounter serves on, its builds proper.
+func TestReview18SignalToHolder(t *testing.T) {
+	m := preparedMounter(t, 2, 0, false)
+	settle(t, m, 1+2)
+	if _, _, on, seed := mounterBuilds(t, m, false); !on || !seed {
+		t.Skip("no inline builds here (no seed namespace or no clone)")
+	}
+	pid := m.cmd.Process.Pid
+	src := openPath(t, dataDir(t, "A"))
+	for _, sig := range []unix.Signal{unix.SIGINT, unix.SIGUSR1, unix.SIGTERM} {
+		holder := r18CatchHolder(t, m, src)
+		require.NoError(t, unix.Kill(holder, sig))
+		require.NoError(t, unix.Kill(pid, unix.SIGCONT))
+		for i := range 3 {
+			ns, err := m.Build(Plan{Binds: []Bind{{Source: src, Path: "/data", ReadOnly: true}}})
+			require.NoError(t, err, "build %d after %v to the holder", i, sig)
+			got := look(t, ns, "/data/f.txt")
+			ns.Close()
+			require.Equal(t, "A", got["read /data/f.txt"])
+		}
+		require.True(t, r18Alive(pid), "the mounter died of %v sent to its holder", sig)
+		settle(t, m, 1+2)
+		r18Home(t, m, "after "+sig.String()+" to a holder")
+	}
 }
