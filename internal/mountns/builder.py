@@ -212,6 +212,77 @@ def forget(cache, path):
         os.close(cache.pop(key))
 
 
+def fill(root, plan, fds, masters):
+    """build's links, dirs and mounts in the detached root; on failure
+    closes every mount it made that is not attached yet (the caller
+    closes the root)."""
+    for name, target in plan.get("links") or []:
+        try:
+            os.symlink(target, name, dir_fd=root)
+        except FileExistsError:
+            pass
+    for path in plan.get("dirs") or []:
+        os.close(make_point(root, path, True)[0])
+    mounts = []  # (path, is_dir, detached mount)
+    try:
+        make_mounts(mounts, plan, fds, masters)
+    except BaseException:
+        for _, _, m in mounts:
+            os.close(m)
+        raise
+    # Shallow paths first, so that a mount inside another one's path lands
+    # on top of it. Each mount is closed once tried; on a failure the rest
+    # are closed too.
+    todo = sorted(mounts, key=lambda x: len(rel(x[0])))
+    cache = {}
+    try:
+        while todo:
+            path, is_dir, m = todo.pop(0)
+            try:
+                d, last = point(root, path, is_dir, cache)
+                try:
+                    attach(m, d, last)
+                except OSError as e:
+                    raise OSError(e.errno, "%s at %s" % (e.strerror, path)) from None
+            finally:
+                os.close(m)
+            forget(cache, path)
+    finally:
+        for fd in cache.values():
+            os.close(fd)
+        for _, _, m in todo:
+            os.close(m)
+
+
+def make_mounts(mounts, plan, fds, masters):
+    """Appends the plan's binds and overlays to mounts as detached
+    mounts, (path, is_dir, mount), each as soon as it is made (the caller
+    closes them)."""
+    for i, b in enumerate(plan.get("binds") or []):
+        if masters is not None:
+            mfd, is_dir = masters[i]
+            mounts.append((b["path"], is_dir, clone_tree(mfd)))
+            continue
+        fd = fds[b["fd"]]
+        is_dir = stat.S_ISDIR(os.fstat(fd).st_mode)
+        m = clone_tree(fd)
+        mounts.append((b["path"], is_dir, m))
+        set_attr(m, bind_flags(b), True, MS_PRIVATE)  # see attach_job
+    for o in plan.get("overlays") or []:
+        fd = fds[o["fd"]]
+        up = new_fs("tmpfs", [("size", str(o["limit"])), ("mode", "0755")])
+        try:
+            os.mkdir("upper", 0o755, dir_fd=up)
+            os.mkdir("work", 0o755, dir_fd=up)
+            m = new_fs("overlay", [("lowerdir", "/proc/self/fd/%d" % fd),
+                                   ("upperdir", "/proc/self/fd/%d/upper" % up),
+                                   ("workdir", "/proc/self/fd/%d/work" % up)])
+        finally:
+            os.close(up)
+        mounts.append((o["path"], True, m))
+        set_attr(m, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV, False)
+
+
 def build(plan, fds, ro_root=True, masters=None):
     """Runs in the builder child, as real root: returns the detached root
     (left writable without ro_root: a prepared namespace, whose root the
@@ -231,55 +302,15 @@ def build(plan, fds, ro_root=True, masters=None):
         root = clone_tree(fds[plan["root"]])
     else:
         root = new_fs("tmpfs", [("size", "1m"), ("nr_inodes", "4096"), ("mode", "0755")])
-    for name, target in plan.get("links") or []:
-        try:
-            os.symlink(target, name, dir_fd=root)
-        except FileExistsError:
-            pass
-    for path in plan.get("dirs") or []:
-        os.close(make_point(root, path, True)[0])
-    mounts = []  # (path, is_dir, detached mount)
-    for i, b in enumerate(plan.get("binds") or []):
-        if masters is not None:
-            mfd, is_dir = masters[i]
-            mounts.append((b["path"], is_dir, clone_tree(mfd)))
-            continue
-        fd = fds[b["fd"]]
-        m = clone_tree(fd)
-        set_attr(m, bind_flags(b), True, MS_PRIVATE)  # see attach_job
-        mounts.append((b["path"], stat.S_ISDIR(os.fstat(fd).st_mode), m))
-    for o in plan.get("overlays") or []:
-        fd = fds[o["fd"]]
-        up = new_fs("tmpfs", [("size", str(o["limit"])), ("mode", "0755")])
-        os.mkdir("upper", 0o755, dir_fd=up)
-        os.mkdir("work", 0o755, dir_fd=up)
-        m = new_fs("overlay", [("lowerdir", "/proc/self/fd/%d" % fd),
-                               ("upperdir", "/proc/self/fd/%d/upper" % up),
-                               ("workdir", "/proc/self/fd/%d/work" % up)])
-        os.close(up)
-        set_attr(m, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV, False)
-        mounts.append((o["path"], True, m))
-    # Shallow paths first, so that a mount inside another one's path lands
-    # on top of it.
-    cache = {}
     try:
-        for path, is_dir, m in sorted(mounts, key=lambda x: len(rel(x[0]))):
-            try:
-                d, last = point(root, path, is_dir, cache)
-                try:
-                    attach(m, d, last)
-                except OSError as e:
-                    raise OSError(e.errno, "%s at %s" % (e.strerror, path)) from None
-            finally:
-                os.close(m)
-            forget(cache, path)
-    finally:
-        for fd in cache.values():
-            os.close(fd)
-    # The tmpfs itself (mountpoints and links) is read-only from now on;
-    # the mounts on it keep their own flags.
-    if ro_root:
-        set_attr(root, MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV, False)
+        fill(root, plan, fds, masters)
+        # The tmpfs itself (mountpoints and links) is read-only from now on;
+        # the mounts on it keep their own flags.
+        if ro_root:
+            set_attr(root, MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV, False)
+    except BaseException:
+        os.close(root)  # an inline build runs in the mounter: nothing stays open
+        raise
     return root
 
 
@@ -914,7 +945,7 @@ def stock_inline(wait=SLOT_WAIT):
         plan = dict(plan, slot=slot)
     try:
         user, mnt = build_inline(plan, BASE["fds"], BASE.get("masters"), BASE["seed"])
-    except OSError as e:
+    except Exception as e:  # noqa: BLE001 (a builder child reported any error: so does this)
         if slot is not None:
             SLOTS[slot] = "gone"
         if not INLINE[0]:

@@ -125,8 +125,15 @@ func TestReview18ForkFailureKeepsSlots(t *testing.T) {
 				ns, err := m.Build(Plan{Binds: []Bind{{Source: src, Path: "/data", ReadOnly: true}}})
 				require.NoError(t, err)
 				ns.Close()
-				settle(t, m, 1+2)
-				inline1, _, _, _ := mounterBuilds(t, m, false)
+				// Its stock is refilled inline (a wait for background
+				// work, as settle's).
+				inline1 := inline0
+				for range 400 {
+					if inline1, _, _, _ = mounterBuilds(t, m, false); inline1 > inline0 {
+						break
+					}
+					time.Sleep(25 * time.Millisecond)
+				}
 				require.Greater(t, inline1, inline0, "the stock is built inline again")
 			}
 		})
@@ -383,5 +390,80 @@ func TestReview18SignalToHolder(t *testing.T) {
 		require.True(t, r18Alive(pid), "the mounter died of %v sent to its holder", sig)
 		settle(t, m, 1+2)
 		r18Home(t, m, "after "+sig.String()+" to a holder")
+	}
+}
+
+// A stock build that fails with an error other than an OSError (here a
+// base plan's link name the C library cannot take: a ValueError in the
+// build) fails that build only, as a builder child's failure did: the
+// mounter answers each request with the build's error and serves on.
+// (Inline, the error came up through the main loop's refill, outside
+// any request, and ended the mounter.)
+func TestReview18BuildErrorKeepsMounter(t *testing.T) {
+	requireMounter(t)
+	m, err := Start("/usr/bin/python3")
+	require.NoError(t, err)
+	t.Cleanup(func() { m.Close() })
+	require.NoError(t, m.Prepare(Plan{
+		Binds: []Bind{{Source: openPath(t, "/usr"), Path: "/usr", ReadOnly: true}},
+		Links: [][2]string{{"bad\x00link", "usr/lib"}},
+	}, 2))
+	src := openPath(t, dataDir(t, "A"))
+	for i := range 3 {
+		_, err := m.Build(Plan{Binds: []Bind{{Source: src, Path: "/data", ReadOnly: true}}})
+		require.Error(t, err, "build %d", i)
+		t.Logf("build %d: %v", i, err)
+		require.Contains(t, err.Error(), "null", "build %d: the error names the build's failure", i)
+	}
+	require.True(t, r18Alive(m.cmd.Process.Pid), "the mounter died of a build's error")
+	mounterBuilds(t, m, false) // it answers
+	r18Home(t, m, "after failed builds")
+}
+
+// r18FDs counts the mounter's open descriptors.
+func r18FDs(t *testing.T, m *Mounter) int {
+	t.Helper()
+	ents, err := os.ReadDir("/proc/" + strconv.Itoa(m.cmd.Process.Pid) + "/fd")
+	require.NoError(t, err)
+	return len(ents)
+}
+
+// Stock builds that fail midway leave no descriptor behind in the
+// mounter: neither the detached root nor the clones of the base's binds
+// not attached yet. (A builder child's were closed by its exit; an
+// inline build's stayed open in the mounter, one root and the rest of
+// the clones per failed build, until it ran out of descriptors.) Here
+// the base plan has a bind beneath a file's bind, so that every build
+// fails at that mountpoint, with a deeper bind still to attach; and one
+// whose link name the C library refuses (a failure before any bind).
+func TestReview18FailedBuildsLeakNothing(t *testing.T) {
+	requireMounter(t)
+	file := filepath.Join(t.TempDir(), "f")
+	require.NoError(t, os.WriteFile(file, []byte("f"), 0o644))
+	for name, base := range map[string]Plan{
+		"bind beneath a file": {Binds: []Bind{{Source: openPath(t, file), Path: "/f", ReadOnly: true},
+			{Source: openPath(t, "/usr"), Path: "/f/x", ReadOnly: true},
+			{Source: openPath(t, "/usr"), Path: "/z/y/w", ReadOnly: true}}},
+		"bad link": {Binds: []Bind{{Source: openPath(t, "/usr"), Path: "/usr", ReadOnly: true}},
+			Links: [][2]string{{"bad\x00link", "usr/lib"}}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			m, err := Start("/usr/bin/python3")
+			require.NoError(t, err)
+			t.Cleanup(func() { m.Close() })
+			require.NoError(t, m.Prepare(base, 2))
+			src := openPath(t, dataDir(t, "A"))
+			try := func() {
+				_, err := m.Build(Plan{Binds: []Bind{{Source: src, Path: "/data", ReadOnly: true}}})
+				require.Error(t, err)
+				require.Contains(t, err.Error(), "building a namespace")
+			}
+			try()
+			before := r18FDs(t, m)
+			for range 10 {
+				try()
+			}
+			require.Equal(t, before, r18FDs(t, m), "the mounter's descriptors after 10 more failed builds")
+		})
 	}
 }
