@@ -827,8 +827,12 @@ def make_seed():
 # Python and touches nothing of ours: it runs the C library's sleep
 # (INLINE_HOLD seconds) on a stack of its own, so that it goes away by
 # itself even if the mounter is killed before it kills it. Where the C
-# library has no clone, or the first inline build fails at the clone, the
-# stock is built by builder children as before (spawn).
+# library has no clone, or an inline build fails at the clone for another
+# reason than a resource (TRANSIENT), the stock is built by builder
+# children as before (spawn). The holder starts with every signal
+# blocked (our handlers are its handlers, our memory its memory), and a
+# build that fails closes all it made (it runs in the mounter, which
+# lives on).
 INLINE = [True]
 BUILDS = {"inline": 0, "forked": 0}  # stock builds made each way (op "builds")
 INLINE_HOLD = 10  # seconds a holder lives at most
