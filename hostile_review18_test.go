@@ -99,13 +99,15 @@ time.sleep(0.3)`})
 
 // r18Sweep is a job that asks, with signal 0 (a permission check that
 // delivers nothing), whether it may signal each of the next 30,000 pids
-// after its own, for about a second and a half of rounds, and sends
+// after its own, for about a second of rounds, then tries to
+// open the memory, read the mount namespace and list the root of every
+// process /proc lists, ten times, and sends
 // SIGINT to the pool's mounter (argument MOUNTER); it prints the pids it
 // could signal and the errors it got.
 const r18Sweep = `import errno, json, os, signal, time
 me = os.getpid()
 could, errs, rounds = set(), {}, 0
-end = time.monotonic() + 1.5
+end = time.monotonic() + 1.0
 while time.monotonic() < end:
     rounds += 1
     for q in range(me + 1, me + 30000):
@@ -114,12 +116,28 @@ while time.monotonic() < end:
             could.add(q)
         except OSError as e:
             errs[errno.errorcode.get(e.errno, str(e.errno))] = errs.get(errno.errorcode.get(e.errno, str(e.errno)), 0) + 1
+# Every process the job may list in /proc (holders come and go): its
+# memory, its namespaces, its root.
+reach, scanned = {}, set()
+for _ in range(10):
+    for q in os.listdir("/proc"):
+        if not q.isdigit() or int(q) == me:
+            continue
+        scanned.add(q)
+        for what, f in (("mem", lambda: os.close(os.open("/proc/%s/mem" % q, os.O_RDONLY))),
+                        ("ns", lambda: os.readlink("/proc/%s/ns/mnt" % q)),
+                        ("root", lambda: os.listdir("/proc/%s/root/" % q))):
+            try:
+                f()
+                reach.setdefault(what, []).append(int(q))
+            except OSError:
+                pass
 try:
     os.kill(MOUNTER, signal.SIGINT)
     m = "ok"
 except OSError as e:
     m = errno.errorcode.get(e.errno, str(e.errno))
-print("SWEEP " + json.dumps({"could": sorted(could), "errs": errs, "rounds": rounds, "mounter": m}), flush=True)
+print("SWEEP " + json.dumps({"could": sorted(could), "errs": errs, "rounds": rounds, "mounter": m, "reach": reach, "scanned": len(scanned)}), flush=True)
 `
 
 // Probe: in a pool whose templates share the host's PID namespace
@@ -127,13 +145,14 @@ print("SWEEP " + json.dumps({"could": sorted(could), "errs": errs, "rounds": rou
 // machine), a job sweeping the pids after its own while other mount jobs
 // make the mounter build namespaces inline (a holder is born and killed
 // at each build) may signal none of them: no holder, no spare, no
-// mounter (Landlock's signal scoping); its SIGINT to the mounter is
-// refused, and the mounter serves on (the same process: mount jobs after
-// it see their mounts).
+// mounter (Landlock's signal scoping), nor open any other process's
+// memory (a holder's is the mounter's), mount namespace or root through
+// /proc; its SIGINT to the mounter is refused, and the mounter serves on
+// (the same process: mount jobs after it see their mounts).
 func TestHostileReview18SignalSweepDuringBuilds(t *testing.T) {
 	before := mounterPids(t)
 	dir := t.TempDir()
-	p := newTestPool(t, Config{Workers: 2, Dir: dir, PIDNamespace: "off", Limits: Limits{AllowRead: []string{dir}}})
+	p := newTestPool(t, Config{Workers: 2, Dir: dir, PIDNamespace: "off", Limits: Limits{AllowRead: []string{dir, "/proc"}}})
 	requireNS(t, p)
 	if abi, err := sandbox.ABI(); err != nil || abi < 6 {
 		// Without Landlock's signal scoping a job running as the pool's
@@ -168,14 +187,16 @@ func TestHostileReview18SignalSweepDuringBuilds(t *testing.T) {
 			builds++
 		}
 	}()
-	res := run(t, p, Job{Code: strings.Replace(r18Sweep, "MOUNTER", strconv.Itoa(mounter), 1)})
+	res := run(t, p, Job{AllowRead: []string{"/proc"}, Code: strings.Replace(r18Sweep, "MOUNTER", strconv.Itoa(mounter), 1)})
 	close(stop)
 	wg.Wait()
 	requireOK(t, res)
 	require.Empty(t, bad, "mount jobs failed during the sweep")
 	m := r13Line(t, res, "SWEEP")
-	t.Logf("mount jobs meanwhile: %d; sweep: rounds %v, errors %v, mounter %v", builds, m["rounds"], m["errs"], m["mounter"])
+	t.Logf("mount jobs meanwhile: %d; sweep: rounds %v, errors %v, mounter %v; /proc scan: %v processes", builds, m["rounds"], m["errs"], m["mounter"], m["scanned"])
+	require.Greater(t, m["scanned"], float64(1), "the job's /proc lists no other process")
 	require.Empty(t, m["could"], "the job may signal these processes")
+	require.Empty(t, m["reach"], "the job reached these processes' memory, namespaces or roots")
 	require.Equal(t, "EPERM", m["mounter"], "the job's SIGINT to the mounter")
 	require.True(t, processAlive(mounter), "the mounter died")
 	require.Contains(t, mounterPids(t), mounter)
