@@ -42,6 +42,7 @@
 # namespace's root is then a clone of a free slot (see SLOTS), never of
 # the tmpfs's root.
 # where "fd" indexes the descriptors sent with the plan.
+import _signal
 import array
 import ctypes
 import errno
@@ -842,6 +843,9 @@ HOLD_STACK = ctypes.create_string_buffer(64 << 10)
 # the user namespace count) fails that build only, as a fork would: it
 # does not turn inline builds off.
 TRANSIENT = (errno.EAGAIN, errno.ENOMEM, errno.ENOSPC, errno.EUSERS)
+# Every signal, as plain numbers (signal's wrappers make an enum of each
+# signal number at every call: some 0.4 ms for the whole set).
+HOLD_MASK = _signal.valid_signals()
 try:
     libc.clone.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p]
     libc.clone.restype = ctypes.c_int
@@ -857,13 +861,13 @@ def clone_holder():
     # The holder starts with every signal blocked (it inherits the mask):
     # sharing our memory and our signal handlers, it would otherwise run
     # Python's C-level handler on a signal (SIGINT: KeyboardInterrupt here).
-    old = signal.pthread_sigmask(signal.SIG_BLOCK, signal.valid_signals())
+    old = _signal.pthread_sigmask(signal.SIG_BLOCK, HOLD_MASK)
     try:
         pid = libc.clone(HOLD_FN, top, CLONE_VM | CLONE_NEWUSER | CLONE_NEWNS | signal.SIGCHLD,
                          ctypes.c_void_p(INLINE_HOLD))
         err = ctypes.get_errno()
     finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+        _signal.pthread_sigmask(signal.SIG_SETMASK, old)
     if pid < 0:
         raise OSError(err, "clone of the namespace holder")
     return pid
