@@ -207,3 +207,59 @@ func TestHostileReview18SignalSweepDuringBuilds(t *testing.T) {
 	}
 	advServes(t, p)
 }
+
+const r18SelfConfineEnv = "PYNOX_R18_SELFCONFINE"
+
+// Probe: in a pool that confines itself (each namespace's root a slot of
+// one shared tmpfs, every stock namespace built inline), jobs with ever
+// new mount paths, twice as many as the pool has slots and two more, run
+// two at a time: every one is answered, sees its own mount and no other
+// job's mountpoint (a slot is emptied before its reuse), and
+// the pool serves on: no slot is lost to the churn.
+func TestHostileReview18SelfConfinedSlotChurn(t *testing.T) {
+	dir, child := nsChildProcess(t, r18SelfConfineEnv)
+	if !child {
+		return
+	}
+	p, err := New(Config{Python: testPython(), Dir: dir, ConfineSelf: true, Workers: 2,
+		Limits: Limits{AllowRead: []string{dir}, AllowWrite: []string{dir}}})
+	require.NoError(t, err)
+	defer p.Close()
+	requireNS(t, p)
+	data := filepath.Join(dir, "data")
+	require.NoError(t, os.Mkdir(data, 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(data, "f.txt"), []byte("hello"), 0o644))
+	requireOK(t, run(t, p, Job{Mounts: []MountSpec{{HostPath: data, Path: "/data"}}, Code: "print(1)"}))
+	n := 2*p.ns.nSlots + 2
+	require.Greater(t, n, 0, "a self-confined pool with no slots")
+	t.Logf("%d slots, %d jobs", p.ns.nSlots, n)
+	var (
+		wg   sync.WaitGroup
+		mu   sync.Mutex
+		bad  []string
+		jobs = make(chan int)
+	)
+	for range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range jobs {
+				name := fmt.Sprintf("r18-%d", i)
+				res := run(t, p, Job{Mounts: []MountSpec{{HostPath: data, Path: "/" + name + "/m"}}, Code: `import os
+print(open("/` + name + `/m/f.txt").read(), [e for e in ("r18-%d" % j for j in range(` + strconv.Itoa(n) + `)) if os.path.lexists("/" + e)])`})
+				if want := "hello ['" + name + "']\n"; res.Error != nil || res.Stdout != want {
+					mu.Lock()
+					bad = append(bad, fmt.Sprintf("%s: %+v %q %s", name, res.Error, res.Stdout, res.Stderr))
+					mu.Unlock()
+				}
+			}
+		}()
+	}
+	for i := range n {
+		jobs <- i
+	}
+	close(jobs)
+	wg.Wait()
+	require.Empty(t, bad)
+	advServes(t, p)
+}
