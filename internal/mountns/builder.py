@@ -234,9 +234,10 @@ def fill(root, plan, fds, masters):
     # Shallow paths first, so that a mount inside another one's path lands
     # on top of it. Each mount is closed once tried; on a failure the rest
     # are closed too.
-    todo = sorted(mounts, key=lambda x: len(rel(x[0])))
+    todo = list(mounts)
     cache = {}
     try:
+        todo.sort(key=lambda x: len(rel(x[0])))
         while todo:
             path, is_dir, m = todo.pop(0)
             try:
