@@ -42,6 +42,7 @@
 # namespace's root is then a clone of a free slot (see SLOTS), never of
 # the tmpfs's root.
 # where "fd" indexes the descriptors sent with the plan.
+import _signal
 import array
 import ctypes
 import errno
@@ -212,6 +213,78 @@ def forget(cache, path):
         os.close(cache.pop(key))
 
 
+def fill(root, plan, fds, masters):
+    """build's links, dirs and mounts in the detached root; on failure
+    closes every mount it made that is not attached yet (the caller
+    closes the root)."""
+    for name, target in plan.get("links") or []:
+        try:
+            os.symlink(target, name, dir_fd=root)
+        except FileExistsError:
+            pass
+    for path in plan.get("dirs") or []:
+        os.close(make_point(root, path, True)[0])
+    mounts = []  # (path, is_dir, detached mount)
+    try:
+        make_mounts(mounts, plan, fds, masters)
+    except BaseException:
+        for _, _, m in mounts:
+            os.close(m)
+        raise
+    # Shallow paths first, so that a mount inside another one's path lands
+    # on top of it. Each mount is closed once tried; on a failure the rest
+    # are closed too.
+    todo = list(mounts)
+    cache = {}
+    try:
+        todo.sort(key=lambda x: len(rel(x[0])))
+        while todo:
+            path, is_dir, m = todo.pop(0)
+            try:
+                d, last = point(root, path, is_dir, cache)
+                try:
+                    attach(m, d, last)
+                except OSError as e:
+                    raise OSError(e.errno, "%s at %s" % (e.strerror, path)) from None
+            finally:
+                os.close(m)
+            forget(cache, path)
+    finally:
+        for fd in cache.values():
+            os.close(fd)
+        for _, _, m in todo:
+            os.close(m)
+
+
+def make_mounts(mounts, plan, fds, masters):
+    """Appends the plan's binds and overlays to mounts as detached
+    mounts, (path, is_dir, mount), each as soon as it is made (the caller
+    closes them)."""
+    for i, b in enumerate(plan.get("binds") or []):
+        if masters is not None:
+            mfd, is_dir = masters[i]
+            mounts.append((b["path"], is_dir, clone_tree(mfd)))
+            continue
+        fd = fds[b["fd"]]
+        is_dir = stat.S_ISDIR(os.fstat(fd).st_mode)
+        m = clone_tree(fd)
+        mounts.append((b["path"], is_dir, m))
+        set_attr(m, bind_flags(b), True, MS_PRIVATE)  # see attach_job
+    for o in plan.get("overlays") or []:
+        fd = fds[o["fd"]]
+        up = new_fs("tmpfs", [("size", str(o["limit"])), ("mode", "0755")])
+        try:
+            os.mkdir("upper", 0o755, dir_fd=up)
+            os.mkdir("work", 0o755, dir_fd=up)
+            m = new_fs("overlay", [("lowerdir", "/proc/self/fd/%d" % fd),
+                                   ("upperdir", "/proc/self/fd/%d/upper" % up),
+                                   ("workdir", "/proc/self/fd/%d/work" % up)])
+        finally:
+            os.close(up)
+        mounts.append((o["path"], True, m))
+        set_attr(m, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV, False)
+
+
 def build(plan, fds, ro_root=True, masters=None):
     """Runs in the builder child, as real root: returns the detached root
     (left writable without ro_root: a prepared namespace, whose root the
@@ -231,55 +304,15 @@ def build(plan, fds, ro_root=True, masters=None):
         root = clone_tree(fds[plan["root"]])
     else:
         root = new_fs("tmpfs", [("size", "1m"), ("nr_inodes", "4096"), ("mode", "0755")])
-    for name, target in plan.get("links") or []:
-        try:
-            os.symlink(target, name, dir_fd=root)
-        except FileExistsError:
-            pass
-    for path in plan.get("dirs") or []:
-        os.close(make_point(root, path, True)[0])
-    mounts = []  # (path, is_dir, detached mount)
-    for i, b in enumerate(plan.get("binds") or []):
-        if masters is not None:
-            mfd, is_dir = masters[i]
-            mounts.append((b["path"], is_dir, clone_tree(mfd)))
-            continue
-        fd = fds[b["fd"]]
-        m = clone_tree(fd)
-        set_attr(m, bind_flags(b), True, MS_PRIVATE)  # see attach_job
-        mounts.append((b["path"], stat.S_ISDIR(os.fstat(fd).st_mode), m))
-    for o in plan.get("overlays") or []:
-        fd = fds[o["fd"]]
-        up = new_fs("tmpfs", [("size", str(o["limit"])), ("mode", "0755")])
-        os.mkdir("upper", 0o755, dir_fd=up)
-        os.mkdir("work", 0o755, dir_fd=up)
-        m = new_fs("overlay", [("lowerdir", "/proc/self/fd/%d" % fd),
-                               ("upperdir", "/proc/self/fd/%d/upper" % up),
-                               ("workdir", "/proc/self/fd/%d/work" % up)])
-        os.close(up)
-        set_attr(m, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV, False)
-        mounts.append((o["path"], True, m))
-    # Shallow paths first, so that a mount inside another one's path lands
-    # on top of it.
-    cache = {}
     try:
-        for path, is_dir, m in sorted(mounts, key=lambda x: len(rel(x[0]))):
-            try:
-                d, last = point(root, path, is_dir, cache)
-                try:
-                    attach(m, d, last)
-                except OSError as e:
-                    raise OSError(e.errno, "%s at %s" % (e.strerror, path)) from None
-            finally:
-                os.close(m)
-            forget(cache, path)
-    finally:
-        for fd in cache.values():
-            os.close(fd)
-    # The tmpfs itself (mountpoints and links) is read-only from now on;
-    # the mounts on it keep their own flags.
-    if ro_root:
-        set_attr(root, MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV, False)
+        fill(root, plan, fds, masters)
+        # The tmpfs itself (mountpoints and links) is read-only from now on;
+        # the mounts on it keep their own flags.
+        if ro_root:
+            set_attr(root, MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV, False)
+    except BaseException:
+        os.close(root)  # an inline build runs in the mounter: nothing stays open
+        raise
     return root
 
 
@@ -796,13 +829,24 @@ def make_seed():
 # Python and touches nothing of ours: it runs the C library's sleep
 # (INLINE_HOLD seconds) on a stack of its own, so that it goes away by
 # itself even if the mounter is killed before it kills it. Where the C
-# library has no clone, or the first inline build fails at the clone, the
-# stock is built by builder children as before (spawn).
+# library has no clone, or an inline build fails at the clone for another
+# reason than a resource (TRANSIENT), the stock is built by builder
+# children as before (spawn). The holder starts with every signal
+# blocked (our handlers are its handlers, our memory its memory), and a
+# build that fails closes all it made (it runs in the mounter, which
+# lives on).
 INLINE = [True]
 BUILDS = {"inline": 0, "forked": 0}  # stock builds made each way (op "builds")
 INLINE_HOLD = 10  # seconds a holder lives at most
 CLONE_VM = 0x100
 HOLD_STACK = ctypes.create_string_buffer(64 << 10)
+# A clone that fails for want of a resource (the pids cgroup full, memory,
+# the user namespace count) fails that build only, as a fork would: it
+# does not turn inline builds off.
+TRANSIENT = (errno.EAGAIN, errno.ENOMEM, errno.ENOSPC, errno.EUSERS)
+# Every signal, as plain numbers (signal's wrappers make an enum of each
+# signal number at every call: some 0.4 ms for the whole set).
+HOLD_MASK = _signal.valid_signals()
 try:
     libc.clone.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p]
     libc.clone.restype = ctypes.c_int
@@ -815,10 +859,18 @@ def clone_holder():
     """Clones the holder (see INLINE) in a new user namespace and a new
     mount namespace copied from the current one; returns its pid."""
     top = ctypes.c_void_p(ctypes.addressof(HOLD_STACK) + ctypes.sizeof(HOLD_STACK) - 256)
-    pid = libc.clone(HOLD_FN, top, CLONE_VM | CLONE_NEWUSER | CLONE_NEWNS | signal.SIGCHLD,
-                     ctypes.c_void_p(INLINE_HOLD))
+    # The holder starts with every signal blocked (it inherits the mask):
+    # sharing our memory and our signal handlers, it would otherwise run
+    # Python's C-level handler on a signal (SIGINT: KeyboardInterrupt here).
+    old = _signal.pthread_sigmask(signal.SIG_BLOCK, HOLD_MASK)
+    try:
+        pid = libc.clone(HOLD_FN, top, CLONE_VM | CLONE_NEWUSER | CLONE_NEWNS | signal.SIGCHLD,
+                         ctypes.c_void_p(INLINE_HOLD))
+        err = ctypes.get_errno()
+    finally:
+        _signal.pthread_sigmask(signal.SIG_SETMASK, old)
     if pid < 0:
-        raise OSError(ctypes.get_errno(), "clone of the namespace holder")
+        raise OSError(err, "clone of the namespace holder")
     return pid
 
 
@@ -838,8 +890,9 @@ def build_inline(plan, fds, masters, seed):
             os.chdir("/")
             try:
                 pid = clone_holder()
-            except OSError:
-                INLINE[0] = False  # builder children from now on
+            except OSError as e:
+                if e.errno not in TRANSIENT:
+                    INLINE[0] = False  # builder children from now on
                 raise
         finally:
             if libc.setns(OWN_MNT, CLONE_NEWNS) != 0:
@@ -901,7 +954,7 @@ def stock_inline(wait=SLOT_WAIT):
         plan = dict(plan, slot=slot)
     try:
         user, mnt = build_inline(plan, BASE["fds"], BASE.get("masters"), BASE["seed"])
-    except OSError as e:
+    except Exception as e:  # noqa: BLE001 (a builder child reported any error: so does this)
         if slot is not None:
             SLOTS[slot] = "gone"
         if not INLINE[0]:
@@ -939,7 +992,12 @@ def start_pending(wait=SLOT_WAIT):
     # SCHED_IDLE: a builder starved while it holds the kernel's mount
     # lock would hold up every attach.) A request that must wait for it
     # raises it back (boost_pending).
-    pid, r, w = spawn(plan, BASE["fds"], False, idle=True, masters=BASE.get("masters"), seed=BASE.get("seed"))
+    try:
+        pid, r, w = spawn(plan, BASE["fds"], False, idle=True, masters=BASE.get("masters"), seed=BASE.get("seed"))
+    except OSError:
+        if plan.get("slot") is not None:
+            SLOTS[plan["slot"]] = "gone"  # no namespace uses it: emptied and freed, never kept "busy"
+        raise
     PENDING = {"pid": pid, "r": r, "w": w, "slot": plan.get("slot")}
 
 

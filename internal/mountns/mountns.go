@@ -149,6 +149,9 @@ type Mounter struct {
 	cmd      *exec.Cmd
 	sock     *os.File
 	prepared bool // Prepare succeeded: Build sends the job's part only
+	// pidfd is a pidfd of the builder process, or -1 (a kernel without
+	// pidfd_open): a reply is awaited while it lives (see awaitReply).
+	pidfd int
 }
 
 // Start starts the builder with python (an absolute path to the trusted
@@ -173,7 +176,39 @@ func Start(python string) (*Mounter, error) {
 		ours.Close()
 		return nil, fmt.Errorf("starting the mounter: %w", err)
 	}
-	return &Mounter{cmd: cmd, sock: ours}, nil
+	pidfd, err := unix.PidfdOpen(cmd.Process.Pid, 0)
+	if err != nil {
+		pidfd = -1
+	} else {
+		unix.CloseOnExec(pidfd)
+	}
+	return &Mounter{cmd: cmd, sock: ours, pidfd: pidfd}, nil
+}
+
+// awaitReply waits until the builder's reply can be read, or fails once
+// the builder process has ended. The end of file on the socket is not
+// enough: a holder of an inline build (see INLINE in builder.py) shares
+// a copy of the builder's descriptors, the socket among them, for up to
+// INLINE_HOLD seconds after the builder is killed while it lives.
+func (m *Mounter) awaitReply() error {
+	if m.pidfd < 0 {
+		return nil
+	}
+	for {
+		fds := []unix.PollFd{{Fd: int32(m.sock.Fd()), Events: unix.POLLIN}, {Fd: int32(m.pidfd), Events: unix.POLLIN}}
+		if _, err := unix.Poll(fds, -1); err != nil {
+			if err == unix.EINTR {
+				continue
+			}
+			return fmt.Errorf("mounter: %w", err)
+		}
+		if fds[0].Revents != 0 {
+			return nil
+		}
+		if fds[1].Revents != 0 {
+			return errors.New("mounter: the builder process is gone")
+		}
+	}
 }
 
 // Close stops the builder (end of file on its socket) and waits for it.
@@ -182,6 +217,10 @@ func (m *Mounter) Close() error {
 	defer m.mu.Unlock()
 	m.sock.Close()
 	_ = m.cmd.Wait()
+	if m.pidfd >= 0 {
+		unix.Close(m.pidfd)
+		m.pidfd = -1
+	}
 	return nil
 }
 
@@ -441,6 +480,9 @@ func (m *Mounter) roundTrip(w wirePlan, fds []int) ([]int, int64, error) {
 	}
 	if err := unix.Sendmsg(int(m.sock.Fd()), msg, oob, nil, 0); err != nil {
 		return nil, 0, fmt.Errorf("mounter: %w", err)
+	}
+	if err := m.awaitReply(); err != nil {
+		return nil, 0, err
 	}
 	buf := make([]byte, 8192)
 	rb := make([]byte, unix.CmsgSpace(2*4))
