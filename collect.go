@@ -376,7 +376,7 @@ func (p *Pool) collectFiles(pl *plan, pats []collectPattern, removeOutputs bool)
 		c.collect(pat)
 	}
 	if dir := pl.scratchDir(); dir != "" {
-		if c.scanned+1 < collectScan && pl.outputsEmpty() {
+		if c.scanned+1 < collectScan && pl.outputsEmptyWatched() {
 			c.scanned++ // as collectOutputs counts the directory
 		} else {
 			c.collectOutputs(dir)

@@ -55,6 +55,9 @@ type plan struct {
 
 	scratchRoot *scratchRoot // where scratch was made; nil when none was
 	scratch     string       // its name in scratchRoot
+	// outWatch is a session's watch on its outputs directory
+	// (outputs_watch.go); nil for one-shot jobs.
+	outWatch *outputsWatch
 
 	collect []collectPattern // Job.Collect, checked
 
@@ -80,6 +83,7 @@ func (pl *plan) scratchDir() string {
 // reused).
 func (pl *plan) close() {
 	pl.closeGrants()
+	pl.closeOutputsWatch()
 	if pl.scratchRoot != nil {
 		pl.scratchRoot.remove(pl.scratch)
 		pl.scratchRoot = nil
@@ -260,6 +264,12 @@ func (p *Pool) plan(req *Job, session bool) (pl *plan, rerr *Error) {
 			return nil, newError(KindSandboxSetup, "the job's scratch directory could not be made in %s: %v", p.scratch.path, err)
 		}
 		pl.scratchRoot, pl.scratch = p.scratch, name
+		if session {
+			// The pool's inotify instance is made with its first
+			// session (outputs_watch.go).
+			p.scratch.outputsWatcher()
+			pl.outWatch = newOutputsWatch()
+		}
 		pl.fds = append(pl.fds, fd)
 		pl.accessOf = append(pl.accessOf, sandbox.WriteAccess(abi))
 		env = scratchEnv(j.Env, p.scratch.dir(name))

@@ -57,6 +57,9 @@ type scratchRoot struct {
 	// commit each on a file system such as ext4 (about a millisecond).
 	freeMu sync.Mutex
 	free   []string
+
+	// watcher watches the sessions' outputs directories (outputs_watch.go).
+	watcher outputsWatcher
 }
 
 // errScratchClosed is what create answers once the pool has closed.
@@ -421,6 +424,7 @@ func (s *scratchRoot) close() error {
 		return nil
 	}
 	s.closed = true
+	s.watcher.close()
 	var first error
 	fd, err := openDirNoFollow(s.fd, ".")
 	if err == nil {

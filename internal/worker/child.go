@@ -498,11 +498,15 @@ func (c *Child) RunStep(st *Step, cancel <-chan struct{}) *Outcome {
 				}
 			}
 			err := c.sendRaw(payload, []int{out[1], errp[1]})
-			rawClose(out[1])
-			rawClose(errp[1])
 			if err == nil && small {
 				err = c.signal(unix.SIGCONT)
 			}
+			// The host's copies of the write ends, closed once the
+			// process is on its way (it has its own in the frame): the
+			// pipes reach end of file only when every copy is closed,
+			// which the turn waits for after the report, never before.
+			rawClose(out[1])
+			rawClose(errp[1])
 			if err == nil {
 				// While the process runs the step.
 				c.prepareStepPipes()

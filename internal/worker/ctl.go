@@ -189,7 +189,9 @@ func (c *Child) readFrames() (msgs []childMsg, partial, end bool, err error) {
 			break
 		}
 		var m childMsg
-		if jerr := json.Unmarshal(payload, &m); jerr != nil {
+		if decodeDone(payload, &m) {
+			// ctl_fast.go: a report in the runner's exact common format.
+		} else if jerr := json.Unmarshal(payload, &m); jerr != nil {
 			return msgs, false, true, fmt.Errorf("malformed control frame: %v", jerr)
 		}
 		c.pending = rest

@@ -134,6 +134,9 @@ type output struct {
 	// stream passes the output on as it comes (see streamer); nil when
 	// nobody asked for it.
 	stream *streamer
+	// closeLater: pipes found at end of file when capture starts are
+	// left to Child.closeLater (a live session step's, see step_pipes.go).
+	closeLater bool
 }
 
 func newOutput(max int, fn OutputFunc) *output {
@@ -164,8 +167,12 @@ func (out *output) start(c *Child) {
 	closed := make(chan struct{})
 	out.closed = closed
 	if outEOF && errEOF {
-		rawClose(outFd)
-		rawClose(errFd)
+		if out.closeLater {
+			c.closeLater(outFd, errFd)
+		} else {
+			rawClose(outFd)
+			rawClose(errFd)
+		}
 		close(closed)
 		return
 	}

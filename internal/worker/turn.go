@@ -221,6 +221,9 @@ func (t *turn) run(cancel <-chan struct{}) *Outcome {
 		// for a child that ended without reporting — its exit status. A
 		// reported or killed child's teardown is not waited for.
 		if t.known() {
+			// A session step's process that lives on keeps its spent
+			// pipes until its next step (Child.closeLater).
+			t.out.closeLater = o.Alive && !t.killed
 			t.out.start(c)
 			t.out.known()
 			if !pipesDone && isClosed(t.out.closed) {
