@@ -41,6 +41,7 @@
 package mountns
 
 import (
+	"cmp"
 	_ "embed"
 	"encoding/json"
 	"errors"
@@ -50,8 +51,11 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/pynox/pynox/internal/rawsys"
 )
 
 //go:embed builder.py
@@ -149,6 +153,16 @@ type Mounter struct {
 	cmd      *exec.Cmd
 	sock     *os.File
 	prepared bool // Prepare succeeded: Build sends the job's part only
+	// conn is sock's raw connection: sock is non-blocking and registered
+	// with the runtime's poller, so that a goroutine waiting for the
+	// builder's reply parks instead of holding its thread in a blocking
+	// recvmsg (the scheduler's monitor then polled every few tens of
+	// microseconds for as long as the builder took, and handed the
+	// goroutine's P to another thread: some fifteen wake-ups per job
+	// with a mount). buf and oob are its receive buffers (m.mu).
+	conn syscall.RawConn
+	buf  []byte
+	oob  []byte
 }
 
 // Start starts the builder with python (an absolute path to the trusted
@@ -159,8 +173,20 @@ func Start(python string) (*Mounter, error) {
 	if err != nil {
 		return nil, fmt.Errorf("mounter socketpair: %w", err)
 	}
+	// Ours alone is non-blocking (the builder reads its end blocking):
+	// os.NewFile then registers it with the runtime's poller.
+	if err := unix.SetNonblock(fds[0], true); err != nil {
+		unix.Close(fds[0])
+		unix.Close(fds[1])
+		return nil, fmt.Errorf("mounter socketpair: %w", err)
+	}
 	ours, theirs := os.NewFile(uintptr(fds[0]), "mounter"), os.NewFile(uintptr(fds[1]), "mounter-child")
 	defer theirs.Close()
+	conn, err := ours.SyscallConn()
+	if err != nil {
+		ours.Close()
+		return nil, fmt.Errorf("mounter socketpair: %w", err)
+	}
 	cmd := exec.Command(python, "-I", "-S", "-c", builder)
 	cmd.Env = []string{"LC_ALL=C.UTF-8"}
 	cmd.Dir = "/"
@@ -173,7 +199,7 @@ func Start(python string) (*Mounter, error) {
 		ours.Close()
 		return nil, fmt.Errorf("starting the mounter: %w", err)
 	}
-	return &Mounter{cmd: cmd, sock: ours}, nil
+	return &Mounter{cmd: cmd, sock: ours, conn: conn, buf: make([]byte, 8192), oob: make([]byte, unix.CmsgSpace(2*4))}, nil
 }
 
 // Close stops the builder (end of file on its socket) and waits for it.
@@ -336,25 +362,37 @@ const leaseNoneReady = "lease: no prepared namespace is ready"
 // before Prepare. The lease ends with Attach (successful or not) or
 // Release; the mounter holds at most 256 leases at once.
 func (m *Mounter) Lease() (*Lease, error) {
+	id, user, mount, err := m.LeaseFDs()
+	if err != nil {
+		return nil, err
+	}
+	return &Lease{ID: id, Namespace: &Namespace{User: os.NewFile(uintptr(user), "userns"), Mount: os.NewFile(uintptr(mount), "mntns")}}, nil
+}
+
+// LeaseFDs is Lease with the namespace's user and mount namespace
+// descriptors as they came (close-on-exec), the caller's to close: a
+// caller that only passes them on closes them with a raw close(2), not
+// through an os.File (see internal/rawsys).
+func (m *Mounter) LeaseFDs() (id int64, user, mount int, err error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if !m.prepared {
-		return nil, errors.New("mounter: lease: the mounter is not prepared")
+		return 0, -1, -1, errors.New("mounter: lease: the mounter is not prepared")
 	}
 	got, id, err := m.roundTrip(wirePlan{Op: "lease"}, nil)
 	if err != nil && strings.Contains(err.Error(), leaseNoneReady) {
-		return nil, ErrNoneReady
+		return 0, -1, -1, ErrNoneReady
 	}
 	if err != nil {
-		return nil, err
+		return 0, -1, -1, err
 	}
 	if len(got) != 2 || id <= 0 {
 		for _, fd := range got {
 			unix.Close(fd)
 		}
-		return nil, fmt.Errorf("mounter: the lease reply holds %d descriptors and lease %d; expected 2 and a lease", len(got), id)
+		return 0, -1, -1, fmt.Errorf("mounter: the lease reply holds %d descriptors and lease %d; expected 2 and a lease", len(got), id)
 	}
-	return &Lease{ID: id, Namespace: &Namespace{User: os.NewFile(uintptr(got[0]), "userns"), Mount: os.NewFile(uintptr(got[1]), "mntns")}}, nil
+	return id, got[0], got[1], nil
 }
 
 // Attach attaches a job's part (Binds, Overlays and Dirs, as Build takes
@@ -438,13 +476,22 @@ func (m *Mounter) roundTrip(w wirePlan, fds []int) ([]int, int64, error) {
 	if len(fds) > 0 {
 		oob = unix.UnixRights(fds...)
 	}
-	if err := unix.Sendmsg(int(m.sock.Fd()), msg, oob, nil, 0); err != nil {
+	var ioErr error
+	// (Raw calls on the non-blocking socket: see internal/rawsys.)
+	err = m.conn.Write(func(fd uintptr) bool {
+		_, ioErr = rawsys.Sendmsg(int(fd), msg, oob, unix.MSG_DONTWAIT)
+		return ioErr != unix.EAGAIN
+	})
+	if err = cmp.Or(err, ioErr); err != nil {
 		return nil, 0, fmt.Errorf("mounter: %w", err)
 	}
-	buf := make([]byte, 8192)
-	rb := make([]byte, unix.CmsgSpace(2*4))
-	n, oobn, _, _, err := unix.Recvmsg(int(m.sock.Fd()), buf, rb, unix.MSG_CMSG_CLOEXEC)
-	if err != nil {
+	buf, rb := m.buf, m.oob
+	var n, oobn int
+	err = m.conn.Read(func(fd uintptr) bool {
+		n, oobn, _, ioErr = rawsys.Recvmsg(int(fd), buf, rb, unix.MSG_CMSG_CLOEXEC|unix.MSG_DONTWAIT)
+		return ioErr != unix.EAGAIN
+	})
+	if err = cmp.Or(err, ioErr); err != nil {
 		return nil, 0, fmt.Errorf("mounter: %w", err)
 	}
 	if n == 0 {
