@@ -586,15 +586,15 @@ func (p *Pool) nsLease() (*worker.NSLease, error) {
 	if base, ok := p.prepared(m); base == nil || !ok {
 		return nil, errors.New("the mounter holds no prepared namespaces")
 	}
-	l, err := m.Lease()
+	id, user, mount, err := m.LeaseFDs()
 	if errors.Is(err, mountns.ErrNoneReady) {
 		return nil, worker.ErrNSLeaseBusy
 	}
 	if err != nil {
 		return nil, err
 	}
-	return &worker.NSLease{User: l.Namespace.User, Mount: l.Namespace.Mount, ID: l.ID,
-		Release: func() { _ = m.Release(l.ID) }}, nil
+	return &worker.NSLease{User: user, Mount: mount, ID: id,
+		Release: func() { _ = m.Release(id) }}, nil
 }
 
 // nsPlanned is a plan's namespace plan as nsCheck made it, before the
@@ -659,8 +659,13 @@ func (p *Pool) nsPlan(pl *plan) (*mountns.Mounter, mountns.Plan, []worker.NSRule
 		}
 		grants = append(grants, hostBind{path: real, fd: fd, ro: pl.accessOf[i]&writeBits == 0})
 	}
-	// kept is what the job sees from the host, base and grants together.
-	kept := dedupBinds(append(slices.Clone(base.binds), grants...))
+	// kept is what the job sees from the host, base and grants together
+	// (the base alone, already sorted and without a bind beneath another,
+	// when the job has no grants: no copy and sort of it per job).
+	kept := base.binds
+	if len(grants) > 0 {
+		kept = dedupBinds(append(slices.Clone(base.binds), grants...))
+	}
 	var rules []worker.NSRule
 	for _, mt := range pl.nsMounts {
 		for _, b := range kept {
