@@ -659,13 +659,8 @@ func (p *Pool) nsPlan(pl *plan) (*mountns.Mounter, mountns.Plan, []worker.NSRule
 		}
 		grants = append(grants, hostBind{path: real, fd: fd, ro: pl.accessOf[i]&writeBits == 0})
 	}
-	// kept is what the job sees from the host, base and grants together
-	// (the base alone, already sorted and without a bind beneath another,
-	// when the job has no grants: no copy and sort of it per job).
-	kept := base.binds
-	if len(grants) > 0 {
-		kept = dedupBinds(append(slices.Clone(base.binds), grants...))
-	}
+	// kept is what the job sees from the host, base and grants together.
+	kept := dedupBinds(append(slices.Clone(base.binds), grants...))
 	var rules []worker.NSRule
 	for _, mt := range pl.nsMounts {
 		for _, b := range kept {
