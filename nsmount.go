@@ -586,15 +586,15 @@ func (p *Pool) nsLease() (*worker.NSLease, error) {
 	if base, ok := p.prepared(m); base == nil || !ok {
 		return nil, errors.New("the mounter holds no prepared namespaces")
 	}
-	l, err := m.Lease()
+	id, user, mount, err := m.LeaseFDs()
 	if errors.Is(err, mountns.ErrNoneReady) {
 		return nil, worker.ErrNSLeaseBusy
 	}
 	if err != nil {
 		return nil, err
 	}
-	return &worker.NSLease{User: l.Namespace.User, Mount: l.Namespace.Mount, ID: l.ID,
-		Release: func() { _ = m.Release(l.ID) }}, nil
+	return &worker.NSLease{User: user, Mount: mount, ID: id,
+		Release: func() { _ = m.Release(id) }}, nil
 }
 
 // nsPlanned is a plan's namespace plan as nsCheck made it, before the

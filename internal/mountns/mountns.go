@@ -41,6 +41,7 @@
 package mountns
 
 import (
+	"cmp"
 	_ "embed"
 	"encoding/json"
 	"errors"
@@ -50,8 +51,11 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/pynox/pynox/internal/rawsys"
 )
 
 //go:embed builder.py
@@ -149,9 +153,16 @@ type Mounter struct {
 	cmd      *exec.Cmd
 	sock     *os.File
 	prepared bool // Prepare succeeded: Build sends the job's part only
-	// pidfd is a pidfd of the builder process, or -1 (a kernel without
-	// pidfd_open): a reply is awaited while it lives (see awaitReply).
-	pidfd int
+	// conn is sock's raw connection: sock is non-blocking and registered
+	// with the runtime's poller, so that a goroutine waiting for the
+	// builder's reply parks instead of holding its thread in a blocking
+	// recvmsg (the scheduler's monitor then polled every few tens of
+	// microseconds for as long as the builder took, and handed the
+	// goroutine's P to another thread: some fifteen wake-ups per job
+	// with a mount). buf and oob are its receive buffers (m.mu).
+	conn syscall.RawConn
+	buf  []byte
+	oob  []byte
 }
 
 // Start starts the builder with python (an absolute path to the trusted
@@ -162,8 +173,20 @@ func Start(python string) (*Mounter, error) {
 	if err != nil {
 		return nil, fmt.Errorf("mounter socketpair: %w", err)
 	}
+	// Ours alone is non-blocking (the builder reads its end blocking):
+	// os.NewFile then registers it with the runtime's poller.
+	if err := unix.SetNonblock(fds[0], true); err != nil {
+		unix.Close(fds[0])
+		unix.Close(fds[1])
+		return nil, fmt.Errorf("mounter socketpair: %w", err)
+	}
 	ours, theirs := os.NewFile(uintptr(fds[0]), "mounter"), os.NewFile(uintptr(fds[1]), "mounter-child")
 	defer theirs.Close()
+	conn, err := ours.SyscallConn()
+	if err != nil {
+		ours.Close()
+		return nil, fmt.Errorf("mounter socketpair: %w", err)
+	}
 	cmd := exec.Command(python, "-I", "-S", "-c", builder)
 	cmd.Env = []string{"LC_ALL=C.UTF-8"}
 	cmd.Dir = "/"
@@ -176,39 +199,34 @@ func Start(python string) (*Mounter, error) {
 		ours.Close()
 		return nil, fmt.Errorf("starting the mounter: %w", err)
 	}
-	pidfd, err := unix.PidfdOpen(cmd.Process.Pid, 0)
-	if err != nil {
-		pidfd = -1
-	} else {
-		unix.CloseOnExec(pidfd)
+	m := &Mounter{cmd: cmd, sock: ours, conn: conn, buf: make([]byte, 8192), oob: make([]byte, unix.CmsgSpace(2*4))}
+	if pidfd, err := unix.PidfdOpen(cmd.Process.Pid, unix.PIDFD_NONBLOCK); err == nil {
+		go m.watchDeath(pidfd)
 	}
-	return &Mounter{cmd: cmd, sock: ours, pidfd: pidfd}, nil
+	return m, nil
 }
 
-// awaitReply waits until the builder's reply can be read, or fails once
-// the builder process has ended. The end of file on the socket is not
-// enough: a holder of an inline build (see INLINE in builder.py) shares
-// a copy of the builder's descriptors, the socket among them, for up to
-// INLINE_HOLD seconds after the builder is killed while it lives.
-func (m *Mounter) awaitReply() error {
-	if m.pidfd < 0 {
-		return nil
+// watchDeath waits (parked in the runtime's poller) until the builder
+// process has ended, then shuts the host's end of the socket down, so
+// that a reply being awaited ends at once with "the builder process is
+// gone". The builder's end of the socket closing is not enough: a holder
+// of an inline build (see INLINE in builder.py) has a copy of the
+// builder's descriptors, the socket among them, for up to INLINE_HOLD
+// seconds after the builder is killed. Without a pidfd (an old kernel)
+// the host learns of the death when the socket closes.
+func (m *Mounter) watchDeath(pidfd int) {
+	f := os.NewFile(uintptr(pidfd), "mounter-pidfd")
+	defer f.Close()
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return
 	}
-	for {
-		fds := []unix.PollFd{{Fd: int32(m.sock.Fd()), Events: unix.POLLIN}, {Fd: int32(m.pidfd), Events: unix.POLLIN}}
-		if _, err := unix.Poll(fds, -1); err != nil {
-			if err == unix.EINTR {
-				continue
-			}
-			return fmt.Errorf("mounter: %w", err)
-		}
-		if fds[0].Revents != 0 {
-			return nil
-		}
-		if fds[1].Revents != 0 {
-			return errors.New("mounter: the builder process is gone")
-		}
-	}
+	_ = rc.Read(func(fd uintptr) bool {
+		p := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+		n, _ := unix.Poll(p, 0)
+		return n > 0 // readable once the process has ended
+	})
+	_ = m.conn.Control(func(fd uintptr) { _ = unix.Shutdown(int(fd), unix.SHUT_RDWR) })
 }
 
 // Close stops the builder (end of file on its socket) and waits for it.
@@ -217,10 +235,6 @@ func (m *Mounter) Close() error {
 	defer m.mu.Unlock()
 	m.sock.Close()
 	_ = m.cmd.Wait()
-	if m.pidfd >= 0 {
-		unix.Close(m.pidfd)
-		m.pidfd = -1
-	}
 	return nil
 }
 
@@ -273,9 +287,8 @@ const SeedFD = 1000
 // that no request changes (runtime and system paths, devices, /proc, the
 // host's links, Dirs, and Root in a pool whose namespaces share one; no
 // Overlays), and has it keep n namespaces built from it ready, each
-// rebuilt after one is taken (by the mounter itself, while no request
-// waits: no process is forked for it where the C library has clone; see
-// INLINE in builder.py). From then on Build takes only a job's part (Binds, Overlays and
+// rebuilt in the background (a builder process forked then) after one is
+// taken. From then on Build takes only a job's part (Binds, Overlays and
 // Dirs; no Links, no Root) and attaches it to a prepared namespace
 // without a fork: see builder.py. The base plan's descriptors stay the
 // caller's (the mounter keeps copies for its lifetime). Prepare may be
@@ -376,25 +389,37 @@ const leaseNoneReady = "lease: no prepared namespace is ready"
 // before Prepare. The lease ends with Attach (successful or not) or
 // Release; the mounter holds at most 256 leases at once.
 func (m *Mounter) Lease() (*Lease, error) {
+	id, user, mount, err := m.LeaseFDs()
+	if err != nil {
+		return nil, err
+	}
+	return &Lease{ID: id, Namespace: &Namespace{User: os.NewFile(uintptr(user), "userns"), Mount: os.NewFile(uintptr(mount), "mntns")}}, nil
+}
+
+// LeaseFDs is Lease with the namespace's user and mount namespace
+// descriptors as they came (close-on-exec), the caller's to close: a
+// caller that only passes them on closes them with a raw close(2), not
+// through an os.File (see internal/rawsys).
+func (m *Mounter) LeaseFDs() (id int64, user, mount int, err error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if !m.prepared {
-		return nil, errors.New("mounter: lease: the mounter is not prepared")
+		return 0, -1, -1, errors.New("mounter: lease: the mounter is not prepared")
 	}
 	got, id, err := m.roundTrip(wirePlan{Op: "lease"}, nil)
 	if err != nil && strings.Contains(err.Error(), leaseNoneReady) {
-		return nil, ErrNoneReady
+		return 0, -1, -1, ErrNoneReady
 	}
 	if err != nil {
-		return nil, err
+		return 0, -1, -1, err
 	}
 	if len(got) != 2 || id <= 0 {
 		for _, fd := range got {
 			unix.Close(fd)
 		}
-		return nil, fmt.Errorf("mounter: the lease reply holds %d descriptors and lease %d; expected 2 and a lease", len(got), id)
+		return 0, -1, -1, fmt.Errorf("mounter: the lease reply holds %d descriptors and lease %d; expected 2 and a lease", len(got), id)
 	}
-	return &Lease{ID: id, Namespace: &Namespace{User: os.NewFile(uintptr(got[0]), "userns"), Mount: os.NewFile(uintptr(got[1]), "mntns")}}, nil
+	return id, got[0], got[1], nil
 }
 
 // Attach attaches a job's part (Binds, Overlays and Dirs, as Build takes
@@ -466,8 +491,11 @@ func wire(plan Plan) (wirePlan, []int, error) {
 // (the caller's) and its lease number (zero when it has none), or the
 // mounter's error. m.mu is held.
 func (m *Mounter) roundTrip(w wirePlan, fds []int) ([]int, int64, error) {
-	msg, err := json.Marshal(w)
-	if err != nil {
+	var msg []byte
+	var err error
+	if w.Op == "lease" && len(fds) == 0 {
+		msg = leaseRequest // the same bytes json.Marshal makes of w
+	} else if msg, err = json.Marshal(w); err != nil {
 		return nil, 0, err
 	}
 	if len(msg) > maxPlan || len(fds) > maxFDs {
@@ -478,16 +506,22 @@ func (m *Mounter) roundTrip(w wirePlan, fds []int) ([]int, int64, error) {
 	if len(fds) > 0 {
 		oob = unix.UnixRights(fds...)
 	}
-	if err := unix.Sendmsg(int(m.sock.Fd()), msg, oob, nil, 0); err != nil {
+	var ioErr error
+	// (Raw calls on the non-blocking socket: see internal/rawsys.)
+	err = m.conn.Write(func(fd uintptr) bool {
+		_, ioErr = rawsys.Sendmsg(int(fd), msg, oob, unix.MSG_DONTWAIT)
+		return ioErr != unix.EAGAIN
+	})
+	if err = cmp.Or(err, ioErr); err != nil {
 		return nil, 0, fmt.Errorf("mounter: %w", err)
 	}
-	if err := m.awaitReply(); err != nil {
-		return nil, 0, err
-	}
-	buf := make([]byte, 8192)
-	rb := make([]byte, unix.CmsgSpace(2*4))
-	n, oobn, _, _, err := unix.Recvmsg(int(m.sock.Fd()), buf, rb, unix.MSG_CMSG_CLOEXEC)
-	if err != nil {
+	buf, rb := m.buf, m.oob
+	var n, oobn int
+	err = m.conn.Read(func(fd uintptr) bool {
+		n, oobn, _, ioErr = rawsys.Recvmsg(int(fd), buf, rb, unix.MSG_CMSG_CLOEXEC|unix.MSG_DONTWAIT)
+		return ioErr != unix.EAGAIN
+	})
+	if err = cmp.Or(err, ioErr); err != nil {
 		return nil, 0, fmt.Errorf("mounter: %w", err)
 	}
 	if n == 0 {
@@ -504,6 +538,9 @@ func (m *Mounter) roundTrip(w wirePlan, fds []int) ([]int, int64, error) {
 			}
 		}
 	}
+	if lease, ok := okReply(buf[:n]); ok {
+		return got, lease, nil
+	}
 	var reply struct {
 		OK    bool   `json:"ok"`
 		Error string `json:"error"`
@@ -519,6 +556,42 @@ func (m *Mounter) roundTrip(w wirePlan, fds []int) ([]int, int64, error) {
 		return nil, 0, fmt.Errorf("mounter: bad reply %q", buf[:n])
 	}
 	return got, reply.Lease, nil
+}
+
+// leaseRequest is a lease request as json.Marshal encodes it, made once.
+var leaseRequest = func() []byte {
+	b, err := json.Marshal(wirePlan{Op: "lease"})
+	if err != nil {
+		panic(err)
+	}
+	return b
+}()
+
+// okReply reads the builder's two common replies as Python's json.dumps
+// writes them, {"ok": true} and {"ok": true, "lease": N}, without the
+// json package (whose decoder grew the stack of the goroutine waiting
+// for a lease, copying it, about once per job with a mount); ok is false
+// for any other reply, which roundTrip then decodes with the json
+// package.
+func okReply(b []byte) (lease int64, ok bool) {
+	const plain, leased = `{"ok": true}`, `{"ok": true, "lease": `
+	if string(b) == plain {
+		return 0, true
+	}
+	if len(b) <= len(leased)+1 || string(b[:len(leased)]) != leased || b[len(b)-1] != '}' {
+		return 0, false
+	}
+	digits := b[len(leased) : len(b)-1]
+	if len(digits) > 18 || digits[0] == '0' {
+		return 0, false
+	}
+	for _, c := range digits {
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		lease = lease*10 + int64(c-'0')
+	}
+	return lease, true
 }
 
 // HostLinks lists the symbolic links at the top of the host's root

@@ -3,7 +3,6 @@ package worker
 import (
 	"errors"
 	"fmt"
-	"os"
 	"time"
 
 	"github.com/pynox/pynox/internal/frame"
@@ -39,9 +38,12 @@ var attachedFrame = []byte(`{"t":"attached"}`)
 // NSLease is a prepared mount namespace leased for a ready ns spare
 // (Options.NSLease), which enters it before its job.
 type NSLease struct {
-	// User and Mount are the namespace's descriptors; the template sends
-	// them to the spare and closes them.
-	User, Mount *os.File
+	// User and Mount are the namespace's descriptors (the lease's to
+	// close); the template sends them to the spare and closes them, with
+	// raw close(2)s (no os.File: its Close goes through syscall.Syscall,
+	// which wakes the runtime's monitor thread when every P was idle: see
+	// internal/rawsys).
+	User, Mount int
 	// ID is the lease's number at the pool's mounter.
 	ID int64
 	// Release ends the lease at the mounter; the child calls it when it
@@ -113,11 +115,11 @@ func (t *Template) tryLease(c *Child) error {
 	defer c.leaseMu.Unlock()
 	if !c.leaseTaken {
 		// Sent under leaseMu: a taker's job frame comes after it.
-		err = c.sendRaw(enterFrame, []int{int(l.User.Fd()), int(l.Mount.Fd())})
+		err = c.sendRaw(enterFrame, []int{l.User, l.Mount})
 	}
-	l.User.Close()
-	l.Mount.Close()
-	l.User, l.Mount = nil, nil
+	rawClose(l.User)
+	rawClose(l.Mount)
+	l.User, l.Mount = -1, -1
 	if c.leaseTaken || err != nil {
 		// Taken meanwhile, or the spare cannot be told (it then fails or
 		// dies with its job).

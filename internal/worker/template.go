@@ -832,9 +832,17 @@ func (t *Template) readLoop() {
 	// deliveries feeds the goroutine that moves spares into their cgroups
 	// (deliverLoop), started at the first spare and ended with this loop.
 	var deliveries chan spareDelivery
+	// nsDeliveries feeds the goroutine that leases a namespace for each
+	// ready ns spare (see preEnter), started at the first one and ended
+	// with this loop: a goroutine of its own, as the mounter's round trip
+	// must not hold up the other spares' cgroups.
+	var nsDeliveries chan spareDelivery
 	defer func() {
 		if deliveries != nil {
 			close(deliveries)
+		}
+		if nsDeliveries != nil {
+			close(nsDeliveries)
 		}
 	}()
 	for {
@@ -930,8 +938,19 @@ func (t *Template) readLoop() {
 				if route == nsReadyRoute && t.nsLease != nil {
 					// The spare is handed out once it has a namespace to
 					// enter (a round trip to the pool's mounter, which
-					// this loop need not wait for).
-					go t.deliverTo(c, kind, route)
+					// this loop need not wait for), by one long-lived
+					// goroutine: a goroutine per spare grew its stack
+					// through the round trip's JSON some three times,
+					// copying it each time, once per job with a mount.
+					if nsDeliveries == nil {
+						nsDeliveries = make(chan spareDelivery, deliveryQueue)
+						go t.deliverLoop(nsDeliveries)
+					}
+					select {
+					case nsDeliveries <- spareDelivery{c, kind, route}:
+					default: // never expected: one ready ns spare per kind
+						go t.deliverTo(c, kind, route)
+					}
 				} else if t.cg.Backend() != cgroup.None {
 					// The spare is handed out once it is in its cgroup;
 					// creating and joining it takes a few hundred
