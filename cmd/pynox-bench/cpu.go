@@ -15,12 +15,17 @@ const userHZ = 100
 // host, or the Python loop of the naive server and the limit loop), pynox's
 // templates (the server's children, for pynox only), and the processes
 // that ran jobs (spares and job children, with their descendants).
-type cpuTimes struct{ host, templates, children float64 }
+// procs is how many processes the tree had at the reading (not carried
+// by sub and add).
+type cpuTimes struct {
+	host, templates, children float64
+	procs                     int
+}
 
 func (c cpuTimes) total() float64 { return c.host + c.templates + c.children }
 
 func (c cpuTimes) sub(o cpuTimes) cpuTimes {
-	return cpuTimes{c.host - o.host, c.templates - o.templates, c.children - o.children}
+	return cpuTimes{host: c.host - o.host, templates: c.templates - o.templates, children: c.children - o.children}
 }
 
 type procCPU struct {
@@ -124,6 +129,7 @@ func treeCPU(root int, withTemplates bool) cpuTimes {
 		if depth < 0 {
 			continue
 		}
+		c.procs++
 		add(depth, p.own)
 		add(depth+1, p.reaped) // what it reaped ran one level below it
 	}

@@ -3,7 +3,7 @@
 //
 // Usage:
 //
-//	go run ./cmd/pynox-bench [--python=/usr/bin/python3] [--n=500] [--pandas=auto|on|off] [--matplotlib=auto|on|off] [--gap=2ms] [--json] [--only=serve|memory|limit|sessions|mounts]
+//	go run ./cmd/pynox-bench [--python=/usr/bin/python3] [--n=500] [--pandas=auto|on|off] [--matplotlib=auto|on|off] [--gap=2ms] [--blocks=6] [--json] [--only=serve|memory|limit|sessions|mounts]
 //
 // What it measures, all as client-side wall-clock time:
 //
@@ -26,9 +26,10 @@
 //     from pynox's own packages (internal/worker.Policy), so nothing is
 //     left out of the yardstick but pynox's protocol, cgroups, PID
 //     namespaces and features. Measured like pynox, with and without
-//     pandas, right after the pynox series; the LIMIT section gives pynox
-//     as a ratio of it: CPU per job (at throughput and with think time),
-//     throughput, round trip with think time and back to back.
+//     pandas, interleaved with pynox's rows (below); the LIMIT section
+//     gives pynox as a ratio of it: CPU per job (at throughput and with
+//     think time), throughput, round trip with think time and back to
+//     back.
 //   - Cold interpreters: `python3 -c 'print(sum(range(100)))'` and
 //     `python3 -c 'import pandas'`, fork/exec'd from Go per run.
 //   - Memory: PSS, private (USS) and RSS from /proc/<pid>/smaps_rollup of
@@ -41,6 +42,26 @@
 // with nanosecond resolution, and the time of what it reaped, in ticks)
 // divided by the requests measured, split into the server process (pynox's
 // Go host), the templates and the job processes.
+//
+// Interleaved pairs: the rows a target's ratio compares are measured in
+// the same stretch of time, because the speed of a shared VM drifts by
+// 10-30% over minutes and a ratio of rows measured minutes apart mixes that
+// drift with the difference. Rows 1, 2 and 13 against the limit loop's L1,
+// L2 and L5 (R1-R5), rows 3, 4 and 14 against L3, L4 and L6 (R6-R10), and
+// row 28 against row 29 (one pool, plain and mount jobs) are measured in
+// pairs: both servers running (an idle one uses no CPU: -v prints what
+// each used outside its own blocks), each row warmed up as usual, then the
+// two rows take turns in --blocks blocks each of about n/blocks requests,
+// in ABBA order (A B B A A B ...; an even number cancels a linear drift).
+// A row's samples are pooled over its blocks; its CPU per job is what its
+// server's tree used over its own blocks, each read from its start until
+// the tree is quiet after its last answer (no process came or went, its
+// CPU moved by less than 50 µs in 10 ms); a throughput row's jobs/s is its
+// jobs over its blocks' summed wall time (each block starts with the
+// spares ready and ends draining the last requests: once per block
+// instead of once per series, alike for both rows of a pair).
+// --blocks=1 measures each row of a pair in one block, one after the
+// other. The other rows are measured one series after another.
 //
 // Every ratio is a time ratio against the pynox row it names: above 1 means
 // slower (or, for throughput, fewer jobs per second) than pynox. Nothing is
@@ -117,6 +138,7 @@ type options struct {
 	warm        int
 	gap         time.Duration
 	inflight    int
+	blocks      int
 	workers     int
 	pandas      string
 	matplotlib  string
@@ -128,66 +150,10 @@ type options struct {
 }
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("pynox-bench", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	var o options
-	defPython := "python3"
-	if _, err := os.Stat("/usr/bin/python3"); err == nil {
-		defPython = "/usr/bin/python3"
-	}
-	fs.StringVar(&o.python, "python", defPython, "the interpreter every contender runs (a launcher script such as a pyenv shim is resolved to the binary it runs)")
-	fs.StringVar(&o.pynox, "pynox", "", "a prebuilt pynox binary (default: go build ./cmd/pynox into a temporary directory)")
-	fs.IntVar(&o.n, "n", 500, "measured requests per latency and throughput series")
-	fs.IntVar(&o.coldN, "cold-n", 0, "runs of cold `python3 -c` (default n/5, at least 3)")
-	fs.IntVar(&o.coldPandasN, "cold-pandas-n", 20, "runs of cold `python3 -c 'import pandas'`")
-	fs.IntVar(&o.warm, "warm", 0, "unmeasured requests before each series (default min(20, n))")
-	fs.DurationVar(&o.gap, "gap", 2*time.Millisecond, "think time between a result and the next request in the sequential series (a gap=0 series is always measured too)")
-	fs.IntVar(&o.inflight, "inflight", 8, "requests kept outstanding in the throughput series")
-	fs.IntVar(&o.workers, "workers", 2, "workers of the pynox pool and the naive server")
-	fs.StringVar(&o.pandas, "pandas", "auto", "pandas rows: auto (when the python can import pandas), on (required), off")
-	fs.StringVar(&o.matplotlib, "matplotlib", "auto", "chart rows (#26, #27): auto (when the python can import matplotlib), on (required), off")
-	fs.BoolVar(&o.json, "json", false, "print the results as one JSON document instead of the table")
-	fs.BoolVar(&o.skipMemory, "skip-memory", false, "skip the memory rows")
-	fs.StringVar(&o.only, "only", "", "measure only one group of rows: serve (W1-W3, a trivial job over pynox serve's WebSocket on loopback, with rows 1, 2 and 13 over the pipe to compare), memory (M1-M8, M11, M12: templates, spares, job children and idle sessions), limit (rows 1, 2, 13 against the limit loop's L1, L2, L5, with R1-R5), sessions (session steps 17, 18 and host calls 20, with rows 1 and 2) or mounts (rows 28, 29: a job with a read-only mount at /data against a plain job)")
-	fs.BoolVar(&o.verbose, "v", false, "report progress on stderr")
-	if err := fs.Parse(args); err != nil {
+	o, ok := parseOptions(args, stderr)
+	if !ok {
 		return 2
 	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "pynox-bench: unexpected argument %q\n", fs.Arg(0))
-		return 2
-	}
-	switch o.pandas {
-	case "auto", "on", "off":
-	default:
-		fmt.Fprintf(stderr, "pynox-bench: --pandas must be auto, on or off, not %q\n", o.pandas)
-		return 2
-	}
-	if _, ok := onlyGroups[o.only]; o.only != "" && !ok {
-		fmt.Fprintf(stderr, "pynox-bench: --only=%s: expected one of %s\n", o.only, onlyNames())
-		return 2
-	}
-	switch o.matplotlib {
-	case "auto", "on", "off":
-	default:
-		fmt.Fprintf(stderr, "pynox-bench: --matplotlib must be auto, on or off, not %q\n", o.matplotlib)
-		return 2
-	}
-	if o.n < 1 || o.inflight < 1 || o.workers < 1 || o.coldPandasN < 1 || o.gap < 0 {
-		fmt.Fprintln(stderr, "pynox-bench: --n, --inflight, --workers and --cold-pandas-n must be positive, --gap not negative")
-		return 2
-	}
-	if o.coldN == 0 {
-		o.coldN = max(3, o.n/5)
-	}
-	if o.warm == 0 {
-		o.warm = min(20, o.n)
-	}
-	o.progress = io.Discard
-	if o.verbose {
-		o.progress = stderr
-	}
-
 	rep, err := bench(ctx, o)
 	if err != nil {
 		fmt.Fprintf(stderr, "pynox-bench: %v\n", err)
@@ -204,4 +170,71 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	rep.print(stdout)
 	return 0
+}
+
+// parseOptions parses the command line, filling in the defaults that
+// depend on other flags; on a bad one it says why on stderr and returns
+// false.
+func parseOptions(args []string, stderr io.Writer) (options, bool) {
+	fs := flag.NewFlagSet("pynox-bench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var o options
+	defPython := "python3"
+	if _, err := os.Stat("/usr/bin/python3"); err == nil {
+		defPython = "/usr/bin/python3"
+	}
+	fs.StringVar(&o.python, "python", defPython, "the interpreter every contender runs (a launcher script such as a pyenv shim is resolved to the binary it runs)")
+	fs.StringVar(&o.pynox, "pynox", "", "a prebuilt pynox binary (default: go build ./cmd/pynox into a temporary directory)")
+	fs.IntVar(&o.n, "n", 500, "measured requests per latency and throughput series")
+	fs.IntVar(&o.coldN, "cold-n", 0, "runs of cold `python3 -c` (default n/5, at least 3)")
+	fs.IntVar(&o.coldPandasN, "cold-pandas-n", 20, "runs of cold `python3 -c 'import pandas'`")
+	fs.IntVar(&o.warm, "warm", 0, "unmeasured requests before each series (default min(20, n))")
+	fs.DurationVar(&o.gap, "gap", 2*time.Millisecond, "think time between a result and the next request in the sequential series (a gap=0 series is always measured too)")
+	fs.IntVar(&o.blocks, "blocks", defaultBlocks, "blocks per row of an interleaved pair (the rows of R1-R10, rows 28 and 29): the pair's rows take turns in blocks of about n/blocks requests, in ABBA order; 1 measures one row, then the other")
+	fs.IntVar(&o.inflight, "inflight", 8, "requests kept outstanding in the throughput series")
+	fs.IntVar(&o.workers, "workers", 2, "workers of the pynox pool and the naive server")
+	fs.StringVar(&o.pandas, "pandas", "auto", "pandas rows: auto (when the python can import pandas), on (required), off")
+	fs.StringVar(&o.matplotlib, "matplotlib", "auto", "chart rows (#26, #27): auto (when the python can import matplotlib), on (required), off")
+	fs.BoolVar(&o.json, "json", false, "print the results as one JSON document instead of the table")
+	fs.BoolVar(&o.skipMemory, "skip-memory", false, "skip the memory rows")
+	fs.StringVar(&o.only, "only", "", "measure only one group of rows: serve (W1-W3, a trivial job over pynox serve's WebSocket on loopback, with rows 1, 2 and 13 over the pipe to compare), memory (M1-M8, M11, M12: templates, spares, job children and idle sessions), limit (rows 1, 2, 13 against the limit loop's L1, L2, L5, with R1-R5), sessions (session steps 17, 18 and host calls 20, with rows 1 and 2) or mounts (rows 28, 29: a job with a read-only mount at /data against a plain job)")
+	fs.BoolVar(&o.verbose, "v", false, "report progress on stderr")
+	if err := fs.Parse(args); err != nil {
+		return o, false
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "pynox-bench: unexpected argument %q\n", fs.Arg(0))
+		return o, false
+	}
+	switch o.pandas {
+	case "auto", "on", "off":
+	default:
+		fmt.Fprintf(stderr, "pynox-bench: --pandas must be auto, on or off, not %q\n", o.pandas)
+		return o, false
+	}
+	if _, ok := onlyGroups[o.only]; o.only != "" && !ok {
+		fmt.Fprintf(stderr, "pynox-bench: --only=%s: expected one of %s\n", o.only, onlyNames())
+		return o, false
+	}
+	switch o.matplotlib {
+	case "auto", "on", "off":
+	default:
+		fmt.Fprintf(stderr, "pynox-bench: --matplotlib must be auto, on or off, not %q\n", o.matplotlib)
+		return o, false
+	}
+	if o.n < 1 || o.inflight < 1 || o.workers < 1 || o.coldPandasN < 1 || o.blocks < 1 || o.gap < 0 {
+		fmt.Fprintln(stderr, "pynox-bench: --n, --inflight, --workers, --cold-pandas-n and --blocks must be positive, --gap not negative")
+		return o, false
+	}
+	if o.coldN == 0 {
+		o.coldN = max(3, o.n/5)
+	}
+	if o.warm == 0 {
+		o.warm = min(20, o.n)
+	}
+	o.progress = io.Discard
+	if o.verbose {
+		o.progress = stderr
+	}
+	return o, true
 }

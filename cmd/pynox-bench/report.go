@@ -27,6 +27,10 @@ type Report struct {
 	// StartupMS is each server's time from start to its ready line.
 	StartupMS map[string]float64 `json:"startup_ms"`
 	Elapsed   string             `json:"elapsed"`
+
+	// blocks are the blocks of the interleaved pairs, in the order they
+	// ran (not printed).
+	blocks []blockRecord
 }
 
 // PythonInfo names the interpreter every contender ran.

@@ -27,8 +27,8 @@ func bench(ctx context.Context, o options) (*Report, error) {
 	rep.Go = runtime.Version() + " " + runtime.GOOS + "/" + runtime.GOARCH
 	rep.Kernel = kernelRelease()
 	rep.CPU = cpuModel()
-	rep.Settings = fmt.Sprintf("n=%d warm=%d gap=%s inflight=%d workers=%d cold-n=%d cold-pandas-n=%d pandas=%s matplotlib=%s chart-n=%d",
-		o.n, o.warm, o.gap, o.inflight, o.workers, o.coldN, o.coldPandasN, o.pandas, o.matplotlib, chartN(o.n))
+	rep.Settings = fmt.Sprintf("n=%d warm=%d gap=%s inflight=%d workers=%d cold-n=%d cold-pandas-n=%d pandas=%s matplotlib=%s chart-n=%d blocks=%d",
+		o.n, o.warm, o.gap, o.inflight, o.workers, o.coldN, o.coldPandasN, o.pandas, o.matplotlib, chartN(o.n), o.blocks)
 	logf := func(format string, args ...any) { fmt.Fprintf(o.progress, "pynox-bench: "+format+"\n", args...) }
 
 	py, err := pythonInfo(o.python)
@@ -157,18 +157,22 @@ func bench(ctx context.Context, o options) (*Report, error) {
 		return nil, err
 	}
 	err = func() error {
-		if err := gapRows(s, "1", "2"); err != nil {
-			return err
-		}
-		if err := s.mountLatency(rep.row("25"), work, o.n, o.warm, o.gap); err != nil {
-			return err
-		}
-		if withCharts {
-			if err := s.chartLatency(rep.row("26"), o.n, o.warm, o.gap); err != nil {
+		// Rows 1, 2 and 13 interleaved with the limit loop's L1, L2 and L5
+		// (rows 25 and 26 in between, measured alone); the loop stops
+		// before the session and memory rows.
+		err := limitPairs(ctx, rep, o, s, py.Path, "", tmp, work, [6]string{"1", "2", "13", "L1", "L2", "L5"}, func() error {
+			if err := s.mountLatency(rep.row("25"), work, o.n, o.warm, o.gap); err != nil {
 				return err
 			}
+			if withCharts {
+				return s.chartLatency(rep.row("26"), o.n, o.warm, o.gap)
+			}
+			return nil
+		}, logf)
+		if err != nil {
+			return err
 		}
-		if err := s.poolRows(rep, o, poolRowIDs{"13", "17", "18", "22", "20", [4]string{"M1", "M2", "M3", "M4"}}); err != nil || o.skipMemory {
+		if err := s.poolRows(rep, o, poolRowIDs{"", "17", "18", "22", "20", [4]string{"M1", "M2", "M3", "M4"}}); err != nil || o.skipMemory {
 			return err
 		}
 		return s.sessionMemory(rep.mem("M11"))
@@ -181,11 +185,6 @@ func bench(ctx context.Context, o options) (*Report, error) {
 		return nil, err
 	}
 
-	// The limit of the design, right after pynox.
-	if err := limitRows(ctx, rep, o, py.Path, "", tmp, work, "L1", "L2", "L5", logf, gapRows); err != nil {
-		return nil, err
-	}
-
 	if withPandas {
 		logf("pynox pool --preload=pandas")
 		s, err := startServer(ctx, rep, "pynox+pandas", bin, pynoxArgs("pandas"), work, nil)
@@ -193,13 +192,14 @@ func bench(ctx context.Context, o options) (*Report, error) {
 			return nil, err
 		}
 		err = func() error {
-			if err := gapRows(s, "3", "4"); err != nil {
+			// Rows 3, 4 and 14 interleaved with L3, L4 and L6, row 5 in between.
+			err := limitPairs(ctx, rep, o, s, py.Path, "pandas", tmp, work, [6]string{"3", "4", "14", "L3", "L4", "L6"}, func() error {
+				return s.latency(rep.row("5"), pandasCode, pandasOut, o.n, o.warm, o.gap)
+			}, logf)
+			if err != nil {
 				return err
 			}
-			if err := s.latency(rep.row("5"), pandasCode, pandasOut, o.n, o.warm, o.gap); err != nil {
-				return err
-			}
-			if err := s.poolRows(rep, o, poolRowIDs{"14", "19", "24", "23", "21", [4]string{"M5", "M6", "M7", "M8"}}); err != nil || o.skipMemory {
+			if err := s.poolRows(rep, o, poolRowIDs{"", "19", "24", "23", "21", [4]string{"M5", "M6", "M7", "M8"}}); err != nil || o.skipMemory {
 				return err
 			}
 			return s.sessionMemory(rep.mem("M12"))
@@ -219,12 +219,6 @@ func bench(ctx context.Context, o options) (*Report, error) {
 		err = s.chartLatency(rep.row("27"), o.n, o.warm, o.gap)
 		s.close()
 		if err != nil {
-			return nil, err
-		}
-	}
-
-	if withPandas {
-		if err := limitRows(ctx, rep, o, py.Path, "pandas", tmp, work, "L3", "L4", "L6", logf, gapRows); err != nil {
 			return nil, err
 		}
 	}
@@ -282,26 +276,6 @@ func bench(ctx context.Context, o options) (*Report, error) {
 	return rep, nil
 }
 
-// limitRows measures the limit loop with preload: latency with think time
-// (gapID) and back to back (zeroID), and throughput (thrID).
-func limitRows(ctx context.Context, rep *Report, o options, python, preload, tmp, work, gapID, zeroID, thrID string,
-	logf func(string, ...any), gapRows func(*server, string, string) error) error {
-	name := "limit"
-	if preload != "" {
-		name += "+" + preload
-	}
-	logf("limit loop (%s)", name)
-	s, err := startLimit(ctx, rep, name, python, preload, o.workers, tmp, work)
-	if err != nil {
-		return err
-	}
-	defer s.close()
-	if err := gapRows(s, gapID, zeroID); err != nil {
-		return err
-	}
-	return s.throughput(rep.row(thrID), trivialCode, trivialOut, o.n, o.warm, o.inflight)
-}
-
 func cold(ctx context.Context, row *Row, python, code, want string, n int) error {
 	// One unmeasured run fills the page cache.
 	if out, err := exec.CommandContext(ctx, python, "-c", code).Output(); err != nil {
@@ -348,10 +322,10 @@ func (s *server) mountLatency(row *Row, work string, n, warm int, gap time.Durat
 	})
 }
 
-// virtualMountRows measures rows 28 and 29 on a pool started with
-// confine_self = false (as when these rows were added, so that the rows
-// compare across runs): a plain trivial job, and the same job given one
-// read-only mount at a virtual path (/data), which takes a mount
+// virtualMountRows measures rows 28 and 29, interleaved, on a pool
+// started with confine_self = false (as when these rows were added, so
+// that the rows compare across runs): a plain trivial job, and the same
+// job given one read-only mount at a virtual path (/data), which takes a mount
 // namespace of its own (a prepared one the mounter attaches the mount
 // to) and the template's ready process for such jobs. Both rows are
 // skipped, saying why, where the pool reports that it cannot build
@@ -372,17 +346,14 @@ func virtualMountRows(ctx context.Context, rep *Report, bin string, args []strin
 		skip("the pool cannot build mount namespaces: "+m.Missing, "28", "29")
 		return nil
 	}
-	if err := s.latency(rep.row("28"), trivialCode, trivialOut, o.n, o.warm, o.gap); err != nil {
-		return err
-	}
 	dir := filepath.Join(work, "vmnt")
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
 	job := pynox.Job{Code: trivialCode, Mounts: []pynox.MountSpec{{HostPath: dir, Path: "/data", Mode: pynox.ReadOnly}}}
-	return s.series(rep.row("29"), o.n, o.warm, o.gap, func(int) (*pynox.Result, time.Duration, error) {
-		return s.run(job, trivialOut)
-	})
+	// The two rows take turns on the pool, in blocks (interleave).
+	return interleave(rep, s.latencyLeg(rep.row("28"), pynox.Job{Code: trivialCode}, trivialOut, o.warm, o.gap),
+		s.latencyLeg(rep.row("29"), job, trivialOut, o.warm, o.gap), o.n, o.blocks, logf)
 }
 
 // chartN is how many chart jobs a chart row measures: a tenth of n, at
@@ -421,28 +392,16 @@ func checkChart(name string, r *pynox.Result) error {
 // series times warm+n sequential round trips made by once, sleeping gap
 // before each, and summarizes the last n.
 func (s *server) series(row *Row, n, warm int, gap time.Duration, once func(i int) (*pynox.Result, time.Duration, error)) error {
-	var durs, queues []float64
-	var cpu0 cpuTimes
-	for i := range warm + n {
-		if i == warm {
-			cpu0 = s.cpu()
-		}
-		if gap > 0 {
-			time.Sleep(gap)
-		}
-		r, d, err := once(i)
-		if err != nil {
-			return err
-		}
-		if i < warm {
-			continue
-		}
-		row.rtts = append(row.rtts, d)
-		durs = append(durs, float64(r.DurationUS))
-		queues = append(queues, float64(r.QueueUS))
+	if err := s.latencyBlock(nil, 0, warm, gap, once); err != nil {
+		return err
 	}
-	row.summarize(durs, queues)
-	row.setCPU(s.cpu().sub(cpu0), n)
+	a := &acc{row: row}
+	cpu0 := s.cpu()
+	if err := s.latencyBlock(a, warm, n, gap, once); err != nil {
+		return err
+	}
+	a.cpu = s.cpu().sub(cpu0)
+	a.finish()
 	return nil
 }
 
@@ -453,41 +412,15 @@ func (s *server) throughput(row *Row, code, want string, n, warm, inflight int) 
 			return err
 		}
 	}
-	var mu sync.Mutex
-	var firstErr error
-	var durs []float64
-	sem := make(chan struct{}, inflight)
-	var wg sync.WaitGroup
+	a := &acc{row: row, throughput: true}
 	cpu0 := s.cpu()
-	t0 := time.Now()
-	for range n {
-		sem <- struct{}{}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			defer func() { <-sem }()
-			r, d, err := s.run(pynox.Job{Code: code}, want)
-			mu.Lock()
-			defer mu.Unlock()
-			if err != nil {
-				if firstErr == nil {
-					firstErr = err
-				}
-				return
-			}
-			row.rtts = append(row.rtts, d)
-			durs = append(durs, float64(r.DurationUS))
-		}()
-	}
-	wg.Wait()
-	elapsed := time.Since(t0)
+	err := s.throughputBlock(a, code, want, n, inflight)
 	cpu := s.cpu().sub(cpu0)
-	if firstErr != nil {
-		return firstErr
+	if err != nil {
+		return err
 	}
-	row.summarize(durs, nil)
-	row.setCPU(cpu, n)
-	row.JobsPerS = float64(n) / elapsed.Seconds()
+	a.cpu = cpu
+	a.finish()
 	return nil
 }
 
@@ -598,8 +531,10 @@ type poolRowIDs struct {
 // poolRows measures, on a running pynox pool, the rows ids names, in
 // that order.
 func (s *server) poolRows(rep *Report, o options, ids poolRowIDs) error {
-	if err := s.throughput(rep.row(ids.throughput), trivialCode, trivialOut, o.n, o.warm, o.inflight); err != nil {
-		return err
+	if ids.throughput != "" { // "": measured with the limit loop's, interleaved
+		if err := s.throughput(rep.row(ids.throughput), trivialCode, trivialOut, o.n, o.warm, o.inflight); err != nil {
+			return err
+		}
 	}
 	if err := s.sessionLatency(rep.row(ids.stepGap), o.n, o.warm, o.gap); err != nil {
 		return err

@@ -77,15 +77,9 @@ func benchOnly(ctx context.Context, rep *Report, o options, bin, python, tmp, wo
 	switch o.only {
 	case "limit":
 		err := plain(func(s *server) error {
-			if err := gapRows(s, "1", "2"); err != nil {
-				return err
-			}
-			return s.throughput(rep.row("13"), trivialCode, trivialOut, o.n, o.warm, o.inflight)
+			return limitPairs(ctx, rep, o, s, python, "", tmp, work, [6]string{"1", "2", "13", "L1", "L2", "L5"}, nil, logf)
 		})
 		if err != nil {
-			return nil, err
-		}
-		if err := limitRows(ctx, rep, o, python, "", tmp, work, "L1", "L2", "L5", logf, gapRows); err != nil {
 			return nil, err
 		}
 	case "sessions":
