@@ -562,6 +562,9 @@ class Template:
         err = _copy_file_ptes_at_fork(_RUNTIME_FILES)
         if err and not self.setup_error:
             self.setup_error = err
+        # The last before the first fork: a spare's new objects from fresh
+        # pools.
+        _fill_pools()
         # The address space every spare starts from: the template's, as it
         # forks (a spare maps nothing of its own before its job; see
         # Spare.prepare).
@@ -2917,6 +2920,91 @@ def _install_display():
     sys.modules["pynox_display"] = mod
     sys.meta_path.append(_MplBackendFinder)
     os.environ.setdefault("MPLBACKEND", "module://" + MPL_BACKEND)
+
+
+# The objects that fill the template's partly used obmalloc pools (see
+# _fill_pools): kept for the template's life, never touched again.
+_POOL_FILL = []
+# The most the fill may hold; a heap whose pools have more room than this
+# to fill is left as it is.
+POOL_FILL_MAX = 16 << 20
+
+
+def _pool_vacancies():
+    """The free blocks in the obmalloc pools in use, by block size: a list
+    of (size, free blocks), read from sys._debugmallocstats (the only
+    place CPython reports them), which writes them on C stderr, here
+    descriptor 2 pointed at a pipe for the call (its report is some 4 KiB,
+    far less than a pipe holds)."""
+    r, w = os.pipe()
+    saved = os.dup(2)
+    try:
+        _flush_std()
+        os.dup2(w, 2)
+        try:
+            sys._debugmallocstats()
+        finally:
+            os.dup2(saved, 2)
+        os.close(w)
+        w = -1
+        chunks = []
+        while True:
+            b = os.read(r, 65536)
+            if not b:
+                break
+            chunks.append(b)
+    finally:
+        for fd in (r, w, saved):
+            if fd >= 0:
+                os.close(fd)
+    out, table = [], False
+    for line in b"".join(chunks).decode("ascii", "replace").splitlines():
+        f = line.split()
+        if f[:2] == ["class", "size"]:
+            table = True
+        elif table and f and f[0].startswith("-"):
+            continue
+        elif table:
+            if len(f) != 5 or not all(x.isdigit() for x in f):
+                break
+            out.append((int(f[1]), int(f[4])))
+    return out
+
+
+def _fill_pools():
+    """Best effort, once, in the template just before its first fork:
+    fills every free block of the obmalloc pools in use with an object of
+    its size, kept for the template's life. A spare's new objects (its
+    job frame's dictionary and strings, its __main__, its compile's) then
+    come from fresh pools, a few pages per block size, rather than from
+    the free blocks scattered over the template's partly used pools, each
+    on a page the spare copies on its first write (and, when a pool fills,
+    a write to the next one's header too). Its cost is the memory of
+    those free blocks (a few hundred KiB in a template without preloads),
+    shared by every spare, never copied. Filled twice: the first fill's
+    own bookkeeping frees blocks again."""
+    try:
+        filled = 0
+        for _ in range(2):
+            vacancies = _pool_vacancies()
+            filled += sum(size * free for size, free in vacancies)
+            if filled > POOL_FILL_MAX:
+                return
+            fill = [None] * sum(free for _size, free in vacancies)
+            i = 0
+            for size, free in vacancies:
+                for n in range(free):
+                    if size <= 16:
+                        obj = object()  # 16 bytes
+                    elif size <= 32:
+                        obj = (1 << 20) + n  # a one-digit int: 28 bytes
+                    else:
+                        obj = b"\0" * (size - 33)  # bytes: 33 + its length
+                    fill[i] = obj
+                    i += 1
+            _POOL_FILL.append(fill)
+    except Exception:  # noqa: BLE001 - an optimisation only
+        pass
 
 
 def _trim_heap():
