@@ -59,3 +59,47 @@ print(json.dumps({"sizes": [s for s, _ in before], "before": sum(f for _, f in b
 	require.Greater(t, r.Held, r.Before/2, "the fill holds too few objects")
 	require.Less(t, r.After*4, r.Before, "the fill left too many free blocks")
 }
+
+// Before its rehearsals the template gives the functions of a plain job's
+// path (runner.py: _SPARE_PATH) new function and code objects with new
+// copies of their constants, made one after another (runner.py:
+// _relayout), so that a spare writes (their reference counts) to a few
+// pages rather than to pages scattered over the template's heap. This
+// checks that every name on the path names a function of the runner
+// (a renamed one would silently drop out), that each is a new object with
+// the same code, name and constants, and that the new function objects
+// lie on fewer pages than the old ones.
+func TestTemplateRelaysSparePath(t *testing.T) {
+	out := runRunnerFuncs(t, `
+import json
+def look(qual):
+    owner, _, name = qual.rpartition(".")
+    return globals()[owner].__dict__[name] if owner else globals()[name]
+old = {q: look(q) for q in _SPARE_PATH}
+_fill_pools()
+_relayout(_SPARE_PATH)
+new = {q: look(q) for q in _SPARE_PATH}
+same = [q for q in _SPARE_PATH if new[q] is old[q]]
+differ = [q for q in _SPARE_PATH if (new[q].__code__.co_code, new[q].__code__.co_consts, new[q].__qualname__,
+          new[q].__defaults__, new[q].__closure__) != (old[q].__code__.co_code, old[q].__code__.co_consts,
+          old[q].__qualname__, old[q].__defaults__, old[q].__closure__)]
+pages = lambda fs: len({id(f) >> 12 for f in fs})
+print(json.dumps({"n": len(_SPARE_PATH), "same": same, "differ": differ,
+                  "old_pages": pages(old.values()), "new_pages": pages(new.values()),
+                  "runs": Spare.run is new["Spare.run"]}))
+`)
+	var r struct {
+		N            int
+		Same, Differ []string
+		Old          int `json:"old_pages"`
+		New          int `json:"new_pages"`
+		Runs         bool
+	}
+	require.NoError(t, json.Unmarshal(out, &r), "%s", out)
+	require.Greater(t, r.N, 10)
+	require.Empty(t, r.Same, "functions left where they were")
+	require.Empty(t, r.Differ, "functions whose code, name, defaults or constants changed")
+	require.True(t, r.Runs, "Spare.run is not the new function")
+	t.Logf("%d functions: on %d pages before, %d after", r.N, r.Old, r.New)
+	require.Less(t, r.New, r.Old, "the new function objects are no closer together")
+}
