@@ -526,6 +526,9 @@ class Template:
         # spare, instead of being built (and its pages copied) in each. It
         # halves what a spare's own warm-up costs (~230 page faults and
         # 2.4 ms of CPU down to ~120 and 0.8 ms here).
+        # First, the functions of a plain job's path laid out together,
+        # from fresh pools (see _relayout), so that the rehearsals below
+        # specialise the new ones.
         _fill_pools()
         _relayout(_SPARE_PATH)
         self.close_plan = _close_ranges({0, 1, 2, FD, BELL} | {fd for fd, _ in self.runtime_fds})
@@ -3029,9 +3032,10 @@ def _pool_vacancies():
 
 
 def _fill_pools():
-    """Best effort, once, in the template just before its first fork:
-    fills every free block of the obmalloc pools in use with an object of
-    its size, kept for the template's life. A spare's new objects (its
+    """Best effort, in the template, last before its first fork (and once
+    before _relayout, whose new objects then lie together): fills every
+    free block of the obmalloc pools in use with an object of its size,
+    kept for the template's life. A spare's new objects (its
     job frame's dictionary and strings, its __main__, its compile's) then
     come from fresh pools, a few pages per block size, rather than from
     the free blocks scattered over the template's partly used pools, each
