@@ -27,7 +27,10 @@
 //	   │   a failing one) through the job path, so that the state CPython
 //	   │   builds lazily is shared by every child (the receipt of a
 //	   │   job frame too), and builds a spare's Landlock argument blocks
-//	   │   and descriptor plan once; backs its dense
+//	   │   and descriptor plan once; lays out the functions of a plain
+//	   │   job's path (and their constants) together, and fills the free
+//	   │   blocks of its object allocator's partly used pools, so that a
+//	   │   spare writes to (and copies) fewer pages; backs its dense
 //	   │   heap with huge pages (cheaper forks and exits); gives the
 //	   │   read-only file mappings of its runtime one private page each,
 //	   │   unchanged, so that a fork copies their page-table entries and

@@ -526,6 +526,11 @@ class Template:
         # spare, instead of being built (and its pages copied) in each. It
         # halves what a spare's own warm-up costs (~230 page faults and
         # 2.4 ms of CPU down to ~120 and 0.8 ms here).
+        # First, the functions of a plain job's path laid out together,
+        # from fresh pools (see _relayout), so that the rehearsals below
+        # specialise the new ones.
+        _fill_pools()
+        _relayout(_SPARE_PATH)
         self.close_plan = _close_ranges({0, 1, 2, FD, BELL} | {fd for fd, _ in self.runtime_fds})
         rehearsal = Spare(self, "deny", os.getpid(), -1, -1, -1, -1)
         self.spare_blocks()
@@ -562,6 +567,9 @@ class Template:
         err = _copy_file_ptes_at_fork(_RUNTIME_FILES)
         if err and not self.setup_error:
             self.setup_error = err
+        # The last before the first fork: a spare's new objects from fresh
+        # pools.
+        _fill_pools()
         # The address space every spare starts from: the template's, as it
         # forks (a spare maps nothing of its own before its job; see
         # Spare.prepare).
@@ -2945,6 +2953,147 @@ def _install_display():
     sys.modules["pynox_display"] = mod
     sys.meta_path.append(_MplBackendFinder)
     os.environ.setdefault("MPLBACKEND", "module://" + MPL_BACKEND)
+
+
+# The functions a spare runs for a plain one-shot job, in about the order
+# it runs them (see _relayout): module-level names, and Class.method.
+_SPARE_PATH = (
+    "Spare.main", "Spare.prepare", "_check", "Template.spare_plan", "Spare.new_ruleset", "Spare.job_layer",
+    "Spare.warm_up", "_cpu_contended", "Spare.new_main", "_reseed_numpy", "_recv_with_fds", "_scan_text",
+    "Spare.confine", "Spare.add_rule", "Template.spare_blocks", "Spare.run", "_split_at_last_line",
+    "_compile_split", "Spare.end_figures", "Spare.finish", "_flush_std", "_frame", "_write_all", "_ring",
+    "Spare.rehearse", "_scan_frame", "_address_space", "Spare.on_sigint",
+)
+
+
+def _fresh_const(obj):
+    """A new object equal to the constant obj, where one can be made (a
+    string, bytes, a number, a tuple or frozenset of them, a code object);
+    obj itself otherwise (None, True, a cached small int or character)."""
+    t = type(obj)
+    if t is str or t is bytes:
+        return (obj + obj[:1])[:len(obj)] if len(obj) > 1 else obj
+    if t is int:
+        return obj + 0
+    if t is tuple:
+        return tuple([_fresh_const(x) for x in obj])
+    if t is frozenset:
+        return frozenset([_fresh_const(x) for x in obj])
+    if t is types.CodeType:
+        return obj.replace(co_consts=tuple([_fresh_const(x) for x in obj.co_consts]))
+    return obj
+
+
+def _relayout(names):
+    """Best effort, once, in the template before its rehearsals: gives
+    each function named (see _SPARE_PATH) a new function object and code
+    object with new copies of its constants, made one after another, so
+    that they lie together on a few pages rather than where the runner's
+    compile left them, scattered among the template's other objects. A
+    spare writes to each object it uses (its reference count), and copies
+    each page it writes: the fewer pages these lie on, the fewer copies."""
+    g = globals()
+    for qual in names:
+        try:
+            owner, _, name = qual.rpartition(".")
+            holder = g[owner] if owner else None
+            f = holder.__dict__[name] if holder is not None else g[name]
+            nf = types.FunctionType(_fresh_const(f.__code__), f.__globals__, f.__name__, f.__defaults__, f.__closure__)
+            nf.__qualname__, nf.__kwdefaults__, nf.__doc__, nf.__module__ = f.__qualname__, f.__kwdefaults__, f.__doc__, f.__module__
+            nf.__annotations__ = f.__annotations__
+            nf.__dict__.update(f.__dict__)
+            if holder is not None:
+                setattr(holder, name, nf)
+            else:
+                g[name] = nf
+        except Exception:  # noqa: BLE001 - an optimisation only
+            pass
+
+
+# The objects that fill the template's partly used obmalloc pools (see
+# _fill_pools): kept for the template's life, never touched again.
+_POOL_FILL = []
+# The most the fill may hold; a heap whose pools have more room than this
+# to fill is left as it is.
+POOL_FILL_MAX = 16 << 20
+
+
+def _pool_vacancies():
+    """The free blocks in the obmalloc pools in use, by block size: a list
+    of (size, free blocks), read from sys._debugmallocstats (the only
+    place CPython reports them), which writes them on C stderr, here
+    descriptor 2 pointed at a pipe for the call (its report is some 4 KiB,
+    far less than a pipe holds)."""
+    r, w = os.pipe()
+    saved = os.dup(2)
+    try:
+        _flush_std()
+        os.dup2(w, 2)
+        try:
+            sys._debugmallocstats()
+        finally:
+            os.dup2(saved, 2)
+        os.close(w)
+        w = -1
+        chunks = []
+        while True:
+            b = os.read(r, 65536)
+            if not b:
+                break
+            chunks.append(b)
+    finally:
+        for fd in (r, w, saved):
+            if fd >= 0:
+                os.close(fd)
+    out, table = [], False
+    for line in b"".join(chunks).decode("ascii", "replace").splitlines():
+        f = line.split()
+        if f[:2] == ["class", "size"]:
+            table = True
+        elif table and f and f[0].startswith("-"):
+            continue
+        elif table:
+            if len(f) != 5 or not all(x.isdigit() for x in f):
+                break
+            out.append((int(f[1]), int(f[4])))
+    return out
+
+
+def _fill_pools():
+    """Best effort, in the template, last before its first fork (and once
+    before _relayout, whose new objects then lie together): fills every
+    free block of the obmalloc pools in use with an object of its size,
+    kept for the template's life. A spare's new objects (its
+    job frame's dictionary and strings, its __main__, its compile's) then
+    come from fresh pools, a few pages per block size, rather than from
+    the free blocks scattered over the template's partly used pools, each
+    on a page the spare copies on its first write (and, when a pool fills,
+    a write to the next one's header too). Its cost is the memory of
+    those free blocks (a few hundred KiB in a template without preloads),
+    shared by every spare, never copied. Filled twice: the first fill's
+    own bookkeeping frees blocks again."""
+    try:
+        filled = 0
+        for _ in range(2):
+            vacancies = _pool_vacancies()
+            filled += sum(size * free for size, free in vacancies)
+            if filled > POOL_FILL_MAX:
+                return
+            fill = [None] * sum(free for _size, free in vacancies)
+            i = 0
+            for size, free in vacancies:
+                for n in range(free):
+                    if size <= 16:
+                        obj = object()  # 16 bytes
+                    elif size <= 32:
+                        obj = (1 << 20) + n  # a one-digit int: 28 bytes
+                    else:
+                        obj = b"\0" * (size - 33)  # bytes: 33 + its length
+                    fill[i] = obj
+                    i += 1
+            _POOL_FILL.append(fill)
+    except Exception:  # noqa: BLE001 - an optimisation only
+        pass
 
 
 def _trim_heap():
