@@ -20,22 +20,11 @@ import (
 // File reads or writes a non-blocking file through its syscall.RawConn.
 type File struct {
 	rc syscall.RawConn
-	// drained: the last read returned less than it asked for, so the file
-	// (a pipe or a stream socket) held nothing more then. The next Read
-	// waits in the poller before it reads, rather than first reading to
-	// be told EAGAIN: whatever came since made the file ready again, an
-	// edge the poller has seen or will see (its registration is
-	// edge-triggered), and a wait that finds it already seen returns at
-	// once. One system call fewer per message for a peer that writes one
-	// message at a time (issue 12). Only Read touches it; Reads are not
-	// concurrent.
-	drained bool
 }
 
 // New returns a File of f, a non-blocking file registered with the
-// poller (a pipe from os.Pipe, or a pipe or socket opened with
-// O_NONBLOCK: a read that returns less than it asked for means it held
-// no more), or nil when f has no raw connection.
+// poller (a pipe from os.Pipe, or a file opened with O_NONBLOCK), or nil
+// when f has no raw connection.
 func New(f interface {
 	SyscallConn() (syscall.RawConn, error)
 }) *File {
@@ -54,12 +43,7 @@ func (r *File) Read(p []byte) (int, error) {
 	}
 	var n uintptr
 	var e syscall.Errno
-	wait := r.drained
 	err := r.rc.Read(func(fd uintptr) bool {
-		if wait {
-			wait = false
-			return false // wait for the poller first (see drained)
-		}
 		for {
 			n, _, e = syscall.RawSyscall(syscall.SYS_READ, fd, uintptr(unsafe.Pointer(&p[0])), uintptr(len(p)))
 			if e != syscall.EINTR {
@@ -67,7 +51,6 @@ func (r *File) Read(p []byte) (int, error) {
 			}
 		}
 	})
-	r.drained = err == nil && e == 0 && n > 0 && int(n) < len(p)
 	switch {
 	case err != nil:
 		return 0, err
