@@ -26,9 +26,12 @@ func TestStartCmdClientInlineHostRunsOnReader(t *testing.T) {
 	c, stderr := startClientIn(t, t.TempDir(), "--python=/usr/bin/python3", "--workers=1")
 	c.SetInlineHost(true)
 	me := goroutineID()
+	var mu sync.Mutex // without SetInlineHost the calls run on goroutines of their own
 	var seen []string
 	host := func(_ context.Context, call *pynox.Call) (any, error) {
+		mu.Lock()
 		seen = append(seen, goroutineID())
+		mu.Unlock()
 		var args []int
 		if err := json.Unmarshal(call.Args, &args); err != nil || len(args) != 1 {
 			return nil, fmt.Errorf("args %s", call.Args)
@@ -51,11 +54,15 @@ func TestStartCmdClientInlineHostRunsOnReader(t *testing.T) {
 
 	// Off again: each call runs on a goroutine of its own.
 	c.SetInlineHost(false)
+	mu.Lock()
 	seen = nil
+	mu.Unlock()
 	r, err = c.Run(context.Background(), pynox.Job{Code: "from pynox_host import f\nprint(f(f(0)))",
 		Functions: []string{"f"}, Host: host})
 	require.NoError(t, err, "stderr: %s", stderr.String())
 	require.Equal(t, "2\n", r.Stdout, "%+v", r)
+	mu.Lock()
+	defer mu.Unlock()
 	require.Len(t, seen, 2)
 	for _, g := range seen {
 		require.NotEqual(t, me, g, "without SetInlineHost the host function ran on the caller's goroutine")
