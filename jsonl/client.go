@@ -12,6 +12,7 @@ import (
 	"regexp"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/pynox/pynox"
@@ -27,6 +28,8 @@ import (
 // a request are answered by its Host, each on a goroutine of its own, so
 // that other answers keep flowing while a HostFunc runs; at most
 // [MaxHostCalls] at once, a call beyond them is refused with an error.
+// A client whose host functions never block may have them run on the
+// goroutine that reads instead ([Client.SetInlineHost]).
 //
 // A line the client cannot use does not stop it: a call event it cannot
 // decode is answered with an error (the job sees HostError), a result it
@@ -65,6 +68,15 @@ type Client struct {
 	// ends): while any waits, a goroutine reads for them (readFor).
 	bgWant int  // such calls waiting (mu)
 	bgRun  bool // readFor runs (mu)
+
+	// inline: host calls run on the goroutine that read their call event
+	// (SetInlineHost); inlineCall is the answer of the call the last line
+	// read brought, for that goroutine to run once it has handed on its
+	// turn to read (see takeInline). Only the reader of the moment
+	// touches inlineCall.
+	inline     atomic.Bool
+	inlineCall func()
+	inlineID   int64 // inlineCall's call_id
 }
 
 // pending is a request waiting for its answer.
@@ -293,11 +305,14 @@ func (c *Client) await(ctx context.Context, p *pending) (line []byte, ok, answer
 					return line, ok, true
 				default:
 				}
-				if c.readLine() {
+				more := c.readLine()
+				answer := c.takeInline()
+				if more {
 					c.rtok <- struct{}{}
 				}
 				// At the output's end the token is kept: no one reads
 				// any more, and every waiting call's answer is closed.
+				runInline(answer)
 			}
 		}
 	}
@@ -344,8 +359,15 @@ func (c *Client) readFor() {
 		case <-c.done:
 			continue // stopped: the next round returns
 		}
-		if c.readLine() {
+		more := c.readLine()
+		answer, id := c.takeInline(), c.inlineID
+		if more {
 			c.rtok <- struct{}{}
+		}
+		if answer != nil {
+			// Not here: a call that waits while this goroutine ran it
+			// would have no one to read for it.
+			c.spawnCall(id, answer)
 		}
 	}
 }
@@ -430,9 +452,12 @@ func (c *Client) Close() error {
 			case <-c.done:
 				return c.exitErr
 			case <-c.rtok:
-				if c.readLine() {
+				more := c.readLine()
+				answer := c.takeInline()
+				if more {
 					c.rtok <- struct{}{}
 				}
+				runInline(answer)
 			}
 		}
 	}
@@ -563,7 +588,12 @@ var (
 // read hands each line of the server's output to its waiting call until
 // the output ends, then fails every call still waiting.
 func (c *Client) read() {
-	for c.readLine() {
+	for {
+		more := c.readLine()
+		runInline(c.takeInline())
+		if !more {
+			return
+		}
 	}
 }
 
@@ -669,7 +699,7 @@ func (c *Client) dispatch(line []byte) {
 			return
 		}
 		p := c.lookup(h.ID)
-		c.spawnCall(call.ID, func() { c.answerCall(p, &call) })
+		c.startCall(call.ID, func() { c.answerCall(p, &call) })
 	case h.Event == "output":
 		// On the reader, before the lines that follow: the request's
 		// result comes after its output.
@@ -725,7 +755,7 @@ func (c *Client) dispatchCall(line []byte) bool {
 		p = c.waiting[k]
 		c.mu.Unlock()
 	}
-	c.spawnCall(call.ID, func() { c.answerCall(p, &call) })
+	c.startCall(call.ID, func() { c.answerCall(p, &call) })
 	return true
 }
 

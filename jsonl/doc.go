@@ -24,8 +24,10 @@
 // calls answered by each request's HostFunc. A client of StartCmd reads
 // the pool's output on the goroutines of the calls that wait for it, so
 // that an answer reaches its call without a hand-over between goroutines
-// (see [StartCmd]). pynox-bench and the command's
-// tests use it, and so does [Dial]: it connects to a `pynox serve`
+// (see [StartCmd]); a client whose host functions never block may have
+// them run on that reading goroutine too ([Client.SetInlineHost]), with
+// no goroutine and no wake-up of another thread per call. pynox-bench
+// and the command's tests use it, and so does [Dial]: it connects to a `pynox serve`
 // server's WebSocket and returns a [pynox.Pool] whose Run, Checkout and
 // the rest go over a Client on that connection (see "Remote pools" in
 // package pynox's documentation). There is one Go client of the

@@ -206,6 +206,10 @@ func ServeWith(ctx context.Context, p *pynox.Pool, r io.Reader, w io.Writer, o S
 		if len(bytes.Trim(l.line, jsonSpace)) == 0 {
 			return nil, false
 		}
+		if req, ok := decodeReply(l.line); ok {
+			srv.reply(req) // the common reply line, read quickly (reply_fast.go)
+			return nil, false
+		}
 		req, err := decodeRequest(l.line)
 		switch {
 		case err != nil:

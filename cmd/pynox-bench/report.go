@@ -327,7 +327,7 @@ func (r *Report) print(w io.Writer) {
 				fmt.Fprintf(w, "%-4s %-38s %5s %9s %9s %9s %9s %9s   %s\n", "#", "benchmark", "n", "median", "p99", "srv-dur", "srv-queue", "cpu/job", "vs pynox")
 			case "host":
 				fmt.Fprintln(w)
-				fmt.Fprintln(w, "HOST FUNCTIONS: one job calls a host function n times; round trip = client writes a reply until the next call event arrives")
+				fmt.Fprintln(w, "HOST FUNCTIONS: one job calls a host function n times; round trip = client writes a reply until the next call event arrives (a cheap host function, run on the client's reader: jsonl.Client.SetInlineHost)")
 				fmt.Fprintf(w, "%-4s %-38s %5s %9s %9s   %s\n", "#", "benchmark", "n", "median", "p99", "vs pynox")
 			}
 		}

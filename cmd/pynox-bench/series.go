@@ -487,10 +487,15 @@ func (s *server) sessionFirstStep(row *Row, n, warm int, gap time.Duration) erro
 
 // hostCalls runs one job that calls a host function warm+n+1 times and
 // times each call's round trip as the client sees it: from answering one
-// call until the next call reaches the client's host function.
+// call until the next call reaches the client's host function. The host
+// function returns at once, and the client is told so
+// (jsonl.Client.SetInlineHost): it runs each call on the goroutine that
+// read it.
 func (s *server) hostCalls(row *Row, n, warm int) error {
+	s.c.SetInlineHost(true)
+	defer s.c.SetInlineHost(false)
 	code := fmt.Sprintf("from pynox_host import f\nx = 0\nfor i in range(%d):\n    x = f(x)\nprint(x)", warm+n+1)
-	var mu sync.Mutex // the calls come one at a time, on goroutines of their own
+	var mu sync.Mutex // the calls come one at a time
 	var sent time.Time
 	calls := 0
 	host := func(_ context.Context, call *pynox.Call) (any, error) {

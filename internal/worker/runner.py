@@ -1797,6 +1797,7 @@ class _HostCalls:
         self.futures = {}  # id -> (loop, future)
         self.slot_waiters = []  # (loop, future) of awaiting calls waiting for a slot
         self.loops = {}  # loop -> its calls in flight; it watches the channel while > 0
+        self.rest = b""  # the start of a reply frame read with the one before it (_recv_replies)
 
     def send(self, cid, quoted, a, k):
         with self.send_lock:
@@ -1907,10 +1908,52 @@ class _HostCalls:
         self.cv.release()
         try:
             _await_input(FD)
-            msg = _recv(FD)
+            msgs = self._recv_replies()
         finally:
             self.cv.acquire()
             self.reading = False
+        for msg in msgs:
+            self._take(msg)
+        if self.rest and self.out <= 0:
+            os._exit(75)  # bytes beyond the replies owed: the host spoke out of turn
+        self.cv.notify_all()
+
+    def _recv_replies(self):
+        """Reads what the channel holds and returns the messages of the
+        whole frames in it, at least one (None when the channel ended);
+        the start of a frame still arriving is kept in self.rest for the
+        next read. One read per reply, where reading its header and then
+        its body took two (issue 12). Only replies come while calls are in
+        flight, and a frame after the last reply owed is the host's fault
+        (see _read): nothing of the next step can be read here."""
+        data = os.read(FD, _REPLY_READ)
+        if not data:
+            return [None]
+        buf = self.rest + data
+        msgs = []
+        while True:
+            if len(buf) < 4:
+                if msgs:
+                    break
+                buf = _read_exact(FD, 4, buf)
+                if buf is None:
+                    return [None]
+            (n,) = _FRAME_HEADER.unpack_from(buf)
+            if n > MAX_FRAME:
+                raise ValueError("frame too large")
+            if len(buf) < 4 + n:
+                if msgs:
+                    break
+                buf = _read_exact(FD, 4 + n, buf)
+                if buf is None:
+                    return [None]
+            msgs.append(_scan_frame(buf[4:4 + n]))
+            buf = buf[4 + n:]
+        self.rest = buf
+        return msgs
+
+    def _take(self, msg):
+        """Hands one reply to its caller (self.cv is held)."""
         if msg is None or msg.get("t") != "reply" or self.out <= 0:
             os._exit(75)  # the host is gone, or spoke out of turn
         cid = msg.get("id")
@@ -1932,7 +1975,10 @@ class _HostCalls:
                 loop.call_soon_threadsafe(_settle, w, None)
             except RuntimeError:
                 pass
-        self.cv.notify_all()
+
+
+# How much _HostCalls reads at once: replies are small, and many fit.
+_REPLY_READ = 64 << 10
 
 
 def _settle(fut, value):

@@ -107,6 +107,11 @@ type turn struct {
 
 	timers []*time.Timer // stopped when the turn ends
 
+	// The goroutines that run host calls, kept between calls (see
+	// runCall): made at the first call, ended with the turn.
+	callWork chan func()
+	callQuit chan struct{}
+
 	// Rich outputs: the bytes kept so far, and the DisplayFunc's
 	// goroutine once the first output came.
 	displayBytes int
@@ -158,6 +163,9 @@ func (t *turn) stop() {
 		t.ticker.Stop()
 	}
 	t.endCalls()
+	if t.callQuit != nil {
+		close(t.callQuit) // idle call runners end; busy ones once their call returns
+	}
 }
 
 // run sends the code and waits for the outcome.
@@ -591,13 +599,13 @@ func (t *turn) hostCall(m *childMsg) {
 			t.replies = make(chan callReply, MaxInFlight)
 		}
 		host, replies := t.ts.host, t.replies
-		go func() {
+		t.runCall(func() {
 			r := host(pc.ctx, cl)
 			select {
 			case replies <- callReply{id, r}:
 			case <-pc.gone:
 			}
-		}()
+		})
 	}
 }
 
