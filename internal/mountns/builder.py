@@ -249,6 +249,7 @@ def fill(root, plan, fds, masters):
             finally:
                 os.close(m)
             forget(cache, path)
+            preempt_point()
     finally:
         for fd in cache.values():
             os.close(fd)
@@ -612,6 +613,7 @@ def spawn(plan, fds, ro_root=True, idle=False, masters=None, seed=None):
     pid = os.fork()
     if pid == 0:
         code = 0
+        PREEMPT[0] = False  # a builder child serves no request
         try:
             os.close(r1)
             os.close(w2)
@@ -836,8 +838,11 @@ def make_seed():
 # build that fails closes all it made (it runs in the mounter, which
 # lives on).
 INLINE = [True]
-BUILDS = {"inline": 0, "forked": 0}  # stock builds made each way (op "builds")
+BUILDS = {"inline": 0, "forked": 0, "preempted": 0}  # stock builds made each way, requests served inside one (op "builds")
 INLINE_HOLD = 10  # seconds a holder lives at most
+PROC = os.open("/proc", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)  # the host's procfs, reached from a build's namespace
+DROP = []  # mount namespaces a build made on its way, to drop while no request waits (drop_later)
+HOLDERS = {}  # a stocked namespace's mount descriptor -> its holder's pid, killed, maybe not reaped yet
 CLONE_VM = 0x100
 HOLD_STACK = ctypes.create_string_buffer(64 << 10)
 # A clone that fails for want of a resource (the pids cgroup full, memory,
@@ -879,15 +884,24 @@ def build_inline(plan, fds, masters, seed):
     its user and mount namespace descriptors."""
     root = build(plan, fds, False, masters)
     try:
+        preempt_point()  # the last before the seed: none until back home
         if libc.setns(seed, CLONE_NEWNS) != 0:
             raise OSError(ctypes.get_errno(), "setns into the seed namespace")
         pid = None
         try:
             sys_("unshare", CLONE_NEWNS)
-            attach(root, AT_FDCWD, "/t")
-            os.chdir("/t")
-            pivot_here()
-            os.chdir("/")
+            # The tree goes on top of the copy's root, where entering the
+            # namespace lands (the topmost mount at its root), instead of
+            # a pivot_root and a lazy unmount of the old root: the
+            # unmount waited for the kernel (RCU) while a job's attach
+            # waited for the mounter. This process's root becomes the
+            # tree (the kernel gives no new user namespace to a process
+            # whose root is not its mount namespace's). The copy is
+            # dropped later, while no request waits (DROP).
+            attach(root, AT_FDCWD, "/")
+            os.fchdir(root)
+            os.chroot(".")
+            DROP.append(os.open("self/ns/mnt", os.O_RDONLY | os.O_CLOEXEC, dir_fd=PROC))
             try:
                 pid = clone_holder()
             except OSError as e:
@@ -908,8 +922,12 @@ def build_inline(plan, fds, masters, seed):
             os.close(user)
             raise
     finally:
+        # Reaped later (reap_zombies), and always before the namespace is
+        # handed out (take_stocked): waiting here for the holder to be
+        # scheduled and exit held up the mounter on a busy machine.
         os.kill(pid, signal.SIGKILL)
-        os.waitpid(pid, 0)
+        ZOMBIES.append(pid)
+    HOLDERS[mnt] = pid
     return user, mnt
 
 
@@ -1050,10 +1068,13 @@ def refill():
     if BASE is not None and PENDING is None and not PAUSED and len(STOCK) < BASE["n"]:
         if INLINE[0] and select.select([3], [], [], 0)[0]:
             return False  # a request first: an inline build would hold it up
+        PREEMPT[0] = True
         try:
             start_pending(0)
         except OSError:
             return False  # no free slot now: an attach takes one when it needs it
+        finally:
+            PREEMPT[0] = False
         return PENDING is None and not PAUSED and len(STOCK) < BASE["n"]
     return False
 
@@ -1066,6 +1087,8 @@ def reap_zombies():
             done = pid
         if done:
             ZOMBIES.remove(pid)
+            for k in [k for k, v in HOLDERS.items() if v == pid]:
+                del HOLDERS[k]
 
 
 def drop_ns(ns):
@@ -1111,7 +1134,22 @@ def take_stocked():
             finish_pending()
         if not STOCK:
             return None, {"error": "building a namespace: " + LAST_ERR}
-    return STOCK.pop(0), None
+    ns = STOCK.pop(0)
+    reap_holder(ns["mnt"])
+    return ns, None
+
+
+def reap_holder(mnt):
+    """Waits for the killed holder of the namespace whose mount
+    descriptor is mnt, if it is not reaped yet: no namespace is handed
+    out while its holder may live."""
+    pid = HOLDERS.pop(mnt, None)
+    if pid is not None and pid in ZOMBIES:
+        ZOMBIES.remove(pid)
+        try:
+            os.waitpid(pid, 0)
+        except ChildProcessError:
+            pass
 
 
 def serve_lease(plan, fds):
@@ -1269,8 +1307,10 @@ MAX_FDS = 253
 def main():
     libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
     sock = socket.socket(fileno=3)
+    SOCK.append(sock)
     while True:
         reap_zombies()
+        drop_later()
         more = refill()
         poller = select.poll()
         poller.register(3, select.POLLIN)
@@ -1281,49 +1321,89 @@ def main():
             finish_pending()
         if 3 not in ready:
             continue
-        fdarr = array.array("i")
-        msg, anc, flags, _addr = sock.recvmsg(MAX_PLAN, socket.CMSG_SPACE(MAX_FDS * fdarr.itemsize))
-        if not msg:
+        if not serve_request(sock):
             return  # the host closed the socket: it is gone
-        for level, typ, data in anc:
-            if level == socket.SOL_SOCKET and typ == socket.SCM_RIGHTS:
-                fdarr.frombytes(data[:len(data) - len(data) % fdarr.itemsize])
-        fds = list(fdarr)
-        reap = None
-        try:
-            if flags & (socket.MSG_TRUNC | socket.MSG_CTRUNC):
-                # Part of the plan or of its descriptors was cut off.
-                raise ValueError("the plan is over %d bytes or %d descriptors" % (MAX_PLAN, MAX_FDS))
-            plan = json.loads(msg)
-            op = plan.get("op")
-            if op == "prepare":
-                reply, out, reap = serve_prepare(plan, fds)
-            elif op == "attach":
-                reply, out, reap = serve_attach(plan, fds)
-            elif op == "lease":
-                reply, out, reap = serve_lease(plan, fds)
-            elif op == "release":
-                reply, out, reap = serve_release(plan, fds)
-            elif op == "builds":
-                reply, out, reap = serve_builds(plan, fds)
-            elif op is None:
-                reply, out, reap = serve_one(plan, fds)
-            else:
-                raise ValueError("unknown op %r" % op)
-        except Exception as e:  # noqa: BLE001
-            reply, out = {"error": "%s: %s" % (type(e).__name__, e)}, []
-        finally:
-            for fd in fds:
-                os.close(fd)
-        data = json.dumps(reply).encode()
-        if out:
-            sock.sendmsg([data], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", out))])
-            for fd in out:
-                os.close(fd)
+
+
+def serve_request(sock):
+    """Reads one request from the host, serves it and sends the reply;
+    returns False when the host has closed the socket."""
+    fdarr = array.array("i")
+    msg, anc, flags, _addr = sock.recvmsg(MAX_PLAN, socket.CMSG_SPACE(MAX_FDS * fdarr.itemsize))
+    if not msg:
+        return False  # the host closed the socket: it is gone
+    for level, typ, data in anc:
+        if level == socket.SOL_SOCKET and typ == socket.SCM_RIGHTS:
+            fdarr.frombytes(data[:len(data) - len(data) % fdarr.itemsize])
+    fds = list(fdarr)
+    reap = None
+    try:
+        if flags & (socket.MSG_TRUNC | socket.MSG_CTRUNC):
+            # Part of the plan or of its descriptors was cut off.
+            raise ValueError("the plan is over %d bytes or %d descriptors" % (MAX_PLAN, MAX_FDS))
+        plan = json.loads(msg)
+        op = plan.get("op")
+        if op == "prepare":
+            reply, out, reap = serve_prepare(plan, fds)
+        elif op == "attach":
+            reply, out, reap = serve_attach(plan, fds)
+        elif op == "lease":
+            reply, out, reap = serve_lease(plan, fds)
+        elif op == "release":
+            reply, out, reap = serve_release(plan, fds)
+        elif op == "builds":
+            reply, out, reap = serve_builds(plan, fds)
+        elif op is None:
+            reply, out, reap = serve_one(plan, fds)
         else:
-            sock.send(data)
-        if reap is not None:
-            reap()
+            raise ValueError("unknown op %r" % op)
+    except Exception as e:  # noqa: BLE001
+        reply, out = {"error": "%s: %s" % (type(e).__name__, e)}, []
+    finally:
+        for fd in fds:
+            os.close(fd)
+    data = json.dumps(reply).encode()
+    if out:
+        sock.sendmsg([data], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", out))])
+        for fd in out:
+            os.close(fd)
+    else:
+        sock.send(data)
+    if reap is not None:
+        reap()
+
+    return True
+
+
+# Preemption. A stock build that runs while no request waits (refill)
+# serves, at points of its own (preempt_point: between two mounts of its
+# tree, and before it enters the seed namespace, never between that and
+# its return to the mounter's own), a request that came meanwhile before
+# it goes on: a job's attach (on the job's path) used to wait for the
+# whole build (a millisecond or more on a busy machine: most attaches
+# came during one). A request served so builds, if it must, a namespace
+# of its own without preemption; the build it interrupted keeps its
+# slot and its detached tree, which nothing else sees.
+PREEMPT = [False]
+SOCK = []
+
+
+def drop_later():
+    """Drops the namespaces builds made on their way (see build_inline),
+    while no request waits: tearing one down waits for the kernel."""
+    while DROP and not select.select([3], [], [], 0)[0]:
+        os.close(DROP.pop())
+
+
+def preempt_point():
+    if PREEMPT[0] and SOCK and select.select([3], [], [], 0)[0]:
+        PREEMPT[0] = False
+        BUILDS["preempted"] += 1
+        try:
+            if not serve_request(SOCK[0]):
+                raise SystemExit(0)  # the host is gone
+        finally:
+            PREEMPT[0] = True
 
 
 main()

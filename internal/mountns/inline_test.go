@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"testing"
 
@@ -15,6 +16,27 @@ import (
 // inline and by builder children (op "builds"); with off, it turns
 // inline builds off first.
 func mounterBuilds(t *testing.T, m *Mounter, off bool) (inline, forked int, inlineOn, seed bool) {
+	t.Helper()
+	r := mounterBuildsReply(t, m, off)
+	return r.Inline, r.Forked, r.InlineOn, r.Seed
+}
+
+// preempted is how many requests the mounter served inside a refill.
+func preempted(t *testing.T, m *Mounter) int {
+	t.Helper()
+	return mounterBuildsReply(t, m, false).Preempted
+}
+
+type buildsReply struct {
+	OK        bool `json:"ok"`
+	Inline    int  `json:"inline"`
+	Forked    int  `json:"forked"`
+	Preempted int  `json:"preempted"`
+	InlineOn  bool `json:"inline_on"`
+	Seed      bool `json:"seed"`
+}
+
+func mounterBuildsReply(t *testing.T, m *Mounter, off bool) buildsReply {
 	t.Helper()
 	req := map[string]any{"op": "builds"}
 	if off {
@@ -39,16 +61,10 @@ func mounterBuilds(t *testing.T, m *Mounter, off bool) (inline, forked int, inli
 		return ioErr != unix.EAGAIN
 	}))
 	require.NoError(t, ioErr)
-	var r struct {
-		OK       bool `json:"ok"`
-		Inline   int  `json:"inline"`
-		Forked   int  `json:"forked"`
-		InlineOn bool `json:"inline_on"`
-		Seed     bool `json:"seed"`
-	}
+	var r buildsReply
 	require.NoError(t, json.Unmarshal(buf[:n], &r), "%s", buf[:n])
 	require.True(t, r.OK, "%s", buf[:n])
-	return r.Inline, r.Forked, r.InlineOn, r.Seed
+	return r
 }
 
 // lockScript enters the namespace (fds 3 and 4) holding every capability
@@ -130,4 +146,48 @@ func TestPreparedBuildsInline(t *testing.T) {
 			require.Equal(t, self, its, "the mounter is back in its own mount namespace")
 		})
 	}
+}
+
+// A request that comes while the mounter refills its stock is served at
+// the build's next preemption point (between two mounts of its tree),
+// not after the whole build: with a base of 240 binds (a build of many
+// milliseconds), a lease and an attach sent right after the lease that
+// started the refill are served inside it (the mounter's count of
+// preempted serves grows), and every namespace is whole and its own.
+func TestPreparedRefillServesRequests(t *testing.T) {
+	requireMounter(t)
+	dir := t.TempDir()
+	var binds []Bind
+	for i := range 240 {
+		f := filepath.Join(dir, "f"+strconv.Itoa(i))
+		require.NoError(t, os.WriteFile(f, []byte(strconv.Itoa(i)), 0o644))
+		binds = append(binds, Bind{Source: openPath(t, f), Path: "/f/" + strconv.Itoa(i), ReadOnly: true})
+	}
+	m, err := Start("/usr/bin/python3")
+	require.NoError(t, err)
+	t.Cleanup(func() { m.Close() })
+	require.NoError(t, m.Prepare(Plan{Binds: append(binds, Bind{Source: openPath(t, "/usr"), Path: "/usr", ReadOnly: true},
+		Bind{Source: openPath(t, "/proc"), Path: "/proc", ReadOnly: true}), Links: HostLinks()}, 2))
+	if _, _, on, seed := mounterBuilds(t, m, false); !on || !seed {
+		t.Skip("no inline builds here (no seed namespace or no clone): builds fork")
+	}
+	settle(t, m, 1+2)
+	a := dataDir(t, "A")
+	for i := range 8 {
+		l1, err := m.Lease() // the stock is short: the refill starts
+		require.NoError(t, err)
+		l2, err := m.Lease() // comes while it runs
+		require.NoError(t, err)
+		require.NoError(t, m.Attach(l2.ID, Plan{Binds: []Bind{{Source: openPath(t, a), Path: "/data", ReadOnly: true}}}))
+		got := look(t, l2.Namespace, "/data/f.txt", "/f/7")
+		require.Equal(t, "A", got["read /data/f.txt"], "round %d", i)
+		require.Equal(t, "7", got["read /f/7"], "round %d", i)
+		require.Equal(t, "EROFS", got["mkdir root"], "round %d", i)
+		require.NoError(t, m.Release(l1.ID))
+		l1.Namespace.Close()
+		l2.Namespace.Close()
+		settle(t, m, 1+2)
+	}
+	_, _, _, _ = mounterBuilds(t, m, false)
+	require.Positive(t, preempted(t, m), "no request was served inside a refill")
 }
