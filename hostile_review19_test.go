@@ -1,0 +1,98 @@
+package pynox
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// Review 19: the session step's outputs watch (outputs_watch.go). A full
+// check opens $PYNOX_OUTPUTS, then arms the watch on the directory it
+// opened. A rename of that directory away between the open and the
+// arming queues nothing on the watch (it is not armed yet), so the watch
+// sits on a directory no longer at the path, quiet for good, and every
+// later step's check says "empty" without looking: whatever the job puts
+// at $PYNOX_OUTPUTS afterwards is never attached. A job reaches that
+// window with a thread whose rename is still under way when its step's
+// SIGSTOP is sent (a rename waiting on the parent's lock, held by another
+// of its threads in a long getdents, completes before the thread stops).
+// The hook plays that thread at the worst moment, deterministically.
+func TestHostileReview19OutputsMovedBeforeArming(t *testing.T) {
+	p := newTestPool(t, Config{Workers: 1})
+	co := checkout(t, p, Job{})
+	requireOK(t, feed(t, co, "import os\nd = os.environ['PYNOX_OUTPUTS']"))
+	moved := false
+	outputsCheckHook = func(pl *plan, opened bool) {
+		if moved || !opened {
+			return
+		}
+		moved = true
+		dir := pl.scratchDir()
+		require.NoError(t, os.Rename(filepath.Join(dir, OutputsDir), filepath.Join(dir, "old")))
+	}
+	t.Cleanup(func() { outputsCheckHook = nil })
+	// A file made and removed: the watch saw it, so this step's check is
+	// a full one (and the hook moves the directory in it).
+	r := feed(t, co, "open(os.path.join(d, 't'), 'w').close()\nos.unlink(os.path.join(d, 't'))")
+	requireOK(t, r)
+	require.True(t, moved, "the step's check was not a full one")
+	require.Empty(t, r.Files)
+	// The job makes the directory anew and writes a file in it.
+	r = feed(t, co, "os.mkdir(d)\nopen(os.path.join(d, 'z.txt'), 'w').write('z')")
+	requireOK(t, r)
+	require.Len(t, r.Files, 1, "a file at $PYNOX_OUTPUTS after the directory was moved during a full check was not attached")
+	require.Equal(t, "z.txt", filepath.Base(r.Files[0].Path))
+	// And the watch works on afterwards: quiet steps, then a new file.
+	for range 2 {
+		r = feed(t, co, "x = 1")
+		requireOK(t, r)
+		require.Empty(t, r.Files)
+	}
+	r = feed(t, co, "open(os.path.join(d, 'y.txt'), 'w').write('y')")
+	requireOK(t, r)
+	require.Len(t, r.Files, 1)
+}
+
+// Review 19: two sessions' watches on one directory. inotify gives the
+// same watch descriptor for a directory an instance watches already, and
+// the pool's watches are one instance's, kept by descriptor. A directory
+// that session B's watch is on, moved (through a writable grant both
+// jobs share on the scratch root's file system) to session A's
+// $PYNOX_OUTPUTS after A's check drained the queue and before it opened
+// the path: A's arming takes B's descriptor over, the events of the
+// moves go to A, and B's watch stays "quiet" while B's path holds another
+// directory, so B's files are never attached. The hook plays the two
+// jobs' moves at that moment.
+func TestHostileReview19SharedWatchDescriptor(t *testing.T) {
+	p := newTestPool(t, Config{Workers: 2})
+	b := checkout(t, p, Job{})
+	for range 2 {
+		r := feed(t, b, "import os\nd = os.environ['PYNOX_OUTPUTS']")
+		requireOK(t, r)
+		require.Empty(t, r.Files)
+	}
+	a := checkout(t, p, Job{})
+	moved := false
+	outputsCheckHook = func(pl *plan, opened bool) {
+		if moved || opened || pl != a.pl {
+			return
+		}
+		moved = true
+		ad, bd := filepath.Join(pl.scratchDir(), OutputsDir), filepath.Join(b.pl.scratchDir(), OutputsDir)
+		require.NoError(t, os.Remove(ad))
+		require.NoError(t, os.Rename(bd, ad))
+	}
+	t.Cleanup(func() { outputsCheckHook = nil })
+	requireOK(t, feed(t, a, "x = 1"))
+	require.True(t, moved, "session A's step made no full check")
+	outputsCheckHook = nil
+	r := feed(t, b, "os.mkdir(d)\nopen(os.path.join(d, 'z.txt'), 'w').write('z')")
+	requireOK(t, r)
+	require.Len(t, r.Files, 1, "session B's file was not attached after its watched directory moved to session A's outputs")
+	require.Equal(t, "z.txt", filepath.Base(r.Files[0].Path))
+	r = feed(t, a, "import os\nopen(os.path.join(os.environ['PYNOX_OUTPUTS'], 'a.txt'), 'w').write('a')")
+	requireOK(t, r)
+	require.Len(t, r.Files, 1, "session A's file")
+}
