@@ -96,3 +96,61 @@ func TestHostileReview19SharedWatchDescriptor(t *testing.T) {
 	requireOK(t, r)
 	require.Len(t, r.Files, 1, "session A's file")
 }
+
+// Review 19 probes that hold: more ways for an entry to appear in an
+// empty, watched $PYNOX_OUTPUTS, each attached at its step: an O_TMPFILE
+// file given a name there with linkat (where the job may), a file
+// renamed in from the scratch directory, and a file
+// written through a descriptor of the directory opened in an earlier
+// step (openat relative to it).
+func TestHostileReview19OutputsWatchHolds(t *testing.T) {
+	p := newTestPool(t, Config{Workers: 1})
+	co := checkout(t, p, Job{})
+	quiet := func(what string) {
+		t.Helper()
+		for range 2 {
+			r := feed(t, co, "x = 1")
+			requireOK(t, r)
+			require.Empty(t, r.Files, "%s: a step that wrote nothing attached files", what)
+		}
+	}
+	requireOK(t, feed(t, co, "import os\nd = os.environ['PYNOX_OUTPUTS']\nup = os.path.dirname(d)"))
+
+	quiet("before O_TMPFILE")
+	r := feed(t, co, `
+try:
+    fd = os.open(d, os.O_TMPFILE | os.O_WRONLY, 0o600)
+except OSError as e:
+    print("refused", e.errno)
+else:
+    os.write(fd, b"t")
+    try:
+        os.link("/proc/self/fd/%d" % fd, os.path.join(d, "t.txt"), follow_symlinks=True)
+        print("linked")
+    except OSError as e:
+        print("refused", e.errno)
+    os.close(fd)
+`)
+	requireOK(t, r)
+	if r.Stdout == "linked\n" {
+		require.Len(t, r.Files, 1, "an O_TMPFILE file linked in")
+		require.Equal(t, "t.txt", filepath.Base(r.Files[0].Path))
+	} else {
+		t.Logf("O_TMPFILE + linkat not probed: %q", r.Stdout)
+		require.Empty(t, r.Files)
+	}
+
+	quiet("before a file renamed in")
+	r = feed(t, co, "open(os.path.join(up, 'r.txt'), 'w').write('r')\nos.rename(os.path.join(up, 'r.txt'), os.path.join(d, 'r.txt'))")
+	requireOK(t, r)
+	require.Len(t, r.Files, 1, "a file renamed in")
+	require.Equal(t, "r.txt", filepath.Base(r.Files[0].Path))
+
+	quiet("before a write through an old descriptor")
+	requireOK(t, feed(t, co, "dfd = os.open(d, os.O_RDONLY | os.O_DIRECTORY)"))
+	quiet("with the descriptor open")
+	r = feed(t, co, "f = os.open('o.txt', os.O_WRONLY | os.O_CREAT, 0o600, dir_fd=dfd)\nos.write(f, b'o')\nos.close(f)")
+	requireOK(t, r)
+	require.Len(t, r.Files, 1, "a file made through a descriptor of the directory")
+	require.Equal(t, "o.txt", filepath.Base(r.Files[0].Path))
+}
