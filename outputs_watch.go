@@ -28,8 +28,14 @@ import (
 //
 // Why it holds: the watch is armed on the very directory the full check
 // then reads (through /proc/self/fd of the descriptor the check opened,
-// beneath the scratch root, no symlink followed), and the events queued
-// before that read are drained first. Every way a new entry can appear in
+// beneath the scratch root, no symlink followed), the events queued
+// before that read are drained first, and the watch counts as quiet only
+// if the path, looked up again after the arming, still names that
+// directory (a rename of it away between the open and the arming queues
+// nothing on a watch not armed yet). A directory that another session's
+// watch is on (moved here through a writable grant both jobs share) gets
+// that watch's descriptor from the kernel: this plan takes it over, and
+// the other plan's watch counts as gone (review 19). Every way a new entry can appear in
 // that directory (creat, mkdir, mknod, link, symlink, rename into it)
 // queues IN_CREATE or IN_MOVED_TO on it, synchronously, in the system
 // call that made it; every way the path can come to name another
