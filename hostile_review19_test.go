@@ -1,6 +1,7 @@
 package pynox
 
 import (
+	"context"
 	"os"
 	"path/filepath"
 	"testing"
@@ -153,4 +154,46 @@ else:
 	requireOK(t, r)
 	require.Len(t, r.Files, 1, "a file made through a descriptor of the directory")
 	require.Equal(t, "o.txt", filepath.Base(r.Files[0].Path))
+}
+
+// Review 19 probe that holds: the ns spare's capability drop reads the
+// ambient and bounding sets from /proc/self/status in the job's mount
+// namespace, where a client's mount could put a file of its own making
+// (one that says every set is empty). A mount at /proc, or beneath it, is
+// refused; whatever runs holds no capability by capget, and the
+// status the job reads is the kernel's.
+func TestHostileReview19FakeProcStatus(t *testing.T) {
+	p, data, _ := nsPool(t)
+	fake := filepath.Join(data, "self")
+	require.NoError(t, os.Mkdir(fake, 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(fake, "status"), []byte("Name:\tfake\nCapInh:\t0000000000000000\nCapPrm:\t0000000000000000\nCapEff:\t0000000000000000\nCapBnd:\t0000000000000000\nCapAmb:\t0000000000000000\n"), 0o644))
+	code := `
+import ctypes
+class H(ctypes.Structure):
+    _fields_ = [("v", ctypes.c_uint32), ("pid", ctypes.c_int)]
+class D(ctypes.Structure):
+    _fields_ = [("e", ctypes.c_uint32), ("p", ctypes.c_uint32), ("i", ctypes.c_uint32)]
+h, d = H(0x20080522, 0), (D * 2)()
+libc = ctypes.CDLL(None, use_errno=True)
+print("capget", libc.capget(ctypes.byref(h), ctypes.byref(d)), [(x.e, x.p, x.i) for x in d])
+print("name", open("/proc/self/status").readline().strip())
+`
+	// The control: a mount job elsewhere runs, with no capability.
+	res := run(t, p, Job{Mounts: []MountSpec{{HostPath: data, Path: "/data"}}, Code: code})
+	requireOK(t, res)
+	require.Contains(t, res.Stdout, "capget 0 [(0, 0, 0), (0, 0, 0)]", res.Stdout)
+	for _, target := range []string{"/proc", "/proc/self", "/proc/1"} {
+		res, err := p.Run(context.Background(), Job{Mounts: []MountSpec{{HostPath: data, Path: target}}, Code: code})
+		if err != nil {
+			t.Logf("a mount at %s refused: %v", target, err)
+			continue
+		}
+		if res.Error != nil {
+			t.Logf("a mount at %s: %s: %s", target, res.Error.Type, res.Error.Message)
+			require.NotContains(t, res.Stdout, "capget", "code ran after an error")
+			continue
+		}
+		require.Contains(t, res.Stdout, "capget 0 [(0, 0, 0), (0, 0, 0)]", "a mount at %s: %s", target, res.Stdout)
+		require.NotContains(t, res.Stdout, "name Name:\tfake", "a mount at %s: the job read the client's file as its status", target)
+	}
 }
