@@ -2,8 +2,11 @@ package pynox
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -193,5 +196,53 @@ print("capget", libc.capget(ctypes.byref(h), ctypes.byref(d)), [(x.e, x.p, x.i) 
 			continue
 		}
 		require.Contains(t, res.Stdout, "capget 0 [(0, 0, 0), (0, 0, 0)]", "a mount at %s: %s", target, res.Stdout)
+	}
+}
+
+// Review 19 probe that holds: the runner reads host-call replies with one
+// read of up to 64 KiB of what the channel holds, hands on the whole
+// frames in it and keeps a frame's start for the next read. 64 calls in
+// flight at once, whose replies range from a few bytes to near the 1 MiB
+// limit (so frames straddle every read, several arrive in one read, and
+// one needs many), each get their own answer, whole, in a one-shot job
+// and in session steps one after another.
+func TestHostileReview19ReplyFraming(t *testing.T) {
+	p := newTestPool(t, Config{Workers: 1})
+	host := func(ctx context.Context, c *Call) (any, error) {
+		var args []int
+		if err := json.Unmarshal(c.Args, &args); err != nil || len(args) != 1 {
+			return nil, fmt.Errorf("args %s", c.Args)
+		}
+		i := args[0]
+		n := (i * 65521) % 70000
+		if i%16 == 15 {
+			n = MaxCallBytes - 64 - i
+		}
+		return fmt.Sprintf("%d:%s", i, strings.Repeat(string(rune('a'+i%26)), n)), nil
+	}
+	code := `import asyncio
+from pynox_host import aio
+async def main():
+    rs = await asyncio.gather(*[aio.big(i) for i in range(64)])
+    bad = []
+    for i, r in enumerate(rs):
+        n = (i * 65521) % 70000
+        if i % 16 == 15:
+            n = (1 << 20) - 64 - i
+        if r != "%d:%s" % (i, chr(ord("a") + i % 26) * n):
+            bad.append(i)
+    print("bad", bad)
+asyncio.run(main())
+`
+	res, err := p.Run(context.Background(), Job{Functions: []string{"big"}, Host: host, Code: code})
+	require.NoError(t, err)
+	requireOK(t, res)
+	require.Equal(t, "bad []\n", res.Stdout)
+
+	co := checkout(t, p, Job{Functions: []string{"big"}, Host: host})
+	for range 3 {
+		r := feed(t, co, code)
+		requireOK(t, r)
+		require.Equal(t, "bad []\n", r.Stdout)
 	}
 }
