@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -244,5 +245,22 @@ asyncio.run(main())
 		r := feed(t, co, code)
 		requireOK(t, r)
 		require.Equal(t, "bad []\n", r.Stdout)
+	}
+}
+
+// Review 19: a Go host function's result that Python's json module cannot
+// decode (a json.RawMessage with bytes that are not UTF-8 in a string, or
+// nested 5,000 deep) made the job's call raise (UnicodeDecodeError,
+// RecursionError) and the job then hang until its timeout; the job's
+// call now fails with a HostError and the job goes on.
+func TestHostileReview19UndecodableHostResult(t *testing.T) {
+	p := newTestPool(t, Config{Workers: 1})
+	for _, raw := range []string{"\"\xff\"", strings.Repeat("[", 5000) + strings.Repeat("]", 5000)} {
+		host := func(ctx context.Context, c *Call) (any, error) { return json.RawMessage(raw), nil }
+		res, err := p.Run(context.Background(), Job{Functions: []string{"f"}, Host: host, Timeout: 20 * time.Second,
+			Code: "from pynox_host import f, HostError\ntry:\n    f()\nexcept HostError as e:\n    print('HostError', e)"})
+		require.NoError(t, err)
+		requireOK(t, res)
+		require.Contains(t, res.Stdout, "HostError the host's reply could not be encoded: its result: ", "%.20q", raw)
 	}
 }
