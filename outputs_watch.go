@@ -28,8 +28,14 @@ import (
 //
 // Why it holds: the watch is armed on the very directory the full check
 // then reads (through /proc/self/fd of the descriptor the check opened,
-// beneath the scratch root, no symlink followed), and the events queued
-// before that read are drained first. Every way a new entry can appear in
+// beneath the scratch root, no symlink followed), the events queued
+// before that read are drained first, and the watch counts as quiet only
+// if the path, looked up again after the arming, still names that
+// directory (a rename of it away between the open and the arming queues
+// nothing on a watch not armed yet). A directory that another session's
+// watch is on (moved here through a writable grant both jobs share) gets
+// that watch's descriptor from the kernel: this plan takes it over, and
+// the other plan's watch counts as gone (review 19). Every way a new entry can appear in
 // that directory (creat, mkdir, mknod, link, symlink, rename into it)
 // queues IN_CREATE or IN_MOVED_TO on it, synchronously, in the system
 // call that made it; every way the path can come to name another
@@ -43,6 +49,13 @@ import (
 // outputsMask is what a watch on an outputs directory reports; the
 // kernel adds IN_IGNORED, IN_UNMOUNT and IN_Q_OVERFLOW.
 const outputsMask = unix.IN_CREATE | unix.IN_MOVED_TO | unix.IN_ATTRIB | unix.IN_DELETE_SELF | unix.IN_MOVE_SELF | unix.IN_ONLYDIR
+
+// outputsCheckHook, when set (by tests only), runs in a full check before
+// the open of the outputs directory (opened false) and between the open
+// and the arming of its watch (opened true): where a job's thread still
+// running as its step's SIGSTOP is delivered, or another session's job,
+// could move a directory.
+var outputsCheckHook func(pl *plan, opened bool)
 
 // outputsWatcher is a scratch root's inotify instance, and the watches
 // on its sessions' outputs directories.
@@ -112,21 +125,51 @@ func (ow *outputsWatcher) checkLocked(pl *plan, w *outputsWatch) bool {
 	if s.closed {
 		return false
 	}
+	if outputsCheckHook != nil {
+		outputsCheckHook(pl, false)
+	}
 	ofd, err := rawOpenat2(s.fd, pl.scratch+"/"+OutputsDir, &unix.OpenHow{Flags: unix.O_RDONLY | unix.O_DIRECTORY | unix.O_CLOEXEC | unix.O_NOFOLLOW, Resolve: resolveBeneath})
 	if err != nil {
 		return false
 	}
 	defer unix.RawSyscall(unix.SYS_CLOSE, uintptr(ofd), 0, 0)
+	if outputsCheckHook != nil {
+		outputsCheckHook(pl, true)
+	}
 	// Armed anew each time: an armed watch may name a directory moved
 	// away since (its event says so, but w does not keep which).
 	ow.unwatchLocked(w)
 	if wd, err := rawInotifyAddWatch(ow.fd, "/proc/self/fd/"+strconv.Itoa(ofd), outputsMask); err == nil {
+		if o := ow.watches[wd]; o != nil && o != w {
+			// Another plan's watch is on this directory (moved here
+			// from its path): the kernel gave its descriptor, whose
+			// events now come here. That plan is not known to be empty,
+			// and re-arms at its next check (review 19).
+			o.wd, o.empty = -1, false
+		}
 		w.wd = wd
 		ow.watches[wd] = w
 	}
 	empty := dirEmptyFd(ofd)
-	w.empty = empty && w.wd >= 0
+	// Known empty from here on only if the path still names the directory
+	// the watch is on, looked up after the arming: a rename of it away
+	// between the open and the arming queued nothing on the watch
+	// (review 19). Its later moves queue events; it cannot come back
+	// without one. (The session's scratch directory is the pool's: only
+	// the last component is the job's, and a symbolic link there is not
+	// followed.)
+	w.empty = empty && w.wd >= 0 && sameDir(ofd, s.fd, pl.scratch+"/"+OutputsDir)
 	return empty
+}
+
+// sameDir reports whether path, looked up beneath dirfd without following
+// a symbolic link at its end, is the file open at fd.
+func sameDir(fd, dirfd int, path string) bool {
+	var a, b unix.Stat_t
+	if unix.Fstat(fd, &a) != nil || unix.Fstatat(dirfd, path, &b, unix.AT_SYMLINK_NOFOLLOW) != nil {
+		return false
+	}
+	return a.Dev == b.Dev && a.Ino == b.Ino
 }
 
 // drainLocked reads every queued event, and marks the watches they name

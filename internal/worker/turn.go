@@ -657,6 +657,7 @@ func (t *turn) refuse(id int64, msg string) { t.answer(id, Reply{Error: &msg}) }
 
 // answer sends the reply to call id to the child.
 func (t *turn) answer(id int64, r Reply) {
+	r = checkedReply(r)
 	b, err := json.Marshal(replyFrame{T: "reply", ID: id, Result: r.Result, Error: r.Error, ErrorType: r.ErrorType})
 	if err != nil {
 		msg := "the host's reply could not be encoded: " + err.Error()
