@@ -33,19 +33,7 @@ func (pl *plan) outputsEmpty() bool {
 		return false
 	}
 	defer unix.RawSyscall(unix.SYS_CLOSE, uintptr(ofd), 0, 0)
-	var buf [512]byte
-	for {
-		n, _, e := unix.RawSyscall(unix.SYS_GETDENTS64, uintptr(ofd), uintptr(unsafe.Pointer(&buf[0])), uintptr(len(buf)))
-		if e != 0 {
-			return false
-		}
-		if n == 0 {
-			return true
-		}
-		if _, count, _ := unix.ParseDirent(buf[:n], -1, nil); count > 0 {
-			return false // ParseDirent leaves out "." and ".."
-		}
-	}
+	return dirEmptyFd(ofd)
 }
 
 // rawOpenat2 is unix.Openat2 as a raw system call.

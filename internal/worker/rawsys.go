@@ -37,6 +37,13 @@ var (
 	rawClose = rawsys.Close
 )
 
+// rawSendmsg is sendmsg(2) of p with the control message oob, with flags
+// that include MSG_DONTWAIT: rawsys.Sendmsg, called directly (through a
+// func variable, p would escape to the heap).
+func rawSendmsg(fd int, p, oob []byte, flags int) (int, error) {
+	return rawsys.Sendmsg(fd, p, oob, flags)
+}
+
 // rawOpen is open(2) of a /proc file (path is absolute).
 func rawOpen(path string, flags int) (int, error) {
 	return rawsys.Openat(unix.AT_FDCWD, path, flags, 0)
@@ -49,28 +56,6 @@ func rawRecv(fd int, p []byte, flags int) (int, error) {
 		ptr = unsafe.Pointer(&p[0])
 	}
 	n, _, e := unix.RawSyscall6(unix.SYS_RECVFROM, uintptr(fd), uintptr(ptr), uintptr(len(p)), uintptr(flags), 0, 0)
-	if e != 0 {
-		return 0, e
-	}
-	return int(n), nil
-}
-
-// rawSendmsg is sendmsg(2) of p with the control message oob, with flags
-// that include MSG_DONTWAIT.
-func rawSendmsg(fd int, p, oob []byte, flags int) (int, error) {
-	var iov unix.Iovec
-	if len(p) > 0 {
-		iov.Base = &p[0]
-		iov.SetLen(len(p))
-	}
-	var msg unix.Msghdr
-	msg.Iov = &iov
-	msg.Iovlen = 1
-	if len(oob) > 0 {
-		msg.Control = &oob[0]
-		msg.SetControllen(len(oob))
-	}
-	n, _, e := unix.RawSyscall(unix.SYS_SENDMSG, uintptr(fd), uintptr(unsafe.Pointer(&msg)), uintptr(flags))
 	if e != 0 {
 		return 0, e
 	}
