@@ -418,13 +418,18 @@ func openDirNoFollow(dirfd int, name string) (int, error) {
 
 // close removes every scratch directory left and the root itself.
 func (s *scratchRoot) close() error {
+	// The watcher first, outside s.mu: a check of a session's outputs
+	// takes the watcher's lock and then s.mu (outputs_watch.go), so
+	// taking them here the other way round could deadlock (it cannot
+	// today: Pool.Close waits for every session's last check). Closing
+	// it twice does nothing.
+	s.watcher.close()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
 		return nil
 	}
 	s.closed = true
-	s.watcher.close()
 	var first error
 	fd, err := openDirNoFollow(s.fd, ".")
 	if err == nil {
