@@ -1,0 +1,171 @@
+package mountns
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
+)
+
+// r20Base prepares a mounter whose base has 240 binds (a build of many
+// milliseconds, so that requests come during a refill) and a stock of n.
+func r20Base(t *testing.T, n int) *Mounter {
+	t.Helper()
+	requireMounter(t)
+	dir := t.TempDir()
+	var binds []Bind
+	for i := range 240 {
+		f := filepath.Join(dir, "f"+strconv.Itoa(i))
+		require.NoError(t, os.WriteFile(f, []byte(strconv.Itoa(i)), 0o644))
+		binds = append(binds, Bind{Source: openPath(t, f), Path: "/f/" + strconv.Itoa(i), ReadOnly: true})
+	}
+	m, err := Start("/usr/bin/python3")
+	require.NoError(t, err)
+	t.Cleanup(func() { m.Close() })
+	require.NoError(t, m.Prepare(Plan{Binds: append(binds, Bind{Source: openPath(t, "/usr"), Path: "/usr", ReadOnly: true},
+		Bind{Source: openPath(t, "/proc"), Path: "/proc", ReadOnly: true}), Links: HostLinks()}, n))
+	if _, _, on, seed := mounterBuilds(t, m, false); !on || !seed {
+		t.Skip("no inline builds here (no seed namespace or no clone): builds fork")
+	}
+	return m
+}
+
+// r20HolderOf returns the pid of a live child of the mounter that is in
+// the mount namespace mnt (a holder not reaped yet), or 0.
+func r20HolderOf(t *testing.T, m *Mounter, mnt *os.File) int {
+	t.Helper()
+	want, err := os.Readlink("/proc/self/fd/" + strconv.Itoa(int(mnt.Fd())))
+	require.NoError(t, err)
+	pid := strconv.Itoa(m.cmd.Process.Pid)
+	kids, _ := os.ReadFile("/proc/" + pid + "/task/" + pid + "/children")
+	for _, k := range strings.Fields(string(kids)) {
+		if l, err := os.Readlink("/proc/" + k + "/ns/mnt"); err == nil && l == want {
+			n, _ := strconv.Atoi(k)
+			return n
+		}
+	}
+	return 0
+}
+
+// A request served inside a refill (at a preemption point) that must
+// build a namespace of its own (a lease with the stock empty: a stock of
+// one, taken by the lease that started the refill) gets a whole
+// namespace of its own; neither it nor the refill's namespace is handed
+// out while its holder lives; the mounter is home (its own mount
+// namespace, root and cwd /) after each round.
+func TestReview20NestedBuildDuringRefill(t *testing.T) {
+	m := r20Base(t, 1)
+	settle(t, m, 1+1)
+	a := dataDir(t, "A")
+	before := preempted(t, m)
+	for i := range 8 {
+		l1, err := m.Lease() // the stock is empty now: the refill starts
+		require.NoError(t, err)
+		require.Zero(t, r20HolderOf(t, m, l1.Namespace.Mount), "round %d: lease 1 handed out while its holder lives", i)
+		l2, err := m.Lease() // comes while it runs: builds inside it, or waits
+		if err == ErrNoneReady {
+			require.NoError(t, m.Release(l1.ID))
+			l1.Namespace.Close()
+			settle(t, m, 1+1)
+			continue
+		}
+		require.NoError(t, err)
+		require.Zero(t, r20HolderOf(t, m, l2.Namespace.Mount), "round %d: lease 2 handed out while its holder lives", i)
+		s1, _ := os.Readlink("/proc/self/fd/" + strconv.Itoa(int(l1.Namespace.Mount.Fd())))
+		s2, _ := os.Readlink("/proc/self/fd/" + strconv.Itoa(int(l2.Namespace.Mount.Fd())))
+		require.NotEqual(t, s1, s2, "round %d: two leases share a namespace", i)
+		require.NoError(t, m.Attach(l2.ID, Plan{Binds: []Bind{{Source: openPath(t, a), Path: "/data", ReadOnly: true}}}))
+		got := look(t, l2.Namespace, "/data/f.txt", "/f/239")
+		require.Equal(t, "A", got["read /data/f.txt"], "round %d", i)
+		require.Equal(t, "239", got["read /f/239"], "round %d", i)
+		require.Equal(t, "EROFS", got["mkdir root"], "round %d", i)
+		require.NoError(t, m.Release(l1.ID))
+		l1.Namespace.Close()
+		l2.Namespace.Close()
+		settle(t, m, 1+1)
+		r18Home(t, m, "round "+strconv.Itoa(i))
+	}
+	t.Logf("served inside a refill: %d", preempted(t, m)-before)
+}
+
+// The build namespaces kept for a later drop (DROP) stay bounded while
+// requests keep coming back to back: the mounter closed them only while
+// no request waited, so a host whose next request was always sent
+// before the mounter looked piled them up without bound (each a copy of
+// a whole tree: here 240 binds), one per inline build. Here 12 leases
+// (a stock of one: each one after the first builds inline) and a
+// "builds" are sent at once, before any reply is read: that last one
+// reports how many the mounter keeps.
+func TestReview20DropBoundedUnderLoad(t *testing.T) {
+	m := r20Base(t, 1)
+	settle(t, m, 1+1)
+	const k = 12
+	lease, err := json.Marshal(map[string]any{"op": "lease"})
+	require.NoError(t, err)
+	builds, err := json.Marshal(map[string]any{"op": "builds"})
+	require.NoError(t, err)
+	m.mu.Lock()
+	send := func(msg []byte) {
+		var ioErr error
+		require.NoError(t, m.conn.Write(func(fd uintptr) bool {
+			ioErr = unix.Sendmsg(int(fd), msg, nil, nil, 0)
+			return ioErr != unix.EAGAIN
+		}))
+		require.NoError(t, ioErr)
+	}
+	recv := func() []byte {
+		buf := make([]byte, 4096)
+		oob := make([]byte, unix.CmsgSpace(8*4))
+		var n, oobn int
+		var ioErr error
+		require.NoError(t, m.conn.Read(func(fd uintptr) bool {
+			n, oobn, _, _, ioErr = unix.Recvmsg(int(fd), buf, oob, unix.MSG_CMSG_CLOEXEC)
+			return ioErr != unix.EAGAIN
+		}))
+		require.NoError(t, ioErr)
+		if msgs, err := unix.ParseSocketControlMessage(oob[:oobn]); err == nil {
+			for _, c := range msgs {
+				if fds, err := unix.ParseUnixRights(&c); err == nil {
+					for _, f := range fds {
+						unix.Close(f)
+					}
+				}
+			}
+		}
+		return buf[:n]
+	}
+	for range k {
+		send(lease)
+	}
+	send(builds)
+	var ids []int64
+	for range k {
+		var r struct {
+			OK    bool  `json:"ok"`
+			Lease int64 `json:"lease"`
+		}
+		msg := recv()
+		require.NoError(t, json.Unmarshal(msg, &r), "%s", msg)
+		require.True(t, r.OK, "%s", msg)
+		ids = append(ids, r.Lease)
+	}
+	var b struct {
+		Dropping *int `json:"dropping"`
+	}
+	msg := recv()
+	m.mu.Unlock()
+	require.NoError(t, json.Unmarshal(msg, &b), "%s", msg)
+	for _, id := range ids {
+		require.NoError(t, m.Release(id))
+	}
+	require.NotNil(t, b.Dropping, "%s", msg)
+	t.Logf("build namespaces kept to drop later after %d back-to-back leases: %d", k, *b.Dropping)
+	require.LessOrEqual(t, *b.Dropping, 2, "build namespaces piled up while requests kept coming")
+	settle(t, m, 1+1)
+	r18Home(t, m, "after the leases")
+}
