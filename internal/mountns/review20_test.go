@@ -3,6 +3,7 @@ package mountns
 import (
 	"encoding/json"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -168,4 +169,60 @@ func TestReview20DropBoundedUnderLoad(t *testing.T) {
 	require.LessOrEqual(t, *b.Dropping, 2, "build namespaces piled up while requests kept coming")
 	settle(t, m, 1+1)
 	r18Home(t, m, "after the leases")
+}
+
+const r20SeedScript = `
+import ctypes, errno, json, os, sys
+libc = ctypes.CDLL(None, use_errno=True)
+for fd, kind in ((3, 0x10000000), (4, 0x00020000)):
+    if libc.setns(fd, kind) != 0:
+        sys.exit("setns: %d" % ctypes.get_errno())
+os.chdir("/")
+out = {}
+def t(name, r):
+    out[name] = "ok" if r == 0 else errno.errorcode.get(ctypes.get_errno(), "?")
+out["mountinfo"] = open("/proc/self/mountinfo").read()
+out["root is its parent"] = os.stat("/").st_ino == os.stat("/..").st_ino and os.stat("/").st_dev == os.stat("/..").st_dev
+out["t under root"] = os.path.exists("/t")
+t("umount /", libc.umount2(b"/", 2))
+out["after umount: t"] = os.path.exists("/t")
+out["after umount: usr"] = os.path.isdir("/usr/bin")
+print(json.dumps(out))
+`
+
+// The seed's copy beneath the tree of each stock namespace (the tree is
+// attached on top of it instead of pivoted into) is out of reach even of
+// a process holding every capability of the namespace's user namespace
+// (more than any job holds): it is not in its mountinfo (the only mount
+// at / there is the tree's), / is its own parent, and the tree cannot
+// be unmounted to reveal it (locked).
+func TestReview20SeedCopyOutOfReach(t *testing.T) {
+	m := r20Base(t, 1)
+	settle(t, m, 1+1)
+	l, err := m.Lease()
+	require.NoError(t, err)
+	defer l.Namespace.Close()
+	cmd := exec.Command("/usr/bin/python3", "-I", "-S", "-c", r20SeedScript)
+	cmd.ExtraFiles = []*os.File{l.Namespace.User, l.Namespace.Mount}
+	out, err := cmd.CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	var got map[string]any
+	require.NoError(t, json.Unmarshal(out, &got), "%s", out)
+	info, _ := got["mountinfo"].(string)
+	roots := 0
+	for _, line := range strings.Split(strings.TrimSpace(info), "\n") {
+		f := strings.Fields(line)
+		require.GreaterOrEqual(t, len(f), 5, "%q", line)
+		if f[4] == "/" {
+			roots++
+		}
+		require.NotContains(t, line, "size=4k", "the seed's copy is in the job's mountinfo")
+	}
+	t.Logf("umount /: %v; mounts in the job's mountinfo: %d", got["umount /"], strings.Count(info, "\n"))
+	require.Equal(t, 1, roots, "mounts at / in the job's mountinfo:\n%s", info)
+	require.Equal(t, true, got["root is its parent"])
+	require.Equal(t, false, got["t under root"], "the seed's /t is seen at the root")
+	require.NotEqual(t, "ok", got["umount /"], "the tree could be unmounted: %s", out)
+	require.Equal(t, true, got["after umount: usr"])
+	require.NoError(t, m.Release(l.ID))
 }
