@@ -226,3 +226,29 @@ func TestReview20SeedCopyOutOfReach(t *testing.T) {
 	require.Equal(t, true, got["after umount: usr"])
 	require.NoError(t, m.Release(l.ID))
 }
+
+// Requests served inside a refill that fail (an attach to a lease that
+// does not exist, a second prepare, an unknown op) each get exactly one
+// error reply, in order, and the refill they interrupted goes on: the
+// stock is whole again afterwards and the mounter is home.
+func TestReview20NestedErrorsKeepRefill(t *testing.T) {
+	m := r20Base(t, 1)
+	settle(t, m, 1+1)
+	before := preempted(t, m)
+	for i := range 6 {
+		l, err := m.Lease() // the refill starts
+		require.NoError(t, err)
+		require.ErrorContains(t, m.Attach(1<<40, Plan{}), "no namespace is leased", "round %d", i)
+		require.Error(t, m.Prepare(Plan{}, 1), "round %d", i)
+		require.NoError(t, m.Release(l.ID))
+		l.Namespace.Close()
+		settle(t, m, 1+1)
+		r18Home(t, m, "round "+strconv.Itoa(i))
+	}
+	t.Logf("served inside a refill: %d", preempted(t, m)-before)
+	l, err := m.Lease()
+	require.NoError(t, err)
+	defer l.Namespace.Close()
+	got := look(t, l.Namespace, "/f/100")
+	require.Equal(t, "100", got["read /f/100"])
+}
