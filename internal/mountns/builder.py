@@ -1405,8 +1405,23 @@ def drop_later():
         os.close(DROP.pop())
 
 
+def waits_for_stock():
+    """Whether the request waiting on the socket takes a namespace out of
+    the stock (an attach without a lease) while the stock is empty: it
+    waits for the build under way, which it is not served inside (it
+    would build a namespace of its own, and wait SLOT_WAIT for a slot the
+    build holds when no other is free, then fail)."""
+    if STOCK:
+        return False
+    try:
+        plan = json.loads(SOCK[0].recv(MAX_PLAN, socket.MSG_PEEK | socket.MSG_DONTWAIT))
+        return plan.get("op") == "attach" and plan.get("lease") is None
+    except (OSError, ValueError, AttributeError):
+        return False  # served: its reply says what is wrong
+
+
 def preempt_point():
-    if PREEMPT[0] and SOCK and select.select([3], [], [], 0)[0]:
+    if PREEMPT[0] and SOCK and select.select([3], [], [], 0)[0] and not waits_for_stock():
         PREEMPT[0] = False
         BUILDS["preempted"] += 1
         try:

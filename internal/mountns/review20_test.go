@@ -252,3 +252,55 @@ func TestReview20NestedErrorsKeepRefill(t *testing.T) {
 	got := look(t, l.Namespace, "/f/100")
 	require.Equal(t, "100", got["read /f/100"])
 }
+
+// An attach that takes a namespace out of the stock (no lease) and comes
+// while a refill builds the only namespace a slot is free for (a shared
+// root with two slots: one is the lease's, the other the refill's) is
+// served once that build is done, with its namespace, as before builds
+// yielded to requests: served inside the build, it found the stock empty
+// and waited SLOT_WAIT (5 s) for a slot the build it interrupted held,
+// then failed the job ("no free namespace slot").
+func TestReview20NestedAttachNeedsRefillSlot(t *testing.T) {
+	requireMounter(t)
+	dir := t.TempDir()
+	var binds []Bind
+	for i := range 240 {
+		f := filepath.Join(dir, "f"+strconv.Itoa(i))
+		require.NoError(t, os.WriteFile(f, []byte(strconv.Itoa(i)), 0o644))
+		binds = append(binds, Bind{Source: openPath(t, f), Path: "/f/" + strconv.Itoa(i), ReadOnly: true})
+	}
+	fsfd, err := unix.Fsopen("tmpfs", unix.FSOPEN_CLOEXEC)
+	require.NoError(t, err)
+	require.NoError(t, unix.FsconfigCreate(fsfd))
+	base, err := unix.Fsmount(fsfd, unix.FSMOUNT_CLOEXEC, 0)
+	unix.Close(fsfd)
+	require.NoError(t, err)
+	t.Cleanup(func() { unix.Close(base) })
+	_, err = MakeSlots(base, 2)
+	require.NoError(t, err)
+	m, err := Start("/usr/bin/python3")
+	require.NoError(t, err)
+	t.Cleanup(func() { m.Close() })
+	require.NoError(t, m.Prepare(Plan{
+		Binds: append(binds, Bind{Source: openPath(t, "/usr"), Path: "/usr", ReadOnly: true},
+			Bind{Source: openPath(t, "/proc"), Path: "/proc", ReadOnly: true}),
+		Links: HostLinks(), Root: base, RootSet: true, Slots: 2,
+	}, 1))
+	if _, _, on, seed := mounterBuilds(t, m, false); !on || !seed {
+		t.Skip("no inline builds here (no seed namespace or no clone): builds fork")
+	}
+	src := openPath(t, dataDir(t, "A"))
+	for i := range 3 {
+		settle(t, m, 1+1)
+		l, err := m.Lease() // slot 0's namespace; the refill takes slot 1
+		require.NoError(t, err)
+		ns, err := m.Build(Plan{Binds: []Bind{{Source: src, Path: "/data", ReadOnly: true}}})
+		require.NoError(t, err, "round %d: an attach during the refill", i)
+		got := look(t, ns, "/data/f.txt", "/f/3")
+		require.Equal(t, "A", got["read /data/f.txt"], "round %d", i)
+		require.Equal(t, "3", got["read /f/3"], "round %d", i)
+		ns.Close()
+		require.NoError(t, m.Release(l.ID))
+		l.Namespace.Close()
+	}
+}
