@@ -56,7 +56,7 @@ func r20HolderOf(t *testing.T, m *Mounter, mnt *os.File) int {
 // A request served inside a refill (at a preemption point) that must
 // build a namespace of its own (a lease with the stock empty: a stock of
 // one, taken by the lease that started the refill) gets a whole
-// namespace of its own; neither it nor the refill's namespace is handed
+// namespace of its own; no descriptor stays behind; neither it nor the refill's namespace is handed
 // out while its holder lives; the mounter is home (its own mount
 // namespace, root and cwd /) after each round.
 func TestReview20NestedBuildDuringRefill(t *testing.T) {
@@ -64,6 +64,7 @@ func TestReview20NestedBuildDuringRefill(t *testing.T) {
 	settle(t, m, 1+1)
 	a := dataDir(t, "A")
 	before := preempted(t, m)
+	fds := r18FDs(t, m)
 	for i := range 8 {
 		l1, err := m.Lease() // the stock is empty now: the refill starts
 		require.NoError(t, err)
@@ -92,6 +93,7 @@ func TestReview20NestedBuildDuringRefill(t *testing.T) {
 		r18Home(t, m, "round "+strconv.Itoa(i))
 	}
 	t.Logf("served inside a refill: %d", preempted(t, m)-before)
+	require.Equal(t, fds, r18FDs(t, m), "the mounter's descriptors after the rounds")
 }
 
 // The build namespaces kept for a later drop (DROP) stay bounded while
