@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
@@ -304,5 +305,34 @@ func TestReview20NestedAttachNeedsRefillSlot(t *testing.T) {
 		ns.Close()
 		require.NoError(t, m.Release(l.ID))
 		l.Namespace.Close()
+	}
+}
+
+// A host that goes away while a refill runs (its end of the socket
+// closed right after the lease that started it) ends the mounter
+// cleanly: the end of the socket seen at a preemption point exits it
+// (status 0), with no process of its left behind (a holder shares its
+// memory).
+func TestReview20HostGoneMidRefill(t *testing.T) {
+	for i := range 3 {
+		m := r20Base(t, 1)
+		settle(t, m, 1+1)
+		l, err := m.Lease() // the refill starts
+		require.NoError(t, err)
+		l.Namespace.Close()
+		pid := m.cmd.Process.Pid
+		kids, _ := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/task/" + strconv.Itoa(pid) + "/children")
+		require.NoError(t, m.Close())
+		require.Equal(t, 0, m.cmd.ProcessState.ExitCode(), "round %d: %v", i, m.cmd.ProcessState)
+		for _, k := range strings.Fields(string(kids)) {
+			n, _ := strconv.Atoi(k)
+			for range 200 {
+				if !r18Alive(n) {
+					break
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+			require.False(t, r18Alive(n), "round %d: the mounter's child %d lives on", i, n)
+		}
 	}
 }
