@@ -1421,7 +1421,12 @@ def waits_for_stock():
 
 
 def preempt_point():
-    if PREEMPT[0] and SOCK and select.select([3], [], [], 0)[0] and not waits_for_stock():
+    if PREEMPT[0] and SOCK and select.select([3], [], [], 0)[0]:
+        if waits_for_stock():
+            # It stays first on the socket until this build is done: no
+            # other request is served inside it (nor peeked again).
+            PREEMPT[0] = False
+            return
         PREEMPT[0] = False
         BUILDS["preempted"] += 1
         try:
