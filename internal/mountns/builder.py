@@ -993,7 +993,8 @@ def serve_builds(plan, fds):
     on (the tests' way to the fork path)."""
     if plan.get("inline") is False:
         INLINE[0] = False
-    return dict(BUILDS, ok=True, inline_on=INLINE[0], seed=BASE is not None and BASE.get("seed") is not None), [], None
+    return dict(BUILDS, ok=True, inline_on=INLINE[0], seed=BASE is not None and BASE.get("seed") is not None,
+                dropping=len(DROP)), [], None
 
 
 def start_pending(wait=SLOT_WAIT):
@@ -1388,15 +1389,44 @@ PREEMPT = [False]
 SOCK = []
 
 
+DROP_MAX = 2  # build namespaces kept for later at most: more are dropped at once
+
+
 def drop_later():
     """Drops the namespaces builds made on their way (see build_inline),
-    while no request waits: tearing one down waits for the kernel."""
+    while no request waits: tearing one down waits for the kernel. More
+    than DROP_MAX are dropped even while requests wait: a host whose
+    requests come back to back (every one of them finding the next
+    already sent) would otherwise pile them up, each a copy of a whole
+    tree, until the mounter ran out of descriptors."""
+    while len(DROP) > DROP_MAX:
+        os.close(DROP.pop(0))
     while DROP and not select.select([3], [], [], 0)[0]:
         os.close(DROP.pop())
 
 
+def waits_for_stock():
+    """Whether the request waiting on the socket takes a namespace out of
+    the stock (an attach without a lease) while the stock is empty: it
+    waits for the build under way, which it is not served inside (it
+    would build a namespace of its own, and wait SLOT_WAIT for a slot the
+    build holds when no other is free, then fail)."""
+    if STOCK:
+        return False
+    try:
+        plan = json.loads(SOCK[0].recv(MAX_PLAN, socket.MSG_PEEK | socket.MSG_DONTWAIT))
+        return plan.get("op") == "attach" and plan.get("lease") is None
+    except (OSError, ValueError, AttributeError):
+        return False  # served: its reply says what is wrong
+
+
 def preempt_point():
     if PREEMPT[0] and SOCK and select.select([3], [], [], 0)[0]:
+        if waits_for_stock():
+            # It stays first on the socket until this build is done: no
+            # other request is served inside it (nor peeked again).
+            PREEMPT[0] = False
+            return
         PREEMPT[0] = False
         BUILDS["preempted"] += 1
         try:
