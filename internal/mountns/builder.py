@@ -1001,6 +1001,8 @@ def start_pending(wait=SLOT_WAIT):
     global PENDING
     if stock_inline(wait):
         return  # built (or failed) at once: nothing pending
+    if PENDING is not None:
+        return  # a request served inside the failed build forked one: wait for it
     plan = BASE["plan"]
     if slotted(plan):
         plan = dict(plan, slot=take_slot(base_root(), plan["slots"], wait))
