@@ -913,6 +913,7 @@ def build_inline(plan, fds, masters, seed):
                 os._exit(3)  # never serve from a namespace of a build
     finally:
         os.close(root)
+        trim_drop()  # builds served inside a refill add theirs too
     try:
         write_maps(pid)
         user = os.open("/proc/%d/ns/user" % pid, os.O_RDONLY | os.O_CLOEXEC)
@@ -1243,28 +1244,11 @@ def serve_attach(plan, fds):
 def attach_job(mnt, plan, fds):
     mounts = []  # (path, is_dir, detached mount)
     try:
-        for b in plan.get("binds") or []:
-            fd = fds[b["fd"]]
-            m = clone_tree(fd)
-            mounts.append((b["path"], stat.S_ISDIR(os.fstat(fd).st_mode), m))
-            # Private, as the base's masters are: a clone of a shared
-            # source is a peer of it, and a mount the host made beneath
-            # the source later would reach the job's namespace with its
-            # own flags (writable in a read-only mount).
-            set_attr(m, bind_flags(b), True, MS_PRIVATE)
-        for o in plan.get("overlays") or []:
-            fd = fds[o["fd"]]
-            up = new_fs("tmpfs", [("size", str(o["limit"])), ("mode", "0755")])
-            try:
-                os.mkdir("upper", 0o755, dir_fd=up)
-                os.mkdir("work", 0o755, dir_fd=up)
-                m = new_fs("overlay", [("lowerdir", "/proc/self/fd/%d" % fd),
-                                       ("upperdir", "/proc/self/fd/%d/upper" % up),
-                                       ("workdir", "/proc/self/fd/%d/work" % up)])
-            finally:
-                os.close(up)
-            mounts.append((o["path"], True, m))
-            set_attr(m, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV, False)
+        # The job's binds are private, as the base's masters are: a clone
+        # of a shared source is a peer of it, and a mount the host made
+        # beneath the source later would reach the job's namespace with
+        # its own flags (writable in a read-only mount).
+        make_mounts(mounts, plan, fds, None)
         for path in plan_paths(plan):
             rel(path)
         if libc.setns(mnt, CLONE_NEWNS) != 0:
@@ -1394,6 +1378,12 @@ SOCK = []
 DROP_MAX = 2  # build namespaces kept for later at most: more are dropped at once
 
 
+def trim_drop():
+    """Drops the oldest of DROP beyond DROP_MAX at once."""
+    while len(DROP) > DROP_MAX:
+        os.close(DROP.pop(0))
+
+
 def drop_later():
     """Drops the namespaces builds made on their way (see build_inline),
     while no request waits: tearing one down waits for the kernel. More
@@ -1401,8 +1391,7 @@ def drop_later():
     requests come back to back (every one of them finding the next
     already sent) would otherwise pile them up, each a copy of a whole
     tree, until the mounter ran out of descriptors."""
-    while len(DROP) > DROP_MAX:
-        os.close(DROP.pop(0))
+    trim_drop()
     while DROP and not select.select([3], [], [], 0)[0]:
         os.close(DROP.pop())
 
