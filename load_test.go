@@ -159,6 +159,14 @@ func loadRSS(t testing.TB) int64 {
 func TestLoadSessionsNoLeaks(t *testing.T) {
 	requireLong(t, "rounds of sessions, then the host's resources at baseline")
 	p := newTestPool(t, Config{Workers: 1, MaxSessions: 4, SessionIdle: 300 * time.Millisecond})
+	// One session first: the pool keeps one inotify instance for every
+	// session's outputs watch (outputs_watch.go), made with its first
+	// session and kept for its life, which is no leak.
+	warm, err := p.Checkout(context.Background(), Job{})
+	require.NoError(t, err)
+	_, err = warm.Feed(context.Background(), Step{Code: "x = 1"})
+	require.NoError(t, err)
+	require.NoError(t, warm.Finish(context.Background()))
 	fds0 := advWarm(t, p)
 	procs0 := loadDescendants(t)
 	goroutines0 := runtime.NumGoroutine()
