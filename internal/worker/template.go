@@ -1117,10 +1117,14 @@ func (t *Template) fail(err error) {
 	t.mu.Unlock()
 	t.kill()
 	close(t.done)
-	t.bells.close()
+	// The children are marked ended before the poller is closed: closing
+	// it closes the output pipes it reads, and a child still running
+	// (its parent-death signal not yet delivered) then failed its next
+	// write and reported that (BrokenPipeError) as its job's outcome.
 	for _, c := range children {
 		c.exited(ExitStatus{Signal: int(unix.SIGKILL), TemplateDied: true})
 	}
+	t.bells.close()
 	// A template that dies takes its children with it (its PID
 	// namespace, or their parent-death signal): the groups of those it
 	// did not have on its books are released too.
