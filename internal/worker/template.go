@@ -1117,11 +1117,14 @@ func (t *Template) fail(err error) {
 	t.mu.Unlock()
 	t.kill()
 	close(t.done)
-	// The children are marked ended before the poller is closed: closing
-	// it closes the output pipes it reads, and a child still running
-	// (its parent-death signal not yet delivered) then failed its next
-	// write and reported that (BrokenPipeError) as its job's outcome.
+	// The children are killed (through their pidfds) before the poller
+	// is closed: closing it closes the output pipes it reads, and the
+	// template's end is seen (its descriptors close) before the kernel
+	// sends its children their parent-death signal, so a child still
+	// running failed its next write and reported that (BrokenPipeError)
+	// as its job's outcome. A child sent SIGKILL runs no more code.
 	for _, c := range children {
+		c.Kill()
 		c.exited(ExitStatus{Signal: int(unix.SIGKILL), TemplateDied: true})
 	}
 	t.bells.close()
