@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strconv"
 	"testing"
 
@@ -155,22 +154,7 @@ func TestPreparedBuildsInline(t *testing.T) {
 // started the refill are served inside it (the mounter's count of
 // preempted serves grows), and every namespace is whole and its own.
 func TestPreparedRefillServesRequests(t *testing.T) {
-	requireMounter(t)
-	dir := t.TempDir()
-	var binds []Bind
-	for i := range 240 {
-		f := filepath.Join(dir, "f"+strconv.Itoa(i))
-		require.NoError(t, os.WriteFile(f, []byte(strconv.Itoa(i)), 0o644))
-		binds = append(binds, Bind{Source: openPath(t, f), Path: "/f/" + strconv.Itoa(i), ReadOnly: true})
-	}
-	m, err := Start("/usr/bin/python3")
-	require.NoError(t, err)
-	t.Cleanup(func() { m.Close() })
-	require.NoError(t, m.Prepare(Plan{Binds: append(binds, Bind{Source: openPath(t, "/usr"), Path: "/usr", ReadOnly: true},
-		Bind{Source: openPath(t, "/proc"), Path: "/proc", ReadOnly: true}), Links: HostLinks()}, 2))
-	if _, _, on, seed := mounterBuilds(t, m, false); !on || !seed {
-		t.Skip("no inline builds here (no seed namespace or no clone): builds fork")
-	}
+	m := manyBindsMounter(t, 2)
 	settle(t, m, 1+2)
 	a := dataDir(t, "A")
 	for i := range 8 {

@@ -14,9 +14,9 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// r20Base prepares a mounter whose base has 240 binds (a build of many
+// manyBindsMounter prepares a mounter whose base has 240 binds (a build of many
 // milliseconds, so that requests come during a refill) and a stock of n.
-func r20Base(t *testing.T, n int) *Mounter {
+func manyBindsMounter(t *testing.T, n int) *Mounter {
 	t.Helper()
 	requireMounter(t)
 	dir := t.TempDir()
@@ -61,7 +61,7 @@ func r20HolderOf(t *testing.T, m *Mounter, mnt *os.File) int {
 // out while its holder lives; the mounter is home (its own mount
 // namespace, root and cwd /) after each round.
 func TestReview20NestedBuildDuringRefill(t *testing.T) {
-	m := r20Base(t, 1)
+	m := manyBindsMounter(t, 1)
 	settle(t, m, 1+1)
 	a := dataDir(t, "A")
 	before := preempted(t, m)
@@ -106,7 +106,7 @@ func TestReview20NestedBuildDuringRefill(t *testing.T) {
 // "builds" are sent at once, before any reply is read: that last one
 // reports how many the mounter keeps.
 func TestReview20DropBoundedUnderLoad(t *testing.T) {
-	m := r20Base(t, 1)
+	m := manyBindsMounter(t, 1)
 	settle(t, m, 1+1)
 	const k = 12
 	lease, err := json.Marshal(map[string]any{"op": "lease"})
@@ -200,7 +200,7 @@ print(json.dumps(out))
 // at / there is the tree's), / is its own parent, and the tree cannot
 // be unmounted to reveal it (locked).
 func TestReview20SeedCopyOutOfReach(t *testing.T) {
-	m := r20Base(t, 1)
+	m := manyBindsMounter(t, 1)
 	settle(t, m, 1+1)
 	l, err := m.Lease()
 	require.NoError(t, err)
@@ -235,7 +235,7 @@ func TestReview20SeedCopyOutOfReach(t *testing.T) {
 // error reply, in order, and the refill they interrupted goes on: the
 // stock is whole again afterwards and the mounter is home.
 func TestReview20NestedErrorsKeepRefill(t *testing.T) {
-	m := r20Base(t, 1)
+	m := manyBindsMounter(t, 1)
 	settle(t, m, 1+1)
 	before := preempted(t, m)
 	for i := range 6 {
@@ -315,7 +315,7 @@ func TestReview20NestedAttachNeedsRefillSlot(t *testing.T) {
 // memory).
 func TestReview20HostGoneMidRefill(t *testing.T) {
 	for i := range 3 {
-		m := r20Base(t, 1)
+		m := manyBindsMounter(t, 1)
 		settle(t, m, 1+1)
 		l, err := m.Lease() // the refill starts
 		require.NoError(t, err)
