@@ -474,9 +474,7 @@ func TestHostileReview13StockPressure(t *testing.T) {
 	p := newTestPool(t, Config{Workers: 2})
 	requireNS(t, p)
 	dir := p.Config().Dir
-	data := filepath.Join(dir, "data")
-	require.NoError(t, os.Mkdir(data, 0o755))
-	require.NoError(t, os.WriteFile(filepath.Join(data, "f.txt"), []byte("hello"), 0o644))
+	data := helloDataDir(t, dir)
 	var wg sync.WaitGroup
 	var served, refused atomic.Int32
 	for g := range 4 {
@@ -512,6 +510,28 @@ func TestHostileReview13StockPressure(t *testing.T) {
 	t.Logf("served %d, refused %d", served.Load(), refused.Load())
 	require.Zero(t, refused.Load(), "mount jobs were refused under pressure")
 	advServes(t, p)
+}
+
+// helloDataDir makes dir/data holding f.txt ("hello"), the directory
+// the namespace probes mount.
+func helloDataDir(t *testing.T, dir string) string {
+	t.Helper()
+	data := filepath.Join(dir, "data")
+	require.NoError(t, os.Mkdir(data, 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(data, "f.txt"), []byte("hello"), 0o644))
+	return data
+}
+
+// selfConfinedPool starts a pool in dir that confines itself
+// (ConfineSelf), with workers workers, dir readable and writable and
+// read grants on extraRead too; it is closed when the test ends.
+func selfConfinedPool(t *testing.T, dir string, workers int, extraRead ...string) *Pool {
+	t.Helper()
+	p, err := New(Config{Python: testPython(), Dir: dir, ConfineSelf: true, Workers: workers,
+		Limits: Limits{AllowRead: append([]string{dir}, extraRead...), AllowWrite: []string{dir}}})
+	require.NoError(t, err)
+	t.Cleanup(func() { p.Close() })
+	return p
 }
 
 // nsChildProcess runs the calling test again in a child test process
@@ -553,14 +573,9 @@ func TestHostileReview13SelfConfined(t *testing.T) {
 	if !child {
 		return
 	}
-	p, err := New(Config{Python: testPython(), Dir: dir, ConfineSelf: true, Workers: 2,
-		Limits: Limits{AllowRead: []string{dir, "/proc"}, AllowWrite: []string{dir}}})
-	require.NoError(t, err)
-	defer p.Close()
+	p := selfConfinedPool(t, dir, 2, "/proc")
 	requireNS(t, p)
-	data := filepath.Join(dir, "data")
-	require.NoError(t, os.Mkdir(data, 0o755))
-	require.NoError(t, os.WriteFile(filepath.Join(data, "f.txt"), []byte("hello"), 0o644))
+	data := helloDataDir(t, dir)
 	secret := fmt.Sprintf("/r13-secret-%x", rand.Uint64())
 	requireOK(t, run(t, p, Job{Mounts: []MountSpec{{HostPath: data, Path: secret}, {HostPath: data, Path: "/deep/a/b/c"}}, Code: "print(1)"}))
 	for range 3 {
@@ -681,9 +696,7 @@ func TestHostileReview13ReachNextSpare(t *testing.T) {
 	dir := t.TempDir()
 	p := newTestPool(t, Config{Workers: 2, Dir: dir, Limits: Limits{AllowRead: []string{dir, "/proc"}}})
 	requireNS(t, p)
-	data := filepath.Join(dir, "data")
-	require.NoError(t, os.Mkdir(data, 0o755))
-	require.NoError(t, os.WriteFile(filepath.Join(data, "f.txt"), []byte("hello"), 0o644))
+	data := helloDataDir(t, dir)
 	ctl := filepath.Join(dir, "ctl")
 	require.NoError(t, os.Mkdir(ctl, 0o755))
 	mounts := []MountSpec{{HostPath: data, Path: "/data"}}

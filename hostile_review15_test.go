@@ -454,14 +454,9 @@ func TestHostileReview15SelfConfined(t *testing.T) {
 	if !child {
 		return
 	}
-	p, err := New(Config{Python: testPython(), Dir: dir, ConfineSelf: true, Workers: 1,
-		Limits: Limits{AllowRead: []string{dir, "/proc"}, AllowWrite: []string{dir}}})
-	require.NoError(t, err)
-	defer p.Close()
+	p := selfConfinedPool(t, dir, 1, "/proc")
 	requireNS(t, p)
-	data := filepath.Join(dir, "data")
-	require.NoError(t, os.Mkdir(data, 0o755))
-	require.NoError(t, os.WriteFile(filepath.Join(data, "f.txt"), []byte("hello"), 0o644))
+	data := helloDataDir(t, dir)
 	requireOK(t, run(t, p, Job{Mounts: []MountSpec{{HostPath: data, Path: "/r15-earlier"}}, Code: "print(1)"}))
 	for range 3 {
 		res := run(t, p, Job{Mounts: []MountSpec{{HostPath: data, Path: "/data"}}, AllowRead: []string{"/proc"}, Code: r15Inspect})
@@ -495,9 +490,7 @@ func TestHostileReview15NoSeedFallback(t *testing.T) {
 	before := mounterPids(t)
 	p := newTestPool(t, Config{Workers: 1, Dir: dir, Limits: Limits{AllowRead: []string{dir, "/proc"}}})
 	requireNS(t, p)
-	data := filepath.Join(dir, "data")
-	require.NoError(t, os.Mkdir(data, 0o755))
-	require.NoError(t, os.WriteFile(filepath.Join(data, "f.txt"), []byte("hello"), 0o644))
+	data := helloDataDir(t, dir)
 	mounts := []MountSpec{{HostPath: data, Path: "/data"}}
 	requireOK(t, run(t, p, Job{Mounts: mounts, Code: "print(1)"}))
 	mounter := newMounter(t, before)

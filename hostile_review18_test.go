@@ -3,7 +3,6 @@ package pynox
 import (
 	"fmt"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -160,9 +159,7 @@ func TestHostileReview18SignalSweepDuringBuilds(t *testing.T) {
 		// dedicated user on such kernels).
 		t.Skipf("Landlock has no signal scoping here (ABI %d, %v)", abi, err)
 	}
-	data := filepath.Join(dir, "data")
-	require.NoError(t, os.Mkdir(data, 0o755))
-	require.NoError(t, os.WriteFile(filepath.Join(data, "f.txt"), []byte("hello"), 0o644))
+	data := helloDataDir(t, dir)
 	mounts := []MountSpec{{HostPath: data, Path: "/data"}}
 	requireOK(t, run(t, p, Job{Mounts: mounts, Code: "print(1)"}))
 	mounter := newMounter(t, before)
@@ -221,14 +218,9 @@ func TestHostileReview18SelfConfinedSlotChurn(t *testing.T) {
 	if !child {
 		return
 	}
-	p, err := New(Config{Python: testPython(), Dir: dir, ConfineSelf: true, Workers: 2,
-		Limits: Limits{AllowRead: []string{dir}, AllowWrite: []string{dir}}})
-	require.NoError(t, err)
-	defer p.Close()
+	p := selfConfinedPool(t, dir, 2)
 	requireNS(t, p)
-	data := filepath.Join(dir, "data")
-	require.NoError(t, os.Mkdir(data, 0o755))
-	require.NoError(t, os.WriteFile(filepath.Join(data, "f.txt"), []byte("hello"), 0o644))
+	data := helloDataDir(t, dir)
 	requireOK(t, run(t, p, Job{Mounts: []MountSpec{{HostPath: data, Path: "/data"}}, Code: "print(1)"}))
 	n := 2*p.ns.nSlots + 2
 	require.Greater(t, n, 0, "a self-confined pool with no slots")
