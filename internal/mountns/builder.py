@@ -1413,12 +1413,11 @@ def waits_for_stock():
 
 def preempt_point():
     if PREEMPT[0] and SOCK and select.select([3], [], [], 0)[0]:
+        PREEMPT[0] = False
         if waits_for_stock():
             # It stays first on the socket until this build is done: no
             # other request is served inside it (nor peeked again).
-            PREEMPT[0] = False
             return
-        PREEMPT[0] = False
         BUILDS["preempted"] += 1
         try:
             if not serve_request(SOCK[0]):
