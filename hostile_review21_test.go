@@ -195,3 +195,61 @@ func TestReview21MountJobsBackToBackNoPileUp(t *testing.T) {
 	}
 	t.Fatalf("the mounter grew from %d fds/%d children to %d/%d over 30 mount jobs", fd0, kid0, fd1, kid1)
 }
+
+// A mount job whose template is killed while it runs: its result is a
+// failure, no process beneath the dead template is left, and the next
+// mount job runs in a fresh namespace with the mount as before; the
+// mounter's descriptors come back to where they were.
+func TestReview21TemplateDeathDuringMountJob(t *testing.T) {
+	before := mounterPids(t)
+	p, data, _ := nsPool(t)
+	mounts := []MountSpec{{HostPath: data, Path: "/data"}}
+	requireOK(t, run(t, p, Job{Mounts: mounts, Code: "print(1)"}))
+	m := newMounter(t, before)
+	fd0, _ := review21Count(t, m)
+	done := make(chan *Result, 1)
+	go func() {
+		res, err := p.Run(context.Background(), Job{Mounts: mounts, Code: "import time\ntime.sleep(60)", Timeout: 20 * time.Second})
+		if err != nil {
+			res = nil
+		}
+		done <- res
+	}()
+	time.Sleep(300 * time.Millisecond)
+	tpls := p.templatePIDs()
+	require.NotEmpty(t, tpls)
+	var below []int
+	for pid := range review21Descendants(t) {
+		for _, tp := range tpls {
+			if review21Below(pid, tp) {
+				below = append(below, pid)
+			}
+		}
+	}
+	for _, tp := range tpls {
+		syscall.Kill(tp, syscall.SIGKILL)
+	}
+	select {
+	case res := <-done:
+		if res != nil {
+			require.NotNil(t, res.Error, "%+v", res)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("no result within 5 s of the template's death")
+	}
+	res := run(t, p, Job{Mounts: mounts, Code: "print(open('/data/f.txt').read())"})
+	requireOK(t, res)
+	require.Equal(t, "hello\n", res.Stdout)
+	now := review21Descendants(t)
+	for _, pid := range below {
+		require.False(t, now[pid], "process %d outlived its template", pid)
+	}
+	fd1 := 0
+	for range 100 {
+		if fd1, _ = review21Count(t, m); fd1 <= fd0+2 {
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Fatalf("the mounter's descriptors grew from %d to %d", fd0, fd1)
+}
