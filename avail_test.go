@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/pynox/pynox/internal/testenv"
 )
 
 // Availability: a session that takes a template's ready spare holds back
@@ -105,6 +107,7 @@ func availRunJobs(t *testing.T, p *Pool, job Job, n int) {
 // run meanwhile, each promptly; then the sessions' steps answer and the
 // pool serves on.
 func TestAvailJobNotStarvedBySession(t *testing.T) {
+	testenv.Slow(t)
 	t.Parallel()
 	p := newTestPool(t, Config{Workers: 1, Limits: Limits{AllowNetwork: true}})
 	dir := p.Config().Dir

@@ -12,6 +12,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/pynox/pynox/internal/sandbox"
+	"github.com/pynox/pynox/internal/testenv"
 )
 
 func writeFile(t *testing.T, path, content string) string {
@@ -112,6 +113,7 @@ func TestCeilingAndProfiles(t *testing.T) {
 }
 
 func TestPreloadHygiene(t *testing.T) {
+	testenv.Slow(t)
 	t.Parallel()
 	requireSandbox(t)
 	site := t.TempDir()
@@ -197,6 +199,7 @@ func pandasAvailable(t *testing.T) {
 }
 
 func TestPandasPreload(t *testing.T) {
+	testenv.Slow(t)
 	t.Parallel()
 	pandasAvailable(t)
 	// One template (one pandas import): both numpy jobs below fork from the same state.

@@ -13,6 +13,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/pynox/pynox/internal/testenv"
 )
 
 // requirePythonModule skips a test when the test interpreter lacks a
@@ -73,6 +75,7 @@ print("drawn")
 // with plt.show(), one still open when the job ends, in order, and the
 // backend is pynox's without the job choosing it.
 func TestDisplayMatplotlibChart(t *testing.T) {
+	testenv.Slow(t)
 	t.Parallel()
 	requirePythonModule(t, "matplotlib")
 	// The template's preload hygiene checks (threads, descriptors) pass
@@ -112,6 +115,7 @@ func TestDisplayMatplotlibChart(t *testing.T) {
 // its repr; display of an object with _repr_svg_ gives image/svg+xml, and
 // the other rich representations their types.
 func TestDisplayRichValues(t *testing.T) {
+	testenv.Slow(t)
 	t.Parallel()
 	requirePythonModule(t, "pandas")
 	p := newTestPool(t, Config{Workers: 1})
@@ -242,6 +246,7 @@ func TestDisplayPreloadWritesNoHome(t *testing.T) {
 // is sending outputs raises KeyboardInterrupt in its code, the channel
 // stays in step, and the next step's outputs are its own.
 func TestDisplayFloodAndInterrupt(t *testing.T) {
+	testenv.Slow(t)
 	t.Parallel()
 	p := newTestPool(t, Config{Workers: 1})
 	r := run(t, p, Job{Code: `

@@ -17,6 +17,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
+
+	"github.com/pynox/pynox/internal/testenv"
 )
 
 func TestRunBasics(t *testing.T) {
@@ -261,6 +263,7 @@ func TestProcessesDenied(t *testing.T) {
 }
 
 func TestNetworkDenied(t *testing.T) {
+	testenv.Slow(t)
 	t.Parallel()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
@@ -327,6 +330,7 @@ func TestEnvironmentIsolated(t *testing.T) {
 }
 
 func TestTimeoutAndRecovery(t *testing.T) {
+	testenv.Slow(t)
 	t.Parallel()
 	p := newTestPool(t, Config{Workers: 1})
 	start := time.Now()
@@ -347,6 +351,7 @@ func TestTimeoutAndRecovery(t *testing.T) {
 }
 
 func TestMemoryLimit(t *testing.T) {
+	testenv.Slow(t)
 	t.Parallel()
 	p := newTestPool(t, Config{Workers: 1})
 	r := run(t, p, Job{Code: "x = bytearray(512 * 1024 * 1024)\nprint(len(x))", Memory: 256 << 20})
@@ -402,6 +407,7 @@ func TestOutputCap(t *testing.T) {
 }
 
 func TestForgedFramesReachNobody(t *testing.T) {
+	testenv.Slow(t)
 	t.Parallel()
 	p := newTestPool(t, Config{Workers: 2})
 	// Every shape of frame the pool's channels use, written to every
@@ -458,6 +464,7 @@ print("wrote", hit)
 }
 
 func TestConcurrentJobsAnsweredOnce(t *testing.T) {
+	testenv.Slow(t)
 	t.Parallel()
 	p := newTestPool(t, Config{Workers: 2})
 	const n = 60
@@ -532,6 +539,7 @@ func TestClosedPool(t *testing.T) {
 }
 
 func TestPythonFromPath(t *testing.T) {
+	testenv.Slow(t)
 	t.Parallel()
 	requireSandbox(t)
 	// The default interpreter is the first python3 on PATH, even when that
@@ -641,6 +649,7 @@ func TestOldPythonRefused(t *testing.T) {
 
 // Every CPython from 3.9 on that the machine has runs confined jobs.
 func TestPythonVersions(t *testing.T) {
+	testenv.Slow(t)
 	t.Parallel()
 	requireSandbox(t)
 	found, _ := filepath.Glob("/root/.pyenv/versions/3.*/bin/python3")
@@ -678,6 +687,7 @@ func TestPythonVersions(t *testing.T) {
 }
 
 func TestWedgedTemplateReplaced(t *testing.T) {
+	testenv.Slow(t)
 	p := newTestPool(t, Config{Workers: 1})
 	p.spareTimeout = time.Second
 	// Replace the template so that its successor carries the short timeout.

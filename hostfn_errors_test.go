@@ -7,12 +7,15 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/pynox/pynox/internal/testenv"
 )
 
 // TestHostRaiseAs: a host function's RaiseAs error reaches the job as
 // that builtin type, which is still a pynox_host.HostError; an unknown
 // type is plain HostError; a wrapped RaiseAs is found.
 func TestHostRaiseAs(t *testing.T) {
+	testenv.Slow(t)
 	t.Parallel()
 	p := sharedTestPool(t, Config{Workers: 1})
 	host := func(ctx context.Context, c *Call) (any, error) {

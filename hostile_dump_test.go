@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/pynox/pynox/internal/testenv"
 )
 
 // evilDump builds, with the host's python3 (pickling runs none of the
@@ -138,6 +140,7 @@ func TestDumpReduceExits(t *testing.T) {
 // dump fails with KindTimeout, the process is killed, and the next step
 // starts a new one.
 func TestDumpReduceLoops(t *testing.T) {
+	testenv.Slow(t)
 	t.Parallel()
 	p := newTestPool(t, Config{Workers: 1})
 	ctx := context.Background()

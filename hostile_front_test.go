@@ -12,6 +12,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/pynox/pynox/internal/testenv"
 )
 
 // Hints are built from names alone. The pool runs with more rights than
@@ -23,6 +25,7 @@ import (
 // same whether the file exists or not, and the deep chain's job answers
 // like any other.
 func TestHostileFrontHintsLexical(t *testing.T) {
+	testenv.Slow(t)
 	t.Parallel()
 	if os.Geteuid() != 0 {
 		t.Skip("needs root: the oracle is about what the pool (root) sees and the job (root without capabilities) does not")
@@ -76,6 +79,7 @@ raise PermissionError(13, 'Permission denied', target)
 // grants that cover the pool's own executable, its directory or the
 // configuration file are refused even beneath an explicit ceiling.
 func TestHostileFrontOwnFiles(t *testing.T) {
+	testenv.Slow(t)
 	t.Parallel()
 	requireSandbox(t)
 	exe, err := os.Executable()

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/pynox/pynox/internal/testenv"
 )
 
 // forgeCalls is job code that writes call frames on its control channel
@@ -62,6 +64,7 @@ func TestHostileHostCallsInFlight(t *testing.T) {
 // rest wait on a goroutine of their own, so the job's timeout still ends
 // it.
 func TestHostileUnreadRepliesKeepTheTimeout(t *testing.T) {
+	testenv.Slow(t)
 	t.Parallel()
 	p := newTestPool(t, Config{Workers: 1})
 	big := strings.Repeat("x", 30000)

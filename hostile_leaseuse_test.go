@@ -6,6 +6,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
+
+	"github.com/pynox/pynox/internal/testenv"
 )
 
 // A job that takes a ready ns spare's lease and then never reaches its
@@ -15,6 +17,7 @@ import (
 // lease per ready ns spare. Before the fix each such job left the
 // mounter one namespace for good.
 func TestHostileLeaseOfDeadSpareEnds(t *testing.T) {
+	testenv.Slow(t)
 	before := mounterPids(t)
 	p, data, _ := nsPool(t)
 	mounts := []MountSpec{{HostPath: data, Path: "/data"}}

@@ -11,6 +11,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
+
+	"github.com/pynox/pynox/internal/testenv"
 )
 
 // nsPool is a pool that builds mount namespaces, with a data directory
@@ -131,6 +133,7 @@ print(open("/work/f.txt").read())
 // but the job); a job that blocks opening one times out and the pool
 // serves on.
 func TestHostileMountNSFifo(t *testing.T) {
+	testenv.Slow(t)
 	t.Parallel()
 	p, data, _ := nsPool(t)
 	fifo := filepath.Join(data, "fifo")

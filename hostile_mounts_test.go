@@ -10,6 +10,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
+
+	"github.com/pynox/pynox/internal/testenv"
 )
 
 // mountFixture is a pool with a read-only mount "data" (holding in.txt),
@@ -133,6 +135,7 @@ attempt("link_out_into_secret", lambda: os.link(OUT + "/mine", SECRET + "/mine")
 // its timeout; a non-blocking one returns) nor the pool; a unix socket in
 // a mount cannot be reached.
 func TestHostileMountsFIFOAndSocket(t *testing.T) {
+	testenv.Slow(t)
 	t.Parallel()
 	f := newMountFixture(t)
 	require.NoError(t, unix.Mkfifo(filepath.Join(f.data, "fifo"), 0o666))

@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/pynox/pynox/internal/testenv"
 )
 
 // advListener records whether anything reached a host endpoint a job must
@@ -139,6 +141,7 @@ attempt("reach", go)
 }
 
 func TestHostileNetwork(t *testing.T) {
+	testenv.Slow(t)
 	t.Parallel()
 	p := newTestPool(t, Config{Workers: 2})
 	sockDir := filepath.Join(p.cfg.Dir, "sock")

@@ -3,6 +3,7 @@ package pynox
 import (
 	"context"
 	"github.com/pynox/pynox/internal/mountns"
+	"github.com/pynox/pynox/internal/testenv"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -108,6 +109,7 @@ except OSError as e:
 // for its job, never gets it and is ended; the next job runs in a new
 // spare.
 func TestHostileNSFastAttachFailsNoCode(t *testing.T) {
+	testenv.Slow(t)
 	p, data, out := nsPool(t)
 	var link string
 	for _, l := range []string{"/lib", "/bin", "/lib64", "/sbin"} {
@@ -145,6 +147,7 @@ print(open("/data/f.txt").read(), os.path.exists("/ok"))`})
 // a spare that still holds a lease gets no job (the attach fails: a
 // SandboxSetupError, no code ran), nothing hangs, and plain jobs run on.
 func TestHostileNSFastSpareOrMounterDies(t *testing.T) {
+	testenv.Slow(t)
 	before := mounterPids(t)
 	p, data, out := nsPool(t)
 	job := Job{Mounts: []MountSpec{{HostPath: data, Path: "/data"}}, Code: `import os; print(open("/data/f.txt").read(), os.readlink("/proc/self"))`}
@@ -179,6 +182,7 @@ func TestHostileNSFastSpareOrMounterDies(t *testing.T) {
 // directory at the same path and one at a path of its own, see their own
 // files and never the other's path, round after round.
 func TestHostileNSFastConcurrentJobs(t *testing.T) {
+	testenv.Slow(t)
 	p := newTestPool(t, Config{Workers: 2})
 	requireNS(t, p)
 	dir := p.Config().Dir

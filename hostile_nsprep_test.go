@@ -2,6 +2,7 @@ package pynox
 
 import (
 	"github.com/pynox/pynox/internal/mountns"
+	"github.com/pynox/pynox/internal/testenv"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -152,6 +153,7 @@ t("out", lambda: open("/out/o.txt", "w").write("x"))
 // another; two sessions alive at once, with different directories at
 // /data, see their own.
 func TestHostileNSPrepCrossJob(t *testing.T) {
+	testenv.Slow(t)
 	t.Parallel()
 	p, data, out := nsPool(t)
 	require.NoError(t, os.WriteFile(filepath.Join(out, "f.txt"), []byte("other"), 0o644))
@@ -188,6 +190,7 @@ print(open(P + "/f.txt").read(), [q for q in ("/data", "/other", "/work") if os.
 // is dropped (the mounter's stock comes back to its size, with no
 // namespace more), and the next job runs in a whole namespace.
 func TestHostileNSPrepFailedAttach(t *testing.T) {
+	testenv.Slow(t)
 	before := mounterPids(t)
 	p, data, _ := nsPool(t)
 	var link string

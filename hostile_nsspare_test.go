@@ -16,6 +16,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/pynox/pynox/internal/testenv"
 	"github.com/pynox/pynox/internal/worker"
 )
 
@@ -137,6 +138,7 @@ func nsSpareJob(t *testing.T, p *Pool) Job {
 // replacement comes after its first step; the metric counts it; and
 // Close leaves no process of the template's behind.
 func TestHostileNSSpareLifecycle(t *testing.T) {
+	testenv.Slow(t)
 	p := newTestPool(t, Config{Workers: 1})
 	requireNS(t, p)
 	reg := prometheus.NewRegistry()
@@ -224,6 +226,7 @@ time.sleep(0.5)`})
 // replacement keeps none until its own first mount job; Shutdown leaves
 // no process behind.
 func TestHostileNSSpareDeadAndRestart(t *testing.T) {
+	testenv.Slow(t)
 	p := newTestPool(t, Config{Workers: 1})
 	requireNS(t, p)
 	job := nsSpareJob(t, p)
@@ -262,6 +265,7 @@ func TestHostileNSSpareDeadAndRestart(t *testing.T) {
 // tasks, so a plain job of a pool with an ns spare ready still starts as
 // many threads as a pool without one lets it.
 func TestHostileNSSpareCgroup(t *testing.T) {
+	testenv.Slow(t)
 	p := newCgroupPool(t, Config{Workers: 1, Limits: Limits{Threads: 8}})
 	requireNS(t, p)
 	job := nsSpareJob(t, p)

@@ -7,6 +7,7 @@ package pynox
 import (
 	"context"
 	"github.com/pynox/pynox/internal/probes"
+	"github.com/pynox/pynox/internal/testenv"
 	"testing"
 	"time"
 
@@ -20,6 +21,7 @@ import (
 // its worker for good (found by this suite): the host now closes the
 // socket once it stops reading it and bounds the wait for the pipes.
 func TestHostileProtocolDescriptorPassing(t *testing.T) {
+	testenv.Slow(t)
 	requireSandbox(t)
 	// Not newTestPool: if the hole is open, Close would hang with the
 	// wedged job, so the pool is closed only when the job came back.

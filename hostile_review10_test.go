@@ -15,6 +15,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
+
+	"github.com/pynox/pynox/internal/testenv"
 )
 
 // A tenth outside review: what a job can reach beyond the paths,
@@ -116,6 +118,7 @@ func TestHostileReview10NoCoreDumps(t *testing.T) {
 // Probe 1b: a job in a mount namespace (a user namespace entered with
 // setns, which changes credentials) is not dumpable either.
 func TestHostileReview10NoCoreDumpsInNamespace(t *testing.T) {
+	testenv.Slow(t)
 	p, data, _ := nsPool(t)
 	comm := uniqueComm(t)
 	res := run(t, p, Job{Mounts: []MountSpec{{HostPath: data, Path: "/data"}}, Args: []string{comm},
@@ -135,6 +138,7 @@ func TestHostileReview10NoCoreDumpsInNamespace(t *testing.T) {
 // MSG_OOB fails with EPERM (seccomp's template layer), with or without
 // the network, while ordinary sends and receives work.
 func TestHostileReview10NoOutOfBandData(t *testing.T) {
+	testenv.Slow(t)
 	p := newTestPool(t, Config{Workers: 1, Limits: Limits{AllowNetwork: true}})
 	body := `
 import socket, array
@@ -178,6 +182,7 @@ ctl.detach()
 // and bind (seccomp's job layer); plain sends on the pair still work.
 // With the network the limit of SECURITY.md stays.
 func TestHostileReview10NoDescriptorsInFlight(t *testing.T) {
+	testenv.Slow(t)
 	p := newTestPool(t, Config{Workers: 1, Limits: Limits{AllowNetwork: true}})
 	body := `
 import array, socket
@@ -243,6 +248,7 @@ print("in flight", n)
 // S_ISGID in their mode fail with EPERM, and openat2 (whose mode seccomp
 // cannot read) with ENOSYS, as before Linux 5.6.
 func TestHostileReview10NoSetIDFiles(t *testing.T) {
+	testenv.Slow(t)
 	p := newTestPool(t, Config{Workers: 1})
 	dir := p.Config().Dir
 	code := strings.ReplaceAll(advCode(`
@@ -434,6 +440,7 @@ print(n)
 // scratch directory (its outputs directory made again), as with empty
 // variables; within one process a session keeps its files across steps.
 func TestHostileReview10SessionScratchAcrossProcesses(t *testing.T) {
+	testenv.Slow(t)
 	t.Parallel()
 	fill := `
 import os

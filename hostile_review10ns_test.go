@@ -19,6 +19,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/pynox/pynox/internal/mountns"
+	"github.com/pynox/pynox/internal/testenv"
 )
 
 // r10SharedMounter starts a mounter prepared with a base of /usr on a
@@ -95,6 +96,7 @@ func TestHostileReview10NSSharedRootTypeConflict(t *testing.T) {
 // once with that many: with as many live as a pool of two workers and
 // two sessions can have, each at the bound, a new mountpoint is made.
 func TestHostileReview10NSEntriesBounded(t *testing.T) {
+	testenv.Slow(t)
 	p, data, _ := nsPool(t)
 	deep := strings.Repeat("/d", 600)
 	res := run(t, p, Job{Mounts: []MountSpec{{HostPath: data, Path: deep}}, Code: `print("ran")`})
@@ -149,6 +151,7 @@ func r10Stock(t *testing.T, p *Pool, before map[int]bool) int {
 // job's namespace still has the host's links (its /bin, /lib resolve)
 // and its own mount only.
 func TestHostileReview10NSOddPaths(t *testing.T) {
+	testenv.Slow(t)
 	before := mounterPids(t)
 	p, data, _ := nsPool(t)
 	ok := Job{Mounts: []MountSpec{{HostPath: data, Path: "/data"}}, Code: `print(open("/data/f.txt").read())`}
@@ -207,6 +210,7 @@ print(open("/data/f.txt").read(), [q for q in ("/data2", "/data3", "/m", "/a", "
 // (none hangs), no code of it runs, and jobs without mounts keep
 // running.
 func TestHostileReview10NSMounterDies(t *testing.T) {
+	testenv.Slow(t)
 	before := mounterPids(t)
 	p, data, _ := nsPool(t)
 	job := Job{Mounts: []MountSpec{{HostPath: data, Path: "/data"}}, Code: `print(open("/data/f.txt").read())`}
@@ -327,6 +331,7 @@ func procState(pid int) string {
 // process of the pool (the pool, its templates, spares, the mounter)
 // holds a descriptor of it.
 func TestHostileReview10NSNotKept(t *testing.T) {
+	testenv.Slow(t)
 	p, data, _ := nsPool(t)
 	job := Job{Mounts: []MountSpec{{HostPath: data, Path: "/data"}}, Code: `import array, os, socket, stat, time
 me = os.readlink("/proc/self/ns/mnt")
@@ -541,6 +546,7 @@ os.mkdir("/work/d")`})
 // beyond the slots waits for one before its namespace is built. All of
 // them still run.
 func TestHostileReview10NSQueuedJobsBounded(t *testing.T) {
+	testenv.Slow(t)
 	p, data, _ := nsPool(t)
 	job := Job{Mounts: []MountSpec{{HostPath: data, Path: "/data"}}, Code: `import time; time.sleep(0.1); print(open("/data/f.txt").read())`}
 	requireOK(t, run(t, p, job))

@@ -9,6 +9,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/pynox/pynox/internal/testenv"
 )
 
 // Probe: a job that ends holding most of its memory limit is killed but
@@ -17,6 +19,7 @@ import (
 // cgroup, never to the next job's) and its usage figures are its own (a
 // small peak RSS, not the previous job's). Repeated, and the pool serves.
 func TestHostileReview11HoldCloseNextJob(t *testing.T) {
+	testenv.Slow(t)
 	t.Parallel()
 	p := newTestPool(t, Config{Workers: 1, Limits: Limits{Memory: 320 << 20}})
 	hog := Job{Code: `b = bytearray(240 << 20)
@@ -65,6 +68,7 @@ print(me, hit)`})
 // job's end, its scratch emptied once its exit is reported) leaves none of
 // them to the next job of its worker, which may be given that directory.
 func TestHostileReview11HoldCloseLateScratch(t *testing.T) {
+	testenv.Slow(t)
 	t.Parallel()
 	p := newTestPool(t, Config{Workers: 1})
 	writer := Job{Code: `import os, threading

@@ -11,6 +11,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/pynox/pynox/internal/testenv"
 )
 
 // review12Hog fills 200 MiB and then ends its own process by end.
@@ -43,6 +45,7 @@ print(sorted(os.path.relpath(os.path.join(r, f), os.environ["TMPDIR"]) for r, _,
 // fresh process with an empty scratch and usage figures of its own; the
 // session and the pool keep serving.
 func TestHostileReview12SessionSelfKill(t *testing.T) {
+	testenv.Slow(t)
 	t.Parallel()
 	p := newTestPool(t, Config{Workers: 1, Limits: Limits{Memory: 400 << 20}})
 	co := checkout(t, p, Job{})
@@ -76,6 +79,7 @@ os._exit(0)`,
 // and ends its process, the other's steps report figures of their own
 // (small peak RSS and faults) and neither sees the other's scratch files.
 func TestHostileReview12SessionsSideBySide(t *testing.T) {
+	testenv.Slow(t)
 	t.Parallel()
 	p := newTestPool(t, Config{Workers: 1, Limits: Limits{Memory: 400 << 20}})
 	a := checkout(t, p, Job{})
@@ -113,6 +117,7 @@ print(sorted(os.path.relpath(os.path.join(r, f), os.environ["TMPDIR"]) for r, _,
 // never does), with figures and scratch of their own; one-shot jobs of
 // both kinds keep running alongside.
 func TestHostileReview12PlainAndNSSessions(t *testing.T) {
+	testenv.Slow(t)
 	t.Parallel()
 	p, data, _ := nsPool(t)
 	mounts := []MountSpec{{HostPath: data, Path: "/data-r12"}}
@@ -139,6 +144,7 @@ print(os.path.exists("/data-r12/f.txt"))`
 // (each next step waits for the previous process's reaping), another
 // session's steps run at the same time and each reports figures of its own.
 func TestHostileReview12ConcurrentRestarts(t *testing.T) {
+	testenv.Slow(t)
 	t.Parallel()
 	p := newTestPool(t, Config{Workers: 1, Limits: Limits{Memory: 400 << 20}})
 	a := checkout(t, p, Job{})

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"github.com/pynox/pynox/internal/mountns"
+	"github.com/pynox/pynox/internal/testenv"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -251,6 +252,7 @@ except OSError as e:
 // top-level link) never run the job's code, each gets exactly one
 // answer, and the pool serves mount jobs again after each.
 func TestHostileReview13AttachRefusals(t *testing.T) {
+	testenv.Slow(t)
 	p, data, out := nsPool(t)
 	marker := filepath.Join(out, "ran")
 	sock := filepath.Join(data, "sock")
@@ -471,6 +473,7 @@ print(os.stat("/proc/self/ns/mnt").st_ino, os.readlink("/proc/self"), os.path.ex
 // answered (served, or refused with a setup error), none hangs, and the
 // pool serves after.
 func TestHostileReview13StockPressure(t *testing.T) {
+	testenv.Slow(t)
 	p := newTestPool(t, Config{Workers: 2})
 	requireNS(t, p)
 	dir := p.Config().Dir
@@ -829,6 +832,7 @@ func r13MounterNS(pid int) int {
 // its own, and one lease per ready ns spare): no lease outlives the
 // spare it was made for.
 func TestHostileReview13NoLeaseLeak(t *testing.T) {
+	testenv.Slow(t)
 	before := mounterPids(t)
 	p, data, _ := nsPool(t)
 	mounts := []MountSpec{{HostPath: data, Path: "/data"}}

@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/pynox/pynox/internal/testenv"
 )
 
 // Review 14: probes of performance round 2's changes. The template
@@ -255,6 +257,7 @@ func r14Secret(t *testing.T) string {
 // frame must be in its own process only, never in the template nor in a
 // copy another job is forked with.
 func TestHostileReview14NoFrameOfEarlierJob(t *testing.T) {
+	testenv.Slow(t)
 	t.Parallel()
 	p := newTestPool(t, Config{Workers: 1})
 	for _, pad := range []int{0, 60 << 10, 200 << 10} {
@@ -293,6 +296,7 @@ func TestHostileReview14NoFrameOfEarlierJob(t *testing.T) {
 // characters across its end): each job runs exactly its own code, and a
 // short step after a long one is not read with the long one's leftovers.
 func TestHostileReview14FrameSizes(t *testing.T) {
+	testenv.Slow(t)
 	t.Parallel()
 	p := newTestPool(t, Config{Workers: 1})
 	// The frame's fields other than the code take a few hundred bytes.

@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/pynox/pynox/internal/mountns"
+	"github.com/pynox/pynox/internal/testenv"
 )
 
 // Review 15 (issue 13, the seed namespace and the base binds' masters):
@@ -181,6 +182,7 @@ func r15CheckTree(t *testing.T, p *Pool, r r15Result, want map[string]bool) {
 // reads the same mount table through /proc/<pid>/mountinfo of the
 // job's process.
 func TestHostileReview15JobShowsNoSeed(t *testing.T) {
+	testenv.Slow(t)
 	p, data := r13ProcPool(t)
 	mounts := []MountSpec{{HostPath: data, Path: "/data"}}
 	requireOK(t, run(t, p, Job{Mounts: mounts, Code: "print(1)"}))

@@ -12,6 +12,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
+
+	"github.com/pynox/pynox/internal/testenv"
 )
 
 // Review 16: an outside reviewer's probes of review 15's fixes (nodev
@@ -130,6 +132,7 @@ func TestHostileReview16OutputFlood(t *testing.T) {
 // read the full pipe for as long as it stayed full would hold every
 // other child's bell.
 func TestHostileReview16LeftoverFlood(t *testing.T) {
+	testenv.Slow(t)
 	p := newTestPool(t, Config{Workers: 2})
 	ctx := context.Background()
 	a, err := p.Checkout(ctx, Job{})

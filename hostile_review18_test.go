@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/pynox/pynox/internal/sandbox"
+	"github.com/pynox/pynox/internal/testenv"
 )
 
 // Review 18 (issue 13, inline stock builds): an outside reviewer's probes
@@ -47,6 +48,7 @@ func r18UserNS() map[string][]int {
 // were written before it was killed; the mounter holds no child once its
 // stock is full.
 func TestHostileReview18NoHolderInJobNamespace(t *testing.T) {
+	testenv.Slow(t)
 	before := mounterPids(t)
 	p, data := r13ProcPool(t)
 	mounts := []MountSpec{{HostPath: data, Path: "/data"}}
@@ -149,6 +151,7 @@ print("SWEEP " + json.dumps({"could": sorted(could), "errs": errs, "rounds": rou
 // /proc; its SIGINT to the mounter is refused, and the mounter serves on
 // (the same process: mount jobs after it see their mounts).
 func TestHostileReview18SignalSweepDuringBuilds(t *testing.T) {
+	testenv.Slow(t)
 	before := mounterPids(t)
 	dir := t.TempDir()
 	p := newTestPool(t, Config{Workers: 2, Dir: dir, PIDNamespace: "off", Limits: Limits{AllowRead: []string{dir, "/proc"}}})
@@ -214,6 +217,7 @@ const r18SelfConfineEnv = "PYNOX_R18_SELFCONFINE"
 // job's mountpoint (a slot is emptied before its reuse), and
 // the pool serves on: no slot is lost to the churn.
 func TestHostileReview18SelfConfinedSlotChurn(t *testing.T) {
+	testenv.Slow(t)
 	dir, child := nsChildProcess(t, r18SelfConfineEnv)
 	if !child {
 		return

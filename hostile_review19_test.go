@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/pynox/pynox/internal/testenv"
 )
 
 // Review 19: the session step's outputs watch (outputs_watch.go). A full
@@ -208,6 +210,7 @@ print("capget", libc.capget(ctypes.byref(h), ctypes.byref(d)), [(x.e, x.p, x.i) 
 // one needs many), each get their own answer, whole, in a one-shot job
 // and in session steps one after another.
 func TestHostileReview19ReplyFraming(t *testing.T) {
+	testenv.Slow(t)
 	p := newTestPool(t, Config{Workers: 1})
 	host := func(ctx context.Context, c *Call) (any, error) {
 		var args []int

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/pynox/pynox/internal/testenv"
 )
 
 // review21Descendants returns the live (not zombie) processes below this
@@ -197,6 +199,7 @@ func review21Settled(t *testing.T, pid int) (fds, other int) {
 // stream does piles up in it. Each job sees the same root and reaches
 // neither an ungranted directory nor another namespace's root.
 func TestReview21MountJobsBackToBackNoPileUp(t *testing.T) {
+	testenv.Slow(t)
 	before := mounterPids(t)
 	p, data, _ := nsPool(t)
 	mounts := []MountSpec{{HostPath: data, Path: "/data"}}
@@ -233,6 +236,7 @@ func TestReview21MountJobsBackToBackNoPileUp(t *testing.T) {
 // mount job runs in a fresh namespace with the mount as before; the
 // mounter's descriptors come back to where they were.
 func TestReview21TemplateDeathDuringMountJob(t *testing.T) {
+	testenv.Slow(t)
 	before := mounterPids(t)
 	p, data, _ := nsPool(t)
 	mounts := []MountSpec{{HostPath: data, Path: "/data"}}

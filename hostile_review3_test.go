@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/pynox/pynox/internal/testenv"
 )
 
 // A job that puts its control socket or its bell over stdout and stderr
@@ -73,6 +75,7 @@ print("after", flush=True)
 // cut off, the thread's writes fail once the step ends (they never reach
 // a later step's output), and later steps run normally.
 func TestHostileReview3SessionDescriptorGames(t *testing.T) {
+	testenv.Slow(t)
 	t.Parallel()
 	p := newTestPool(t, Config{Workers: 1})
 	ctx := context.Background()
@@ -197,6 +200,7 @@ for target in [1, 2, 3, -1, 0]:
 // whole output drain (2 s) after its report, past its timeout and CPU
 // check; the process is now stopped at its report.
 func TestHostileReview3NoCPUAfterStepReport(t *testing.T) {
+	testenv.Slow(t)
 	p := newTestPool(t, Config{Workers: 1})
 	co := checkout(t, p, Job{Timeout: 10 * time.Second})
 	requireOK(t, feed(t, co, "x = 1"))

@@ -18,6 +18,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/pynox/pynox/internal/testenv"
 )
 
 // A session whose dump writes to its stderr descriptor (its own
@@ -229,6 +231,7 @@ print("hits", hits)
 // thread is stopped with the session between steps, and the later step
 // and the dump come back whole.
 func TestHostileReview4KeptStdoutDoesNotLeak(t *testing.T) {
+	testenv.Slow(t)
 	t.Parallel()
 	p := newTestPool(t, Config{Workers: 2})
 	ctx := context.Background()
@@ -391,6 +394,7 @@ func TestHostileReview4DumpRacesFinish(t *testing.T) {
 // timeout does not stop, and a job may have 64 such calls in flight. The
 // job here, with a 15 s timeout, timed out waiting for its answer.
 func TestHostileReview4ToolKwargsFlood(t *testing.T) {
+	testenv.Slow(t)
 	t.Parallel()
 	p := newTestPool(t, Config{Workers: 1})
 	var calls int
@@ -593,6 +597,7 @@ signal.signal(signal.SIGINT, h)
 // answered by the stale report; the step after runs in a new process.
 // Another session and the pool go on.
 func TestHostileReview4ForgedReportBetweenSteps(t *testing.T) {
+	testenv.Slow(t)
 	t.Parallel()
 	p := sharedTestPool(t, Config{Workers: 1})
 	ctx := context.Background()

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/pynox/pynox/internal/testenv"
 )
 
 // TestHostileReview6LateWriter probes the window between a job's final
@@ -19,6 +21,7 @@ import (
 // stop (the process is killed), a following job must see a file that no
 // longer changes, and the pool must keep serving.
 func TestHostileReview6LateWriter(t *testing.T) {
+	testenv.Slow(t)
 	dir := t.TempDir()
 	require.NoError(t, os.Chmod(dir, 0o777))
 	p := newTestPool(t, Config{Dir: dir, Workers: 1})

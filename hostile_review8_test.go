@@ -13,6 +13,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
+
+	"github.com/pynox/pynox/internal/testenv"
 )
 
 // An eighth outside review, of the code changed in the last hours: CPU
@@ -93,6 +95,7 @@ func eventually(cond func() bool) bool {
 // directory at the same virtual path, each see only their own: the
 // asynchronous build never hands one job's namespace to another.
 func TestHostileReview8NSConcurrentOwn(t *testing.T) {
+	testenv.Slow(t)
 	t.Parallel()
 	p := newTestPool(t, Config{Workers: 2})
 	requireNS(t, p)
@@ -226,6 +229,7 @@ func TestHostileReview8NSCloseMidBuild(t *testing.T) {
 // with grants, and with a mount namespace: no grant's, namespace's or
 // spare hand-over's descriptor reaches it.
 func TestHostileReview8JobFDs(t *testing.T) {
+	testenv.Slow(t)
 	t.Parallel()
 	p := newTestPool(t, Config{Workers: 1})
 	dir := p.Config().Dir
@@ -463,6 +467,7 @@ func childrenOfPid(pid int) int {
 // process forked for it ends, the templates keep only their spares, and
 // both worker slots still serve.
 func TestHostileReview8NSRefusedAfterFork(t *testing.T) {
+	testenv.Slow(t)
 	t.Parallel()
 	p := newTestPool(t, Config{Workers: 2})
 	requireNS(t, p)

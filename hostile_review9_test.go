@@ -18,6 +18,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/pynox/pynox/internal/mountns"
+	"github.com/pynox/pynox/internal/testenv"
 )
 
 // A ninth outside review: the mounter's cleanup of a shared root, the
@@ -135,6 +136,7 @@ for p in ("/x/y", "/...", "/a b/\\", "/n\nl/z"):
 // files) and the mounter's return to what they were after the first
 // ones (give or take one spare's).
 func TestHostileReview9SessionNSReleased(t *testing.T) {
+	testenv.Slow(t)
 	p, data, _ := nsPool(t)
 	job := Job{Mounts: []MountSpec{{HostPath: data, Path: "/work", Mode: Overlay}}}
 	session := func(i int) {
@@ -205,6 +207,7 @@ func TestHostileReview9SessionNSReleased(t *testing.T) {
 // pool's count returns to what it was after a first round, give or take
 // one spare's.
 func TestHostileReview9JobFDsBaseline(t *testing.T) {
+	testenv.Slow(t)
 	p := newTestPool(t, Config{Workers: 1})
 	round := func() {
 		requireOK(t, run(t, p, Job{Code: `print(1)`}))
@@ -241,6 +244,7 @@ func TestHostileReview9JobFDsBaseline(t *testing.T) {
 // and FilesTruncated), and the pool's heap never grows by more than a
 // few times the bounds while it runs.
 func TestHostileReview9OutputFlood(t *testing.T) {
+	testenv.Slow(t)
 	p := newTestPool(t, Config{Workers: 1})
 	requireOK(t, run(t, p, Job{Code: `print(1)`}))
 	runtime.GC()

@@ -14,6 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/pynox/pynox/internal/mountns"
+	"github.com/pynox/pynox/internal/testenv"
 )
 
 // An outside review of per-job mount namespaces (issue 13): each test is
@@ -330,6 +331,7 @@ func TestHostileReviewNS2CloseLeavesNothing(t *testing.T) {
 // there and nothing of the runtime changes (the job still runs the
 // host's standard library).
 func TestHostileReviewNS2Paths(t *testing.T) {
+	testenv.Slow(t)
 	t.Parallel()
 	p, data, _ := nsPool(t)
 	stdlib := filepath.Dir(strings.TrimSpace(run(t, p, Job{Code: `import os; print(os.__file__)`}).Stdout))
@@ -364,6 +366,7 @@ func TestHostileReviewNS2Paths(t *testing.T) {
 // through, and opening a lower file for writing (copy-up) change nothing
 // on the host and reach nothing outside.
 func TestHostileReviewNS2OverlayEscape(t *testing.T) {
+	testenv.Slow(t)
 	t.Parallel()
 	p, data, out := nsPool(t)
 	require.NoError(t, os.Mkdir(filepath.Join(data, "sub"), 0o755))

@@ -15,6 +15,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
+
+	"github.com/pynox/pynox/internal/testenv"
 )
 
 // Probes from an outside review (security round 2). Each finding is a
@@ -486,6 +488,7 @@ func TestHostileReviewSystemPathsWritable(t *testing.T) {
 // no Landlock scope is involved): its spinning thread burns no CPU while
 // the session is idle.
 func TestHostileReviewSessionTimerSIGCONT(t *testing.T) {
+	testenv.Slow(t)
 	p := newTestPool(t, Config{Workers: 1})
 	co := checkout(t, p, Job{Timeout: 10 * time.Second})
 	r := feed(t, co, `import ctypes, signal, threading

@@ -19,6 +19,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/pynox/pynox/internal/sandbox"
+	"github.com/pynox/pynox/internal/testenv"
 )
 
 // selfConfineChildEnv carries the parameters of TestSelfConfinement's
@@ -56,6 +57,7 @@ func writeSelfProbe(t *testing.T, c selfConfineParams) {
 // grants the network; and that the pool still does all its work (grants,
 // scripts, sessions, timeouts, replacing a dead template).
 func TestSelfConfinement(t *testing.T) {
+	testenv.Slow(t)
 	if env := os.Getenv(selfConfineChildEnv); env != "" {
 		var c selfConfineParams
 		require.NoError(t, json.Unmarshal([]byte(env), &c))

@@ -12,9 +12,12 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/pynox/pynox/internal/testenv"
 )
 
 func TestHostileSignals(t *testing.T) {
+	testenv.Slow(t)
 	p := newTestPool(t, Config{Workers: 2})
 	dir := p.cfg.Dir
 	shared := filepath.Join(dir, "shared")

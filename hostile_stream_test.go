@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/pynox/pynox/internal/testenv"
 )
 
 // A session step that keeps a copy of its stdout in a thread that writes
@@ -15,6 +17,7 @@ import (
 // result, and the next step's stream carries only that step's output, not
 // the old thread's.
 func TestHostileStreamKeptStdoutAcrossSteps(t *testing.T) {
+	testenv.Slow(t)
 	t.Parallel()
 	p := sharedTestPool(t, Config{Workers: 1})
 	ctx := context.Background()

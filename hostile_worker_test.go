@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"github.com/pynox/pynox/internal/probes"
+	"github.com/pynox/pynox/internal/testenv"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -71,6 +72,7 @@ func TestHostileBellFlood(t *testing.T) {
 // whose header rings before the rest is written, in a job and across a
 // session's steps.
 func TestBellHonestPatterns(t *testing.T) {
+	testenv.Slow(t)
 	t.Parallel()
 	p := newTestPool(t, Config{Workers: 1})
 	host := func(ctx context.Context, c *Call) (any, error) { return len(c.Args), nil }
@@ -96,6 +98,7 @@ func TestBellHonestPatterns(t *testing.T) {
 // step is held to its own allowance below it is
 // internal/worker.TestSessionStepCPULimit.
 func TestHostileSessionCPULimit(t *testing.T) {
+	testenv.Slow(t)
 	t.Parallel()
 	p := newTestPool(t, Config{Workers: 1})
 	co := checkout(t, p, Job{Timeout: 5 * time.Second})

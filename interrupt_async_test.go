@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/pynox/pynox/internal/testenv"
 )
 
 // TestInterruptDuringConcurrentCalls: an interrupt that lands while an
@@ -17,6 +19,7 @@ import (
 // step, with its calls, works on a channel in step. So do sync calls
 // from several threads.
 func TestInterruptDuringConcurrentCalls(t *testing.T) {
+	testenv.Slow(t)
 	t.Parallel()
 	p := newTestPool(t, Config{Workers: 1})
 	ctx := context.Background()

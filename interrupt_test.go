@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/pynox/pynox/internal/testenv"
 )
 
 // startedMark is code that creates the file path once the step runs, so
@@ -121,6 +123,7 @@ func TestInterruptSleepAndHostCall(t *testing.T) {
 }
 
 func TestInterruptSwallowedIsKilledAfterGrace(t *testing.T) {
+	testenv.Slow(t)
 	t.Parallel()
 	p := newTestPool(t, Config{Workers: 1})
 	ctx := context.Background()

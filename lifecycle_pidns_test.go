@@ -10,6 +10,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
+
+	"github.com/pynox/pynox/internal/testenv"
 )
 
 // TestPIDNamespaceReported checks that templates run as PID 1 of PID
@@ -39,6 +41,7 @@ func TestPIDNamespaceReported(t *testing.T) {
 // TestPIDNamespaceConfig checks the pid_namespace setting: "off" starts
 // ordinary children, a bad value is refused naming the field.
 func TestPIDNamespaceConfig(t *testing.T) {
+	testenv.Slow(t)
 	p := newTestPool(t, Config{Workers: 1, PIDNamespace: "off"})
 	require.False(t, p.PIDNamespace())
 	r := run(t, p, Job{Code: "import os\nprint(os.getpid() == int(os.readlink('/proc/self')))"})
@@ -113,6 +116,7 @@ func requireNoZombies(t *testing.T, what string) {
 // holds with PID namespaces (the kernel reaps a namespace with its init)
 // and without (a template waits for every child it kills).
 func TestNoZombiesUnderSubreaper(t *testing.T) {
+	testenv.Slow(t)
 	requireSandbox(t)
 	for _, mode := range []string{"auto", "off"} {
 		t.Run(mode, func(t *testing.T) {

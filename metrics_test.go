@@ -12,6 +12,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/stretchr/testify/require"
+
+	"github.com/pynox/pynox/internal/testenv"
 )
 
 // gatherPynox gathers reg and returns its pynox_* families by name.
@@ -269,6 +271,7 @@ func TestCollectorGaugesOfWorkInFlight(t *testing.T) {
 // TestCollectorTemplateRestart kills the pool's template: the restart is
 // counted, and the replacement is up with its spare ready.
 func TestCollectorTemplateRestart(t *testing.T) {
+	testenv.Slow(t)
 	p := newTestPool(t, Config{Workers: 1})
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(p.Collector())

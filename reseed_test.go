@@ -4,6 +4,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/pynox/pynox/internal/testenv"
 )
 
 // TestNumpyStreamsFreshPerJob checks numpy's global generator in jobs
@@ -12,6 +14,7 @@ import (
 // its cached normal deviate dropped, see runner.py: _reseed_numpy), and the
 // state is the Mersenne Twister that numpy.random's legacy functions use.
 func TestNumpyStreamsFreshPerJob(t *testing.T) {
+	testenv.Slow(t)
 	t.Parallel()
 	pandasAvailable(t)
 	p := newTestPool(t, Config{Workers: 1, Preload: []string{"numpy"}, Limits: Limits{Memory: 256 << 20}})

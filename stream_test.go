@@ -14,6 +14,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/pynox/pynox/internal/testenv"
 )
 
 // outputEvent is one OnOutput call a test saw.
@@ -162,6 +164,7 @@ out.write(b"\x98\x80\xe2\x82")   # the emoji's rest, then a cut-off character at
 // 50 MB written while each call sleeps leave the heap within a bound,
 // and the stream carries all of it, beyond what the Result keeps.
 func TestStreamSlowCallbackBoundedMemory(t *testing.T) {
+	testenv.Slow(t)
 	// Sequential: it measures the test process's heap.
 	p := newTestPool(t, Config{Workers: 1})
 	const total = 50 << 20
@@ -220,6 +223,7 @@ for _ in range(%d):
 // writes on after the job's end, nor from a job killed at its timeout
 // while the callback is slow.
 func TestStreamNoCallbackAfterResult(t *testing.T) {
+	testenv.Slow(t)
 	t.Parallel()
 	p := newTestPool(t, Config{Workers: 1})
 	ctx := context.Background()

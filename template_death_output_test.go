@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/pynox/pynox/internal/testenv"
 )
 
 // A job writing its output when its template is killed: the job dies
@@ -16,6 +18,7 @@ import (
 // shut the template's poller (and with it the running children's output
 // pipes) before it marked those children ended.
 func TestTemplateDeathWhileJobWrites(t *testing.T) {
+	testenv.Slow(t)
 	p := newTestPool(t, Config{Workers: 1})
 	for i := range 12 {
 		done := make(chan struct{})

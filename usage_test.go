@@ -5,6 +5,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/pynox/pynox/internal/testenv"
 )
 
 // requireUsage checks that a result carries plausible kernel figures.
@@ -26,6 +28,7 @@ func requireUsage(t *testing.T, res *Result) *Usage {
 // machine cannot shorten it) at least 250 ms of CPU time; and a job that
 // forges a report of its own changes none of it.
 func TestUsageOneShot(t *testing.T) {
+	testenv.Slow(t)
 	t.Parallel()
 	p := newTestPool(t, Config{Workers: 1})
 
@@ -63,6 +66,7 @@ func TestUsageOneShot(t *testing.T) {
 // without the runner's report, gets the kernel's figures; so does a job
 // whose forged template frame breaks its protocol.
 func TestUsageForged(t *testing.T) {
+	testenv.Slow(t)
 	t.Parallel()
 	p := newTestPool(t, Config{Workers: 1})
 	forge := `import os, json, struct, time
@@ -95,6 +99,7 @@ os._exit(0)
 // process's counters grew by during the step — and its peak RSS the
 // step's own peak (the pool resets it before each step).
 func TestUsageSessionSteps(t *testing.T) {
+	testenv.Slow(t)
 	t.Parallel()
 	p := newTestPool(t, Config{Workers: 1})
 	ctx := context.Background()

@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/pynox/pynox"
+	"github.com/pynox/pynox/internal/testenv"
 	"github.com/stretchr/testify/require"
 )
 
@@ -79,6 +80,7 @@ func TestHostileReview4DumpRestoreMisplaced(t *testing.T) {
 // SIGINT handler, which writes a forged report on the control channel,
 // breaks only that session: its step is killed and the session ends.
 func TestHostileReview4InterruptTiming(t *testing.T) {
+	testenv.Slow(t)
 	t.Parallel()
 	p := newTestPool(t, pynox.Config{Workers: 1})
 	ls := startLive(t, p)
@@ -144,6 +146,7 @@ func TestHostileReview4InterruptTiming(t *testing.T) {
 // the step that wrote them, and later steps' events and results hold
 // none of it.
 func TestHostileReview4StreamKeptDescriptor(t *testing.T) {
+	testenv.Slow(t)
 	t.Parallel()
 	p := newTestPool(t, pynox.Config{Workers: 1})
 	ls := startLive(t, p)

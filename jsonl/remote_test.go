@@ -427,6 +427,7 @@ var apiTests = []struct {
 // TestGoAPILocalAndRemote runs apiTests on a local pool and on a remote
 // one served by `pynox serve` with the same settings.
 func TestGoAPILocalAndRemote(t *testing.T) {
+	testenv.Slow(t)
 	t.Parallel()
 	requireSandbox(t)
 	dir := t.TempDir()
@@ -468,6 +469,7 @@ func TestRemoteDialRefusals(t *testing.T) {
 // a session fails both with ErrDisconnected; the pool then reconnects for
 // new work to a server back on the same address.
 func TestRemoteDisconnectMidTurn(t *testing.T) {
+	testenv.Slow(t)
 	requireSandbox(t)
 	dir := t.TempDir()
 	tokens := writeTokenFile(t)
@@ -539,6 +541,7 @@ func TestRemoteDisconnectMidTurn(t *testing.T) {
 // TestRemoteClose: Close under a running job fails it with ErrClosed (not
 // ErrDisconnected), and later calls fail with ErrClosed.
 func TestRemoteClose(t *testing.T) {
+	testenv.Slow(t)
 	t.Parallel()
 	requireSandbox(t)
 	dir := t.TempDir()
@@ -645,6 +648,7 @@ func (fp *faultProxy) url() string { return "ws://" + fp.ln.Addr().String() + "/
 // while the server lives on; the job fails with ErrDisconnected and the
 // pool's next job goes over a new connection to the same server.
 func TestRemoteConnectionCutMidTurn(t *testing.T) {
+	testenv.Slow(t)
 	t.Parallel()
 	requireSandbox(t)
 	dir := t.TempDir()
@@ -675,6 +679,7 @@ func TestRemoteConnectionCutMidTurn(t *testing.T) {
 // end (a peer gone without a word) is ended by the keepalive, and the job
 // in flight fails with ErrDisconnected instead of waiting for good.
 func TestRemoteSilentPeer(t *testing.T) {
+	testenv.Slow(t)
 	t.Parallel()
 	requireSandbox(t)
 	dir := t.TempDir()
@@ -701,6 +706,7 @@ func TestRemoteSilentPeer(t *testing.T) {
 // TestRemoteShutdown: Shutdown refuses new work at once, lets the job in
 // flight finish with its result, then closes.
 func TestRemoteShutdown(t *testing.T) {
+	testenv.Slow(t)
 	t.Parallel()
 	requireSandbox(t)
 	dir := t.TempDir()
@@ -749,6 +755,7 @@ func TestRemoteShutdown(t *testing.T) {
 // with ErrExhausted, and a remote checkout's first Feed does (the server
 // sees the session then); the session can be opened once one is finished.
 func TestExhaustedLocalAndRemote(t *testing.T) {
+	testenv.Slow(t)
 	t.Parallel()
 	requireSandbox(t)
 	dir := t.TempDir()
@@ -787,6 +794,7 @@ func TestExhaustedLocalAndRemote(t *testing.T) {
 // TestRemoteDialClient: the protocol Client over a server's WebSocket runs
 // jobs and session steps, and Close ends the connection.
 func TestRemoteDialClient(t *testing.T) {
+	testenv.Slow(t)
 	t.Parallel()
 	requireSandbox(t)
 	dir := t.TempDir()
@@ -816,6 +824,7 @@ func TestRemoteDialClient(t *testing.T) {
 // server (a cancel request), which counts it as a CancelledError, rather
 // than letting it run on for nobody.
 func TestRemoteRunCancelled(t *testing.T) {
+	testenv.Slow(t)
 	t.Parallel()
 	requireSandbox(t)
 	dir := t.TempDir()

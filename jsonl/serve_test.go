@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/pynox/pynox"
+	"github.com/pynox/pynox/internal/testenv"
 	"github.com/stretchr/testify/require"
 )
 
@@ -255,6 +256,7 @@ func (r *countingReader) consumed() int {
 }
 
 func TestServeBackpressure(t *testing.T) {
+	testenv.Slow(t)
 	t.Parallel()
 	// Job lines, and lines each naming a new session beyond max_sessions
 	// (every one but the first is refused).

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/pynox/pynox"
+	"github.com/pynox/pynox/internal/testenv"
 	"github.com/stretchr/testify/require"
 )
 
@@ -264,6 +265,7 @@ func TestSessionPermissionsFixedAtCreation(t *testing.T) {
 }
 
 func TestSessionLimits(t *testing.T) {
+	testenv.Slow(t)
 	t.Parallel()
 	p := newTestPool(t, pynox.Config{Workers: 1, MaxSessions: 2, SessionIdle: 1500 * time.Millisecond})
 	ls := startLive(t, p)

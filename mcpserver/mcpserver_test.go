@@ -125,6 +125,7 @@ func TestBadArguments(t *testing.T) {
 // server's limit is refused before anything runs, one within it bounds
 // the code.
 func TestTimeoutWithinCeiling(t *testing.T) {
+	testenv.Slow(t)
 	testenv.RequireSandbox(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()

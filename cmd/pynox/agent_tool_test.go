@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/pynox/pynox/internal/testenv"
 )
 
 // TestAgentToolHostileStream drives the Python package (python/pynox)
@@ -18,6 +20,7 @@ import (
 // and a pool killed while a request waits. The client must keep serving,
 // or fail every request with PoolError, and never hang.
 func TestAgentToolHostileStream(t *testing.T) {
+	testenv.Slow(t)
 	t.Parallel()
 	bin := pynoxBinary(t)
 	python, err := exec.LookPath("/usr/bin/python3")

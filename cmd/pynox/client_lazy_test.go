@@ -21,6 +21,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/pynox/pynox"
+	"github.com/pynox/pynox/internal/testenv"
 	"github.com/pynox/pynox/jsonl"
 )
 
@@ -61,6 +62,7 @@ func TestStartCmdClientReadsOnCaller(t *testing.T) {
 // each gets its own answer; a call whose ctx ends returns while the others
 // go on; Close reads the rest.
 func TestStartCmdClientMixedWaiters(t *testing.T) {
+	testenv.Slow(t)
 	t.Parallel()
 	c, stderr := startClientIn(t, t.TempDir(), "--python=/usr/bin/python3", "--workers=2")
 	var wg sync.WaitGroup
@@ -140,6 +142,7 @@ func TestStartCmdClientHostCallsNest(t *testing.T) {
 // A pool that dies under a waiting call fails that call and every later
 // one with ErrClientClosed.
 func TestStartCmdClientPoolDies(t *testing.T) {
+	testenv.Slow(t)
 	t.Parallel()
 	cmd := exec.Command(pynoxBinary(t), "pool", "--python=/usr/bin/python3", "--workers=1")
 	cmd.Dir = t.TempDir()

@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/pynox/pynox"
+	"github.com/pynox/pynox/internal/testenv"
 	"github.com/pynox/pynox/jsonl"
 )
 
@@ -27,6 +28,7 @@ import (
 // call's) or with an error; none hangs; calls after the death fail with
 // ErrClientClosed.
 func TestHostileReview14ClientCallsMixAndPoolDies(t *testing.T) {
+	testenv.Slow(t)
 	t.Parallel()
 	cmd := exec.Command(pynoxBinary(t), "pool", "--python=/usr/bin/python3", "--workers=2")
 	cmd.Dir = t.TempDir()

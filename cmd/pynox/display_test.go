@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/pynox/pynox"
+	"github.com/pynox/pynox/internal/testenv"
 )
 
 // `pynox pool --preload=matplotlib.pyplot` starts although the pool is
@@ -16,6 +17,7 @@ import (
 // Debian's matplotlib reads /etc/matplotlibrc), and a chart job returns a
 // PNG of the figure's size, streamed to OnDisplay too.
 func TestPoolPreloadMatplotlibChart(t *testing.T) {
+	testenv.Slow(t)
 	t.Parallel()
 	requireSandboxOrSkip(t)
 	if exec.Command("/usr/bin/python3", "-c", "import matplotlib").Run() != nil {

@@ -9,6 +9,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/pynox/pynox/internal/testenv"
 )
 
 // TestSelfConfinedTemplateCopiesFilePTEsAtFork checks the template's last
@@ -19,6 +21,7 @@ import (
 // for that store), and keeps the protection the loader gave it
 // (r-xp: never writable once the template is ready).
 func TestSelfConfinedTemplateCopiesFilePTEsAtFork(t *testing.T) {
+	testenv.Slow(t)
 	py, err := filepath.EvalSymlinks("/usr/bin/python3")
 	if err != nil {
 		t.Skip("no /usr/bin/python3")

@@ -12,6 +12,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/pynox/pynox/internal/testenv"
 )
 
 // Help is asked for, so it goes to stdout with exit 0, in every spelling;
@@ -162,6 +164,7 @@ func requireSandboxOrSkip(t *testing.T) {
 // what is expected; the library's error kind ("Spawn") never shows
 // (issue 10 item 3).
 func TestPoolStartErrorsNameTheSetting(t *testing.T) {
+	testenv.Slow(t)
 	t.Parallel()
 	bin := pynoxBinary(t) // skips where jobs cannot run confined
 	dir := t.TempDir()

@@ -8,6 +8,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/pynox/pynox/internal/testenv"
 )
 
 // The natural first set-up: a configuration file in the working
@@ -44,6 +46,7 @@ func TestPoolConfigInWorkingDirectory(t *testing.T) {
 // any sandbox. Now such a grant is refused; a directory beside the binary
 // is still writable.
 func TestPoolOwnBinaryNotWritable(t *testing.T) {
+	testenv.Slow(t)
 	t.Parallel()
 	src := pynoxBinary(t)
 	root := t.TempDir()

@@ -19,6 +19,7 @@ import (
 // stdout), the server's own stdout is out of reach through /proc, and many
 // calls at once on one session are each answered, in turn.
 func TestMCPHostileStream(t *testing.T) {
+	testenv.Slow(t)
 	t.Parallel()
 	testenv.RequireSandbox(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)

@@ -14,6 +14,7 @@ import (
 
 	"github.com/pynox/pynox/internal/mountns"
 	"github.com/pynox/pynox/internal/sandbox"
+	"github.com/pynox/pynox/internal/testenv"
 )
 
 // poolMounter returns the pid of the mounter (python3 running the
@@ -91,6 +92,7 @@ func mounterSettles(t *testing.T, pid, want int) {
 // failed (the job got SandboxSetupError and ran nothing); the stock comes
 // back to its size each time.
 func TestHostileNSPrepConfinedPool(t *testing.T) {
+	testenv.Slow(t)
 	t.Parallel()
 	requireSandboxOrSkip(t)
 	if _, err := sandbox.ABI(); err != nil {

@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/pynox/pynox/internal/sandbox"
+	"github.com/pynox/pynox/internal/testenv"
 )
 
 // r10ConfinedPool starts a confined pool of two workers with a data
@@ -54,6 +55,7 @@ func r10Replies(t *testing.T, p *poolProc, n int) map[float64]map[string]any {
 // components is refused (SandboxSetupError, no code ran), one of 100 runs,
 // and the pool keeps serving mount jobs.
 func TestHostileReview10NSConfinedEntriesBounded(t *testing.T) {
+	testenv.Slow(t)
 	t.Parallel()
 	p := r10ConfinedPool(t)
 	deep := strings.Repeat("/d", 600)
@@ -77,6 +79,7 @@ func TestHostileReview10NSConfinedEntriesBounded(t *testing.T) {
 // /x, another job's directory mount at /x/sub failed. Now each live
 // namespace has a slot directory of its own in that root.
 func TestHostileReview10NSConfinedTypeConflict(t *testing.T) {
+	testenv.Slow(t)
 	t.Parallel()
 	p := r10ConfinedPool(t)
 	p.send(t, `{"id": 1, "code": "import time; print(open('/x').read()); time.sleep(3)", "mounts": [{"host": "data/f", "path": "/x"}]}`)

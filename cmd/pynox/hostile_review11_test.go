@@ -12,6 +12,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/pynox/pynox/internal/testenv"
 )
 
 // r11Flood is more mount jobs than a two-worker CLI pool has slot
@@ -32,6 +34,7 @@ func r11Send(t *testing.T, p *poolProc, id int, code, mounts string) {
 // the next namespace in that slot; after a flood that reuses every slot,
 // no job sees a name the first job tried to plant, and the pool serves.
 func TestHostileReview11SlotRootUnwritable(t *testing.T) {
+	testenv.Slow(t)
 	t.Parallel()
 	p := r10ConfinedPool(t)
 	plant := `import errno, os
@@ -79,6 +82,7 @@ print(open("/a/b/f").read(), seen)
 // the slot is emptied before it is used again, so a flood of jobs that
 // need those names with the other type (a directory at /m/f) all run.
 func TestHostileReview11SlotFailedBuild(t *testing.T) {
+	testenv.Slow(t)
 	t.Parallel()
 	p := r10ConfinedPool(t)
 	for i := range 4 {
@@ -104,6 +108,7 @@ func TestHostileReview11SlotFailedBuild(t *testing.T) {
 // mount namespace and at each step of a session; its parent's, pid 1's
 // and its neighbour's fd 0 are unreadable to it or /dev/null too.
 func TestHostileReview11Stdin(t *testing.T) {
+	testenv.Slow(t)
 	t.Parallel()
 	p := r10ConfinedPool(t)
 	code := `import os, sys

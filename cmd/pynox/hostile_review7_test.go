@@ -29,6 +29,7 @@ import (
 // the same session; each gets its own process, and neither can read,
 // run code in, interrupt, close or dump the other's.
 func TestServeReview7SessionsPerConnection(t *testing.T) {
+	testenv.Slow(t)
 	t.Parallel()
 	s := startServe(t, t.TempDir())
 	a, _, err := dialPool(t, s, "")
@@ -63,6 +64,7 @@ func TestServeReview7SessionsPerConnection(t *testing.T) {
 // with localhost or 127.0.0.1, a userinfo Origin, Origin "null") are
 // refused.
 func TestServeReview7HostAndOriginSpellings(t *testing.T) {
+	testenv.Slow(t)
 	t.Parallel()
 	s := startServe(t, t.TempDir())
 	port := s.base[strings.LastIndex(s.base, ":")+1:]
@@ -166,6 +168,7 @@ func TestServeReview7TokenSpellings(t *testing.T) {
 // empty list), a restore, a dump, a reply, a cancel or an interrupt are
 // refused by name, each with one answer, and the server serves on.
 func TestServeReview7RunRefusesStreamFields(t *testing.T) {
+	testenv.Slow(t)
 	t.Parallel()
 	s := startServe(t, t.TempDir())
 	for field, line := range map[string]string{
@@ -285,6 +288,7 @@ func TestServeReview7EpollWatchesExhausted(t *testing.T) {
 // file beneath a path a job may read; with tokens kept outside, a job
 // with the network that calls the server gets 401.
 func TestServeReview7JobsCannotBeClients(t *testing.T) {
+	testenv.Slow(t)
 	t.Parallel()
 	testenv.RequireSandbox(t)
 	refused := func(t *testing.T, dir string, args ...string) string {

@@ -63,6 +63,7 @@ func TestServeReview8SecretUnderInterpreterPaths(t *testing.T) {
 // link beneath the read ceiling, passed the check: a job read it through
 // the link. Now a secret with more than one link is refused.
 func TestServeReview8SecretHardLinked(t *testing.T) {
+	testenv.Slow(t)
 	t.Parallel()
 	testenv.RequireSandbox(t)
 	dir, outside := t.TempDir(), t.TempDir()
@@ -100,6 +101,7 @@ func childrenOf(pid int) []int {
 // behind (each ends at EOF on its request pipe), and a job cannot
 // signal them (they are outside its Landlock domain and pid namespace).
 func TestServeReview8SecretReadersEndWithServer(t *testing.T) {
+	testenv.Slow(t)
 	t.Parallel()
 	testenv.RequireSandbox(t)
 	dir, outside := t.TempDir(), t.TempDir()

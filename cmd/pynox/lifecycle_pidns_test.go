@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/pynox/pynox"
+	"github.com/pynox/pynox/internal/testenv"
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
 )
@@ -111,6 +112,7 @@ func zombies(pid int) []int {
 // are orphaned when templates have no PID namespace) leave none, with and
 // without PID namespaces for the templates.
 func TestPoolAsPID1NoZombies(t *testing.T) {
+	testenv.Slow(t)
 	t.Parallel()
 	if os.Geteuid() != 0 {
 		t.Skip("needs root to start the pool in a PID namespace of its own")

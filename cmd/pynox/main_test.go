@@ -19,11 +19,10 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/pynox/pynox/internal/testenv"
-
 	"github.com/pynox/pynox"
 	"github.com/pynox/pynox/internal/cgroup"
 	"github.com/pynox/pynox/internal/sandbox"
+	"github.com/pynox/pynox/internal/testenv"
 	"github.com/pynox/pynox/jsonl"
 )
 
@@ -173,6 +172,7 @@ func (p *poolProc) next(t *testing.T) map[string]any {
 }
 
 func TestPoolEOFDrainsAndExitsZero(t *testing.T) {
+	testenv.Slow(t)
 	t.Parallel()
 	p := startPool(t, "--workers=2")
 	p.send(t, `{"id": "a", "code": "import time; time.sleep(0.3); print('a')"}`)
@@ -241,6 +241,7 @@ func alive(pid int) bool {
 }
 
 func TestPoolSIGKILLLeavesNoProcess(t *testing.T) {
+	testenv.Slow(t)
 	t.Parallel()
 	p := startPool(t, "--workers=2")
 	// Two jobs running (one spinning, one sleeping) so that templates and
@@ -285,6 +286,7 @@ func TestPoolSIGKILLLeavesNoProcess(t *testing.T) {
 // TestPoolSIGKILLLeavesNoCgroup: a pool killed with SIGKILL cannot remove
 // its cgroups; the next pool removes them, and only them.
 func TestPoolSIGKILLLeavesNoCgroup(t *testing.T) {
+	testenv.Slow(t)
 	t.Parallel()
 	l := cgroup.Probe()
 	if l.Backend == cgroup.None || os.Geteuid() != 0 {
@@ -347,6 +349,7 @@ func TestPoolBadArguments(t *testing.T) {
 }
 
 func TestPoolConfigFileAndJSONLog(t *testing.T) {
+	testenv.Slow(t)
 	t.Parallel()
 	dir := t.TempDir()
 	for _, d := range []string{"etc", "data", "work"} {
@@ -441,6 +444,7 @@ func TestPoolRefusesConfigBeneathItsWriteGrant(t *testing.T) {
 
 // The README's first command: the pool over the sample request file.
 func TestExamplesRequestsFile(t *testing.T) {
+	testenv.Slow(t)
 	t.Parallel()
 	bin := pynoxBinary(t)
 	root, err := filepath.Abs("../..")
@@ -476,6 +480,7 @@ func TestExamplesRequestsFile(t *testing.T) {
 }
 
 func TestExamplesConfigAndPythonClient(t *testing.T) {
+	testenv.Slow(t)
 	t.Parallel()
 	bin := pynoxBinary(t)
 	root, err := filepath.Abs("../..")

@@ -54,6 +54,7 @@ func callText(t *testing.T, ctx context.Context, cs *mcp.ClientSession, tool str
 // (a path, an unknown profile) is refused; and the server keeps serving
 // after jobs that exit the process or flood their output.
 func TestMCPStdio(t *testing.T) {
+	testenv.Slow(t)
 	t.Parallel()
 	testenv.RequireSandbox(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)

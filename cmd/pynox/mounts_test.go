@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/pynox/pynox/internal/sandbox"
+	"github.com/pynox/pynox/internal/testenv"
 )
 
 // `pynox pool` confines itself by default, and its jobs still get their
@@ -21,6 +22,7 @@ import (
 // namespaces' root); elsewhere the ready event's "mounts" says why they
 // are refused, and they are.
 func TestPoolScratchAndMountsConfined(t *testing.T) {
+	testenv.Slow(t)
 	t.Parallel()
 	requireSandboxOrSkip(t)
 	if _, err := sandbox.ABI(); err != nil {

@@ -8,6 +8,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
+
+	"github.com/pynox/pynox/internal/testenv"
 )
 
 // allowedCPUCount is how many CPUs the test process may run on.
@@ -22,6 +24,7 @@ func allowedCPUCount(t *testing.T) int {
 // more are allowed), and that --pin-cpus=false and [pool] pin_cpus =
 // false turn it off, the flag overriding the file.
 func TestPinCPUsFlag(t *testing.T) {
+	testenv.Slow(t)
 	t.Parallel()
 	dir := t.TempDir()
 	off := filepath.Join(dir, "off.toml")

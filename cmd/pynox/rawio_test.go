@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/pynox/pynox/internal/testenv"
 )
 
 // TestPoolWritesStdoutThroughThePoller checks that `pynox pool` writes a
@@ -14,6 +16,7 @@ import (
 // leaves the description it inherited, which its parent may share, in
 // blocking mode; results still arrive whole and in order.
 func TestPoolWritesStdoutThroughThePoller(t *testing.T) {
+	testenv.Slow(t)
 	t.Parallel()
 	p := startPool(t)
 	pid := p.cmd.Process.Pid

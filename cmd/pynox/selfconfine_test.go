@@ -13,6 +13,7 @@ import (
 
 	"github.com/pynox/pynox"
 	"github.com/pynox/pynox/internal/sandbox"
+	"github.com/pynox/pynox/internal/testenv"
 )
 
 // TestPoolConfinesItself starts `pynox pool` with a ceiling and a preload
@@ -23,6 +24,7 @@ import (
 // network. With [pool] confine_self = false the same probe gets through,
 // which shows the probe works and what the layer stops.
 func TestPoolConfinesItself(t *testing.T) {
+	testenv.Slow(t)
 	t.Parallel()
 	abi, err := sandbox.ABI()
 	if err != nil {

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/pynox/pynox/internal/testenv"
 )
 
 // waitCode is a job or session step that prints name once the file go
@@ -81,6 +83,7 @@ func TestServeMaxInFlightPerConn(t *testing.T) {
 // connection that sends nothing for --idle-timeout is closed by the
 // server, and its --max-conns place is free again.
 func TestServeIdleTimeoutClosesSilentConnection(t *testing.T) {
+	testenv.Slow(t)
 	t.Parallel()
 	s := startServe(t, t.TempDir(), "--idle-timeout=1s", "--max-conns=1")
 	a, _, err := dialPool(t, s, "")
@@ -149,6 +152,7 @@ func TestServeUsageNamesHardeningFlags(t *testing.T) {
 // --write-timeout has passed, and its --max-conns place (the only one)
 // then serves another request.
 func TestServeRunSlowBodyLetGo(t *testing.T) {
+	testenv.Slow(t)
 	t.Parallel()
 	s := startServe(t, t.TempDir(), "--max-conns=1", "--write-timeout=1s")
 	c, err := net.Dial("tcp", strings.TrimPrefix(s.base, "http://"))

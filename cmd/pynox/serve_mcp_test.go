@@ -70,6 +70,7 @@ func requirePNGContent(t *testing.T, ctx context.Context, cs *mcp.ClientSession)
 // token cannot use a client's MCP session id; the web-page refusals of /v1/*
 // apply; and SIGTERM with clients connected ends the process with exit 0.
 func TestServeMCP(t *testing.T) {
+	testenv.Slow(t)
 	t.Parallel()
 	testenv.RequireSandbox(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)

@@ -15,6 +15,8 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 	"github.com/stretchr/testify/require"
+
+	"github.com/pynox/pynox/internal/testenv"
 )
 
 // scrape gets /metrics with an optional token and parses the answer with
@@ -71,6 +73,7 @@ next:
 // scrapes GET /metrics: it needs a token like /v1/*, parses with
 // Prometheus' text parser, and its counters match the stats event.
 func TestServeMetrics(t *testing.T) {
+	testenv.Slow(t)
 	t.Parallel()
 	dir := t.TempDir()
 	tokens := filepath.Join(t.TempDir(), "tokens")
@@ -201,6 +204,7 @@ func TestServeMetricsWithoutTokens(t *testing.T) {
 // TestServeMetricsWhileDraining: after SIGTERM, /readyz and /v1/* answer
 // 503 but /metrics still answers, showing the job the drain waits for.
 func TestServeMetricsWhileDraining(t *testing.T) {
+	testenv.Slow(t)
 	t.Parallel()
 	dir := t.TempDir()
 	s := startServe(t, dir, "--workers=1", "--allow-write="+dir)

@@ -57,6 +57,7 @@ func review5Initialize(t *testing.T, s *serveProc) (int, string) {
 // held; the next is refused with 503 saying why, and the server keeps
 // serving (an MCP session ended frees a place).
 func TestServeReview5MCPSessionFlood(t *testing.T) {
+	testenv.Slow(t)
 	t.Parallel()
 	s := startServe(t, t.TempDir())
 	before := review5RSS(t, s.cmd.Process.Pid)
@@ -133,6 +134,7 @@ func TestServeReview5MCPSessionFlood(t *testing.T) {
 // place for as long as it liked: reading the body is bounded by
 // --write-timeout, like POST /v1/run's.
 func TestServeReview5MCPSlowBody(t *testing.T) {
+	testenv.Slow(t)
 	s := startServe(t, t.TempDir(), "--max-conns=1", "--write-timeout=1s")
 	c, err := net.Dial("tcp", strings.TrimPrefix(s.base, "http://"))
 	require.NoError(t, err)

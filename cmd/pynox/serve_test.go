@@ -187,6 +187,7 @@ func normalize(v any) {
 // for line (ready event, jobs, refusals, a session's steps, a host call
 // and its reply, stats), and each message is one line.
 func TestServeWebSocketIsThePipe(t *testing.T) {
+	testenv.Slow(t)
 	t.Parallel()
 	requests := []string{
 		`{"id": 1, "code": "print(6 * 7)"}`,
@@ -246,6 +247,7 @@ func TestServeSessionsEndWithTheirConnection(t *testing.T) {
 // TestServeRun: POST /v1/run answers one request with one result, and
 // refuses what needs the stream, naming the field.
 func TestServeRun(t *testing.T) {
+	testenv.Slow(t)
 	t.Parallel()
 	s := startServe(t, t.TempDir())
 	code, body := s.do(t, "POST", "/v1/run", "", `{"id": 1, "code": "print(6 * 7)"}`)
@@ -359,6 +361,7 @@ func TestServeTokens(t *testing.T) {
 // once, lets the job in flight finish and answers it, then the process
 // exits 0.
 func TestServeSIGTERMDrains(t *testing.T) {
+	testenv.Slow(t)
 	t.Parallel()
 	dir := t.TempDir()
 	s := startServe(t, dir, "--workers=1", "--allow-write="+dir)
@@ -404,6 +407,7 @@ func TestServeSIGTERMDrains(t *testing.T) {
 // TestServeSecondSIGTERMKills: a second SIGTERM ends the drain: the job
 // still running is killed and answered, and the process exits 0.
 func TestServeSecondSIGTERMKills(t *testing.T) {
+	testenv.Slow(t)
 	t.Parallel()
 	dir := t.TempDir()
 	s := startServe(t, dir, "--workers=1", "--allow-write="+dir)
@@ -445,6 +449,7 @@ func vmRSS(t *testing.T, pid int) int64 {
 // below the 60 MB (and more, encoded) the results would take; when the
 // client reads at last, every result arrives whole.
 func TestServeClientThatDoesNotRead(t *testing.T) {
+	testenv.Slow(t)
 	t.Parallel()
 	const n = 60
 	s := startServe(t, t.TempDir(), "--workers=1", "--write-timeout=10m")
@@ -624,6 +629,7 @@ func TestServeRefusesWebPages(t *testing.T) {
 // for another; the stalled client then finds its connection ended (not
 // held open with results pending).
 func TestServeStalledClientIsLetGo(t *testing.T) {
+	testenv.Slow(t)
 	t.Parallel()
 	const n = 40
 	s := startServe(t, t.TempDir(), "--workers=1", "--write-timeout=1s", "--max-conns=1")

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/pynox/pynox/internal/testenv"
 )
 
 // startedJob is a job line that creates mark once it runs, then runs body.
@@ -29,6 +31,7 @@ func awaitMarkFile(t *testing.T, path string) {
 // running session step finish, refuses the step queued behind it, and
 // the pool exits 0.
 func TestPoolSIGTERMShutsDownGracefully(t *testing.T) {
+	testenv.Slow(t)
 	t.Parallel()
 	dir := t.TempDir()
 	p := startPoolIn(t, dir, "--workers=1", "--allow-write="+dir)

@@ -194,6 +194,7 @@ func TestPoolExportsTraces(t *testing.T) {
 // would flush its spans, and a traceparent's trace id still reaches the
 // log line.
 func TestPoolWithoutExporterConnectsNowhere(t *testing.T) {
+	testenv.Slow(t)
 	t.Parallel()
 	var conns sync.WaitGroup
 	var mu sync.Mutex

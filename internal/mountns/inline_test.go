@@ -9,6 +9,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
+
+	"github.com/pynox/pynox/internal/testenv"
 )
 
 // mounterBuilds asks the mounter how many stock namespaces it built
@@ -99,6 +101,7 @@ print(json.dumps(out))
 // kept for C libraries without clone), where the stock is then built by
 // children.
 func TestPreparedBuildsInline(t *testing.T) {
+	testenv.Slow(t)
 	for _, forked := range []bool{false, true} {
 		t.Run(map[bool]string{false: "inline", true: "forked"}[forked], func(t *testing.T) {
 			m := preparedMounter(t, 2, 0, false)

@@ -82,6 +82,7 @@ func r18Home(t *testing.T, m *Mounter, when string) {
 // fork path, and its lost slots); they resume now. Forked (inline
 // builds turned off first): the fork's failure lost the slot.
 func TestReview18ForkFailureKeepsSlots(t *testing.T) {
+	testenv.Slow(t)
 	for _, forked := range []bool{false, true} {
 		t.Run(map[bool]string{false: "inline", true: "forked"}[forked], func(t *testing.T) {
 			const slots = 4
@@ -369,6 +370,7 @@ func TestReview18RacingRequestsNeverShareNamespace(t *testing.T) {
 // mounter then raised KeyboardInterrupt and died, failing every later
 // mount job of the pool). The mounter serves on, its builds proper.
 func TestReview18SignalToHolder(t *testing.T) {
+	testenv.Slow(t)
 	m := preparedMounter(t, 2, 0, false)
 	settle(t, m, 1+2)
 	if _, _, on, seed := mounterBuilds(t, m, false); !on || !seed {

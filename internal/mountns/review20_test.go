@@ -12,6 +12,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
+
+	"github.com/pynox/pynox/internal/testenv"
 )
 
 // manyBindsMounter prepares a mounter whose base has 240 binds (a build of many
@@ -61,6 +63,7 @@ func r20HolderOf(t *testing.T, m *Mounter, mnt *os.File) int {
 // out while its holder lives; the mounter is home (its own mount
 // namespace, root and cwd /) after each round.
 func TestReview20NestedBuildDuringRefill(t *testing.T) {
+	testenv.Slow(t)
 	m := manyBindsMounter(t, 1)
 	settle(t, m, 1+1)
 	a := dataDir(t, "A")
@@ -314,6 +317,7 @@ func TestReview20NestedAttachNeedsRefillSlot(t *testing.T) {
 // (status 0), with no process of its left behind (a holder shares its
 // memory).
 func TestReview20HostGoneMidRefill(t *testing.T) {
+	testenv.Slow(t)
 	for i := range 3 {
 		m := manyBindsMounter(t, 1)
 		settle(t, m, 1+1)

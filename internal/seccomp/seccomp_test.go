@@ -13,6 +13,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
+
+	"github.com/pynox/pynox/internal/testenv"
 )
 
 var (
@@ -464,6 +466,7 @@ func TestPolicyVM(t *testing.T) {
 // several argument sets, the interesting values in the low and in the high
 // halves.
 func TestPolicyVMExhaustive(t *testing.T) {
+	testenv.Slow(t)
 	allowed := make(map[uint32]bool)
 	for _, e := range nativeTable.allow {
 		allowed[e.nr] = true

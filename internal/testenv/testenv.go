@@ -49,6 +49,17 @@ func RequireLong(t testing.TB, what string) {
 	}
 }
 
+// Slow skips a slow test unless PYNOX_LONG=1 is set, as RequireLong
+// does. A test is slow when it took over a second (over two when it runs
+// in parallel) on the 2-vCPU reference machine: `go test ./...` keeps
+// the rest and stays under a minute; CI (.ci/run) runs every test.
+func Slow(t testing.TB) {
+	t.Helper()
+	if os.Getenv(LongEnv) != "1" {
+		t.Skipf("a slow test: it runs with %s=1 (as .ci/run does), so that `go test ./...` stays under a minute", LongEnv)
+	}
+}
+
 // MinParallel is how many t.Parallel tests a package that calls
 // RaiseParallel runs at once unless -parallel says otherwise: most of
 // them wait (for a template to start, a timeout to fire, a job to sleep)

@@ -12,6 +12,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
+
+	"github.com/pynox/pynox/internal/testenv"
 )
 
 // smapsEntry is one mapping of /proc/<pid>/smaps: its range, protection,
@@ -132,6 +134,7 @@ func TestTemplateFileMappingsCopiedAtFork(t *testing.T) {
 // extension modules have no anonymous page in their code mappings (a
 // fork does not copy their entries), while the interpreter's code has.
 func TestTemplatePreloadMappingsNotCopiedAtFork(t *testing.T) {
+	testenv.Slow(t)
 	if !procMemRewrites(t) {
 		t.Skip("this kernel refuses writes to a read-only mapping through /proc/self/mem (proc_mem.force_override=never)")
 	}

@@ -8,6 +8,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
+
+	"github.com/pynox/pynox/internal/testenv"
 )
 
 // nsTestJob is a job that, if it ever ran, would print "ran" and leave a
@@ -78,6 +80,7 @@ func TestNSSpareCanceledTake(t *testing.T) {
 // namespaces, and a forged frame that says "ns" but carries no
 // descriptor at all; and a session's ns spare likewise.
 func TestNSSpareForgedFrames(t *testing.T) {
+	testenv.Slow(t)
 	tpl := startTestTemplate(t, false)
 	_, err := tpl.TakeNS(false, closedChan) // the first asks for the ready one
 	require.ErrorIs(t, err, errCanceled)

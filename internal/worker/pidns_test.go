@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/pynox/pynox/internal/pidfd"
+	"github.com/pynox/pynox/internal/testenv"
 	"github.com/stretchr/testify/require"
 )
 
@@ -108,6 +109,7 @@ print(os.read(r, 64).decode())
 // map it cannot write) and checks that "auto" falls back to an ordinary
 // child, remembers it, and that "require" then refuses to start.
 func TestPIDNamespaceFallback(t *testing.T) {
+	testenv.Slow(t)
 	startTestTemplate(t, false) // skips without Landlock or python3
 	reset := func() {
 		pidns.mu.Lock()

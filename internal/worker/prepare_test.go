@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/pynox/pynox/internal/testenv"
 )
 
 // fdTarget is what descriptor fd of this process names, or "".
@@ -49,6 +51,7 @@ func TestSpareProcFilesOpenedAtDelivery(t *testing.T) {
 // A spare closed without a job (a pool's Close, a dead template) closes
 // the files opened at its delivery: no descriptor is left behind.
 func TestSpareProcFilesClosedWithUnusedSpare(t *testing.T) {
+	testenv.Slow(t)
 	tpl := startTestTemplate(t, false)
 	c, err := tpl.Take(false, nil)
 	require.NoError(t, err)

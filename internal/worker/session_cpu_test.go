@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/pynox/pynox/internal/testenv"
 )
 
 // TestSessionStepCPULimit runs a session step that lifts its soft
@@ -15,6 +17,7 @@ import (
 // its timeout. Its hard limit, which the code cannot lift, is the
 // session's whole life's.
 func TestSessionStepCPULimit(t *testing.T) {
+	testenv.Slow(t)
 	tpl := startTestTemplate(t, false)
 	c, err := tpl.Take(false, nil)
 	require.NoError(t, err)

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/pynox/pynox/internal/testenv"
 )
 
 // procDescriptors lists this process's descriptors that name files of
@@ -31,6 +33,7 @@ func procDescriptors(t *testing.T, pid int) map[string]string {
 // life (its stat, status and clear_refs), not per step, that the figures
 // are still each step's own, and that closing the session closes them.
 func TestSessionStepUsageThroughHeldFiles(t *testing.T) {
+	testenv.Slow(t)
 	tpl := startTestTemplate(t, false)
 	c, err := tpl.Take(false, nil)
 	require.NoError(t, err)

@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/pynox/pynox/internal/sandbox"
+	"github.com/pynox/pynox/internal/testenv"
 )
 
 // availSpareTimeout is the spare timeout of availTemplate: short, so that
@@ -43,6 +44,7 @@ func availTemplate(t *testing.T) *Template {
 // after which its template was declared wedged. For every kind: without
 // and with the network, plain spares and ns spares.
 func TestTakeNotStarvedBySessionRace(t *testing.T) {
+	testenv.Slow(t)
 	t.Cleanup(func() { takeWaitHook = nil })
 	for _, c := range []struct {
 		name        string
