@@ -6,6 +6,7 @@ package pynox
 // with PYNOX_REVIEW22_HOLES=1 (where it fails).
 
 import (
+	"fmt"
 	"os"
 	"strconv"
 	"strings"
@@ -89,4 +90,85 @@ print(n)
 	res := run(t, p, Job{Code: "import os\nopen(os.path.join(os.environ['TMPDIR'], 'x'), 'w').write('ok')\nprint('ok')",
 		Name: "next"})
 	require.Nil(t, res.Error, "another tenant's job failed while a session holds the scratch file system's inodes: %+v\n%s", res.Error, res.Stderr)
+}
+
+// review22SharedWritable lists the writable shared mappings of process
+// pid (the 's' and 'w' of /proc/PID/maps): memory every process forked
+// from it shares with it and with each other.
+func review22SharedWritable(t *testing.T, pid int) []string {
+	t.Helper()
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/maps")
+	if err != nil {
+		return nil // gone meanwhile
+	}
+	var out []string
+	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		f := strings.Fields(line)
+		if len(f) > 1 && len(f[1]) == 4 && f[1][1] == 'w' && f[1][3] == 's' {
+			out = append(out, line)
+		}
+	}
+	return out
+}
+
+// review22FindReserve finds, from a job, the runner's MemoryError reserve
+// (a 1 MiB mmap object the spare keeps) by walking the objects the
+// garbage collector tracks, and prints its address.
+const review22FindReserve = `
+import ctypes, gc, mmap
+found = []
+for o in gc.get_objects():
+    vals = o if isinstance(o, (tuple, list)) else o.values() if isinstance(o, dict) else ()
+    for x in vals:
+        if isinstance(x, mmap.mmap) and len(x) == 1 << 20 and not any(x is y for y in found):
+            found.append(x)
+assert found, "no reserve found"
+`
+
+// Probe 2 (HOLE, fixed): memory shared between jobs through the
+// template. The template maps the address space a spare keeps back to
+// report a MemoryError with (runner.py, spare_plan) with
+// mmap.mmap(-1, RESERVE), whose default is MAP_SHARED: one 1 MiB region
+// of shared memory that the template, every spare, every job and every
+// session process forked from it map at the same address, writable (the
+// runner's comment says "each spare's own once forked", true only of a
+// private mapping). A session step (one tenant, no grants, no network)
+// wrote into it, and a later one-shot job of another tenant read it back
+// at the same address: a channel between jobs that no grant, no network
+// and no namespace shows, and data a job leaves for every later job of
+// its template. Now the reserve is MAP_PRIVATE: a write is the writer's
+// own copy; and no process of the pool's templates has a writable shared
+// mapping.
+func TestReview22NoMemorySharedAcrossJobs(t *testing.T) {
+	p := newTestPool(t, Config{Workers: 1})
+	co := checkout(t, p, Job{})
+	r := feed(t, co, review22FindReserve+`
+for m in found:
+    m[0:16] = b"REVIEW22-SECRET!"
+print(" ".join(str(ctypes.addressof(ctypes.c_char.from_buffer(m))) for m in found))
+`)
+	requireOK(t, r)
+	addrs := strings.Fields(r.Stdout)
+	require.NotEmpty(t, addrs)
+	var reads []string
+	for _, a := range addrs {
+		reads = append(reads, fmt.Sprintf("print(ctypes.string_at(%s, 16))", a))
+	}
+	res := run(t, p, Job{Code: "import ctypes\n" + strings.Join(reads, "\n")})
+	requireOK(t, res)
+	require.NotContains(t, res.Stdout, "REVIEW22-SECRET", "a job read what a session of another tenant wrote into memory both share through the template")
+	// No process of the template's family maps writable shared memory.
+	for _, tpl := range p.templatePIDs() {
+		pids := []int{tpl}
+		b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", tpl, tpl))
+		for _, f := range strings.Fields(string(b)) {
+			n, err := strconv.Atoi(f)
+			require.NoError(t, err)
+			pids = append(pids, n)
+		}
+		for _, pid := range pids {
+			require.Empty(t, review22SharedWritable(t, pid), "process %d (template %d or its child) maps writable shared memory", pid, tpl)
+		}
+	}
+	advServes(t, p)
 }

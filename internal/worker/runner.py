@@ -708,7 +708,11 @@ class Template:
             _rule, _ref, sig, addr = self.spare_blocks()
             create, attrs, size, add, rules = self.landlock_args()
             if self.reserve is None:
-                self.reserve = mmap.mmap(-1, RESERVE)
+                # Private: mmap.mmap(-1, n) is MAP_SHARED by default, one
+                # region of memory the template and every process forked
+                # from it (jobs and sessions of every tenant) would share,
+                # writable, at one address (review 22).
+                self.reserve = mmap.mmap(-1, RESERVE, flags=mmap.MAP_PRIVATE)
             plan = (self.runtime_range, [fd for fd, _ in self.runtime_fds], self.job_files,
                     ctypes.addressof(prog), sig, addr, create, attrs[kind], size, add, rules, self.reserve)
             self.plans[kind] = plan
