@@ -8,6 +8,7 @@ package pynox
 import (
 	"fmt"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -171,4 +172,24 @@ print(" ".join(str(ctypes.addressof(ctypes.c_char.from_buffer(m))) for m in foun
 		}
 	}
 	advServes(t, p)
+}
+
+// Probe 3 (HOLE, fixed): the same channel through a preload. The
+// template refuses a preload that leaves a thread or a descriptor behind,
+// but one that maps writable shared memory at import (mmap.mmap(-1, n),
+// Python's default, or multiprocessing's shared memory) gave every job
+// and session of every tenant that memory, at one address. Such a preload
+// is now refused at start, naming the mapping; a private one is fine.
+func TestReview22PreloadSharedMemoryRefused(t *testing.T) {
+	requireSandbox(t)
+	site := t.TempDir()
+	writeFile(t, filepath.Join(site, "r22shared.py"), "import mmap\n_m = mmap.mmap(-1, 4096)\n")
+	writeFile(t, filepath.Join(site, "r22private.py"), "import mmap\n_m = mmap.mmap(-1, 4096, flags=mmap.MAP_PRIVATE)\n")
+	_, err := New(Config{Workers: 1, Dir: t.TempDir(), Python: testPython(), PackageDirs: []string{site}, Preload: []string{"r22shared"}})
+	require.Error(t, err, "a preload that maps writable shared memory was accepted: every job would share it")
+	require.ErrorIs(t, err, ErrSpawn)
+	require.Contains(t, err.Error(), "preload r22shared")
+	require.Contains(t, err.Error(), "shared memory")
+	p := newTestPool(t, Config{Workers: 1, PackageDirs: []string{site}, Preload: []string{"r22private"}})
+	requireOK(t, run(t, p, Job{Code: "print(1)"}))
 }

@@ -277,6 +277,18 @@ def _await_input(fd):
     p.poll()
 
 
+def _shared_writable():
+    """The writable shared mappings of this process (the "w" and "s" of
+    /proc/self/maps), as their lines."""
+    out = []
+    with open("/proc/self/maps", "rb") as f:
+        for line in f:
+            perms = line.split(None, 2)[1:2]
+            if perms and perms[0][1:2] == b"w" and perms[0][3:4] == b"s":
+                out.append(line.decode("utf-8", "replace").strip())
+    return out
+
+
 def _recv_with_fds(sock, fd):
     """Reads one frame whose first bytes may carry SCM_RIGHTS descriptors."""
     got, anc, _flags, _addr = sock.recvmsg_into(_RECV_BUFS, _RECV_ANC)
@@ -423,6 +435,13 @@ class Template:
                 self.fatal("preload %s left %d threads running (a template must be single-threaded)" % (mod, threads))
             if extra:
                 self.fatal("preload %s left descriptors open: %s" % (mod, ", ".join(extra)))
+            shared = _shared_writable()
+            if shared:
+                # Every process forked from the template would map it at
+                # one address, writable: memory every job and session of
+                # every tenant shares (review 22).
+                self.fatal("preload %s left writable shared memory mapped (every job would share it): %s" % (
+                    mod, "; ".join(shared)))
             preloaded.append(mod)
         if mpl_dir is not None:
             _end_mpl_config_dir(mpl_dir)
