@@ -193,3 +193,49 @@ func TestReview22PreloadSharedMemoryRefused(t *testing.T) {
 	p := newTestPool(t, Config{Workers: 1, PackageDirs: []string{site}, Preload: []string{"r22private"}})
 	requireOK(t, run(t, p, Job{Code: "print(1)"}))
 }
+
+// Probe 4 (HOLE, fixed): world-writable files in a write grant. Review 10 took
+// the set-user-ID and set-group-ID bits out of the modes a job creates
+// files with; the bits for others are still the job's to choose. A job
+// (running as the pool's uid, often root) that sets its umask to 0 leaves
+// root-owned files mode 0666 and directories mode 01777 in the operator's
+// directory: every local user of the host may then write there, or change
+// a job's output after the operator read it and before a program of the
+// operator uses it. chmod is denied to jobs, so the creation mode is the
+// whole story. Now the template sets the umask its jobs inherit to (at
+// least) 022, and seccomp allows umask only with those bits set (the
+// modes of open and mkdir cannot be filtered usefully: Python creates
+// every file with 0666 and relies on the umask); os.umask(0), which a few
+// libraries call to read the umask, raises PermissionError.
+func TestReview22NoWorldWritableOutputs(t *testing.T) {
+	p := newTestPool(t, Config{Workers: 1})
+	out := filepath.Join(p.Config().Dir, "out")
+	require.NoError(t, os.Mkdir(out, 0o755))
+	r := run(t, p, Job{AllowWrite: []string{"out"}, Code: `
+import os
+import ctypes, errno
+try:
+    os.umask(0)
+except PermissionError as e:
+    print("os.umask refused")
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
+r = libc.syscall(` + strconv.Itoa(unix.SYS_UMASK) + `, 0)
+print("umask syscall", r, errno.errorcode.get(ctypes.get_errno()))
+print("umask keeps 022:", os.umask(0o077) & 0o022 == 0o022)
+for name, f in [("d", lambda: os.mkdir("out/d", 0o1777)), ("f", lambda: os.close(os.open("out/f", os.O_CREAT | os.O_WRONLY, 0o666)))]:
+    try:
+        f()
+    except OSError as e:
+        print(name, e)
+`})
+	requireOK(t, r)
+	require.Contains(t, r.Stdout, "os.umask refused")
+	require.Contains(t, r.Stdout, "umask syscall -1 EPERM")
+	require.Contains(t, r.Stdout, "umask keeps 022: True")
+	for _, n := range []string{"d", "f"} {
+		fi, err := os.Lstat(filepath.Join(out, n))
+		require.NoError(t, err, "the job made no %s: %s", n, r.Stdout)
+		require.Zero(t, fi.Mode().Perm()&0o002, "%s is %v on the host: any local user may write it", n, fi.Mode())
+	}
+}

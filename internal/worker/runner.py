@@ -277,6 +277,20 @@ def _await_input(fd):
     p.poll()
 
 
+_os_umask = os.umask
+
+
+def _job_umask(mask):
+    """os.umask as jobs have it: a mask without 022 is refused with a
+    PermissionError that says why. (seccomp refuses it anyway, but the
+    kernel's umask cannot fail, so the C library returns -1 and sets no
+    errno: Python would raise OSError with errno 0.)"""
+    if isinstance(mask, int) and mask & 0o022 != 0o022:
+        raise PermissionError(1, "a job's umask must keep 022 (the group and others never get write "
+                                 "permission on what a job creates): %#o" % mask)
+    return _os_umask(mask)
+
+
 def _shared_writable():
     """The writable shared mappings of this process (the "w" and "s" of
     /proc/self/maps), as their lines."""
@@ -445,6 +459,13 @@ class Template:
             preloaded.append(mod)
         if mpl_dir is not None:
             _end_mpl_config_dir(mpl_dir)
+        # Every job's umask keeps the group and others from writing what
+        # it creates (the seccomp layer then refuses any umask without
+        # 022): jobs cannot chmod, and a file's creation mode is its mode
+        # for good (review 22). Set after the preloads, which could change
+        # it; a stricter umask stays.
+        os.umask(os.umask(0o022) | 0o022)
+        os.umask = _job_umask
         threads, extra = self.hygiene() if not preloaded else (1, [])  # each preload was checked
         if threads != 1 or extra:
             self.fatal("runner started with %d threads and stray descriptors %s" % (threads, extra))
