@@ -229,7 +229,7 @@ type oobCall struct{ nr, arg uint32 }
 // (the pool's uid, often root) that cleared its umask left files mode
 // 0666 and directories mode 01777 in its write grants, which every local
 // user of the host could then write (review 22). The runner sets the
-// job's umask to at least 022 (see runner.py, Spare.prepare).
+// job's umask to at least 022 (see runner.py, Template.init).
 const umaskRequired = unix.S_IWGRP | unix.S_IWOTH
 
 // setIDModeBits are the mode bits no file a job creates may carry:
