@@ -108,8 +108,8 @@ type poolWorker struct {
 // New validates cfg, starts its templates and waits until each has
 // imported its preloads and passed its hygiene checks. It fails with a
 // KindSpawn error when the interpreter cannot be found or a template
-// refuses to start (a preload that fails, starts a thread or leaves a
-// descriptor open). When a setting is to blame (an invalid value, a path
+// refuses to start (a preload that fails, starts a thread, leaves a
+// descriptor open or maps writable shared memory). When a setting is to blame (an invalid value, a path
 // that does not exist, a preload that fails, cgroups or pid_namespace
 // "require" unmet) the error's cause is a *[ConfigError] that names it by
 // its configuration key; errors.As finds it.
@@ -290,7 +290,7 @@ func startError(cfg Config, err error) error {
 	if errors.As(err, &refused) && strings.HasPrefix(refused.Msg, "preload ") {
 		mod, _, _ := strings.Cut(strings.TrimPrefix(refused.Msg, "preload "), " ")
 		return &ConfigError{Key: "pool.preload", Value: mod,
-			Problem: refused.Msg + "; expected a module the interpreter imports without error, leaving no thread running and no descriptor open"}
+			Problem: refused.Msg + "; expected a module the interpreter imports without error, leaving no thread running, no descriptor open and no writable shared memory mapped"}
 	}
 	if errors.Is(err, worker.ErrNoPIDNamespace) {
 		return &ConfigError{Key: "pool.pid_namespace", Value: cfg.PIDNamespace,

@@ -121,6 +121,11 @@
 //     grant, which keeps the bit when a privileged host program writes
 //     over it. openat2, whose mode the filter cannot read, fails with
 //     ENOSYS (as before Linux 5.6) so that callers fall back to openat.
+//   - umask is allowed only with a mask that holds S_IWGRP and S_IWOTH
+//     (022): chmod being denied, a file's creation mode is its mode for
+//     good, and a job that cleared its umask left root-owned files and
+//     directories that every local user could write (0666, 01777) in its
+//     write grants. The runner sets the job's umask to at least 022.
 //   - fallocate is allowed only with mode 0 (posix_fallocate, bounded by
 //     RLIMIT_FSIZE) and FALLOC_FL_PUNCH_HOLE|FALLOC_FL_KEEP_SIZE (which
 //     frees blocks); every other mode, FALLOC_FL_KEEP_SIZE above all
@@ -216,6 +221,16 @@ const (
 
 // oobCall is a send or receive call and the index of its flags argument.
 type oobCall struct{ nr, arg uint32 }
+
+// umaskRequired are the bits every umask a job sets must hold (S_IWGRP
+// and S_IWOTH): chmod is denied to a job, so the mode a file or directory
+// is created with is its mode for good, and Python creates every file
+// with 0666 and every directory with 0777, relying on the umask. A job
+// (the pool's uid, often root) that cleared its umask left files mode
+// 0666 and directories mode 01777 in its write grants, which every local
+// user of the host could then write (review 22). The runner sets the
+// job's umask to at least 022 (see runner.py, Template.init).
+const umaskRequired = unix.S_IWGRP | unix.S_IWOTH
 
 // setIDModeBits are the mode bits no file a job creates may carry:
 // S_ISUID and S_ISGID. The job runs as the pool's uid (often root)
@@ -399,6 +414,7 @@ func (t *archTable) argFiltered() []sysEntry {
 		{"timer_create", unix.SYS_TIMER_CREATE},
 		{"getsid", unix.SYS_GETSID},
 		{"getpgid", unix.SYS_GETPGID},
+		{"umask", unix.SYS_UMASK},
 	}
 }
 
@@ -465,7 +481,7 @@ type Layers struct {
 	// argument filters (clone3, socket, socketpair, ioctl, fcntl, the
 	// send and receive calls' MSG_OOB, the set-ID bits of open, creat
 	// and openat, openat2's ENOSYS, prctl, prlimit64, personality,
-	// the scheduling calls, kill and tgkill,
+	// the scheduling calls, kill and tgkill, umask,
 	// fallocate, the clocks and timer_create, getsid and getpgid) and the
 	// default EPERM. It also allows what only the template and a spare's
 	// preparation need (clone without CLONE_THREAD, fork, pidfd_open,
@@ -664,6 +680,9 @@ func buildTemplate(t *archTable) (Program, error) {
 	for _, nr := range []uint32{unix.SYS_CLOCK_GETTIME, unix.SYS_CLOCK_GETRES, unix.SYS_CLOCK_NANOSLEEP, unix.SYS_TIMER_CREATE} {
 		b.ownClock(nr, 0)
 	}
+	// umask(mask): the group and others never get write permission on
+	// what the job creates (mask is an int; the kernel keeps its 0777).
+	b.argBitsSet(unix.SYS_UMASK, 0, umaskRequired)
 	// setns(fd, nstype): a user or mount namespace only, named exactly.
 	b.argIn(unix.SYS_SETNS, 1, setnsTypes)
 	// getsid(pid) and getpgid(pid): the caller's own only (pid 0).
@@ -692,6 +711,20 @@ func (b *asm) argFlagsClear(sys, i, flags uint32) {
 	b.jumpL(unix.BPF_JMP|unix.BPF_JEQ|unix.BPF_K, sys, next, skip)
 	b.loadArgLo(i)
 	b.jumpL(unix.BPF_JMP|unix.BPF_JSET|unix.BPF_K, flags, deny, next)
+	b.ret(retAllow)
+	b.bind(deny)
+	b.ret(retEPERM)
+	b.bind(skip)
+}
+
+// argBitsSet emits: if nr == sys { allow iff the low 32 bits of args[i]
+// have every bit of bits set, else EPERM }. The accumulator must hold nr.
+func (b *asm) argBitsSet(sys, i, bits uint32) {
+	skip, deny := b.label(), b.label()
+	b.jumpL(unix.BPF_JMP|unix.BPF_JEQ|unix.BPF_K, sys, next, skip)
+	b.loadArgLo(i)
+	b.stmt(unix.BPF_ALU|unix.BPF_AND|unix.BPF_K, bits)
+	b.jumpL(unix.BPF_JMP|unix.BPF_JEQ|unix.BPF_K, bits, next, deny)
 	b.ret(retAllow)
 	b.bind(deny)
 	b.ret(retEPERM)

@@ -203,6 +203,12 @@ func policyCases(t *testing.T, p Policy) []vmCase {
 		{"openat2", call(unix.SYS_OPENAT2, uint64(0xffffff9c), 0x1000, 0x2000, 24), enosys},
 		{"exit_group", call(unix.SYS_EXIT_GROUP, 0), ActionAllow},
 		{"fchmod", call(unix.SYS_FCHMOD, 3, 0o600), eperm},
+		{"umask 022", call(unix.SYS_UMASK, 0o022), ActionAllow},
+		{"umask 077", call(unix.SYS_UMASK, 0o077), ActionAllow},
+		{"umask 0", call(unix.SYS_UMASK, 0), eperm},
+		{"umask 002", call(unix.SYS_UMASK, 0o002), eperm},
+		{"umask 020", call(unix.SYS_UMASK, 0o020), eperm},
+		{"umask 0, 022 in the high bits", call(unix.SYS_UMASK, 0o022<<32), eperm},
 		{"landlock_create_ruleset", call(unix.SYS_LANDLOCK_CREATE_RULESET, 0x1000, 16, 0), ActionAllow},
 		{"landlock_add_rule", call(unix.SYS_LANDLOCK_ADD_RULE, 3, 1, 0x1000, 0), ActionAllow},
 		{"landlock_restrict_self", call(unix.SYS_LANDLOCK_RESTRICT_SELF, 3, 0), ActionAllow},
@@ -568,6 +574,10 @@ func TestPolicyVMExhaustive(t *testing.T) {
 			ownProcess := id >= -8 && id <= -6
 			thread := id < 0 && id&4 != 0
 			if id < 0 && !ownProcess && !thread {
+				return eperm
+			}
+		case nr == unix.SYS_UMASK:
+			if lo(0)&0o022 != 0o022 {
 				return eperm
 			}
 		case nr == unix.SYS_GETSID, nr == unix.SYS_GETPGID:

@@ -277,6 +277,32 @@ def _await_input(fd):
     p.poll()
 
 
+_os_umask = os.umask
+
+
+def _job_umask(mask):
+    """os.umask as jobs have it: a mask without 022 is refused with a
+    PermissionError that says why. (seccomp refuses it anyway, but the
+    kernel's umask cannot fail, so the C library returns -1 and sets no
+    errno: Python would raise OSError with errno 0.)"""
+    if isinstance(mask, int) and mask & 0o022 != 0o022:
+        raise PermissionError(1, "a job's umask must keep 022 (the group and others never get write "
+                                 "permission on what a job creates): %#o" % mask)
+    return _os_umask(mask)
+
+
+def _shared_writable():
+    """The writable shared mappings of this process (the "w" and "s" of
+    /proc/self/maps), as their lines."""
+    out = []
+    with open("/proc/self/maps", "rb") as f:
+        for line in f:
+            perms = line.split(None, 2)[1:2]
+            if perms and perms[0][1:2] == b"w" and perms[0][3:4] == b"s":
+                out.append(line.decode("utf-8", "replace").strip())
+    return out
+
+
 def _recv_with_fds(sock, fd):
     """Reads one frame whose first bytes may carry SCM_RIGHTS descriptors."""
     got, anc, _flags, _addr = sock.recvmsg_into(_RECV_BUFS, _RECV_ANC)
@@ -423,9 +449,23 @@ class Template:
                 self.fatal("preload %s left %d threads running (a template must be single-threaded)" % (mod, threads))
             if extra:
                 self.fatal("preload %s left descriptors open: %s" % (mod, ", ".join(extra)))
+            shared = _shared_writable()
+            if shared:
+                # Every process forked from the template would map it at
+                # one address, writable: memory every job and session of
+                # every tenant shares (review 22).
+                self.fatal("preload %s left writable shared memory mapped (every job would share it): %s" % (
+                    mod, "; ".join(shared)))
             preloaded.append(mod)
         if mpl_dir is not None:
             _end_mpl_config_dir(mpl_dir)
+        # Every job's umask keeps the group and others from writing what
+        # it creates (the seccomp layer then refuses any umask without
+        # 022): jobs cannot chmod, and a file's creation mode is its mode
+        # for good (review 22). Set after the preloads, which could change
+        # it; a stricter umask stays.
+        os.umask(os.umask(0o022) | 0o022)
+        os.umask = _job_umask
         threads, extra = self.hygiene() if not preloaded else (1, [])  # each preload was checked
         if threads != 1 or extra:
             self.fatal("runner started with %d threads and stray descriptors %s" % (threads, extra))
@@ -708,7 +748,11 @@ class Template:
             _rule, _ref, sig, addr = self.spare_blocks()
             create, attrs, size, add, rules = self.landlock_args()
             if self.reserve is None:
-                self.reserve = mmap.mmap(-1, RESERVE)
+                # Private: mmap.mmap(-1, n) is MAP_SHARED by default, one
+                # region of memory the template and every process forked
+                # from it (jobs and sessions of every tenant) would share,
+                # writable, at one address (review 22).
+                self.reserve = mmap.mmap(-1, RESERVE, flags=mmap.MAP_PRIVATE)
             plan = (self.runtime_range, [fd for fd, _ in self.runtime_fds], self.job_files,
                     ctypes.addressof(prog), sig, addr, create, attrs[kind], size, add, rules, self.reserve)
             self.plans[kind] = plan

@@ -321,7 +321,7 @@ type hello struct {
 }
 
 // RefusedError is a template's refusal to start, in the runner's words:
-// a preload that fails, starts a thread or leaves a descriptor open
+// a preload that fails, starts a thread, leaves a descriptor open or maps writable shared memory
 // ("preload numpy failed: ..."), or a confinement step it cannot take.
 type RefusedError struct {
 	Msg string
