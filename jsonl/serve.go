@@ -359,6 +359,11 @@ func decodeRequest(line []byte) (request, *pynox.Error) {
 		if e := checkID(req.ID); e != nil {
 			return request{}, e
 		}
+		if !utf8.Valid(line) {
+			if id, e := checkUTF8(line, req.Reply != nil); e != nil {
+				return request{Job: pynox.Job{ID: id}}, e
+			}
+		}
 		if e := parseTrace(&req); e != nil {
 			return request{Job: pynox.Job{ID: req.ID}}, e
 		}
@@ -387,6 +392,61 @@ func decodeRequest(line []byte) (request, *pynox.Error) {
 		}
 	}
 	return request{Job: pynox.Job{ID: id}}, requestErrorf("%s", describeJSONError(err, line))
+}
+
+// checkUTF8 refuses a request line, valid JSON otherwise, that holds
+// bytes which are not UTF-8. encoding/json turns each such byte of a
+// string into U+FFFD, so the pool would see other strings than the
+// client wrote: two ids that differ only there would be answered with
+// one id (and cancelled together), two such session names would be one
+// session, a path would name another file. JSON text is UTF-8 (RFC 8259),
+// so the line is refused, at the column of the first such byte. A reply
+// is held to this only in its id: its result's strings are the job's
+// business (the job's call raises HostError, see worker.checkedReply),
+// and its error text is only shown. The id is returned when its own
+// bytes are UTF-8, so that the refusal can echo it.
+func checkUTF8(line []byte, reply bool) (any, *pynox.Error) {
+	var probe map[string]json.RawMessage
+	if json.Unmarshal(line, &probe) != nil {
+		return nil, nil // decodeRequest decoded it: cannot happen
+	}
+	var id any
+	if raw, ok := probe["id"]; ok && utf8.Valid(raw) {
+		d := json.NewDecoder(bytes.NewReader(raw))
+		d.UseNumber()
+		if d.Decode(&id) != nil || checkID(id) != nil {
+			id = nil
+		}
+	}
+	bad := line
+	field := ""
+	for _, k := range []string{"id", "session", "cancel"} {
+		if raw, ok := probe[k]; ok && !utf8.Valid(raw) {
+			field = k
+			break
+		}
+	}
+	if field == "" && reply {
+		return id, nil
+	}
+	col := 1 + utf8.RuneCount(bad[:firstInvalidUTF8(bad)])
+	if field != "" {
+		return id, requestErrorf("%s: not valid UTF-8 (the line's first such byte is at column %d); a request line is UTF-8 JSON, and an id or a session name is compared and echoed as written", field, col)
+	}
+	return id, requestErrorf("not valid UTF-8 at column %d: a request line is UTF-8 JSON (a byte that is not UTF-8 would reach the job as U+FFFD); write other bytes with \\u escapes, or base64", col)
+}
+
+// firstInvalidUTF8 is the offset of the first byte of b that does not
+// begin a valid UTF-8 character, or len(b).
+func firstInvalidUTF8(b []byte) int {
+	for i := 0; i < len(b); {
+		r, n := utf8.DecodeRune(b[i:])
+		if r == utf8.RuneError && n == 1 {
+			return i
+		}
+		i += n
+	}
+	return len(b)
 }
 
 // describeJSONError says what is wrong with a request line in terms of
@@ -522,7 +582,9 @@ func readLines(r io.Reader, lines chan<- lineOrErr, stop <-chan struct{}) {
 		for {
 			chunk, err := br.ReadSlice('\n')
 			if !tooLong {
-				if len(buf)+len(chunk) > MaxLine+1 {
+				// MaxLine bytes and "\r\n" (or "\n"): the newline is not
+				// the line's, whichever of the two ends it.
+				if len(buf)+len(chunk) > MaxLine+2 {
 					tooLong = true
 					buf = nil
 				} else {

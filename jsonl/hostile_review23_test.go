@@ -1,0 +1,97 @@
+package jsonl
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/pynox/pynox"
+)
+
+// Review 23: the front door of the pool protocol.
+
+// TestReview23InvalidUTF8Identifiers: encoding/json turns every byte that
+// is not UTF-8 in a string into U+FFFD, so two requests whose ids differ
+// only in such bytes ("a\xff", "a\xfe") were both answered with the id
+// "a\ufffd" (the client cannot tell which answer is whose, and a cancel
+// of one ended both), and two session names that differ so ("s\xff",
+// "s\xfe") were one session: the second client's step saw the first's
+// globals. An id, session or cancel that is not UTF-8 cannot be echoed
+// "as written", so it is refused, naming the field; the id is echoed
+// null then.
+func TestReview23InvalidUTF8Identifiers(t *testing.T) {
+	p := newTestPool(t, pynox.Config{Workers: 1})
+	in := strings.Join([]string{
+		"{\"id\": \"a\xff\", \"code\": \"print(1)\"}",
+		"{\"id\": \"a\xfe\", \"code\": \"print(2)\"}",
+		"{\"id\": \"s1\", \"session\": \"s\xff\", \"code\": \"secret = 42\"}",
+		"{\"id\": \"s2\", \"session\": \"s\xfe\", \"code\": \"print(secret)\"}",
+		"{\"id\": \"c1\", \"cancel\": \"a\xff\"}",
+		"{\"id\": \"code\", \"code\": \"print('\xff')\"}",
+	}, "\n") + "\n"
+	out := serveLines(t, p, in)
+	answers := map[string]int{}
+	for _, l := range out[1:] {
+		t.Logf("%v", l)
+		answers[fmt.Sprint(l["id"])]++
+	}
+	require.Zero(t, answers["a\ufffd"], "an id that is not UTF-8 was echoed altered (twice): %v", answers)
+	for _, l := range out[1:] {
+		if l["id"] == "s2" {
+			require.NotEqual(t, "42\n", l["stdout"], "session \"s\\xfe\" saw the globals of session \"s\\xff\"")
+		}
+	}
+	got := byID(t, out[:1])
+	for _, l := range out[1:] {
+		if id, ok := l["id"].(string); ok {
+			got[id] = l
+		}
+	}
+	require.Equal(t, "RequestError", errType(got["code"]), "code that is not UTF-8 reached the job altered: %v", got["code"])
+	require.Contains(t, errMessage(got["code"]), "not valid UTF-8 at column 32")
+	for _, l := range out[1:] {
+		if l["id"] == nil {
+			require.Equal(t, "RequestError", errType(l), "%v", l)
+			require.Contains(t, errMessage(l), "UTF-8", "%v", l)
+		}
+	}
+}
+
+// TestReview23LongestLineWithCRLF: a line may end in "\r\n", and a line
+// is at most MaxLine bytes "newline excluded": a request of exactly
+// MaxLine bytes ended by "\r\n" must be read, not discarded as too long.
+func TestReview23LongestLineWithCRLF(t *testing.T) {
+	p := newTestPool(t, pynox.Config{Workers: 1})
+	mk := func(id string) string {
+		head := `{"id": "` + id + `", "code": "#`
+		tail := `\nprint(7)"}`
+		return head + strings.Repeat("x", MaxLine-len(head)-len(tail)) + tail
+	}
+	lf, crlf, eof := mk("lf"), mk("crlf"), mk("eof")
+	require.Len(t, crlf, MaxLine)
+	out := serveLines(t, p, lf+"\n"+crlf+"\r\n"+eof)
+	got := byID(t, out)
+	for _, id := range []string{"lf", "crlf", "eof"} {
+		require.NotNil(t, got[id], "the %s line of exactly MaxLine bytes got no answer of its own: %v", id, got)
+		require.Equal(t, "7\n", got[id]["stdout"], "%s: %v", id, got[id]["error"])
+	}
+}
+
+// TestReview23InvalidUTF8ReplyResult: the UTF-8 rule of request lines
+// leaves a reply's result to the documented path, also on the slow
+// decoder (a reply line with spaces): the job's call raises HostError and
+// the reply gets no answer line.
+func TestReview23InvalidUTF8ReplyResult(t *testing.T) {
+	p := newTestPool(t, pynox.Config{Workers: 1})
+	ls := startLive(t, p)
+	ls.send(`{"id": "r", "functions": ["f"], "code": "from pynox_host import f, HostError\ntry:\n    f()\nexcept HostError as e:\n    print('host error')"}`)
+	c := ls.call()
+	ls.send(fmt.Sprintf("{\"reply\": {\"call_id\": %v, \"result\": \"\xff\"}}", c["call_id"]))
+	res := ls.await("r")
+	require.Nil(t, res["error"], "%v", res)
+	require.Equal(t, "host error\n", res["stdout"])
+	rest := ls.finish()
+	require.Empty(t, rest, "a reply that reached its call was answered")
+}
