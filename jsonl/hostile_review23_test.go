@@ -1,6 +1,7 @@
 package jsonl
 
 import (
+	"encoding/json"
 	"fmt"
 	"strings"
 	"testing"
@@ -94,4 +95,49 @@ func TestReview23InvalidUTF8ReplyResult(t *testing.T) {
 	require.Equal(t, "host error\n", res["stdout"])
 	rest := ls.finish()
 	require.Empty(t, rest, "a reply that reached its call was answered")
+}
+
+// TestReview23LoneSurrogateIdentifiers: the same collapse through escapes.
+// encoding/json decodes a \u escape of a lone UTF-16 surrogate
+// ("\ud800", "\udc00") to U+FFFD, so ids "a\ud800" and "a\udbff" were
+// answered as one id and session names "s\ud800" and "s\udc00" shared one
+// session. Such a string has no UTF-8 form to echo; it is refused.
+func TestReview23LoneSurrogateIdentifiers(t *testing.T) {
+	p := newTestPool(t, pynox.Config{Workers: 1})
+	in := strings.Join([]string{
+		`{"id": "a\ud800", "code": "print(1)"}`,
+		`{"id": "a\udbff", "code": "print(2)"}`,
+		`{"id": "s1", "session": "s\ud800", "code": "secret = 42"}`,
+		`{"id": "s2", "session": "s\udc00", "code": "print(secret)"}`,
+		`{"id": "c1", "cancel": "a\ud800"}`,
+		// A pair is one character, and stays accepted.
+		`{"id": "pair\ud83d\ude00", "code": "print(3)"}`,
+	}, "\n") + "\n"
+	out := serveLines(t, p, in)
+	answers := map[string]int{}
+	for _, l := range out[1:] {
+		t.Logf("%v", l)
+		answers[fmt.Sprint(l["id"])]++
+		if l["id"] == "s2" {
+			require.NotEqual(t, "42\n", l["stdout"], "session \"s\\udc00\" saw the globals of session \"s\\ud800\"")
+		}
+		if l["id"] == nil {
+			require.Equal(t, "RequestError", errType(l), "%v", l)
+		}
+	}
+	require.Zero(t, answers["a\ufffd"], "ids with lone surrogates were echoed altered: %v", answers)
+	require.Equal(t, 1, answers["pair\U0001F600"], "%v", answers)
+}
+
+func TestReview23LoneSurrogateScan(t *testing.T) {
+	for raw, want := range map[string]bool{
+		`"a"`: false, `"\ud800"`: true, `"\uDC00"`: true, `"\ud83d\ude00"`: false, `"\ud83d\u0041"`: true,
+		`"\\ud800"`: false, `"\\\ud800"`: true, `"\ud83d"`: true, `"x\ud83d\ude00\udc00"`: true, `"\u00e9"`: false, `7`: false,
+	} {
+		require.Equal(t, want, loneSurrogate([]byte(raw)), raw)
+		var s string
+		if json.Unmarshal([]byte(raw), &s) == nil && !want {
+			require.NotContains(t, s, "\ufffd", "%s decodes with U+FFFD yet was not flagged", raw)
+		}
+	}
 }

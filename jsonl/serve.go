@@ -10,6 +10,7 @@ import (
 	"io"
 	"reflect"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -359,7 +360,7 @@ func decodeRequest(line []byte) (request, *pynox.Error) {
 		if e := checkID(req.ID); e != nil {
 			return request{}, e
 		}
-		if !utf8.Valid(line) {
+		if !utf8.Valid(line) || hasSurrogateEscape(line) {
 			if id, e := checkUTF8(line, req.Reply != nil); e != nil {
 				return request{Job: pynox.Job{ID: id}}, e
 			}
@@ -421,12 +422,19 @@ func checkUTF8(line []byte, reply bool) (any, *pynox.Error) {
 	bad := line
 	field := ""
 	for _, k := range []string{"id", "session", "cancel"} {
+		if raw, ok := probe[k]; ok && loneSurrogate(raw) {
+			// Decoded to U+FFFD like a byte that is not UTF-8.
+			if k == "id" {
+				id = nil
+			}
+			return id, requestErrorf("%s: a \\u escape of a lone UTF-16 surrogate (\\ud800 to \\udfff without its pair) names no character; an id or a session name is compared and echoed as written", k)
+		}
 		if raw, ok := probe[k]; ok && !utf8.Valid(raw) {
 			field = k
 			break
 		}
 	}
-	if field == "" && reply {
+	if field == "" && (reply || utf8.Valid(line)) {
 		return id, nil
 	}
 	col := 1 + utf8.RuneCount(bad[:firstInvalidUTF8(bad)])
@@ -434,6 +442,47 @@ func checkUTF8(line []byte, reply bool) (any, *pynox.Error) {
 		return id, requestErrorf("%s: not valid UTF-8 (the line's first such byte is at column %d); a request line is UTF-8 JSON, and an id or a session name is compared and echoed as written", field, col)
 	}
 	return id, requestErrorf("not valid UTF-8 at column %d: a request line is UTF-8 JSON (a byte that is not UTF-8 would reach the job as U+FFFD); write other bytes with \\u escapes, or base64", col)
+}
+
+// hasSurrogateEscape reports whether line may hold a \u escape of a
+// UTF-16 surrogate (a quick test: loneSurrogate says for sure).
+func hasSurrogateEscape(line []byte) bool {
+	return bytes.Contains(line, []byte(`\ud`)) || bytes.Contains(line, []byte(`\uD`))
+}
+
+// loneSurrogate reports whether the JSON string raw holds a \u escape of
+// a surrogate that is not the first half of a pair followed by its second
+// half: encoding/json decodes it to U+FFFD.
+func loneSurrogate(raw []byte) bool {
+	hex := func(i int) (rune, bool) {
+		if i+6 > len(raw) || raw[i] != '\\' || raw[i+1] != 'u' {
+			return 0, false
+		}
+		v, err := strconv.ParseUint(string(raw[i+2:i+6]), 16, 16)
+		return rune(v), err == nil
+	}
+	for i := 0; i < len(raw); i++ {
+		if raw[i] != '\\' {
+			continue
+		}
+		r, ok := hex(i)
+		if !ok {
+			i++ // another escape: skip its character
+			continue
+		}
+		switch {
+		case r >= 0xd800 && r < 0xdc00:
+			if r2, ok := hex(i + 6); ok && r2 >= 0xdc00 && r2 < 0xe000 {
+				i += 11
+				continue
+			}
+			return true
+		case r >= 0xdc00 && r < 0xe000:
+			return true
+		}
+		i += 5
+	}
+	return false
 }
 
 // firstInvalidUTF8 is the offset of the first byte of b that does not
