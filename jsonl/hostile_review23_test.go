@@ -141,3 +141,57 @@ func TestReview23LoneSurrogateScan(t *testing.T) {
 		}
 	}
 }
+
+// TestReview23RefusalEchoesReadableID: "The id is echoed in a refusal
+// whenever it could be read". A line that stopped being JSON after its
+// id (cut short by EOF, a stray NUL, nesting deeper than the decoder
+// takes) was refused with id null, so the client could not match the
+// refusal to its request. The id is read token by token up to where the
+// line breaks; a second id, or an id that is not a string or a number,
+// is still echoed as null.
+func TestReview23RefusalEchoesReadableID(t *testing.T) {
+	p := newTestPool(t, pynox.Config{Workers: 1})
+	deep := strings.Repeat("[", 20000) + strings.Repeat("]", 20000)
+	lines := []string{
+		`{"id": "deep", "code": "print(1)", "inputs": {"a": ` + deep + `}}`,
+		"{\"id\": \"nul\", \"code\": \"print(1)\"\x00}",
+		`{"id": 7, "env": {"A": "b"}, "code": "print(1)",, }`,
+		`{"id": "dup", "code": "x", "id": "again", oops}`,
+		`{"id": ["arr"], "code": "x" oops}`,
+		`{"id": "ok", "code": "print('ok')"}`,
+		`{"id": "cut", "code": "pri`, // the last line, cut short by EOF
+	}
+	out := serveLines(t, p, strings.Join(lines, "\n"))
+	require.Len(t, out, len(lines)+1, "one answer per line")
+	ids := map[string]int{}
+	for _, l := range out[1:] {
+		ids[fmt.Sprint(l["id"])]++
+		if l["id"] != "ok" {
+			require.Equal(t, "RequestError", errType(l), "%v", l)
+		}
+		if l["id"] == "deep" {
+			require.Contains(t, errMessage(l), "more than 10000 deep")
+		}
+	}
+	require.Equal(t, map[string]int{"deep": 1, "nul": 1, "7": 1, "<nil>": 2, "ok": 1, "cut": 1}, ids)
+}
+
+// TestReview23EmptySessionName: {"session": "", "code": "x = 1"} ran as a
+// one-shot job, silently: the client that named a session (with a name
+// its own code left empty) lost its globals at every step. An empty name
+// is refused, naming the field; a close or dump of it was refused already.
+func TestReview23EmptySessionName(t *testing.T) {
+	p := newTestPool(t, pynox.Config{Workers: 1})
+	out := serveLines(t, p, strings.Join([]string{
+		`{"id": "e1", "session": "", "code": "x = 1"}`,
+		`{"id": "e2", "sessio\u006e": "", "code": "x = 1"}`,
+		`{"id": "e3", "session": "", "stats": true}`,
+		`{"id": "ok", "code": "print('ok')", "name": "session"}`,
+	}, "\n")+"\n")
+	got := byID(t, out)
+	for _, id := range []string{"e1", "e2", "e3"} {
+		require.Equal(t, "RequestError", errType(got[id]), "%s ran: %v", id, got[id])
+		require.Contains(t, errMessage(got[id]), `session: "" names no session`)
+	}
+	require.Equal(t, "ok\n", got["ok"]["stdout"])
+}

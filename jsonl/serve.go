@@ -365,6 +365,10 @@ func decodeRequest(line []byte) (request, *pynox.Error) {
 				return request{Job: pynox.Job{ID: id}}, e
 			}
 		}
+		if req.Session == "" && (bytes.Contains(line, []byte(`"session"`)) || bytes.Contains(line, []byte(`\u`))) && hasKey(line, "session") {
+			// Run as a one-shot job, it would lose its globals silently.
+			return request{Job: pynox.Job{ID: req.ID}}, requestErrorf(`session: "" names no session; give the session a name of 1 to %d bytes, or leave session out for a one-shot job`, maxSessionName)
+		}
 		if e := parseTrace(&req); e != nil {
 			return request{Job: pynox.Job{ID: req.ID}}, e
 		}
@@ -378,21 +382,86 @@ func decodeRequest(line []byte) (request, *pynox.Error) {
 	}
 	// Recover the id for the answer, if the line is an object with one
 	// (and only one: a duplicated id is echoed as null).
-	var probe map[string]json.RawMessage
 	id := any(nil)
 	ke, _ := err.(*keyError)
 	dupID := ke != nil && ke.dup && len(ke.segs) == 0 && ke.key == "id"
-	if !dupID && json.NewDecoder(bytes.NewReader(line)).Decode(&probe) == nil {
-		if raw, ok := probe["id"]; ok {
-			d := json.NewDecoder(bytes.NewReader(raw))
-			d.UseNumber()
-			var v any
-			if d.Decode(&v) == nil && checkID(v) == nil {
-				id = v
-			}
-		}
+	if !dupID {
+		id = recoverID(line)
 	}
 	return request{Job: pynox.Job{ID: id}}, requestErrorf("%s", describeJSONError(err, line))
+}
+
+// hasKey reports whether the JSON object line has the top-level key.
+func hasKey(line []byte, key string) bool {
+	var probe map[string]json.RawMessage
+	if json.Unmarshal(line, &probe) != nil {
+		return false
+	}
+	_, ok := probe[key]
+	return ok
+}
+
+// recoverID reads the top-level "id" of a request line that could not be
+// decoded, token by token, so that an id written before the line stops
+// being JSON (a line cut short, a stray byte, nesting deeper than the
+// decoder takes) is still echoed. It returns nil when there is none, when
+// it is not a string or a number, when a second "id" follows, or when it
+// may have been altered in decoding (bytes that are not UTF-8, a lone
+// surrogate escape: see checkUTF8).
+func recoverID(line []byte) any {
+	dec := json.NewDecoder(bytes.NewReader(line))
+	dec.UseNumber()
+	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
+		return nil
+	}
+	var id any
+	found := false
+	for {
+		t, err := dec.Token()
+		key, ok := t.(string)
+		if err != nil || !ok {
+			break // the object's end, or where the line stops being JSON
+		}
+		v, err := dec.Token()
+		if err != nil {
+			break
+		}
+		if d, ok := v.(json.Delim); ok && (d == '{' || d == '[') {
+			if key == "id" {
+				return nil // an object or an array is no id
+			}
+			for depth := 1; depth > 0; {
+				t, err := dec.Token()
+				if err != nil {
+					return checkedRecoveredID(line, id)
+				}
+				switch t {
+				case json.Delim('{'), json.Delim('['):
+					depth++
+				case json.Delim('}'), json.Delim(']'):
+					depth--
+				}
+			}
+			continue
+		}
+		if key == "id" {
+			if found {
+				return nil
+			}
+			found, id = true, v
+		}
+	}
+	return checkedRecoveredID(line, id)
+}
+
+func checkedRecoveredID(line []byte, id any) any {
+	if checkID(id) != nil {
+		return nil
+	}
+	if s, ok := id.(string); ok && strings.ContainsRune(s, utf8.RuneError) && (!utf8.Valid(line) || hasSurrogateEscape(line)) {
+		return nil
+	}
+	return id
 }
 
 // checkUTF8 refuses a request line, valid JSON otherwise, that holds
@@ -512,6 +581,9 @@ func describeJSONError(err error, line []byte) string {
 			return fmt.Sprintf("%s: expected %s, got a JSON %s", field, jsonExpected(te.Type), te.Value)
 		}
 		return "the request must be a JSON object, such as " + requestExample
+	case errors.As(err, &se) && strings.HasSuffix(se.Error(), "exceeded max depth"):
+		return fmt.Sprintf("the JSON at column %d nests arrays and objects more than 10000 deep, more than a request takes (inputs take 256 levels)",
+			jsonColumn(line, se.Offset))
 	case errors.As(err, &se):
 		return fmt.Sprintf("not valid JSON at column %d: %s; each request is one JSON object on one line, such as %s",
 			jsonColumn(line, se.Offset), se.Error(), requestExample)
