@@ -175,7 +175,7 @@ func (p *Pool) plan(req *Job, session bool) (pl *plan, rerr *Error) {
 	}
 	for k, v := range j.Env {
 		if k == "" || strings.ContainsAny(k, "=\x00") || strings.ContainsRune(v, 0) {
-			return nil, requestErrorf("env: invalid variable %q", k)
+			return nil, requestErrorf("env: invalid variable %q: %s", k, envRule)
 		}
 	}
 	if err := checkFunctions(j.Functions); err != nil {
@@ -687,6 +687,9 @@ func protectedSystemPaths() []string {
 	}
 	return out
 }
+
+// envRule is what an env entry, a request's or a profile's, must be.
+const envRule = "expected a non-empty name without \"=\" or NUL, and a value without NUL"
 
 // coversSystem returns the refusal of a write grant (real) that covers one
 // of the system paths, or lies beneath one; field names the grant's
