@@ -297,6 +297,9 @@ func (p *Pool) plan(req *Job, session bool) (pl *plan, rerr *Error) {
 	if name == "" {
 		name = DefaultName
 	}
+	if err := checkName(name); err != nil {
+		return nil, err
+	}
 	cpu := cpuBackstop(time.Duration(timeout))
 	pl.job = worker.Job{
 		Code:    code,
@@ -686,6 +689,16 @@ func protectedSystemPaths() []string {
 		}
 	}
 	return out
+}
+
+// checkName refuses a job's or step's name that no file can have: it is
+// compile()'s file name and sys.argv[0], and a NUL there made the job
+// answer a ValueError as if its code had raised.
+func checkName(name string) *Error {
+	if strings.ContainsRune(name, 0) {
+		return requestErrorf("name: %q contains a NUL byte; expected a file name for tracebacks and sys.argv[0], such as \"step.py\"", name)
+	}
+	return nil
 }
 
 // envRule is what an env entry, a request's or a profile's, must be.

@@ -195,3 +195,24 @@ func TestReview23EmptySessionName(t *testing.T) {
 	}
 	require.Equal(t, "ok\n", got["ok"]["stdout"])
 }
+
+// TestReview23NameWithNUL: a `name` holding a NUL (a file name no file
+// system has) was handed to compile(), and the job answered exit 1 with a
+// Python ValueError ("embedded null character") as if its code had
+// raised; it is a request's mistake, refused before anything runs and
+// naming the field, in a job and in a session's step (the session lives).
+func TestReview23NameWithNUL(t *testing.T) {
+	p := newTestPool(t, pynox.Config{Workers: 1})
+	out := serveLines(t, p, strings.Join([]string{
+		`{"id": "j", "code": "print(1)", "name": "a\u0000b.py"}`,
+		`{"id": "s1", "session": "nb", "code": "x = 5"}`,
+		`{"id": "s2", "session": "nb", "code": "print(x)", "name": "c\u0000"}`,
+		`{"id": "s3", "session": "nb", "code": "print(x)", "name": "ok.py"}`,
+	}, "\n")+"\n")
+	got := byID(t, out)
+	for _, id := range []string{"j", "s2"} {
+		require.Equal(t, "RequestError", errType(got[id]), "%s: %v", id, got[id])
+		require.Contains(t, errMessage(got[id]), "name: ")
+	}
+	require.Equal(t, "5\n", got["s3"]["stdout"], "%v", got["s3"])
+}
