@@ -216,3 +216,29 @@ func TestReview23NameWithNUL(t *testing.T) {
 	}
 	require.Equal(t, "5\n", got["s3"]["stdout"], "%v", got["s3"])
 }
+
+// TestReview23MountKeysExact: "A key must be exactly one of the field
+// names … No object may repeat a key — in the request or in any object
+// inside it". The exact-key scan did not descend into arrays of objects,
+// so inside "mounts" encoding/json's case folding applied: {"host": "a",
+// "HOST": "b"} mounted b (the last of two spellings), "Mode": "rw" granted
+// a read-write mount that a front end vetting "mode" by exact key would
+// not see, and "hoſt" (a long s) was "host". Each is refused now, naming
+// mounts[] and the field meant.
+func TestReview23MountKeysExact(t *testing.T) {
+	for line, want := range map[string]string{
+		`{"id": 1, "code": "1", "mounts": [{"host": "a", "HOST": "b"}]}`:                `mounts[]: unknown field "HOST": field names are exact and case-sensitive; did you mean "host"?`,
+		`{"id": 2, "code": "1", "mounts": [{"host": "a", "Mode": "rw"}]}`:               `mounts[]: unknown field "Mode"`,
+		`{"id": 3, "code": "1", "mounts": [{"host": "a"}, {"hoſt": "b"}]}`:              `mounts[]: unknown field "hoſt"`,
+		`{"id": 4, "code": "1", "mounts": [{"host": "a", "path": "/x", "path": "/y"}]}`: `mounts[]: key "path" appears twice`,
+		`{"id": 5, "code": "1", "mounts": [{"host": "a", "extra": 1}]}`:                 `mounts[]: unknown field "extra"; the fields of "mounts" are host, mode, path, write_bytes_limit`,
+	} {
+		req, err := decodeRequest([]byte(line))
+		require.NotNil(t, err, "%s was accepted: %+v", line, req.Mounts)
+		require.Contains(t, err.Message, want, line)
+		require.NotNil(t, req.ID, "the id is echoed: %s", line)
+	}
+	req, err := decodeRequest([]byte(`{"id": 6, "code": "1", "mounts": [{"host": "a", "mode": "rw", "path": "/x", "write_bytes_limit": "1m"}]}`))
+	require.Nil(t, err)
+	require.Len(t, req.Mounts, 1)
+}
