@@ -598,6 +598,9 @@ func (c *Checkout) stepPlan(s *Step) (*worker.Step, *Error) {
 	if name == "" {
 		name = DefaultName
 	}
+	if err := checkName(name); err != nil {
+		return nil, err
+	}
 	inputs, err := encodeInputs(s.Inputs)
 	if err != nil {
 		return nil, err

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -377,6 +378,15 @@ func (c Config) withDefaults() (Config, error) {
 	for name := range c.Profiles {
 		if name == "" {
 			return c, &ConfigError{Key: "profiles", Problem: "a profile needs a name"}
+		}
+	}
+	for _, name := range c.ProfileNames() {
+		// Checked here, not only when a request names the profile: every
+		// such request would be refused, blaming an env it did not send.
+		for _, k := range slices.Sorted(maps.Keys(c.Profiles[name].Env)) {
+			if v := c.Profiles[name].Env[k]; k == "" || strings.ContainsAny(k, "=\x00") || strings.ContainsRune(v, 0) {
+				return c, &ConfigError{Key: "profiles." + name + ".env", Value: k, Problem: envRule}
+			}
 		}
 	}
 	for _, m := range c.Preload {

@@ -175,7 +175,7 @@ func (p *Pool) plan(req *Job, session bool) (pl *plan, rerr *Error) {
 	}
 	for k, v := range j.Env {
 		if k == "" || strings.ContainsAny(k, "=\x00") || strings.ContainsRune(v, 0) {
-			return nil, requestErrorf("env: invalid variable %q", k)
+			return nil, requestErrorf("env: invalid variable %q: %s", k, envRule)
 		}
 	}
 	if err := checkFunctions(j.Functions); err != nil {
@@ -296,6 +296,9 @@ func (p *Pool) plan(req *Job, session bool) (pl *plan, rerr *Error) {
 	}
 	if name == "" {
 		name = DefaultName
+	}
+	if err := checkName(name); err != nil {
+		return nil, err
 	}
 	cpu := cpuBackstop(time.Duration(timeout))
 	pl.job = worker.Job{
@@ -687,6 +690,19 @@ func protectedSystemPaths() []string {
 	}
 	return out
 }
+
+// checkName refuses a job's or step's name that no file can have: it is
+// compile()'s file name and sys.argv[0], and a NUL there made the job
+// answer a ValueError as if its code had raised.
+func checkName(name string) *Error {
+	if strings.ContainsRune(name, 0) {
+		return requestErrorf("name: %q contains a NUL byte; expected a file name for tracebacks and sys.argv[0], such as \"step.py\"", name)
+	}
+	return nil
+}
+
+// envRule is what an env entry, a request's or a profile's, must be.
+const envRule = "expected a non-empty name without \"=\" or NUL, and a value without NUL"
 
 // coversSystem returns the refusal of a write grant (real) that covers one
 // of the system paths, or lies beneath one; field names the grant's

@@ -10,6 +10,7 @@ import (
 	"io"
 	"reflect"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -359,6 +360,15 @@ func decodeRequest(line []byte) (request, *pynox.Error) {
 		if e := checkID(req.ID); e != nil {
 			return request{}, e
 		}
+		if !utf8.Valid(line) || hasSurrogateEscape(line) {
+			if id, e := checkUTF8(line, req.Reply != nil); e != nil {
+				return request{Job: pynox.Job{ID: id}}, e
+			}
+		}
+		if req.Session == "" && (bytes.Contains(line, []byte(`"session"`)) || bytes.Contains(line, []byte(`\u`))) && hasKey(line, "session") {
+			// Run as a one-shot job, it would lose its globals silently.
+			return request{Job: pynox.Job{ID: req.ID}}, requestErrorf(`session: "" names no session; give the session a name of 1 to %d bytes, or leave session out for a one-shot job`, maxSessionName)
+		}
 		if e := parseTrace(&req); e != nil {
 			return request{Job: pynox.Job{ID: req.ID}}, e
 		}
@@ -372,21 +382,189 @@ func decodeRequest(line []byte) (request, *pynox.Error) {
 	}
 	// Recover the id for the answer, if the line is an object with one
 	// (and only one: a duplicated id is echoed as null).
-	var probe map[string]json.RawMessage
 	id := any(nil)
 	ke, _ := err.(*keyError)
 	dupID := ke != nil && ke.dup && len(ke.segs) == 0 && ke.key == "id"
-	if !dupID && json.NewDecoder(bytes.NewReader(line)).Decode(&probe) == nil {
-		if raw, ok := probe["id"]; ok {
-			d := json.NewDecoder(bytes.NewReader(raw))
-			d.UseNumber()
-			var v any
-			if d.Decode(&v) == nil && checkID(v) == nil {
-				id = v
-			}
-		}
+	if !dupID {
+		id = recoverID(line)
 	}
 	return request{Job: pynox.Job{ID: id}}, requestErrorf("%s", describeJSONError(err, line))
+}
+
+// hasKey reports whether the JSON object line has the top-level key.
+func hasKey(line []byte, key string) bool {
+	var probe map[string]json.RawMessage
+	if json.Unmarshal(line, &probe) != nil {
+		return false
+	}
+	_, ok := probe[key]
+	return ok
+}
+
+// recoverID reads the top-level "id" of a request line that could not be
+// decoded, token by token, so that an id written before the line stops
+// being JSON (a line cut short, a stray byte, nesting deeper than the
+// decoder takes) is still echoed. It returns nil when there is none, when
+// it is not a string or a number, when a second "id" follows, or when it
+// may have been altered in decoding (bytes that are not UTF-8, a lone
+// surrogate escape: see checkUTF8).
+func recoverID(line []byte) any {
+	dec := json.NewDecoder(bytes.NewReader(line))
+	dec.UseNumber()
+	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
+		return nil
+	}
+	var id any
+	found := false
+	for {
+		t, err := dec.Token()
+		key, ok := t.(string)
+		if err != nil || !ok {
+			break // the object's end, or where the line stops being JSON
+		}
+		v, err := dec.Token()
+		if err != nil {
+			break
+		}
+		if d, ok := v.(json.Delim); ok && (d == '{' || d == '[') {
+			if key == "id" {
+				return nil // an object or an array is no id
+			}
+			for depth := 1; depth > 0; {
+				t, err := dec.Token()
+				if err != nil {
+					return checkedRecoveredID(line, id)
+				}
+				switch t {
+				case json.Delim('{'), json.Delim('['):
+					depth++
+				case json.Delim('}'), json.Delim(']'):
+					depth--
+				}
+			}
+			continue
+		}
+		if key == "id" {
+			if found {
+				return nil
+			}
+			found, id = true, v
+		}
+	}
+	return checkedRecoveredID(line, id)
+}
+
+func checkedRecoveredID(line []byte, id any) any {
+	if checkID(id) != nil {
+		return nil
+	}
+	if s, ok := id.(string); ok && strings.ContainsRune(s, utf8.RuneError) && (!utf8.Valid(line) || hasSurrogateEscape(line)) {
+		return nil
+	}
+	return id
+}
+
+// checkUTF8 refuses a request line, valid JSON otherwise, that holds
+// bytes which are not UTF-8. encoding/json turns each such byte of a
+// string into U+FFFD, so the pool would see other strings than the
+// client wrote: two ids that differ only there would be answered with
+// one id (and cancelled together), two such session names would be one
+// session, a path would name another file. JSON text is UTF-8 (RFC 8259),
+// so the line is refused, at the column of the first such byte. A reply
+// is held to this only in its id: its result's strings are the job's
+// business (the job's call raises HostError, see worker.checkedReply),
+// and its error text is only shown. The id is returned when its own
+// bytes are UTF-8, so that the refusal can echo it.
+func checkUTF8(line []byte, reply bool) (any, *pynox.Error) {
+	var probe map[string]json.RawMessage
+	if json.Unmarshal(line, &probe) != nil {
+		return nil, nil // decodeRequest decoded it: cannot happen
+	}
+	var id any
+	if raw, ok := probe["id"]; ok && utf8.Valid(raw) {
+		d := json.NewDecoder(bytes.NewReader(raw))
+		d.UseNumber()
+		if d.Decode(&id) != nil || checkID(id) != nil {
+			id = nil
+		}
+	}
+	bad := line
+	field := ""
+	for _, k := range []string{"id", "session", "cancel"} {
+		if raw, ok := probe[k]; ok && loneSurrogate(raw) {
+			// Decoded to U+FFFD like a byte that is not UTF-8.
+			if k == "id" {
+				id = nil
+			}
+			return id, requestErrorf("%s: a \\u escape of a lone UTF-16 surrogate (\\ud800 to \\udfff without its pair) names no character; an id or a session name is compared and echoed as written", k)
+		}
+		if raw, ok := probe[k]; ok && !utf8.Valid(raw) {
+			field = k
+			break
+		}
+	}
+	if field == "" && (reply || utf8.Valid(line)) {
+		return id, nil
+	}
+	col := 1 + utf8.RuneCount(bad[:firstInvalidUTF8(bad)])
+	if field != "" {
+		return id, requestErrorf("%s: not valid UTF-8 (the line's first such byte is at column %d); a request line is UTF-8 JSON, and an id or a session name is compared and echoed as written", field, col)
+	}
+	return id, requestErrorf("not valid UTF-8 at column %d: a request line is UTF-8 JSON (a byte that is not UTF-8 would reach the job as U+FFFD); write other bytes with \\u escapes, or base64", col)
+}
+
+// hasSurrogateEscape reports whether line may hold a \u escape of a
+// UTF-16 surrogate (a quick test: loneSurrogate says for sure).
+func hasSurrogateEscape(line []byte) bool {
+	return bytes.Contains(line, []byte(`\ud`)) || bytes.Contains(line, []byte(`\uD`))
+}
+
+// loneSurrogate reports whether the JSON string raw holds a \u escape of
+// a surrogate that is not the first half of a pair followed by its second
+// half: encoding/json decodes it to U+FFFD.
+func loneSurrogate(raw []byte) bool {
+	hex := func(i int) (rune, bool) {
+		if i+6 > len(raw) || raw[i] != '\\' || raw[i+1] != 'u' {
+			return 0, false
+		}
+		v, err := strconv.ParseUint(string(raw[i+2:i+6]), 16, 16)
+		return rune(v), err == nil
+	}
+	for i := 0; i < len(raw); i++ {
+		if raw[i] != '\\' {
+			continue
+		}
+		r, ok := hex(i)
+		if !ok {
+			i++ // another escape: skip its character
+			continue
+		}
+		switch {
+		case r >= 0xd800 && r < 0xdc00:
+			if r2, ok := hex(i + 6); ok && r2 >= 0xdc00 && r2 < 0xe000 {
+				i += 11
+				continue
+			}
+			return true
+		case r >= 0xdc00 && r < 0xe000:
+			return true
+		}
+		i += 5
+	}
+	return false
+}
+
+// firstInvalidUTF8 is the offset of the first byte of b that does not
+// begin a valid UTF-8 character, or len(b).
+func firstInvalidUTF8(b []byte) int {
+	for i := 0; i < len(b); {
+		r, n := utf8.DecodeRune(b[i:])
+		if r == utf8.RuneError && n == 1 {
+			return i
+		}
+		i += n
+	}
+	return len(b)
 }
 
 // describeJSONError says what is wrong with a request line in terms of
@@ -403,6 +581,9 @@ func describeJSONError(err error, line []byte) string {
 			return fmt.Sprintf("%s: expected %s, got a JSON %s", field, jsonExpected(te.Type), te.Value)
 		}
 		return "the request must be a JSON object, such as " + requestExample
+	case errors.As(err, &se) && strings.HasSuffix(se.Error(), "exceeded max depth"):
+		return fmt.Sprintf("the JSON at column %d nests arrays and objects more than 10000 deep, more than a request takes (inputs take 256 levels)",
+			jsonColumn(line, se.Offset))
 	case errors.As(err, &se):
 		return fmt.Sprintf("not valid JSON at column %d: %s; each request is one JSON object on one line, such as %s",
 			jsonColumn(line, se.Offset), se.Error(), requestExample)
@@ -522,7 +703,9 @@ func readLines(r io.Reader, lines chan<- lineOrErr, stop <-chan struct{}) {
 		for {
 			chunk, err := br.ReadSlice('\n')
 			if !tooLong {
-				if len(buf)+len(chunk) > MaxLine+1 {
+				// MaxLine bytes and "\r\n" (or "\n"): the newline is not
+				// the line's, whichever of the two ends it.
+				if len(buf)+len(chunk) > MaxLine+2 {
 					tooLong = true
 					buf = nil
 				} else {

@@ -58,6 +58,12 @@ func schemaOf(t reflect.Type, tag, what string) *keySchema {
 			return &keySchema{what: what, elem: e}
 		}
 		return freeSchema
+	case reflect.Slice, reflect.Array:
+		// keyScan checks each element against the array's schema: an
+		// array of structs ("mounts") takes exactly their keys, else
+		// encoding/json would take "HOST" or "Mode" for "host" or "mode"
+		// and keep the last of the two.
+		return schemaOf(t.Elem(), tag, what)
 	case reflect.Struct:
 	default:
 		return freeSchema

@@ -274,6 +274,9 @@ func decodeRunInput(args json.RawMessage) (RunInput, error) {
 	if len(args) == 0 || string(args) == "null" {
 		return in, nil
 	}
+	if err := checkArgKeys(args); err != nil {
+		return in, err
+	}
 	dec := json.NewDecoder(bytes.NewReader(args))
 	dec.UseNumber()
 	dec.DisallowUnknownFields()
@@ -292,6 +295,49 @@ func decodeRunInput(args json.RawMessage) (RunInput, error) {
 			"and timeout_seconds (paths, limits and the network are the server's configuration)", strings.Trim(name, `"`))
 	}
 	return in, fmt.Errorf("arguments: %v", err)
+}
+
+// runArgs are run_python's argument names, exactly.
+var runArgs = map[string]bool{"code": true, "session": true, "inputs": true, "profile": true, "timeout_seconds": true}
+
+// checkArgKeys refuses a top-level argument whose name is not exactly one
+// of runArgs, or that is given twice. encoding/json alone matches names
+// case-insensitively, with Unicode folding, and keeps the last of two:
+// "Profile" would select a profile that a gateway vetting "profile" by
+// exact name never saw. Arguments that are not a JSON object are left to
+// the decoder.
+func checkArgKeys(args json.RawMessage) error {
+	dec := json.NewDecoder(bytes.NewReader(args))
+	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
+		return nil
+	}
+	seen := map[string]bool{}
+	for dec.More() {
+		t, err := dec.Token()
+		k, ok := t.(string)
+		if err != nil || !ok {
+			return nil
+		}
+		if !runArgs[k] {
+			msg := fmt.Sprintf("%s: not an argument of run_python, whose arguments are code, session, inputs, profile "+
+				"and timeout_seconds", k)
+			for n := range runArgs {
+				if strings.EqualFold(n, k) || strings.EqualFold(strings.ReplaceAll(k, "ſ", "s"), n) {
+					msg += fmt.Sprintf("; argument names are exact and case-sensitive: did you mean %q?", n)
+				}
+			}
+			return errors.New(msg)
+		}
+		if seen[k] {
+			return fmt.Errorf("%s: given twice; each argument may be given once", k)
+		}
+		seen[k] = true
+		var v json.RawMessage
+		if dec.Decode(&v) != nil {
+			return nil
+		}
+	}
+	return nil
 }
 
 // jsonKind names what a Go type holds in JSON terms.
