@@ -1,9 +1,7 @@
 package pynox
 
 // Review 22: an outside review's probes (helpers in hostile_test.go and
-// helpers_test.go). Each asserts the safe behaviour; a probe of a hole
-// whose fix is too large for the review skips with "HOLE: ..." and runs
-// with PYNOX_REVIEW22_HOLES=1 (where it fails).
+// helpers_test.go). Each asserts the safe behaviour.
 
 import (
 	"fmt"
@@ -17,15 +15,6 @@ import (
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
 )
-
-// review22Hole skips a probe of a hole left open, unless
-// PYNOX_REVIEW22_HOLES=1 asks to see it fail.
-func review22Hole(t *testing.T, why string) {
-	t.Helper()
-	if os.Getenv("PYNOX_REVIEW22_HOLES") != "1" {
-		t.Skip("HOLE: " + why)
-	}
-}
 
 // review22Tmpfs mounts a tmpfs of size bytes and inodes inodes on a fresh
 // temporary directory (root only) and unmounts it when the test ends.
@@ -41,35 +30,31 @@ func review22Tmpfs(t *testing.T, size, inodes int) string {
 	return dir
 }
 
-// Probe 1 (HOLE): the scratch file system's inodes. Every job's and
-// session's scratch directory shares one tmpfs (/dev/shm by default), and
-// SECURITY.md sizes it by bytes: "with max_sessions times the memory
-// ceiling beyond its size, sessions can fill it". Its inodes run out far
-// sooner. A tmpfs has nr_inodes = half the machine's pages (/dev/shm:
-// one inode per 4 KiB of its size), while an empty file costs a job only
-// ~650 bytes of its memory cgroup (measured: 100,000 files under a 64 MiB
-// allowance, ~1.6 million under the default 1 GiB ceiling, over half of
-// a 24 GiB machine's 3.08 million). So two sessions at the default
-// ceiling, whose bytes are well within the sizing rule, take every inode
-// of /dev/shm: every later job's scratch (its outputs directory) fails,
-// for as long as they live (session_idle, renewable), and so does
-// anything else of the host that uses /dev/shm. Here on a tmpfs sized
-// like /dev/shm (256 MiB, 65,536 inodes) and a pool that follows the
-// rule (max_sessions 4 x memory 64 MiB = 256 MiB), one session fills the
-// inodes with ~40 MiB of its 64, and the next job fails. A fix needs a
-// bound per job on inodes (a tmpfs per job or per pool with nr_inodes,
-// which takes a mount the pool makes on the host) or, at least, the
-// sizing rule in SECURITY.md stated for inodes: max_sessions x memory /
-// ~650 bytes below the file system's free inodes.
+// Probe 1: the scratch file system's inodes. Every job's and session's
+// scratch directory lay in one shared tmpfs (/dev/shm by default), whose
+// inodes (nr_inodes = one per 4 KiB of half the machine's memory) ran out
+// long before its bytes: an empty file costs a job only ~650 bytes of its
+// memory cgroup (100,000 files under a 64 MiB allowance), so one session
+// at the default ceiling took every inode of /dev/shm and every later
+// job's scratch failed (SandboxSetupError) while it lived. Here, on a
+// tmpfs sized like /dev/shm (256 MiB, 65,536 inodes) with a pool that
+// follows the sizing rule (max_sessions 4 x memory 64 MiB), one session
+// filled the inodes with ~40 MiB of its 64 and the next job failed. Now
+// a pool with memory cgroups mounts a tmpfs of its own on its scratch
+// directory, with no inode limit (scratchRoot.mountOwn): the session's
+// files cost its memory allowance alone (the kernel kills it at its
+// limit, or its creations fail), and the next job's scratch works.
 func TestReview22ScratchInodes(t *testing.T) {
-	review22Hole(t, "a session can take every inode of the shared scratch tmpfs (/dev/shm) within its memory "+
-		"allowance; the next job's scratch fails (see the comment)")
 	const size, inodes = 256 << 20, 65536
 	scratch := review22Tmpfs(t, size, inodes)
 	p := newTestPool(t, Config{Workers: 1, MaxSessions: 4, ScratchDir: scratch, Limits: Limits{Memory: 64 << 20}})
 	if p.Cgroups() == "none" {
-		t.Skip("no memory cgroups: nothing bounds a job's scratch at all")
+		t.Skip("no memory cgroups: nothing bounds a job's scratch at all, and the pool keeps the shared tmpfs")
 	}
+	require.True(t, p.scratch.mounted, "a root pool with memory cgroups mounts a tmpfs of its own on its scratch directory")
+	var own unix.Statfs_t
+	require.NoError(t, unix.Statfs(p.scratch.path, &own))
+	require.Zero(t, own.Files, "the pool's scratch tmpfs has no inode limit")
 	co := checkout(t, p, Job{Timeout: 30 * time.Second})
 	r := feed(t, co, `
 import os
@@ -83,11 +68,13 @@ except OSError as e:
     print("stopped", e.strerror)
 print(n)
 `)
-	requireOK(t, r)
-	t.Logf("the session made: %s", strings.TrimSpace(r.Stdout))
+	if r.Error != nil {
+		require.Equal(t, "MemoryError", r.Error.Type, "the session's files are bounded by its memory: %+v", r.Error)
+	}
+	t.Logf("the session: %q, %+v", strings.TrimSpace(r.Stdout), r.Error)
 	var st unix.Statfs_t
 	require.NoError(t, unix.Statfs(scratch, &st))
-	t.Logf("scratch tmpfs: %d of %d inodes free, %d of %d blocks free", st.Ffree, st.Files, st.Bfree, st.Blocks)
+	require.Greater(t, st.Ffree, uint64(inodes-100), "the session's files took the shared tmpfs's inodes")
 	res := run(t, p, Job{Code: "import os\nopen(os.path.join(os.environ['TMPDIR'], 'x'), 'w').write('ok')\nprint('ok')",
 		Name: "next"})
 	require.Nil(t, res.Error, "another tenant's job failed while a session holds the scratch file system's inodes: %+v\n%s", res.Error, res.Stderr)

@@ -176,6 +176,9 @@ func New(cfg Config) (*Pool, error) {
 		return nil, &Error{Kind: KindSpawn, Type: KindSpawn.String(), Err: &ConfigError{Key: "pool.scratch_dir", Value: cfg.ScratchDir,
 			Problem: "cannot make the pool's scratch directory: " + err.Error() + "; expected a writable directory (empty means the system's temporary directory)"}}
 	}
+	if cg.Backend() != cgroup.None {
+		p.scratch.mountOwn()
+	}
 	// The pool confines itself before the first template starts, so that
 	// every template inherits its domain.
 	if cfg.ConfineSelf {

@@ -42,9 +42,13 @@ const defaultScratchTmpfs = "/dev/shm"
 // entered.
 type scratchRoot struct {
 	path string // absolute and symlink-free
-	fd   int    // O_PATH descriptor of path
+	fd   int    // O_PATH descriptor of path (of the tmpfs's root when mounted)
 	lock int    // a descriptor of path holding an flock while the pool lives
-	n    atomic.Uint64
+	// mounted says path holds a tmpfs of the pool's own (mountOwn), whose
+	// root mountLock (a descriptor holding an flock too) is.
+	mounted   bool
+	mountLock int
+	n         atomic.Uint64
 
 	// mu is held for reading by every use of fd, and for writing by
 	// close, so that no use of fd can meet a closed (or reused) number.
@@ -119,7 +123,80 @@ func newScratchRoot(parent string) (*scratchRoot, error) {
 		unix.Close(lock)
 		return nil, fmt.Errorf("%s changed while the pool opened it", dir)
 	}
-	return &scratchRoot{path: dir, fd: fd, lock: lock}, nil
+	return &scratchRoot{path: dir, fd: fd, lock: lock, mountLock: -1}, nil
+}
+
+// mountOwn mounts a tmpfs of the pool's own on the scratch directory
+// when that lies in a tmpfs (/dev/shm by default) and the pool may mount
+// (it runs as root): the size of the file system it lies in, no limit on
+// inodes, mode 0700, nosuid and nodev. The pool calls it only when its
+// jobs have memory cgroups: the kernel charges a file's inode, as its
+// pages, to the memory cgroup of the job that made it, so a job's files
+// then cost its memory allowance, and no job can take the inodes every
+// other job's scratch directory needs. In a shared /dev/shm (one inode
+// per 4 KiB of half the machine's memory) one session could (review 22:
+// TestReview22ScratchInodes). Where the mount fails (no privilege,
+// a kernel or container without the new mount API), the scratch
+// directory stays a directory of that file system, as before; nothing
+// of the job's confinement depends on it.
+//
+// The tmpfs is attached through the directory's descriptor (no path is
+// resolved), and its root is locked as the directory is, so that another
+// pool's sweep (sweepScratch) sees it in use.
+func (s *scratchRoot) mountOwn() {
+	var st unix.Statfs_t
+	if os.Geteuid() != 0 || unix.Statfs(filepath.Dir(s.path), &st) != nil || st.Type != unix.TMPFS_MAGIC {
+		return
+	}
+	fsfd, err := unix.Fsopen("tmpfs", unix.FSOPEN_CLOEXEC)
+	if err != nil {
+		return
+	}
+	defer unix.Close(fsfd)
+	size := strconv.FormatUint(st.Blocks*uint64(st.Bsize), 10)
+	for _, kv := range [][2]string{{"size", size}, {"nr_inodes", "0"}, {"mode", "0700"}} {
+		if unix.FsconfigSetString(fsfd, kv[0], kv[1]) != nil {
+			return
+		}
+	}
+	if unix.FsconfigCreate(fsfd) != nil {
+		return
+	}
+	mfd, err := unix.Fsmount(fsfd, unix.FSMOUNT_CLOEXEC, unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NODEV)
+	if err != nil {
+		return
+	}
+	defer unix.Close(mfd)
+	if unix.MoveMount(mfd, "", s.fd, "", unix.MOVE_MOUNT_F_EMPTY_PATH|unix.MOVE_MOUNT_T_EMPTY_PATH) != nil {
+		return
+	}
+	root, err := unix.Openat(mfd, ".", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err == nil && unix.Flock(root, unix.LOCK_EX|unix.LOCK_NB) != nil {
+		unix.Close(root)
+		root, err = -1, errors.New("lock")
+	}
+	fd := -1
+	if err == nil {
+		fd, err = unix.Openat(mfd, ".", unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	}
+	// The path must show the new root: the jobs' TMPDIR and the pool's
+	// own Landlock rule name it.
+	var a, b unix.Stat_t
+	if err == nil && (unix.Stat(s.path, &a) != nil || unix.Fstat(fd, &b) != nil || a.Dev != b.Dev || a.Ino != b.Ino) {
+		err = errors.New("the scratch directory's path does not show its tmpfs")
+	}
+	if err != nil {
+		if fd >= 0 {
+			unix.Close(fd)
+		}
+		if root >= 0 {
+			unix.Close(root)
+		}
+		_ = unix.Unmount(s.path, unix.MNT_DETACH|unix.UMOUNT_NOFOLLOW)
+		return
+	}
+	unix.Close(s.fd)
+	s.fd, s.mountLock, s.mounted = fd, root, true
 }
 
 // scratchPrefix begins the name of every pool's scratch directory.
@@ -151,6 +228,9 @@ func sweepScratch(parent string) {
 			unix.Close(lock)
 			continue // someone else's, or in use
 		}
+		if lock, err = unmountStale(pfd, parent, name, lock); err != nil {
+			continue
+		}
 		fd, err := unix.Openat(pfd, name, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 		if err == nil {
 			stale := &scratchRoot{path: filepath.Join(parent, name), fd: fd, lock: lock}
@@ -159,6 +239,41 @@ func sweepScratch(parent string) {
 			unix.Close(lock)
 		}
 	}
+}
+
+// unmountStale unmounts the tmpfs of a killed pool's own (mountOwn)
+// from parent's entry name, whose root lock holds, locked, when the
+// entry is a mountpoint (its device is not parent's), and returns a
+// locked descriptor of the directory beneath, which the sweep then
+// removes; otherwise it returns lock. On an error it closes lock.
+func unmountStale(pfd int, parent, name string, lock int) (int, error) {
+	var pst, st unix.Stat_t
+	if unix.Fstat(pfd, &pst) != nil || unix.Fstat(lock, &st) != nil {
+		unix.Close(lock)
+		return -1, errors.New("stat")
+	}
+	if st.Dev == pst.Dev {
+		return lock, nil
+	}
+	var sf unix.Statfs_t
+	if unix.Fstatfs(lock, &sf) != nil || sf.Type != unix.TMPFS_MAGIC {
+		unix.Close(lock)
+		return -1, errors.New("not a pool's tmpfs") // something else is mounted there: left alone
+	}
+	err := unix.Unmount(filepath.Join(parent, name), unix.MNT_DETACH|unix.UMOUNT_NOFOLLOW)
+	unix.Close(lock)
+	if err != nil {
+		return -1, err
+	}
+	under, err := unix.Openat(pfd, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return -1, err
+	}
+	if unix.Fstat(under, &st) != nil || st.Dev != pst.Dev || int(st.Uid) != os.Geteuid() || unix.Flock(under, unix.LOCK_EX|unix.LOCK_NB) != nil {
+		unix.Close(under)
+		return -1, errors.New("in use")
+	}
+	return under, nil
 }
 
 // create makes a new private directory for one job and returns its name
@@ -430,6 +545,18 @@ func (s *scratchRoot) close() error {
 		return nil
 	}
 	s.closed = true
+	if s.mounted {
+		// The tmpfs goes whole, with whatever the jobs left in it: no
+		// walk through what they made.
+		unix.Close(s.fd)
+		unix.Close(s.mountLock)
+		first := unix.Unmount(s.path, unix.MNT_DETACH|unix.UMOUNT_NOFOLLOW)
+		if err := unix.Rmdir(s.path); err != nil && first == nil {
+			first = err
+		}
+		unix.Close(s.lock)
+		return first
+	}
 	var first error
 	fd, err := openDirNoFollow(s.fd, ".")
 	if err == nil {

@@ -6,6 +6,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -412,4 +413,71 @@ func TestScratchStaleSwept(t *testing.T) {
 	require.Equal(t, "precious", string(b))
 	_, err = os.Lstat(filepath.Join(parent, scratchPrefix+"link"))
 	require.NoError(t, err, "a symlink named like a scratch directory was removed")
+}
+
+// A pool's own scratch tmpfs (mountOwn, in a tmpfs parent, as root): it
+// is mounted on the scratch directory with no inode limit; a live one is
+// not swept by another pool; one whose pool died (its descriptors gone,
+// the mount left) is unmounted and removed by the next pool's sweep,
+// following no link; Close unmounts it and removes the directory.
+func TestScratchOwnTmpfs(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("mounting a tmpfs takes root")
+	}
+	parent := t.TempDir()
+	require.NoError(t, unix.Mount("pynox-scratch-test", parent, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "size=8m,nr_inodes=64,mode=0755"))
+	t.Cleanup(func() { unix.Unmount(parent, unix.MNT_DETACH) })
+	var pst unix.Stat_t
+	require.NoError(t, unix.Stat(parent, &pst))
+
+	live, err := newScratchRoot(parent)
+	require.NoError(t, err)
+	live.mountOwn()
+	require.True(t, live.mounted, "a root pool mounts a tmpfs of its own on its scratch directory")
+	var sf unix.Statfs_t
+	require.NoError(t, unix.Statfs(live.path, &sf))
+	require.Zero(t, sf.Files, "no inode limit")
+	var st unix.Stat_t
+	require.NoError(t, unix.Stat(live.path, &st))
+	require.NotEqual(t, pst.Dev, st.Dev)
+	// More files than the parent has inodes.
+	name, fd, err := live.create()
+	require.NoError(t, err)
+	unix.Close(fd)
+	for i := range 200 {
+		require.NoError(t, os.WriteFile(filepath.Join(live.dir(name), strconv.Itoa(i)), nil, 0o600))
+	}
+
+	// A pool killed with its tmpfs mounted: its descriptors go, the
+	// mount stays.
+	dead, err := newScratchRoot(parent)
+	require.NoError(t, err)
+	dead.mountOwn()
+	require.True(t, dead.mounted)
+	victim := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(victim, "keep"), []byte("precious"), 0o644))
+	require.NoError(t, os.Symlink(victim, filepath.Join(dead.path, "out")))
+	deadPath := dead.path
+	unix.Close(dead.fd)
+	unix.Close(dead.mountLock)
+	unix.Close(dead.lock)
+
+	again, err := newScratchRoot(parent)
+	require.NoError(t, err)
+	require.NoDirExists(t, deadPath, "a dead pool's scratch tmpfs was not swept")
+	require.DirExists(t, live.path, "a live pool's scratch tmpfs was swept")
+	require.NoError(t, unix.Stat(live.path, &st))
+	require.NotEqual(t, pst.Dev, st.Dev, "a live pool's scratch tmpfs was unmounted")
+	b, err := os.ReadFile(filepath.Join(victim, "keep"))
+	require.NoError(t, err)
+	require.Equal(t, "precious", string(b))
+	require.NoError(t, again.close())
+
+	livePath := live.path
+	require.NoError(t, live.close())
+	require.NoDirExists(t, livePath)
+	mounts, err := os.ReadFile("/proc/self/mountinfo")
+	require.NoError(t, err)
+	require.NotContains(t, string(mounts), livePath+" ", "Close left the tmpfs mounted")
+	require.NotContains(t, string(mounts), deadPath+" ", "the sweep left the dead pool's tmpfs mounted")
 }
