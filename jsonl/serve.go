@@ -448,10 +448,23 @@ func recoverID(line []byte) any {
 			if found {
 				return nil
 			}
+			if _, num := v.(json.Number); num && !endsValue(line[dec.InputOffset():]) {
+				// A number is one at every digit: "12" of a line cut
+				// short after it may be the start of 123, the id of
+				// another request. Only a "," or a "}" says it ended.
+				return nil
+			}
 			found, id = true, v
 		}
 	}
 	return checkedRecoveredID(line, id)
+}
+
+// endsValue reports whether rest, what follows a value inside an object,
+// begins (after JSON whitespace) with the "," or "}" that ends it.
+func endsValue(rest []byte) bool {
+	rest = bytes.TrimLeft(rest, jsonSpace)
+	return len(rest) > 0 && (rest[0] == ',' || rest[0] == '}')
 }
 
 func checkedRecoveredID(line []byte, id any) any {
