@@ -32,11 +32,56 @@ func TestReview24CutNumberIDNotEchoed(t *testing.T) {
 	}, "\n"))
 	ids := map[string]int{}
 	for _, l := range out[1:] {
-		t.Logf("%v", l)
 		ids[fmt.Sprint(l["id"])]++
 		if fmt.Sprint(l["id"]) == "12" {
 			require.Equal(t, "twelve\n", l["stdout"], "a refusal of another line was answered with id 12: %v", l)
 		}
 	}
 	require.Equal(t, map[string]int{"12": 1, "<nil>": 3, "7": 1, "s": 1}, ids)
+}
+
+// TestReview24NoSecondDecode: review 23's checks decoded a request line
+// a second (and third) time, into a map of every top-level value, when
+// it held a \u escape anywhere (as Python's json.dumps writes every
+// character beyond ASCII), a "\ud" (an escaped emoji), or the word
+// "session" in quotes (a key or any value): a 128 KiB line with one "é" cost 2.4 times the
+// pool's CPU of a plain one, one with an emoji 3.4 times (a 1 MiB line:
+// tens of milliseconds per request). The key scan that runs anyway now
+// passes on the raw values of id, session and cancel. Counted in
+// allocations (deterministic), on a line with a few top-level keys: the
+// second decode allocated one value per key, and more.
+func TestReview24NoSecondDecode(t *testing.T) {
+	line := func(extra string) []byte {
+		return []byte(`{"id": "b", "code": "print(len(inputs))", "name": "main.py", "env": {"A": "1"}, "timeout": "5s", ` +
+			`"inputs": {"t": "` + strings.Repeat("abcdefgh", 1<<10) + extra + `"}}`)
+	}
+	allocs := func(l []byte) float64 {
+		_, err := decodeRequest(l)
+		require.Nil(t, err, "%s", l[:40])
+		return testing.AllocsPerRun(20, func() { decodeRequest(l) })
+	}
+	plain := allocs(line(""))
+	for _, extra := range []string{`\u00e9`, `\ud83d\ude00`, `", "s": "session`} {
+		got := allocs(line(extra))
+		t.Logf("%s: %v allocations, %v without", extra, got, plain)
+		require.LessOrEqual(t, got, plain+8, "a line with %s was decoded again", extra)
+	}
+	// The checks the values serve still hold.
+	for l, want := range map[string]string{
+		`{"id": "x", "session": "", "code": "1", "inputs": {"t": "\u00e9"}}`:  `session: "" names no session`,
+		`{"id": "x", "sessio\u006e": "", "code": "1"}`:                        `session: "" names no session`,
+		`{"id": "x", "session": "s\udc00", "code": "1"}`:                      "session: a \\u escape of a lone UTF-16 surrogate",
+		"{\"id\": \"x\", \"session\": \"s\xff\", \"code\": \"1\"}":            "session: not valid UTF-8",
+		"{\"id\": \"x\", \"cancel\": \"s\xff\"}":                              "cancel: not valid UTF-8",
+		`{"id": "x", "code": "1", "inputs": {"session": "", "id": "\ud800"}}`: "",
+	} {
+		req, err := decodeRequest([]byte(l))
+		if want == "" {
+			require.Nil(t, err, "%s", l)
+			continue
+		}
+		require.NotNil(t, err, "%s was accepted", l)
+		require.Contains(t, err.Message, want, l)
+		require.Equal(t, "x", req.ID, l)
+	}
 }
