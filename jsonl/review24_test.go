@@ -20,6 +20,7 @@ import (
 // refusal for that request's answer (and saw two answers to it); "12x"
 // and "12 34" were echoed 12 too. A number id is echoed only when a ","
 // or "}" shows where it ends; a string id, or a number so ended, still is.
+// (A second "id" whose value cannot be read is echoed null: that held.)
 func TestReview24CutNumberIDNotEchoed(t *testing.T) {
 	p := newTestPool(t, pynox.Config{Workers: 1})
 	out := serveLines(t, p, strings.Join([]string{
@@ -28,6 +29,7 @@ func TestReview24CutNumberIDNotEchoed(t *testing.T) {
 		`{"id": 12 34, "code": "print(1)"}`,
 		`{"id": 7 , "code": "print(1)",, }`,
 		`{"id": "s", "code": "print(1)" oops}`,
+		`{"id": "twice", "code": "print(1)", "id": oops}`, // a second id, unreadable: not echoed either
 		`{"id": 12`, // the last line, cut short by EOF (the client wrote 123)
 	}, "\n"))
 	ids := map[string]int{}
@@ -37,7 +39,7 @@ func TestReview24CutNumberIDNotEchoed(t *testing.T) {
 			require.Equal(t, "twelve\n", l["stdout"], "a refusal of another line was answered with id 12: %v", l)
 		}
 	}
-	require.Equal(t, map[string]int{"12": 1, "<nil>": 3, "7": 1, "s": 1}, ids)
+	require.Equal(t, map[string]int{"12": 1, "<nil>": 4, "7": 1, "s": 1}, ids)
 }
 
 // TestReview24NoSecondDecode: review 23's checks decoded a request line
