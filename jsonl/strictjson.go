@@ -169,7 +169,37 @@ const maxKeyScanDepth = 10000
 // refuses with its own message. Keys with escapes or non-ASCII bytes are
 // compared as encoding/json decodes them.
 func checkKeys(line []byte, top *keySchema) error {
-	k := keyScan{b: line}
+	return checkKeysTop(line, top, nil)
+}
+
+// topValues are the raw values of a request's top-level "id", "session"
+// and "cancel" (nil when absent; keys compared as encoding/json decodes
+// them), as the key scan passes them: decodeRequest's checks of these
+// read them there instead of decoding the line once more. done says the
+// scan reached the end of the top-level object.
+type topValues struct {
+	id, session, cancel []byte
+	done                bool
+}
+
+// get returns the raw value of key ("id", "session" or "cancel").
+func (tv *topValues) get(key string) ([]byte, bool) {
+	var v []byte
+	switch key {
+	case "id":
+		v = tv.id
+	case "session":
+		v = tv.session
+	case "cancel":
+		v = tv.cancel
+	}
+	return v, v != nil
+}
+
+// checkKeysTop is checkKeys that also fills tv (when not nil) with the
+// top-level values it passes.
+func checkKeysTop(line []byte, top *keySchema, tv *topValues) error {
+	k := keyScan{b: line, top: tv}
 	k.ws()
 	if k.i >= len(k.b) || k.b[k.i] != '{' {
 		return nil // not an object: the decoder says so
@@ -183,8 +213,9 @@ func checkKeys(line []byte, top *keySchema) error {
 // keyScan is a minimal JSON scanner: it reads keys and skips everything
 // else, leaving validation to encoding/json.
 type keyScan struct {
-	b []byte
-	i int
+	b   []byte
+	i   int
+	top *topValues // see checkKeysTop
 }
 
 func (k *keyScan) ws() {
@@ -332,11 +363,23 @@ func (k *keyScan) object(s *keySchema, depth int) error {
 			return errKeyScanStop
 		}
 		k.i++
+		k.ws()
+		start := k.i
 		if err := k.value(val, depth); err != nil {
 			if ke, ok := err.(*keyError); ok {
 				ke.segs = append([]string{string(key)}, ke.segs...)
 			}
 			return err
+		}
+		if depth == 1 && k.top != nil {
+			switch string(key) {
+			case "id":
+				k.top.id = k.b[start:k.i]
+			case "session":
+				k.top.session = k.b[start:k.i]
+			case "cancel":
+				k.top.cancel = k.b[start:k.i]
+			}
 		}
 		k.ws()
 		if k.i >= len(k.b) {
@@ -347,6 +390,9 @@ func (k *keyScan) object(s *keySchema, depth int) error {
 			k.i++
 		case '}':
 			k.i++
+			if depth == 1 && k.top != nil {
+				k.top.done = true
+			}
 			return nil
 		default:
 			return errKeyScanStop

@@ -292,14 +292,34 @@ def _job_umask(mask):
 
 
 def _shared_writable():
-    """The writable shared mappings of this process (the "w" and "s" of
-    /proc/self/maps), as their lines."""
+    """The shared mappings of this process that are writable or could be
+    made so (/proc/self/smaps), as their lines. Not only "rw-s": a shared
+    mapping of a file opened for writing, mapped read-only ("r--s"),
+    keeps VM_SHARED (VmFlags "sh") and mprotect, which a job may call,
+    makes it writable; a shared mapping of a file opened read-only has
+    neither "sh" nor "mw" and stays read-only. /proc/self/maps first:
+    smaps costs ~10 ms with pandas mapped, and is read only when maps
+    shows a shared mapping ("s")."""
     out = []
     with open("/proc/self/maps", "rb") as f:
+        if not any(line.split(None, 2)[1:2] and line.split(None, 2)[1][3:4] == b"s" for line in f):
+            return out
+    with open("/proc/self/smaps", "rb") as f:
+        head = None
         for line in f:
-            perms = line.split(None, 2)[1:2]
-            if perms and perms[0][1:2] == b"w" and perms[0][3:4] == b"s":
-                out.append(line.decode("utf-8", "replace").strip())
+            fields = line.split()
+            if not fields:
+                continue
+            if not fields[0].endswith(b":"):
+                head = line
+                continue
+            if fields[0] == b"VmFlags:" and head is not None:
+                flags = fields[1:]
+                perms = head.split(None, 2)[1:2]
+                if b"sh" in flags or (b"ms" in flags and b"mw" in flags) or (
+                        perms and perms[0][1:2] == b"w" and perms[0][3:4] == b"s"):
+                    out.append(head.decode("utf-8", "replace").strip())
+                head = None
     return out
 
 
@@ -454,8 +474,8 @@ class Template:
                 # Every process forked from the template would map it at
                 # one address, writable: memory every job and session of
                 # every tenant shares (review 22).
-                self.fatal("preload %s left writable shared memory mapped (every job would share it): %s" % (
-                    mod, "; ".join(shared)))
+                self.fatal("preload %s left writable shared memory mapped (every job would share it, "
+                           "and mprotect makes a read-only view of it writable): %s" % (mod, "; ".join(shared)))
             preloaded.append(mod)
         if mpl_dir is not None:
             _end_mpl_config_dir(mpl_dir)
@@ -610,6 +630,13 @@ class Template:
         # The last before the first fork: a spare's new objects from fresh
         # pools.
         _fill_pools()
+        # Last, as the template forks from here on: no shared memory a job
+        # could write, whoever mapped it after the preloads' own checks
+        # (the runner's MemoryError reserve was MAP_SHARED, review 22; a
+        # preload may map lazily, on a first collection or call).
+        shared = _shared_writable()
+        if shared:
+            self.fatal("the template has writable shared memory mapped (every job would share it): %s" % "; ".join(shared))
         # The address space every spare starts from: the template's, as it
         # forks (a spare maps nothing of its own before its job; see
         # Spare.prepare).
