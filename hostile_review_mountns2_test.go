@@ -222,12 +222,21 @@ func mounterPids(t *testing.T) map[int]bool {
 	return pids
 }
 
-// hostMountCount is how many mounts this process's mount namespace has.
+// hostMountCount is how many mounts this process's mount namespace has,
+// leaving out pools' scratch tmpfs mounts (scratchRoot.mountOwn): the
+// pools of tests running beside (this package's, other packages') make
+// and remove theirs at any time.
 func hostMountCount(t *testing.T) int {
 	t.Helper()
 	b, err := os.ReadFile("/proc/self/mountinfo")
 	require.NoError(t, err)
-	return bytes.Count(b, []byte("\n"))
+	n := 0
+	for _, line := range bytes.Split(b, []byte("\n")) {
+		if len(line) > 0 && !bytes.Contains(line, []byte("/"+scratchPrefix)) {
+			n++
+		}
+	}
+	return n
 }
 
 // Probes 8-10: the mounter (real root, unconfined) from a job with a
@@ -314,7 +323,11 @@ func TestHostileReviewNS2CloseLeavesNothing(t *testing.T) {
 		}
 	}
 	require.NotEmpty(t, ours)
+	scratch := p.scratch.path
 	require.NoError(t, p.Close()) // with the session still open
+	mi, err := os.ReadFile("/proc/self/mountinfo")
+	require.NoError(t, err)
+	require.NotContains(t, string(mi), " "+scratch+" ", "the pool's scratch tmpfs left mounted")
 	for _, q := range ours {
 		_, err := os.Stat("/proc/" + strconv.Itoa(q))
 		require.True(t, os.IsNotExist(err), "mounter %d left running after Close", q)
