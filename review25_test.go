@@ -275,3 +275,52 @@ print(" ".join(done))
 	require.Equal(t, fs.ModeSymlink, fi.Mode().Type())
 	require.FileExists(t, "/etc/passwd")
 }
+
+// Probe 6: user extended attributes on the unlimited tmpfs. A tmpfs
+// bounds its user.* xattrs by its inode space only when it has an inode
+// limit (nr_inodes): the pool's own has none, so only the memory cgroup
+// can bound them. A session under 64 MiB setting 64 KiB values on file
+// after file stops within its allowance (measured here: the job's
+// setxattr is refused, EPERM, so it sets none).
+func TestReview25ScratchXattrsCharged(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("the pool mounts its own scratch tmpfs only as root")
+	}
+	const memory = 64 << 20
+	p := newTestPool(t, Config{Workers: 1, MaxSessions: 1, Limits: Limits{Memory: memory}})
+	if p.Cgroups() == "none" {
+		t.Skip("no memory cgroups: the pool keeps the shared tmpfs")
+	}
+	require.True(t, p.scratch.mounted)
+	co := checkout(t, p, Job{Timeout: 30 * time.Second})
+	r := feed(t, co, `
+import os
+t = os.environ["TMPDIR"]
+v = b"x" * 65000
+n = 0
+try:
+    while n < 100000:
+        f = os.path.join(t, "x%d" % n)
+        open(f, "w").close()
+        for k in range(2):
+            os.setxattr(f, "user.k%d" % k, v)
+        n += 1
+except OSError as e:
+    print("stopped", e.strerror)
+print(n)
+`)
+	t.Logf("the session: %q %+v", strings.TrimSpace(r.Stdout), r.Error)
+	var xattrs int64
+	filepath.WalkDir(p.scratch.path, func(path string, d fs.DirEntry, err error) error {
+		if err == nil && d.Type().IsRegular() {
+			for _, k := range []string{"user.k0", "user.k1"} {
+				if n, err := unix.Getxattr(path, k, nil); err == nil {
+					xattrs += int64(n)
+				}
+			}
+		}
+		return nil
+	})
+	t.Logf("user xattrs left in the scratch tmpfs: %d MiB", xattrs>>20)
+	require.Less(t, xattrs, int64(2*memory), "the session's xattrs outgrew its memory allowance")
+}
