@@ -1,0 +1,96 @@
+package main
+
+// Review 25: an outside review of the pool's own scratch tmpfs
+// (scratchRoot.mountOwn, commit 8caaa43), through the real binary.
+
+import (
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
+)
+
+// review25ScratchMounts lists the mount points beneath parent in
+// /proc/self/mountinfo.
+func review25ScratchMounts(t *testing.T, parent string) []string {
+	t.Helper()
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	require.NoError(t, err)
+	var out []string
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) > 4 && strings.HasPrefix(f[4], parent+"/") {
+			out = append(out, f[4])
+		}
+	}
+	return out
+}
+
+// TestReview25KilledPoolScratchMountSwept: `pynox pool`, as root with
+// memory cgroups, mounts a tmpfs of its own on its scratch directory in a
+// tmpfs parent; killed with SIGKILL it leaves the mount, and the next
+// pool started on the same parent unmounts it and removes the directory,
+// and closes its own without leaving a mount.
+func TestReview25KilledPoolScratchMountSwept(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("the pool mounts its own scratch tmpfs only as root")
+	}
+	if _, err := os.Stat("/sys/fs/cgroup/memory"); err != nil {
+		if _, err := os.Stat("/sys/fs/cgroup/cgroup.controllers"); err != nil {
+			t.Skip("no memory cgroups: the pool keeps the shared tmpfs")
+		}
+	}
+	pynoxBinary(t) // skips without Landlock
+	parent := t.TempDir()
+	require.NoError(t, unix.Mount("pynox-review25", parent, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "size=64m,mode=1777"))
+	t.Cleanup(func() { unix.Unmount(parent, unix.MNT_DETACH) })
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "pool.toml")
+	require.NoError(t, os.WriteFile(cfg, []byte("[pool]\nworkers = 1\nscratch_dir = "+strconv.Quote(parent)+"\n"), 0o644))
+
+	p := startPoolIn(t, dir, "--config="+cfg)
+	p.send(t, `{"id": 1, "code": "import os; open(os.path.join(os.environ['TMPDIR'], 'x'), 'w').write('x'); print(os.statvfs(os.environ['TMPDIR']).f_files)"}`)
+	r := p.next(t)
+	require.Equal(t, "0\n", r["stdout"], "the job's TMPDIR is not on the pool's own tmpfs: %v; stderr: %s", r, p.stderr.String())
+	first := review25ScratchMounts(t, parent)
+	require.Len(t, first, 1, "the pool mounts one tmpfs on its scratch directory")
+	require.NoError(t, p.cmd.Process.Signal(syscall.SIGKILL))
+	_ = p.cmd.Wait()
+	require.Equal(t, first, review25ScratchMounts(t, parent), "a killed pool leaves its mount (for the next pool to sweep)")
+
+	q := startPoolIn(t, dir, "--config="+cfg)
+	require.NotContains(t, review25ScratchMounts(t, parent), first[0], "the next pool left a killed pool's scratch tmpfs mounted")
+	require.NoDirExists(t, first[0], "the next pool left a killed pool's scratch directory")
+	second := review25ScratchMounts(t, parent)
+	require.Len(t, second, 1, "the next pool mounts its own")
+	third := second[0]
+	require.NoError(t, q.stdin.Close())
+	require.NoError(t, q.cmd.Wait(), "stderr: %s", q.stderr.String())
+	// A pool that confines itself (the binary's default) cannot unmount
+	// at Close: Landlock refuses a domain's umount2 (EPERM). What it
+	// leaves must at least hold nothing of its jobs' and be unlocked, so
+	// that the next pool's sweep takes it.
+	if left := review25ScratchMounts(t, parent); len(left) > 0 {
+		require.Equal(t, []string{third}, left)
+		ents, err := os.ReadDir(third)
+		require.NoError(t, err)
+		require.Empty(t, ents, "a pool that closed left its jobs' files in its scratch tmpfs")
+		if os.Getenv("PYNOX_REVIEW25_HOLES") != "1" {
+			r := startPoolIn(t, dir, "--config="+cfg)
+			require.NotContains(t, review25ScratchMounts(t, parent), third, "the next pool left a closed pool's scratch tmpfs mounted")
+			require.NoError(t, r.stdin.Close())
+			require.NoError(t, r.cmd.Wait())
+			t.Skip("HOLE: a pool that confines itself leaves its scratch tmpfs mounted (empty) and its directory at Close, " +
+				"until the next pool on the same parent sweeps them: Landlock refuses its umount2 (EPERM), and the error is not shown")
+		}
+	}
+	require.Empty(t, review25ScratchMounts(t, parent), "a pool that closed left its scratch tmpfs mounted; stderr: %s", q.stderr.String())
+	ents, err := os.ReadDir(parent)
+	require.NoError(t, err)
+	require.Empty(t, ents, "a pool that closed left its scratch directory")
+}
