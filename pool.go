@@ -176,7 +176,10 @@ func New(cfg Config) (*Pool, error) {
 		return nil, &Error{Kind: KindSpawn, Type: KindSpawn.String(), Err: &ConfigError{Key: "pool.scratch_dir", Value: cfg.ScratchDir,
 			Problem: "cannot make the pool's scratch directory: " + err.Error() + "; expected a writable directory (empty means the system's temporary directory)"}}
 	}
-	if cg.Backend() != cgroup.None {
+	// A pool that confines itself cannot unmount it when it closes (its
+	// Landlock domain refuses every change to the mount tree), so it
+	// keeps the shared file system (SECURITY.md).
+	if cg.Backend() != cgroup.None && !cfg.ConfineSelf {
 		p.scratch.mountOwn()
 	}
 	// The pool confines itself before the first template starts, so that

@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -127,8 +128,9 @@ func newScratchRoot(parent string) (*scratchRoot, error) {
 }
 
 // mountOwn mounts a tmpfs of the pool's own on the scratch directory
-// when that lies in a tmpfs (/dev/shm by default) and the pool may mount
-// (it runs as root): the size of the file system it lies in, no limit on
+// when that lies in a tmpfs (/dev/shm by default), the pool may mount
+// (it runs as root) and the kernel charges inodes to memory cgroups (no
+// cgroup.memory=nokmem): the size of the file system it lies in, no limit on
 // inodes, mode 0700, nosuid and nodev. The pool calls it only when its
 // jobs have memory cgroups: the kernel charges a file's inode, as its
 // pages, to the memory cgroup of the job that made it, so a job's files
@@ -138,14 +140,16 @@ func newScratchRoot(parent string) (*scratchRoot, error) {
 // TestReview22ScratchInodes). Where the mount fails (no privilege,
 // a kernel or container without the new mount API), the scratch
 // directory stays a directory of that file system, as before; nothing
-// of the job's confinement depends on it.
+// of the job's confinement depends on it. A pool that confines itself
+// does not call it: its Landlock domain would refuse the unmount at
+// close (review 25).
 //
 // The tmpfs is attached through the directory's descriptor (no path is
 // resolved), and its root is locked as the directory is, so that another
 // pool's sweep (sweepScratch) sees it in use.
 func (s *scratchRoot) mountOwn() {
 	var st unix.Statfs_t
-	if os.Geteuid() != 0 || unix.Statfs(filepath.Dir(s.path), &st) != nil || st.Type != unix.TMPFS_MAGIC {
+	if os.Geteuid() != 0 || unix.Statfs(filepath.Dir(s.path), &st) != nil || st.Type != unix.TMPFS_MAGIC || noKmem() {
 		return
 	}
 	fsfd, err := unix.Fsopen("tmpfs", unix.FSOPEN_CLOEXEC)
@@ -239,6 +243,23 @@ func sweepScratch(parent string) {
 			unix.Close(lock)
 		}
 	}
+}
+
+// noKmem reports whether the kernel was booted with cgroup.memory=nokmem
+// (or its command line cannot be read): its memory cgroups then charge no
+// inode to the job that made it, and a tmpfs without an inode limit would
+// bound a job's files by nothing.
+func noKmem() bool {
+	b, err := os.ReadFile("/proc/cmdline")
+	if err != nil {
+		return true
+	}
+	for _, arg := range strings.Fields(string(b)) {
+		if v, ok := strings.CutPrefix(arg, "cgroup.memory="); ok && slices.Contains(strings.Split(v, ","), "nokmem") {
+			return true
+		}
+	}
+	return false
 }
 
 // unmountStale unmounts the tmpfs of a killed pool's own (mountOwn)

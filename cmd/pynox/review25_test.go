@@ -31,11 +31,15 @@ func review25ScratchMounts(t *testing.T, parent string) []string {
 	return out
 }
 
-// TestReview25KilledPoolScratchMountSwept: `pynox pool`, as root with
-// memory cgroups, mounts a tmpfs of its own on its scratch directory in a
-// tmpfs parent; killed with SIGKILL it leaves the mount, and the next
-// pool started on the same parent unmounts it and removes the directory,
-// and closes its own without leaving a mount.
+// TestReview25KilledPoolScratchMountSwept: `pynox pool` with
+// confine_self = false, as root with memory cgroups, mounts a tmpfs of its
+// own on its scratch directory in a tmpfs parent; killed with SIGKILL it
+// leaves the mount, and the next pool started on the same parent
+// unmounts it and removes the directory, and closes its own without
+// leaving a mount. A pool that confines itself (the binary's default)
+// mounts none: its Landlock domain would refuse the unmount at Close
+// (review 25 found it left its tmpfs mounted until the next pool's
+// sweep).
 func TestReview25KilledPoolScratchMountSwept(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("the pool mounts its own scratch tmpfs only as root")
@@ -51,7 +55,7 @@ func TestReview25KilledPoolScratchMountSwept(t *testing.T) {
 	t.Cleanup(func() { unix.Unmount(parent, unix.MNT_DETACH) })
 	dir := t.TempDir()
 	cfg := filepath.Join(dir, "pool.toml")
-	require.NoError(t, os.WriteFile(cfg, []byte("[pool]\nworkers = 1\nscratch_dir = "+strconv.Quote(parent)+"\n"), 0o644))
+	require.NoError(t, os.WriteFile(cfg, []byte("[pool]\nworkers = 1\nconfine_self = false\nscratch_dir = "+strconv.Quote(parent)+"\n"), 0o644))
 
 	p := startPoolIn(t, dir, "--config="+cfg)
 	p.send(t, `{"id": 1, "code": "import os; open(os.path.join(os.environ['TMPDIR'], 'x'), 'w').write('x'); print(os.statvfs(os.environ['TMPDIR']).f_files)"}`)
@@ -68,29 +72,25 @@ func TestReview25KilledPoolScratchMountSwept(t *testing.T) {
 	require.NoDirExists(t, first[0], "the next pool left a killed pool's scratch directory")
 	second := review25ScratchMounts(t, parent)
 	require.Len(t, second, 1, "the next pool mounts its own")
-	third := second[0]
 	require.NoError(t, q.stdin.Close())
 	require.NoError(t, q.cmd.Wait(), "stderr: %s", q.stderr.String())
-	// A pool that confines itself (the binary's default) cannot unmount
-	// at Close: Landlock refuses a domain's umount2 (EPERM). What it
-	// leaves must at least hold nothing of its jobs' and be unlocked, so
-	// that the next pool's sweep takes it.
-	if left := review25ScratchMounts(t, parent); len(left) > 0 {
-		require.Equal(t, []string{third}, left)
-		ents, err := os.ReadDir(third)
-		require.NoError(t, err)
-		require.Empty(t, ents, "a pool that closed left its jobs' files in its scratch tmpfs")
-		if os.Getenv("PYNOX_REVIEW25_HOLES") != "1" {
-			r := startPoolIn(t, dir, "--config="+cfg)
-			require.NotContains(t, review25ScratchMounts(t, parent), third, "the next pool left a closed pool's scratch tmpfs mounted")
-			require.NoError(t, r.stdin.Close())
-			require.NoError(t, r.cmd.Wait())
-			t.Skip("HOLE: a pool that confines itself leaves its scratch tmpfs mounted (empty) and its directory at Close, " +
-				"until the next pool on the same parent sweeps them: Landlock refuses its umount2 (EPERM), and the error is not shown")
-		}
-	}
 	require.Empty(t, review25ScratchMounts(t, parent), "a pool that closed left its scratch tmpfs mounted; stderr: %s", q.stderr.String())
 	ents, err := os.ReadDir(parent)
 	require.NoError(t, err)
 	require.Empty(t, ents, "a pool that closed left its scratch directory")
+
+
+	// Self-confined: no tmpfs of its own, nothing left after it.
+	self := filepath.Join(dir, "self.toml")
+	require.NoError(t, os.WriteFile(self, []byte("[pool]\nworkers = 1\nscratch_dir = "+strconv.Quote(parent)+"\n"), 0o644))
+	s := startPoolIn(t, dir, "--config="+self)
+	s.send(t, `{"id": 1, "code": "import os; print(os.statvfs(os.environ['TMPDIR']).f_files > 0)"}`)
+	r = s.next(t)
+	require.Equal(t, "True\n", r["stdout"], "a self-confined pool's job scratch: %v; stderr: %s", r, s.stderr.String())
+	require.Empty(t, review25ScratchMounts(t, parent), "a self-confined pool mounted a scratch tmpfs it cannot unmount")
+	require.NoError(t, s.stdin.Close())
+	require.NoError(t, s.cmd.Wait(), "stderr: %s", s.stderr.String())
+	ents, err = os.ReadDir(parent)
+	require.NoError(t, err)
+	require.Empty(t, ents, "a self-confined pool that closed left its scratch directory")
 }
