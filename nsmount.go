@@ -54,6 +54,13 @@ type nsMounter struct {
 	// pool confines itself (its Landlock domain may deny listing "/");
 	// nil means read them when needed.
 	links [][2]string
+	// scratchPath and scratchRoot, when set before startEarly, are the
+	// pool's own scratch tmpfs and a descriptor of its root: the
+	// mounter's first request hands them over (mountns.Mounter.Scratch),
+	// and scratchTaken says it took them.
+	scratchPath  string
+	scratchRoot  int
+	scratchTaken bool
 
 	mu       sync.Mutex
 	done     bool  // closed: no more namespaces
@@ -226,6 +233,9 @@ func (n *nsMounter) start() {
 	if err != nil {
 		n.err = err
 		return
+	}
+	if n.scratchPath != "" {
+		n.scratchTaken = m.Scratch(n.scratchPath, n.scratchRoot) == nil
 	}
 	root, err := os.OpenFile("/", unix.O_PATH|unix.O_CLOEXEC, 0)
 	if err != nil {

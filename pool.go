@@ -176,10 +176,7 @@ func New(cfg Config) (*Pool, error) {
 		return nil, &Error{Kind: KindSpawn, Type: KindSpawn.String(), Err: &ConfigError{Key: "pool.scratch_dir", Value: cfg.ScratchDir,
 			Problem: "cannot make the pool's scratch directory: " + err.Error() + "; expected a writable directory (empty means the system's temporary directory)"}}
 	}
-	// A pool that confines itself cannot unmount it when it closes (its
-	// Landlock domain refuses every change to the mount tree), so it
-	// keeps the shared file system (SECURITY.md).
-	if cg.Backend() != cgroup.None && !cfg.ConfineSelf {
+	if cg.Backend() != cgroup.None {
 		p.scratch.mountOwn()
 	}
 	// The pool confines itself before the first template starts, so that
@@ -197,7 +194,17 @@ func New(cfg Config) (*Pool, error) {
 		if len(p.ns.machineObstacles()) == 0 {
 			p.ns.inodes = nsRootInodes(cfg.Workers, cfg.MaxSessions)
 			p.ns.nSlots = nsSlots(cfg.Workers, cfg.MaxSessions)
+			if p.scratch.mounted {
+				p.ns.scratchPath, p.ns.scratchRoot = p.scratch.path, p.scratch.fd
+			}
 			p.ns.startEarly()
+		}
+		// Once confined, the pool cannot unmount its scratch tmpfs (its
+		// Landlock domain refuses every change to the mount tree): the
+		// mounter does it when the pool goes, or, without one, the pool
+		// keeps the shared file system (SECURITY.md).
+		if p.scratch.mounted && !p.ns.scratchTaken {
+			p.scratch.unmountOwn()
 		}
 		if p.self, err = p.confineSelf(selfWritable); err != nil {
 			p.ns.close()

@@ -141,8 +141,10 @@ func newScratchRoot(parent string) (*scratchRoot, error) {
 // a kernel or container without the new mount API), the scratch
 // directory stays a directory of that file system, as before; nothing
 // of the job's confinement depends on it. A pool that confines itself
-// does not call it: its Landlock domain would refuse the unmount at
-// close (review 25).
+// hands the tmpfs to its mounter, which unmounts it when the pool goes
+// (its Landlock domain would refuse the pool's own unmount at close:
+// review 25), or, without a mounter, unmounts it before it confines
+// itself (unmountOwn).
 //
 // The tmpfs is attached through the directory's descriptor (no path is
 // resolved), and its root is locked as the directory is, so that another
@@ -243,6 +245,29 @@ func sweepScratch(parent string) {
 			unix.Close(lock)
 		}
 	}
+}
+
+// unmountOwn undoes mountOwn: the scratch directory is a directory of
+// its parent's file system again (nothing was made in the tmpfs yet).
+func (s *scratchRoot) unmountOwn() {
+	if !s.mounted || unix.Unmount(s.path, unix.MNT_DETACH|unix.UMOUNT_NOFOLLOW) != nil {
+		return
+	}
+	fd, err := unix.Open(s.path, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	var a, b unix.Stat_t
+	if err != nil || unix.Fstat(fd, &a) != nil || unix.Fstat(s.lock, &b) != nil || a.Dev != b.Dev || a.Ino != b.Ino {
+		// Not the directory it locked: the scratch root has no usable
+		// descriptor, and every create fails (as after close).
+		if err == nil {
+			unix.Close(fd)
+		}
+		unix.Close(s.mountLock)
+		s.mounted, s.mountLock, s.closed = false, -1, true
+		return
+	}
+	unix.Close(s.fd)
+	unix.Close(s.mountLock)
+	s.fd, s.mountLock, s.mounted = fd, -1, false
 }
 
 // noKmem reports whether the kernel was booted with cgroup.memory=nokmem
@@ -569,9 +594,19 @@ func (s *scratchRoot) close() error {
 	if s.mounted {
 		// The tmpfs goes whole, with whatever the jobs left in it: no
 		// walk through what they made.
+		var root unix.Stat_t
+		_ = unix.Fstat(s.fd, &root)
 		unix.Close(s.fd)
 		unix.Close(s.mountLock)
 		first := unix.Unmount(s.path, unix.MNT_DETACH|unix.UMOUNT_NOFOLLOW)
+		if first != nil {
+			// A pool that confines itself cannot (EPERM): its mounter
+			// unmounted it when it stopped, before this (Pool.Close).
+			var now unix.Stat_t
+			if unix.Stat(s.path, &now) == nil && now.Dev != root.Dev {
+				first = nil
+			}
+		}
 		if err := unix.Rmdir(s.path); err != nil && first == nil {
 			first = err
 		}

@@ -1309,7 +1309,47 @@ def main():
         if 3 not in ready:
             continue
         if not serve_request(sock):
+            unmount_scratch()
             return  # the host closed the socket: it is gone
+
+
+# The pool's own scratch tmpfs, when the pool confines itself: a Landlock
+# domain refuses every change to the mount tree, so the pool cannot
+# unmount it when it closes; the mounter, outside the domain, does when
+# the host goes (end of file on its socket). {"op": "scratch", "path":
+# path} with one descriptor, the tmpfs's root, is taken only as the
+# host's first request (sent before the pool confines itself) and only
+# when the path shows that descriptor's directory, a mount root; the
+# mounter then unmounts nothing but that mount, and only while the path
+# still shows it.
+SCRATCH = []  # (path, st_dev, st_ino) of the tmpfs's root
+SERVED = [0]  # requests read so far
+UMOUNT_NOFOLLOW = 8
+
+
+def serve_scratch(plan, fds):
+    path = plan.get("path")
+    if SERVED[0] != 1 or SCRATCH or len(fds) != 1:
+        raise ValueError("scratch: taken only once, as the first request, with one descriptor")
+    if not isinstance(path, str) or not path.startswith("/") or os.path.normpath(path) != path:
+        raise ValueError("scratch: expected a clean absolute path")
+    st = os.fstat(fds[0])
+    cur = os.stat(path, follow_symlinks=False)
+    parent = os.stat(os.path.dirname(path), follow_symlinks=False)
+    if not stat.S_ISDIR(st.st_mode) or (cur.st_dev, cur.st_ino) != (st.st_dev, st.st_ino) or parent.st_dev == st.st_dev:
+        raise ValueError("scratch: the path does not show the descriptor's mount")
+    SCRATCH.append((path, st.st_dev, st.st_ino))
+    return {"ok": True}, [], None
+
+
+def unmount_scratch():
+    for path, dev, ino in SCRATCH:
+        try:
+            cur = os.stat(path, follow_symlinks=False)
+        except OSError:
+            continue
+        if (cur.st_dev, cur.st_ino) == (dev, ino):
+            libc.umount2(path.encode(), MNT_DETACH | UMOUNT_NOFOLLOW)
 
 
 def serve_request(sock):
@@ -1323,6 +1363,7 @@ def serve_request(sock):
         if level == socket.SOL_SOCKET and typ == socket.SCM_RIGHTS:
             fdarr.frombytes(data[:len(data) - len(data) % fdarr.itemsize])
     fds = list(fdarr)
+    SERVED[0] += 1
     reap = None
     try:
         if flags & (socket.MSG_TRUNC | socket.MSG_CTRUNC):
@@ -1340,6 +1381,8 @@ def serve_request(sock):
             reply, out, reap = serve_release(plan, fds)
         elif op == "builds":
             reply, out, reap = serve_builds(plan, fds)
+        elif op == "scratch":
+            reply, out, reap = serve_scratch(plan, fds)
         elif op is None:
             reply, out, reap = serve_one(plan, fds)
         else:

@@ -262,6 +262,7 @@ type wirePlan struct {
 	Dirs     []string      `json:"dirs"`
 	Root     *int          `json:"root,omitempty"`
 	Slots    int           `json:"slots,omitempty"`
+	Path     string        `json:"path,omitempty"` // scratch: the pool's scratch tmpfs
 }
 
 // maxPlan and maxFDs are what one request to the builder may carry: its
@@ -445,6 +446,20 @@ func (m *Mounter) Attach(id int64, plan Plan) error {
 	}
 	if err == nil && len(got) != 0 {
 		err = errors.New("mounter: unexpected descriptors in the attach reply")
+	}
+	return err
+}
+
+// Scratch hands the mounter the pool's own scratch tmpfs (path, and root
+// a descriptor of its root), which it unmounts when the host goes (end
+// of file on its socket): a pool that confines itself cannot. The
+// mounter takes it only as its first request.
+func (m *Mounter) Scratch(path string, root int) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	got, _, err := m.roundTrip(wirePlan{Op: "scratch", Path: path}, []int{root})
+	for _, fd := range got {
+		unix.Close(fd)
 	}
 	return err
 }
