@@ -237,6 +237,13 @@ func (n *nsMounter) start() {
 	if n.scratchPath != "" {
 		n.scratchTaken = m.Scratch(n.scratchPath, n.scratchRoot) == nil
 	}
+	// A mounter that stops here unmounts the scratch tmpfs it took: the
+	// pool must know (it keeps the shared file system then).
+	defer func() {
+		if n.m == nil {
+			n.scratchTaken = false
+		}
+	}()
 	root, err := os.OpenFile("/", unix.O_PATH|unix.O_CLOEXEC, 0)
 	if err != nil {
 		m.Close()

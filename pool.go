@@ -245,6 +245,7 @@ func New(cfg Config) (*Pool, error) {
 		}
 		p.ns.close()
 		cg.Close()
+		p.scratch.close()
 		return nil, &Error{Kind: KindSpawn, Type: KindSpawn.String(), Message: "invalid config", Err: err}
 	}
 	for i, t := range tpls {

@@ -250,9 +250,12 @@ func sweepScratch(parent string) {
 // unmountOwn undoes mountOwn: the scratch directory is a directory of
 // its parent's file system again (nothing was made in the tmpfs yet).
 func (s *scratchRoot) unmountOwn() {
-	if !s.mounted || unix.Unmount(s.path, unix.MNT_DETACH|unix.UMOUNT_NOFOLLOW) != nil {
+	if !s.mounted {
 		return
 	}
+	// A mounter that stopped unmounted it already: what matters is that
+	// the path shows the locked directory now (checked below).
+	_ = unix.Unmount(s.path, unix.MNT_DETACH|unix.UMOUNT_NOFOLLOW)
 	fd, err := unix.Open(s.path, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	var a, b unix.Stat_t
 	if err != nil || unix.Fstat(fd, &a) != nil || unix.Fstat(s.lock, &b) != nil || a.Dev != b.Dev || a.Ino != b.Ino {
@@ -261,7 +264,9 @@ func (s *scratchRoot) unmountOwn() {
 		if err == nil {
 			unix.Close(fd)
 		}
+		unix.Close(s.fd)
 		unix.Close(s.mountLock)
+		unix.Close(s.lock)
 		s.mounted, s.mountLock, s.closed = false, -1, true
 		return
 	}

@@ -1322,7 +1322,7 @@ def main():
 # when the path shows that descriptor's directory, a mount root; the
 # mounter then unmounts nothing but that mount, and only while the path
 # still shows it.
-SCRATCH = []  # (path, st_dev, st_ino) of the tmpfs's root
+SCRATCH = []  # (path, descriptor of the tmpfs's root, kept: its file system's device number stays its own)
 SERVED = [0]  # requests read so far
 UMOUNT_NOFOLLOW = 8
 
@@ -1338,17 +1338,20 @@ def serve_scratch(plan, fds):
     parent = os.stat(os.path.dirname(path), follow_symlinks=False)
     if not stat.S_ISDIR(st.st_mode) or (cur.st_dev, cur.st_ino) != (st.st_dev, st.st_ino) or parent.st_dev == st.st_dev:
         raise ValueError("scratch: the path does not show the descriptor's mount")
-    SCRATCH.append((path, st.st_dev, st.st_ino))
+    root = fds.pop()  # kept (serve_request closes the rest)
+    os.set_inheritable(root, False)
+    SCRATCH.append((path, root))
     return {"ok": True}, [], None
 
 
 def unmount_scratch():
-    for path, dev, ino in SCRATCH:
+    for path, root in SCRATCH:
         try:
             cur = os.stat(path, follow_symlinks=False)
+            st = os.fstat(root)
         except OSError:
             continue
-        if (cur.st_dev, cur.st_ino) == (dev, ino):
+        if (cur.st_dev, cur.st_ino) == (st.st_dev, st.st_ino):
             libc.umount2(path.encode(), MNT_DETACH | UMOUNT_NOFOLLOW)
 
 
@@ -1464,6 +1467,7 @@ def preempt_point():
         BUILDS["preempted"] += 1
         try:
             if not serve_request(SOCK[0]):
+                unmount_scratch()  # in the mounter's own namespace (preempt_point is never called in another)
                 raise SystemExit(0)  # the host is gone
         finally:
             PREEMPT[0] = True
