@@ -214,6 +214,14 @@
 // directory; nesting deeper than 32 levels is moved up and removed from
 // there, so the descriptors held stay bounded.
 //
+// A pool running as root with memory cgroups mounts a tmpfs of its own
+// (no inode limit, the parent's size) on its scratch directory when that
+// lies in a tmpfs, so that a job's files, their inodes too, are charged
+// to its own memory cgroup and no job uses up the inodes every other
+// job's scratch directory needs; the pool unmounts it when it closes (a
+// pool that confines itself has its mounter do it), and the next pool
+// unmounts a killed pool's.
+//
 // Scratch space has no size bound of its own: max_file_size bounds each
 // file. On a tmpfs (the default /dev/shm) what a job writes there is
 // memory, charged to the job's memory cgroup like the rest of its memory
