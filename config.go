@@ -384,7 +384,7 @@ func (c Config) withDefaults() (Config, error) {
 		// Checked here, not only when a request names the profile: every
 		// such request would be refused, blaming an env it did not send.
 		for _, k := range slices.Sorted(maps.Keys(c.Profiles[name].Env)) {
-			if v := c.Profiles[name].Env[k]; k == "" || strings.ContainsAny(k, "=\x00") || strings.ContainsRune(v, 0) {
+			if !validEnv(k, c.Profiles[name].Env[k]) {
 				return c, &ConfigError{Key: "profiles." + name + ".env", Value: k, Problem: envRule}
 			}
 		}

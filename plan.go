@@ -174,7 +174,7 @@ func (p *Pool) plan(req *Job, session bool) (pl *plan, rerr *Error) {
 		return nil, requestErrorf("allow_network: the pool's ceiling does not allow the network")
 	}
 	for k, v := range j.Env {
-		if k == "" || strings.ContainsAny(k, "=\x00") || strings.ContainsRune(v, 0) {
+		if !validEnv(k, v) {
 			return nil, requestErrorf("env: invalid variable %q: %s", k, envRule)
 		}
 	}
@@ -701,8 +701,14 @@ func checkName(name string) *Error {
 	return nil
 }
 
-// envRule is what an env entry, a request's or a profile's, must be.
+// envRule is what an env entry, a request's or a profile's, must be
+// (validEnv).
 const envRule = "expected a non-empty name without \"=\" or NUL, and a value without NUL"
+
+// validEnv reports whether name=value can be an environment variable.
+func validEnv(name, value string) bool {
+	return name != "" && !strings.ContainsAny(name, "=\x00") && !strings.ContainsRune(value, 0)
+}
 
 // coversSystem returns the refusal of a write grant (real) that covers one
 // of the system paths, or lies beneath one; field names the grant's

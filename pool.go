@@ -176,7 +176,9 @@ func New(cfg Config) (*Pool, error) {
 		return nil, &Error{Kind: KindSpawn, Type: KindSpawn.String(), Err: &ConfigError{Key: "pool.scratch_dir", Value: cfg.ScratchDir,
 			Problem: "cannot make the pool's scratch directory: " + err.Error() + "; expected a writable directory (empty means the system's temporary directory)"}}
 	}
-	if cg.Backend() != cgroup.None {
+	// A pool that confines itself hands its scratch tmpfs to its mounter
+	// (below): none without one, rather than one mounted and unmounted.
+	if cg.Backend() != cgroup.None && (!cfg.ConfineSelf || len(p.ns.machineObstacles()) == 0) {
 		p.scratch.mountOwn()
 	}
 	// The pool confines itself before the first template starts, so that
@@ -201,8 +203,8 @@ func New(cfg Config) (*Pool, error) {
 		}
 		// Once confined, the pool cannot unmount its scratch tmpfs (its
 		// Landlock domain refuses every change to the mount tree): the
-		// mounter does it when the pool goes, or, without one, the pool
-		// keeps the shared file system (SECURITY.md).
+		// mounter does it when the pool goes, or, when it could not take
+		// it, the pool keeps the shared file system (SECURITY.md).
 		if p.scratch.mounted && !p.ns.scratchTaken {
 			p.scratch.unmountOwn()
 		}

@@ -118,8 +118,7 @@ func newScratchRoot(parent string) (*scratchRoot, error) {
 		os.Remove(dir)
 		return nil, err
 	}
-	var a, b unix.Stat_t
-	if unix.Fstat(fd, &a) != nil || unix.Fstat(lock, &b) != nil || a.Ino != b.Ino || a.Dev != b.Dev {
+	if !sameFile(fd, lock) {
 		unix.Close(fd)
 		unix.Close(lock)
 		return nil, fmt.Errorf("%s changed while the pool opened it", dir)
@@ -128,23 +127,22 @@ func newScratchRoot(parent string) (*scratchRoot, error) {
 }
 
 // mountOwn mounts a tmpfs of the pool's own on the scratch directory
-// when that lies in a tmpfs (/dev/shm by default), the pool may mount
-// (it runs as root) and the kernel charges inodes to memory cgroups (no
-// cgroup.memory=nokmem): the size of the file system it lies in, no limit on
-// inodes, mode 0700, nosuid and nodev. The pool calls it only when its
-// jobs have memory cgroups: the kernel charges a file's inode, as its
-// pages, to the memory cgroup of the job that made it, so a job's files
-// then cost its memory allowance, and no job can take the inodes every
-// other job's scratch directory needs. In a shared /dev/shm (one inode
-// per 4 KiB of half the machine's memory) one session could (review 22:
-// TestReview22ScratchInodes). Where the mount fails (no privilege,
-// a kernel or container without the new mount API), the scratch
-// directory stays a directory of that file system, as before; nothing
-// of the job's confinement depends on it. A pool that confines itself
-// hands the tmpfs to its mounter, which unmounts it when the pool goes
-// (its Landlock domain would refuse the pool's own unmount at close:
-// review 25), or, without a mounter, unmounts it before it confines
-// itself (unmountOwn).
+// when that lies in a tmpfs (/dev/shm by default), the pool may mount (it
+// runs as root) and the kernel charges inodes to memory cgroups (no
+// cgroup.memory=nokmem): the size of the file system it lies in, no limit
+// on inodes, mode 0700, nosuid and nodev. The pool calls it only when its
+// jobs have memory cgroups, which are then charged for their files'
+// inodes as for their pages: a job's files cost its own allowance, and no
+// job can take the inodes every other job's scratch directory needs, as
+// one session could in a shared /dev/shm (one inode per 4 KiB of half the
+// machine's memory; review 22, TestReview22ScratchInodes). Where the
+// mount fails (no privilege, no new mount API), the scratch directory
+// stays a directory of that file system, as before; nothing of the job's
+// confinement depends on it. A pool that confines itself hands the tmpfs
+// to its mounter, which unmounts it when the pool goes (the pool's
+// Landlock domain refuses its own unmount: review 25), or, when the
+// mounter could not take it, unmounts it before it confines itself
+// (unmountOwn).
 //
 // The tmpfs is attached through the directory's descriptor (no path is
 // resolved), and its root is locked as the directory is, so that another
@@ -257,8 +255,7 @@ func (s *scratchRoot) unmountOwn() {
 	// the path shows the locked directory now (checked below).
 	_ = unix.Unmount(s.path, unix.MNT_DETACH|unix.UMOUNT_NOFOLLOW)
 	fd, err := unix.Open(s.path, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-	var a, b unix.Stat_t
-	if err != nil || unix.Fstat(fd, &a) != nil || unix.Fstat(s.lock, &b) != nil || a.Dev != b.Dev || a.Ino != b.Ino {
+	if err != nil || !sameFile(fd, s.lock) {
 		// Not the directory it locked: the scratch root has no usable
 		// descriptor, and every create fails (as after close).
 		if err == nil {
@@ -273,6 +270,12 @@ func (s *scratchRoot) unmountOwn() {
 	unix.Close(s.fd)
 	unix.Close(s.mountLock)
 	s.fd, s.mountLock, s.mounted = fd, -1, false
+}
+
+// sameFile reports whether descriptors a and b name the same file.
+func sameFile(a, b int) bool {
+	var x, y unix.Stat_t
+	return unix.Fstat(a, &x) == nil && unix.Fstat(b, &y) == nil && x.Dev == y.Dev && x.Ino == y.Ino
 }
 
 // noKmem reports whether the kernel was booted with cgroup.memory=nokmem

@@ -448,14 +448,24 @@ func recoverID(line []byte) any {
 			// request. Only a "," or a "}" says it ended.
 			return nil
 		}
-		d := json.NewDecoder(bytes.NewReader(raw))
-		d.UseNumber()
-		if d.Decode(&id) != nil {
+		if id = decodeID(raw); id == nil {
 			return nil
 		}
 		found = true
 	}
 	return checkedRecoveredID(line, id)
+}
+
+// decodeID decodes the raw JSON value of an id (numbers as json.Number);
+// nil when it is no valid id (checkID).
+func decodeID(raw []byte) any {
+	d := json.NewDecoder(bytes.NewReader(raw))
+	d.UseNumber()
+	var id any
+	if d.Decode(&id) != nil || checkID(id) != nil {
+		return nil
+	}
+	return id
 }
 
 // endsValue reports whether rest, what follows a value inside an object,
@@ -466,9 +476,6 @@ func endsValue(rest []byte) bool {
 }
 
 func checkedRecoveredID(line []byte, id any) any {
-	if checkID(id) != nil {
-		return nil
-	}
 	if s, ok := id.(string); ok && strings.ContainsRune(s, utf8.RuneError) && (!utf8.Valid(line) || hasSurrogateEscape(line)) {
 		return nil
 	}
@@ -489,23 +496,22 @@ func checkedRecoveredID(line []byte, id any) any {
 func checkUTF8(line []byte, reply bool, tv *topValues) (any, *pynox.Error) {
 	var id any
 	if raw, ok := tv.get("id"); ok && utf8.Valid(raw) {
-		d := json.NewDecoder(bytes.NewReader(raw))
-		d.UseNumber()
-		if d.Decode(&id) != nil || checkID(id) != nil {
-			id = nil
-		}
+		id = decodeID(raw)
 	}
-	bad := line
 	field := ""
 	for _, k := range []string{"id", "session", "cancel"} {
-		if raw, ok := tv.get(k); ok && loneSurrogate(raw) {
+		raw, ok := tv.get(k)
+		if !ok {
+			continue
+		}
+		if loneSurrogate(raw) {
 			// Decoded to U+FFFD like a byte that is not UTF-8.
 			if k == "id" {
 				id = nil
 			}
 			return id, requestErrorf("%s: a \\u escape of a lone UTF-16 surrogate (\\ud800 to \\udfff without its pair) names no character; an id or a session name is compared and echoed as written", k)
 		}
-		if raw, ok := tv.get(k); ok && !utf8.Valid(raw) {
+		if !utf8.Valid(raw) {
 			field = k
 			break
 		}
@@ -513,7 +519,7 @@ func checkUTF8(line []byte, reply bool, tv *topValues) (any, *pynox.Error) {
 	if field == "" && (reply || utf8.Valid(line)) {
 		return id, nil
 	}
-	col := 1 + utf8.RuneCount(bad[:firstInvalidUTF8(bad)])
+	col := 1 + utf8.RuneCount(line[:firstInvalidUTF8(line)])
 	if field != "" {
 		return id, requestErrorf("%s: not valid UTF-8 (the line's first such byte is at column %d); a request line is UTF-8 JSON, and an id or a session name is compared and echoed as written", field, col)
 	}

@@ -302,7 +302,7 @@ def _shared_writable():
     shows a shared mapping ("s")."""
     out = []
     with open("/proc/self/maps", "rb") as f:
-        if not any(line.split(None, 2)[1:2] and line.split(None, 2)[1][3:4] == b"s" for line in f):
+        if not any(line.split(None, 2)[1][3:4] == b"s" for line in f):
             return out
     with open("/proc/self/smaps", "rb") as f:
         head = None
