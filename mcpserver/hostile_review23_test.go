@@ -7,7 +7,6 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/pynox/pynox"
 	"github.com/pynox/pynox/internal/testenv"
 	"github.com/pynox/pynox/mcpserver"
 )
@@ -22,12 +21,7 @@ func TestReview23ArgumentKeysExact(t *testing.T) {
 	testenv.RequireSandbox(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	dir := t.TempDir()
-	p, err := pynox.New(pynox.Config{Python: testenv.Python(), Dir: dir, Workers: 1,
-		Limits:   pynox.Limits{AllowRead: []string{dir}},
-		Profiles: map[string]pynox.Profile{"p1": {AllowRead: []string{dir}}}})
-	require.NoError(t, err)
-	defer p.Close()
+	p := profilePool(t)
 	cs := connect(t, ctx, mcpserver.New(p, "test"), "c")
 	for _, tc := range []struct {
 		args map[string]any

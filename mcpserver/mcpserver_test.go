@@ -82,18 +82,26 @@ func TestSessionsScopedToClient(t *testing.T) {
 		"a disconnected client's sessions are finished")
 }
 
+// profilePool is a one-worker pool reading its directory, with a profile
+// "p1" that does too; it closes when the test ends.
+func profilePool(t *testing.T) *pynox.Pool {
+	t.Helper()
+	dir := t.TempDir()
+	p, err := pynox.New(pynox.Config{Python: testenv.Python(), Dir: dir, Workers: 1,
+		Limits:   pynox.Limits{AllowRead: []string{dir}},
+		Profiles: map[string]pynox.Profile{"p1": {AllowRead: []string{dir}}}})
+	require.NoError(t, err)
+	t.Cleanup(func() { p.Close() })
+	return p
+}
+
 // TestBadArguments checks that each bad argument is refused by name as a
 // tool error, and that a session keeps the profile it was created with.
 func TestBadArguments(t *testing.T) {
 	testenv.RequireSandbox(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	dir := t.TempDir()
-	p, err := pynox.New(pynox.Config{Python: testenv.Python(), Dir: dir, Workers: 1,
-		Limits:   pynox.Limits{AllowRead: []string{dir}},
-		Profiles: map[string]pynox.Profile{"p1": {AllowRead: []string{dir}}}})
-	require.NoError(t, err)
-	defer p.Close()
+	p := profilePool(t)
 	cs := connect(t, ctx, mcpserver.New(p, "test"), "c")
 	for _, tc := range []struct {
 		tool string
