@@ -5,6 +5,7 @@ package pynox
 
 import (
 	"os"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -119,4 +120,71 @@ print("flags", st.f_flag & (os.ST_NOSUID | os.ST_NODEV))
 	require.NoError(t, unix.Stat(p.scratch.path, &a))
 	require.NoError(t, unix.Fstat(p.scratch.fd, &b))
 	require.Equal(t, b.Dev, a.Dev, "the pool's scratch tmpfs is no longer mounted")
+}
+
+// Probe 3: no other way to a file that the group or others may write:
+// the raw umask syscall with 022 clear in its low 32 bits but set above
+// them, posix.umask, an AF_UNIX socket's file, O_TMPFILE linked in,
+// mkdir and open asking for every bit, a FIFO. Every file the job makes
+// in its write grant and its TMPDIR keeps 022 clear.
+func TestReview27UmaskNoWayAround(t *testing.T) {
+	p := newTestPool(t, Config{Workers: 1})
+	res := run(t, p, Job{AllowWrite: []string{"."}, Code: `
+import os, ctypes, socket, posix, stat
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
+out = []
+for arg in (0, 1 << 32, (1 << 32) | 0o002, 0o020, ~0o755):
+    r = libc.syscall(95, ctypes.c_long(arg))
+    out.append("umask(%#x)=%d" % (arg & (2**64 - 1), r))
+try:
+    posix.umask(0)
+    out.append("posix.umask ALLOWED")
+except OSError:
+    pass
+print(" ".join(out))
+cur = libc.syscall(95, ctypes.c_long(0o022)); libc.syscall(95, ctypes.c_long(cur))
+print("umask now %o" % cur)
+made = []
+for base in (os.environ["TMPDIR"], os.getcwd()):
+    d = os.path.join(base, "m")
+    os.mkdir(d, 0o7777); made.append(d)
+    f = os.path.join(base, "f")
+    os.close(os.open(f, os.O_CREAT | os.O_WRONLY, 0o777)); made.append(f)
+    try:
+        s = socket.socket(socket.AF_UNIX); s.bind(os.path.join(base, "s")); made.append(os.path.join(base, "s"))
+    except OSError as e:
+        print("socket", e.errno)
+    try:
+        fd = os.open(base, os.O_TMPFILE | os.O_WRONLY, 0o777)
+        os.link("/proc/self/fd/%d" % fd, os.path.join(base, "t"), follow_symlinks=True); made.append(os.path.join(base, "t"))
+    except OSError as e:
+        print("tmpfile", e.errno)
+    try:
+        os.mkfifo(os.path.join(base, "p"), 0o777); made.append(os.path.join(base, "p"))
+    except OSError as e:
+        print("fifo", e.errno)
+for m in made:
+    print("mode %s %o" % (os.path.basename(m), stat.S_IMODE(os.lstat(m).st_mode)))
+`})
+	requireOK(t, res)
+	t.Log(res.Stdout)
+	lines := strings.Split(strings.TrimSpace(res.Stdout), "\n")
+	require.NotContains(t, res.Stdout, "ALLOWED")
+	// Only the calls whose low 32 bits hold 022 pass (returning the old
+	// mask, 022): (1<<32)|002 and 020 do not.
+	require.Equal(t, "umask(0x0)=-1 umask(0x100000000)=-1 umask(0x100000002)=-1 umask(0x10)=-1 umask(0xfffffffffffffe12)=18", lines[0])
+	require.Equal(t, "umask now 22", lines[1])
+	n := 0
+	for _, l := range lines[2:] {
+		f := strings.Fields(l)
+		if len(f) == 3 && f[0] == "mode" {
+			n++
+			m, err := strconv.ParseUint(f[2], 8, 32)
+			require.NoError(t, err)
+			require.Zero(t, m&0o022, "a job made %s with group or others write permission: %s", f[1], l)
+			require.Zero(t, m&0o6000, "a job made %s set-ID: %s", f[1], l)
+		}
+	}
+	require.GreaterOrEqual(t, n, 4, res.Stdout)
 }
