@@ -199,3 +199,37 @@ func FuzzReview27DecodeRequest(f *testing.F) {
 		_ = recoverID(line)
 	})
 }
+
+// Probe 3: lines at the bound, ended by "\r\n": one of MaxLine bytes
+// runs, one of MaxLine+1 bytes (or MaxLine and a stray "\r") is refused
+// as too long, each with exactly one answer, and the line after each is
+// read as its own request (no line is split into two, or two joined).
+func TestReview27LineBoundCRLF(t *testing.T) {
+	p := newTestPool(t, pynox.Config{Workers: 1})
+	mk := func(id string, size int) string {
+		head := `{"id": "` + id + `", "code": "print(len(pad))", "inputs": {"pad": "`
+		tail := `"}}`
+		return head + strings.Repeat("p", size-len(head)-len(tail)) + tail
+	}
+	exact := mk("exact", MaxLine)
+	over := mk("over", MaxLine+1)
+	in := exact + "\r\n" + `{"id": "after1", "code": "print(1)"}` + "\r\n" +
+		over + "\r\n" + `{"id": "after2", "code": "print(2)"}` + "\r\n" +
+		exact[:len(exact)] + "\r\r\n" + `{"id": "after3", "code": "print(3)"}` + "\n" +
+		over[:MaxLine-1] + "\r\n" + `{"id": "after4", "code": "print(4)"}`
+	out := serveLines(t, p, in)
+	got := map[string]int{}
+	for _, m := range out {
+		if m["event"] == "ready" {
+			continue
+		}
+		got[fmt.Sprint(m["id"])]++
+		if m["id"] == "exact" {
+			require.Nil(t, m["error"], "%v", m)
+		}
+	}
+	// exact runs; over and exact+"\r" are too long (no id); over cut to
+	// MaxLine-1 bytes is invalid JSON that names its id "over" (a string
+	// id whose closing quote was read: the line's own).
+	require.Equal(t, map[string]int{"exact": 1, "after1": 1, "after2": 1, "after3": 1, "after4": 1, "<nil>": 2, "over": 1}, got)
+}
