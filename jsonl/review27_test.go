@@ -80,7 +80,7 @@ var review27Lines = []string{
 	"{\"id\": \"ctl\x01\", \"code\": \"x\"}",
 }
 
-// review27OwnID reports whether a refusal's id v may be the line's own:
+// review27Check fails t unless a refusal's id v may be the line's own:
 // its JSON (no HTML escaping) appears in the line, when the line has no
 // backslash (escapes could spell it otherwise), and is not nested.
 func review27Check(t testing.TB, line []byte, v any) {
