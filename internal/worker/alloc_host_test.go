@@ -141,6 +141,12 @@ func TestReadBellAllocatesLittle(t *testing.T) {
 // outcome (other goroutines, the template's reader taking the next
 // spare, may allocate meanwhile).
 func TestJobTurnAllocations(t *testing.T) {
+	if raceEnabled {
+		// CI's race pass measured 8192 bytes as the least of 20 jobs (3856
+		// without the detector): the buffers a turn borrows from sync.Pool
+		// are dropped at random under it and allocated again.
+		t.Skip("the race detector makes sync.Pool drop a quarter of the buffers put back: a turn's allocations cannot be counted")
+	}
 	tpl := startTestTemplate(t, false)
 	const n = 20
 	least := uint64(1 << 62)
