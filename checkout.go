@@ -948,7 +948,7 @@ func (c *Checkout) resetScratch() error {
 	if !prev.WaitReaped(reapWait) {
 		return errors.New("the session's previous process was not gone after " + reapWait.String())
 	}
-	if err := c.pl.scratchRoot.reset(c.pl.scratch); err != nil {
+	if err := c.pl.scratchRoot.reset(c.pl.scratch, true); err != nil {
 		return err
 	}
 	c.prevChild = nil

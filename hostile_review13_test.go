@@ -694,18 +694,34 @@ for who, pid in targets.items():
 // (the spare is not stopped), no ptrace, pidfd_getfd or
 // process_vm_readv; and the next job, in that spare, finds nothing
 // planted.
+//
+// With namespaces attached ahead (nsmount_ahead.go) the other spare sits
+// in one holding the mounts the pool's jobs keep asking for, read-only
+// root and all: the same probes, but its mountinfo shows those mounts
+// (as any running job's does to a job with /proc).
 func TestHostileReview13ReachNextSpare(t *testing.T) {
+	for _, ahead := range []bool{false, true} {
+		t.Run(map[bool]string{false: "leased", true: "ahead"}[ahead], func(t *testing.T) { r13ReachNextSpare(t, ahead) })
+	}
+}
+
+func r13ReachNextSpare(t *testing.T, ahead bool) {
 	before := mounterPids(t)
 	dir := t.TempDir()
 	p := newTestPool(t, Config{Workers: 2, Dir: dir, Limits: Limits{AllowRead: []string{dir, "/proc"}}})
 	requireNS(t, p)
+	p.ns.ahead.mu.Lock()
+	p.ns.ahead.off = !ahead
+	p.ns.ahead.mu.Unlock()
 	data := helloDataDir(t, dir)
 	ctl := filepath.Join(dir, "ctl")
 	require.NoError(t, os.Mkdir(ctl, 0o755))
 	mounts := []MountSpec{{HostPath: data, Path: "/data"}}
-	// Both templates keep a ready ns spare from their first mount job on.
+	// Both templates keep a ready ns spare from their first mount job on
+	// (with ahead, the second round's spares enter namespaces attached
+	// ahead).
 	var wg sync.WaitGroup
-	for range 2 {
+	for range map[bool]int{false: 2, true: 4}[ahead] {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -718,7 +734,7 @@ func TestHostileReview13ReachNextSpare(t *testing.T) {
 	// timeout is replaced, its spares with it: the probe then lost its
 	// target and is run again.
 	for attempt := 0; ; attempt++ {
-		if r13ReachOnce(t, p, mounts, ctl, mounter) {
+		if r13ReachOnce(t, p, mounts, ctl, mounter, ahead) {
 			break
 		}
 		if attempt == 2 {
@@ -737,7 +753,7 @@ print(os.path.lexists("/r13-planted"), os.path.lexists("/r13-link"), open("/data
 
 // r13ReachOnce runs TestHostileReview13ReachNextSpare's probe job once
 // and checks what it got; false when its target died meanwhile.
-func r13ReachOnce(t *testing.T, p *Pool, mounts []MountSpec, ctl string, mounter int) bool {
+func r13ReachOnce(t *testing.T, p *Pool, mounts []MountSpec, ctl string, mounter int, ahead bool) bool {
 	targets := filepath.Join(ctl, "targets.json")
 	self := filepath.Join(ctl, "self")
 	_ = os.Remove(targets)
@@ -805,7 +821,11 @@ func r13ReachOnce(t *testing.T, p *Pool, mounts []MountSpec, ctl string, mounter
 		want[who+"_mountinfo"] = append([]string{"ok"}, denied...)
 	}
 	advExpect(t, got, want)
-	require.NotContains(t, res.Stdout, " /data ", "the other spare's namespace shows a job's mount before its job")
+	if ahead {
+		require.True(t, aheadEntered(p, next), "the other spare did not enter a namespace attached ahead")
+	} else {
+		require.NotContains(t, res.Stdout, " /data ", "the other spare's namespace shows a job's mount before its job")
+	}
 	require.NotEqual(t, "T", procStatus(t, next, "State")[:1], "the job stopped the other template's ready ns spare")
 	return true
 }

@@ -78,6 +78,9 @@ type nsMounter struct {
 	machOnce sync.Once
 	mach     []string
 
+	// ahead holds the namespaces attached ahead (nsmount_ahead.go).
+	ahead nsAheads
+
 	// slots bounds the namespaces one-shot jobs hold (see jobSlots).
 	slotsOnce sync.Once
 	slots     chan struct{}
@@ -148,13 +151,14 @@ const nsRootMinInodes = 65536
 // itself: the one-shot jobs' jobSlots (two per worker) and one per worker
 // whose process is still exiting, the namespaces the templates' ready ns
 // spares entered ahead of their jobs (worker.NSLease: two per worker, one
-// per kind), a session's each, the mounter's stock, and the mounter's
-// probe. Each has a slot directory of its own in the
+// per kind), those attached ahead (one per worker and one more:
+// nsmount_ahead.go), a
+// session's each, the mounter's stock, and the mounter's probe. Each has a slot directory of its own in the
 // shared root (mountns.Plan.Slots): while one job holds a file mount at
 // /x, another tenant's directory mount at /x is made in another
 // directory (TestHostileReview10NSSharedRootTypeConflict).
 func nsSlots(workers, sessions int) int {
-	return 5*workers + sessions + mountns.MaxStock + 1
+	return 6*workers + sessions + mountns.MaxStock + 2
 }
 
 // nsRootInodes is the size in inodes of the namespaces' shared root for
@@ -162,11 +166,11 @@ func nsSlots(workers, sessions int) int {
 // entries of every namespace that can be live at once (the one-shot
 // jobs' jobSlots, two per worker, and one per worker whose process is
 // still exiting; the ready ns spares' two per worker; a session's each;
-// the mounter's stock), as many again
+// those attached ahead, one per worker and one more; the mounter's stock), as many again
 // that are gone but not collected yet (the mounter removes a gone
 // namespace's entries at its next request), and the base's.
 func nsRootInodes(workers, sessions int) int {
-	return max(nsRootMinInodes, 2*(5*workers+sessions+mountns.MaxStock)*nsMaxEntries+4096)
+	return max(nsRootMinInodes, 2*(6*workers+sessions+mountns.MaxStock+1)*nsMaxEntries+4096)
 }
 
 // nsEntries counts the entries paths make in a namespace's root (each
@@ -270,6 +274,7 @@ func (n *nsMounter) start() {
 		return
 	}
 	n.m = m
+	n.ahead.open()
 }
 
 // failed returns why the mounter could not start or build its probe
@@ -369,6 +374,13 @@ func (pl *plan) closeNS() {
 // dropNS releases the namespace's descriptors (a process that entered it
 // keeps it).
 func (pl *plan) dropNS() {
+	if n := pl.aheadNS; n != nil {
+		// A namespace taken ahead whose job is retried in another
+		// process, or failed: it is not taken back.
+		pl.aheadNS = nil
+		pl.recycle(n, "", false)
+		pl.recycle = nil
+	}
 	if h := pl.nsLease; h != nil {
 		// A lease whose attach never ran (the job never reached its
 		// spare: the spare died, and the job is retried in another, or
@@ -537,6 +549,15 @@ func (p *Pool) buildNS(pl *plan) *Error {
 	if rerr != nil {
 		return rerr
 	}
+	if m.Prepared() {
+		// A namespace attached ahead with exactly the job's part (see
+		// nsmount_ahead.go) is taken as it is.
+		took, fill := p.takeAhead(pl, plan, rules, nil, true)
+		pl.aheadFill = pl.aheadFill || fill
+		if took {
+			return nil
+		}
+	}
 	ns, err := m.Build(plan)
 	if err != nil {
 		return newError(KindSandboxSetup, "mounts: the job's mount namespace could not be built: %v; no code ran", err)
@@ -574,6 +595,39 @@ func (p *Pool) nsFor(pl *plan, child *worker.Child) *Error {
 		l.Release()
 		return rerr
 	}
+	if ahead, ok := l.Data.(*nsAhead); ok {
+		// A namespace attached ahead (nsmount_ahead.go): the job runs in
+		// it as it is when it holds exactly the job's part; else the
+		// mounter replaces that part with the job's.
+		took, fill := p.takeAhead(pl, plan, rules, ahead, true)
+		pl.aheadFill = pl.aheadFill || fill
+		if took {
+			return nil
+		}
+		h := &nsLeaseHold{l: l}
+		pl.nsLease = h
+		attach := func() error {
+			if !h.used.CompareAndSwap(false, true) {
+				return errors.New("mounts: the job's leased namespace was released; no code ran")
+			}
+			err := m.Reattach(int(ahead.ns.Mount.Fd()), ahead.paths, plan)
+			if err == nil {
+				p.ns.ahead.count(&p.ns.ahead.reattached)
+			}
+			// The namespace ahead's descriptors and scratch directory (its
+			// bind is detached, or the namespace goes with the process).
+			go l.Release()
+			if err != nil {
+				return fmt.Errorf("mounts: the job's mount namespace could not be built: %v", err)
+			}
+			return nil
+		}
+		pl.job.Namespace = &worker.Namespace{Entered: true, Rules: rules, Attach: attach}
+		return nil
+	}
+	// The job's part counts for what the pool attaches ahead.
+	_, fill := p.takeAhead(pl, plan, rules, nil, false)
+	pl.aheadFill = pl.aheadFill || fill
 	// The attach runs once the job is sent, while the spare confines
 	// itself; the spare waits for it before anything else (see
 	// worker.Namespace.Attach).
@@ -599,6 +653,14 @@ func (p *Pool) nsLease() (*worker.NSLease, error) {
 	m, err := p.ns.get()
 	if err != nil {
 		return nil, err
+	}
+	// A namespace attached ahead, while the pool attaches them
+	// (nsmount_ahead.go); while one is being attached, the spare asks
+	// again a little later.
+	if l, busy := p.leaseAhead(); l != nil {
+		return l, nil
+	} else if busy {
+		return nil, worker.ErrNSLeaseBusy
 	}
 	if base, ok := p.prepared(m); base == nil || !ok {
 		return nil, errors.New("the mounter holds no prepared namespaces")
@@ -816,6 +878,10 @@ func (p *Pool) sessionNSChild(pl *plan, cancel <-chan struct{}) (*worker.Child, 
 			if err := p.nsFor(pl, child); err != nil {
 				child.Close()
 				return nil, err
+			}
+			if pl.aheadFill {
+				pl.aheadFill = false
+				go p.fillAhead()
 			}
 			if p.waiting.Load() > 0 {
 				// Jobs wait for a worker: the template's next ns spare

@@ -55,6 +55,7 @@ type plan struct {
 
 	scratchRoot *scratchRoot // where scratch was made; nil when none was
 	scratch     string       // its name in scratchRoot
+	scratchFd   int          // its O_PATH descriptor, among fds; -1 when none
 	// outWatch is a session's watch on its outputs directory
 	// (outputs_watch.go); nil for one-shot jobs.
 	outWatch *outputsWatch
@@ -66,6 +67,12 @@ type plan struct {
 	nsSlot    chan struct{}      // the pool's slot a one-shot job's namespace holds (nsmount.go: jobSlots)
 	nsPlanned *nsPlanned         // the namespace plan nsCheck made before the job took a process, until used
 	nsLease   *nsLeaseHold       // the leased namespace the job's spare entered, until attached or released (nsmount.go: nsFor)
+	aheadFill bool               // a namespace ahead is to be attached once the job is answered (nsmount_ahead.go)
+	// aheadNS is the namespace attached ahead that the one-shot job took,
+	// which the pool takes back once the job's process is gone
+	// (nsmount_ahead.go: recycle); recycle does it.
+	aheadNS *nsAhead
+	recycle func(n *nsAhead, scratch string, exited bool)
 }
 
 // scratchDir is the path of the plan's scratch directory, or "".
@@ -74,6 +81,38 @@ func (pl *plan) scratchDir() string {
 		return ""
 	}
 	return pl.scratchRoot.dir(pl.scratch)
+}
+
+// swapScratch makes the scratch directory name (fd its descriptor; an
+// empty directory the pool made, which no process used) the plan's, in
+// place of the one it made: its descriptor and its grant, its outputs
+// directory, and TMPDIR, HOME and PYNOX_OUTPUTS where they name the old
+// one. The old one, which no process saw, is emptied for another job.
+// Called before the job's process gets the job.
+func (pl *plan) swapScratch(name string, fd int) error {
+	i := slices.Index(pl.fds, pl.scratchFd)
+	if pl.scratchRoot == nil || i < 0 || i >= len(pl.job.Grants) || pl.job.Grants[i].Fd != pl.scratchFd {
+		return errors.New("the plan's scratch directory is not among its grants")
+	}
+	root, old := pl.scratchRoot, pl.scratch
+	oldDir, dir := root.dir(old), root.dir(name)
+	outputs, err := makeOutputs(fd, dir)
+	if err != nil {
+		return err
+	}
+	for _, k := range []string{"TMPDIR", "HOME"} {
+		if pl.job.Env[k] == oldDir {
+			pl.job.Env[k] = dir
+		}
+	}
+	if pl.job.Env["PYNOX_OUTPUTS"] == oldDir+"/"+OutputsDir {
+		pl.job.Env["PYNOX_OUTPUTS"] = outputs
+	}
+	rawsys.Close(pl.scratchFd)
+	pl.fds[i], pl.job.Grants[i].Fd = fd, fd
+	pl.scratch, pl.scratchFd = name, fd
+	go root.release(old)
+	return nil
 }
 
 // close releases the grants' descriptors and removes the plan's scratch
@@ -98,6 +137,7 @@ func (pl *plan) closeGrants() {
 		rawsys.Close(fd)
 	}
 	pl.fds = nil
+	pl.scratchFd = -1
 	pl.closeNS()
 }
 
@@ -106,16 +146,27 @@ func (pl *plan) closeGrants() {
 // kept for another job; if that report does not come soon, it is removed
 // instead (see close).
 func (pl *plan) closeAfter(child *worker.Child) {
+	// The namespace taken ahead goes back to the pool with the scratch
+	// directory it shows, once the process is gone (recycle empties it).
+	n, recycle := pl.aheadNS, pl.recycle
+	pl.aheadNS, pl.recycle = nil, nil
 	pl.closeGrants()
 	root, name := pl.scratchRoot, pl.scratch
 	pl.scratchRoot = nil
 	if root == nil {
+		if n != nil {
+			recycle(n, "", false)
+		}
 		return
 	}
 	go func() {
-		if child.Exited(2 * time.Second) {
+		exited := child.Exited(2 * time.Second)
+		switch {
+		case n != nil:
+			recycle(n, name, exited)
+		case exited:
 			root.release(name)
-		} else {
+		default:
 			root.remove(name)
 		}
 	}()
@@ -193,7 +244,7 @@ func (p *Pool) plan(req *Job, session bool) (pl *plan, rerr *Error) {
 		return nil, requestErrorf("%d paths requested; at most %d are allowed", n, MaxGrants)
 	}
 
-	pl = &plan{network: j.AllowNetwork}
+	pl = &plan{network: j.AllowNetwork, scratchFd: -1}
 	opened := pl
 	defer func() {
 		if rerr != nil {
@@ -263,7 +314,7 @@ func (p *Pool) plan(req *Job, session bool) (pl *plan, rerr *Error) {
 		if err != nil {
 			return nil, newError(KindSandboxSetup, "the job's scratch directory could not be made in %s: %v", p.scratch.path, err)
 		}
-		pl.scratchRoot, pl.scratch = p.scratch, name
+		pl.scratchRoot, pl.scratch, pl.scratchFd = p.scratch, name, fd
 		if session {
 			// The pool's inotify instance is made with its first
 			// session (outputs_watch.go).

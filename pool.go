@@ -672,9 +672,13 @@ func (p *Pool) runJob(ctx context.Context, job Job) (_ *Result, refill func(), _
 			child.RefillNow()
 			continue
 		}
+		fill := pl.aheadFill
 		refill = func() {
 			child.Close()
 			child.RefillNow()
+			if fill {
+				go p.fillAhead()
+			}
 		}
 		break
 	}
@@ -738,6 +742,7 @@ func (p *Pool) Close() error {
 	if err := p.cg.Close(); err != nil {
 		p.log.Error("removing the pool's cgroups failed", "err", err)
 	}
+	p.closeAhead()
 	p.ns.close()
 	if err := p.scratch.close(); err != nil {
 		p.log.Error("removing the pool's scratch directory failed", "dir", p.scratch.path, "err", err)

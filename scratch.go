@@ -359,6 +359,17 @@ func (s *scratchRoot) create() (name string, fd int, err error) {
 	return name, fd, nil
 }
 
+// open returns an O_PATH descriptor of the scratch directory name,
+// following no symlink.
+func (s *scratchRoot) open(name string) (int, error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.closed {
+		return -1, errScratchClosed
+	}
+	return rawsys.Openat(s.fd, name, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+}
+
 // release empties the scratch directory name, following no symlink, and
 // keeps it for the next job; a directory it cannot empty is removed (as
 // far as it can be).
@@ -405,9 +416,11 @@ func (s *scratchRoot) release(name string) error {
 }
 
 // reset empties the scratch directory name in place, following no
-// symlink, and makes its outputs directory again: a session's next
-// process finds it as its first found it.
-func (s *scratchRoot) reset(name string) error {
+// symlink, and, with outputs, makes its outputs directory again: a
+// session's next process finds it as its first found it. (A namespace
+// attached ahead keeps its scratch directory without one until a job
+// takes it: see Pool.recycleAhead.)
+func (s *scratchRoot) reset(name string, outputs bool) error {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	if s.closed {
@@ -425,7 +438,7 @@ func (s *scratchRoot) reset(name string) error {
 	if err == nil && st.Mode&0o7777 != 0o700 {
 		err = unix.Fchmod(fd, 0o700)
 	}
-	if err == nil {
+	if err == nil && outputs {
 		_, err = makeOutputs(fd, s.dir(name))
 	}
 	unix.Close(fd)

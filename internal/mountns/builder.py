@@ -1241,6 +1241,95 @@ def serve_attach(plan, fds):
     return {"ok": True}, [ns["user"], ns["mnt"]], None
 
 
+def serve_reattach(plan, fds):
+    """Replaces the job's part a prepared namespace holds with another:
+    {"op": "reattach", "ns": <the index of the namespace's mount
+    descriptor among the request's>, "prev": [<the paths its part
+    attached>], <the job's part>}. The host sends it for a namespace it
+    had attached ahead (a job's part attached before the job came) when
+    the job that came asks for other mounts: a ready ns spare entered it,
+    and no code ran there. The root is made writable, the mount at each
+    path of prev is detached and the entries made for it removed (never
+    one that is not on the root's own file system), then the job's part
+    is attached as "attach" attaches it, the root made read-only last.
+    On an error the namespace may hold part of either, and no job may run
+    in it."""
+    if BASE is None:
+        raise ValueError("reattach: the mounter is not prepared")
+    if base_root() is not None and not slotted(BASE["plan"]):
+        raise ValueError("reattach: the namespaces share their root")
+    i = plan.get("ns")
+    if type(i) is not int or not 0 <= i < len(fds):
+        raise ValueError("reattach: expected the namespace's descriptor")
+    prev = plan.get("prev")
+    if not isinstance(prev, list) or not all(isinstance(p, str) for p in prev):
+        raise ValueError("reattach: expected the paths attached before")
+    mnt = fds[i]
+    if ns_id(mnt) == ns_id(OWN_MNT):
+        raise ValueError("reattach: not the mounter's own namespace")
+    detach_job(mnt, prev)
+    attach_job(mnt, plan, fds)
+    return {"ok": True}, [], None
+
+
+def detach_job(mnt, paths):
+    """Detaches the mounts at paths in the namespace mnt, whose root it
+    makes writable, and removes the entries made for them: the leaf and
+    each directory above it left empty, on the root's file system only."""
+    order = sorted(set(paths), key=lambda p: len(rel(p)), reverse=True)
+    if libc.setns(mnt, CLONE_NEWNS) != 0:
+        raise OSError(ctypes.get_errno(), "setns into the namespace")
+    try:
+        root = os.open("/", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            dev = os.fstat(root).st_dev
+            ma = MountAttr(0, MOUNT_ATTR_RDONLY, 0, 0)
+            sys_("mount_setattr", root, b"", AT_EMPTY_PATH, ctypes.byref(ma), ctypes.sizeof(ma))
+            for path in order:
+                if libc.umount2(("/" + "/".join(rel(path))).encode(), MNT_DETACH | UMOUNT_NOFOLLOW) != 0:
+                    e = ctypes.get_errno()
+                    raise OSError(e, "umount2 %s: %s" % (path, os.strerror(e)))
+            for path in order:
+                remove_point(root, rel(path), dev)
+        finally:
+            os.close(root)
+    finally:
+        if libc.setns(OWN_MNT, CLONE_NEWNS) != 0:
+            os._exit(3)  # never serve from a job's namespace
+
+
+def remove_point(root, parts, dev):
+    """Removes the entry at parts under root (a mountpoint whose mount is
+    gone), then each directory above it that is left empty; it stops at
+    the first entry that is not on dev (a mount), not empty, or gone."""
+    for k in range(len(parts), 0, -1):
+        d = root
+        try:
+            for p in parts[:k - 1]:
+                n = os.open(p, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=d)
+                if d != root:
+                    os.close(d)
+                d = n
+                if os.fstat(d).st_dev != dev:
+                    return
+            st = os.stat(parts[k - 1], dir_fd=d, follow_symlinks=False)
+            if st.st_dev != dev:
+                return
+            if stat.S_ISDIR(st.st_mode):
+                os.rmdir(parts[k - 1], dir_fd=d)
+            elif k == len(parts) and stat.S_ISREG(st.st_mode):
+                os.unlink(parts[k - 1], dir_fd=d)
+            else:
+                return
+        except OSError as e:
+            if e.errno in (errno.ENOTEMPTY, errno.EBUSY, errno.ENOENT, errno.EEXIST):
+                return
+            raise
+        finally:
+            if d != root:
+                os.close(d)
+
+
 def attach_job(mnt, plan, fds):
     mounts = []  # (path, is_dir, detached mount)
     try:
@@ -1382,6 +1471,8 @@ def serve_request(sock):
             reply, out, reap = serve_lease(plan, fds)
         elif op == "release":
             reply, out, reap = serve_release(plan, fds)
+        elif op == "reattach":
+            reply, out, reap = serve_reattach(plan, fds)
         elif op == "builds":
             reply, out, reap = serve_builds(plan, fds)
         elif op == "scratch":

@@ -263,6 +263,8 @@ type wirePlan struct {
 	Root     *int          `json:"root,omitempty"`
 	Slots    int           `json:"slots,omitempty"`
 	Path     string        `json:"path,omitempty"` // scratch: the pool's scratch tmpfs
+	NS       *int          `json:"ns,omitempty"`   // reattach: the namespace's mount descriptor
+	Prev     []string      `json:"prev,omitempty"` // reattach: the paths attached before
 }
 
 // maxPlan and maxFDs are what one request to the builder may carry: its
@@ -446,6 +448,38 @@ func (m *Mounter) Attach(id int64, plan Plan) error {
 	}
 	if err == nil && len(got) != 0 {
 		err = errors.New("mounter: unexpected descriptors in the attach reply")
+	}
+	return err
+}
+
+// Reattach replaces the job's part attached to a prepared namespace (one
+// Build returned; mnt is its mount namespace's descriptor, prev the
+// paths of that part's binds and overlays) with plan's, a job's part:
+// the mounts at prev are detached and the entries made for them
+// removed, then plan's are attached and the root made read-only, as
+// Attach does. It is for a namespace a process entered before its job
+// (no code ran in it) whose job asks for other mounts than it holds. When
+// it fails, the namespace may hold part of either, and no job may run in
+// it.
+func (m *Mounter) Reattach(mnt int, prev []string, plan Plan) error {
+	if len(plan.Links) > 0 || plan.RootSet {
+		return errors.New("mounter: Reattach takes a job's part only (no Links, no Root)")
+	}
+	w, fds, err := wire(plan)
+	if err != nil {
+		return err
+	}
+	i := len(fds)
+	w.Op, w.NS, w.Prev = "reattach", &i, prev
+	fds = append(fds, mnt)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	got, _, err := m.roundTrip(w, fds)
+	for _, fd := range got {
+		unix.Close(fd)
+	}
+	if err == nil && len(got) != 0 {
+		err = errors.New("mounter: unexpected descriptors in the reattach reply")
 	}
 	return err
 }

@@ -49,6 +49,9 @@ type NSLease struct {
 	// Release ends the lease at the mounter; the child calls it when it
 	// is closed while it still holds the lease (its job never came).
 	Release func()
+	// Data is the lessor's own (what the namespace holds, say); the
+	// template does not look at it.
+	Data any
 }
 
 // enterFrame asks a ready ns spare to enter the namespace whose user and

@@ -1,0 +1,273 @@
+package pynox
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
+)
+
+// aheadStats is what a pool's namespaces attached ahead did so far.
+type aheadStats struct {
+	took, offered, recycled, reattached, ready int
+	active                                   bool
+}
+
+func aheadOf(p *Pool) aheadStats {
+	a := &p.ns.ahead
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return aheadStats{took: a.took, offered: a.tookOffer, recycled: a.recycled, reattached: a.reattached,
+		ready: len(a.ready), active: a.src != nil}
+}
+
+// aheadEntered says whether the process pid sits in a namespace showing
+// a mount at /data (one attached ahead: a leased one shows none before
+// its job), waiting up to 2 s for it to enter one.
+func aheadEntered(p *Pool, pid int) bool {
+	for range 40 {
+		b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/mountinfo")
+		if err == nil && strings.Contains(string(b), " /data ") {
+			return true
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return false
+}
+
+// aheadWarm runs mount jobs with mounts until the pool has namespaces
+// attached ahead ready for them. (A change to the process's mount
+// namespace, which other tests' pools make as they start, makes those
+// attached before it stale: more jobs then.)
+func aheadWarm(t *testing.T, p *Pool, mounts []MountSpec) {
+	t.Helper()
+	for i := range 30 {
+		requireOK(t, run(t, p, Job{Mounts: mounts, Code: "pass"}))
+		if i >= 2 && aheadOf(p).ready > 0 {
+			return
+		}
+		if i >= 2 {
+			time.Sleep(20 * time.Millisecond) // for the fill after the answer
+		}
+	}
+	t.Fatalf("no namespace was attached ahead: %+v", aheadOf(p))
+}
+
+// aheadSpare warms p (aheadWarm) until its worker's ready ns spare has
+// entered a namespace attached ahead, and returns the spare's pid.
+func aheadSpare(t *testing.T, p *Pool, mounts []MountSpec) int {
+	t.Helper()
+	for range 10 {
+		aheadWarm(t, p, mounts)
+		if pid := nsSparePid(t, p.workers[0].live.Load()); aheadEntered(p, pid) {
+			return pid
+		}
+	}
+	t.Fatalf("the ready ns spare never entered a namespace attached ahead: %+v", aheadOf(p))
+	return 0
+}
+
+// aheadJobCode is a job that reports its scratch directory (TMPDIR, its
+// entries before it writes anything, HOME and PYNOX_OUTPUTS), writes a
+// file of its own there and an output, and reads /data.
+const aheadJobCode = `import os, sys
+t = os.environ["TMPDIR"]
+print(t, sorted(os.listdir(t)), os.environ["HOME"] == t, os.environ["PYNOX_OUTPUTS"] == t + "/outputs")
+open(os.path.join(t, "mine-%s" % sys.argv[1]), "w").write("x")
+open(os.path.join(os.environ["PYNOX_OUTPUTS"], "out-%s.txt" % sys.argv[1]), "w").write(sys.argv[1])
+print(open("/data/f.txt").read())
+`
+
+// TestAheadTakenAndRecycled: once a pool's mount jobs repeat their
+// mounts, a job takes a namespace attached ahead (its process entered it
+// before the job came) and it comes back for a later job once the job's
+// process is gone; each job still finds its own scratch directory empty
+// but for its outputs directory, with TMPDIR, HOME and PYNOX_OUTPUTS
+// pointing at it, sees its mount, and gets its outputs; the scratch
+// directories are emptied afterwards.
+func TestAheadTakenAndRecycled(t *testing.T) {
+	t.Parallel()
+	p, data, _ := nsPool(t)
+	mounts := []MountSpec{{HostPath: data, Path: "/data", Mode: ReadOnly}}
+	aheadWarm(t, p, mounts)
+	before := aheadOf(p)
+	for i := range 12 {
+		res := run(t, p, Job{Mounts: mounts, Code: aheadJobCode, Args: []string{strconv.Itoa(i)}})
+		requireOK(t, res)
+		lines := strings.Split(strings.TrimSpace(res.Stdout), "\n")
+		require.Len(t, lines, 2, res.Stdout)
+		dir := strings.Fields(lines[0])[0]
+		require.Equal(t, dir+" ['outputs'] True True", lines[0], "job %d: its scratch directory was not fresh", i)
+		require.Equal(t, "hello", lines[1])
+		require.Len(t, res.Files, 1)
+		require.Equal(t, dir+"/outputs/out-"+strconv.Itoa(i)+".txt", res.Files[0].Path)
+		require.Equal(t, strconv.Itoa(i), string(res.Files[0].Data))
+	}
+	after := aheadOf(p)
+	t.Logf("before %+v after %+v", before, after)
+	require.GreaterOrEqual(t, after.took-before.took, 8, "jobs did not take namespaces attached ahead")
+	require.Positive(t, after.offered-before.offered, "no job's process had entered its namespace ahead")
+	require.Positive(t, after.recycled-before.recycled, "no namespace came back after its job")
+	requireScratchEmpty(t, p, "scratch left behind after jobs in namespaces attached ahead")
+}
+
+// TestAheadOtherMounts: a job asking for other mounts than the namespace
+// attached ahead holds, whose process entered it already, gets exactly
+// its own: the part held before is gone, its mountpoint too (not even
+// the name shows), and the pool then stops attaching ahead until a part
+// repeats again.
+func TestAheadOtherMounts(t *testing.T) {
+	t.Parallel()
+	p, data := r13ProcPool(t)
+	out := filepath.Join(p.Config().Dir, "out")
+	require.NoError(t, os.Mkdir(out, 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(out, "o.txt"), []byte("other"), 0o644))
+	mounts := []MountSpec{{HostPath: data, Path: "/data", Mode: ReadOnly}}
+	pid := aheadSpare(t, p, mounts)
+	before := aheadOf(p)
+	res := run(t, p, Job{Mounts: []MountSpec{{HostPath: out, Path: "/deep/other", Mode: ReadOnly}}, Code: `import os
+print(os.path.lexists("/data"), os.path.lexists("/deep/other/o.txt") and open("/deep/other/o.txt").read(), os.readlink("/proc/self"))`,
+		AllowRead: []string{"/proc"}})
+	requireOK(t, res)
+	require.Equal(t, fmt.Sprintf("False other %d\n", pid), res.Stdout, "the job did not run in the spare that entered the namespace ahead, or saw its mount")
+	require.Equal(t, before.reattached+1, aheadOf(p).reattached)
+	require.False(t, aheadOf(p).active, "the pool kept attaching ahead the part no job asks for now")
+	// The first part again: served, and attached ahead again once it repeats.
+	for range 3 {
+		res = run(t, p, Job{Mounts: mounts, Code: `import os; print(open("/data/f.txt").read(), os.path.lexists("/deep"))`})
+		requireOK(t, res)
+		require.Equal(t, "hello False\n", res.Stdout)
+	}
+	require.True(t, aheadOf(p).active)
+}
+
+// TestAheadSourceChanged: a namespace attached ahead is not taken when
+// what the job's request names is not what it shows: the host directory
+// replaced by another at the same path, or a file system mounted beneath
+// it since (each job sees the host as it was when its request was
+// accepted).
+func TestAheadSourceChanged(t *testing.T) {
+	t.Parallel()
+	p, data, _ := nsPool(t)
+	mounts := []MountSpec{{HostPath: data, Path: "/data", Mode: ReadOnly}}
+	aheadWarm(t, p, mounts)
+	// Replaced: renamed away, a new directory in its place.
+	require.NoError(t, os.Rename(data, data+".old"))
+	require.NoError(t, os.Mkdir(data, 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(data, "f.txt"), []byte("new"), 0o644))
+	res := run(t, p, Job{Mounts: mounts, Code: `print(open("/data/f.txt").read())`})
+	requireOK(t, res)
+	require.Equal(t, "new\n", res.Stdout)
+	// A tmpfs mounted beneath the source after the namespaces ahead were
+	// attached shows, and its unmount shows too.
+	aheadWarm(t, p, mounts)
+	sub := filepath.Join(data, "sub")
+	require.NoError(t, os.Mkdir(sub, 0o755))
+	aheadWarm(t, p, mounts)
+	if err := unix.Mount("pynox-ahead", sub, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "size=1m"); err != nil {
+		t.Skipf("cannot mount a tmpfs for the test (%v): the mount-change case is not checked", err)
+	}
+	mounted := true
+	defer func() {
+		if mounted {
+			unix.Unmount(sub, unix.MNT_DETACH)
+		}
+	}()
+	require.NoError(t, os.WriteFile(filepath.Join(sub, "in-tmpfs"), []byte("t"), 0o644))
+
+	res = run(t, p, Job{Mounts: mounts, Code: `import os; print(sorted(os.listdir("/data/sub")))`})
+	requireOK(t, res)
+	require.Equal(t, "['in-tmpfs']\n", res.Stdout, "a namespace attached before the host's mount was taken: %+v", aheadOf(p))
+	aheadWarm(t, p, mounts)
+	require.NoError(t, unix.Unmount(sub, 0))
+	mounted = false
+	res = run(t, p, Job{Mounts: mounts, Code: `import os; print(sorted(os.listdir("/data/sub")))`})
+	requireOK(t, res)
+	require.Equal(t, "[]\n", res.Stdout, "a namespace attached before the host's unmount was taken")
+}
+
+// TestAheadOverlayFresh: an overlay attached ahead is as empty as a fresh
+// one, and a namespace with an overlay is never taken back for another
+// job: no job sees another's overlay writes.
+func TestAheadOverlayFresh(t *testing.T) {
+	t.Parallel()
+	p, data, _ := nsPool(t)
+	mounts := []MountSpec{{HostPath: data, Path: "/work", Mode: Overlay}}
+	aheadWarm(t, p, mounts)
+	before := aheadOf(p)
+	for i := range 6 {
+		res := run(t, p, Job{Mounts: mounts, Code: `import os, sys
+print(sorted(os.listdir("/work")))
+open("/work/w-" + sys.argv[1], "w").write("x")`, Args: []string{strconv.Itoa(i)}})
+		requireOK(t, res)
+		require.Equal(t, "['f.txt', 'fifo']\n", res.Stdout, "job %d saw another job's overlay writes", i)
+	}
+	after := aheadOf(p)
+	require.Positive(t, after.took-before.took)
+	require.Equal(t, before.recycled, after.recycled, "a namespace with an overlay came back for another job")
+	_, err := os.Stat(filepath.Join(data, "w-0"))
+	require.ErrorIs(t, err, os.ErrNotExist, "an overlay write reached the host")
+}
+
+// TestAheadConcurrentScratch: jobs running at once in namespaces attached
+// ahead (two workers, taken and recycled many times) each see only their
+// own scratch directory, never another's, and a different one from every
+// job running beside them.
+func TestAheadConcurrentScratch(t *testing.T) {
+	t.Parallel()
+	p := newTestPool(t, Config{Workers: 2})
+	requireNS(t, p)
+	data := filepath.Join(p.Config().Dir, "data")
+	require.NoError(t, os.Mkdir(data, 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(data, "f.txt"), []byte("hello"), 0o644))
+	mounts := []MountSpec{{HostPath: data, Path: "/data", Mode: ReadOnly}}
+	aheadWarm(t, p, mounts)
+	before := aheadOf(p)
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	errs := []string{}
+	for i := range 24 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			res := run(t, p, Job{Mounts: mounts, Args: []string{strconv.Itoa(i)}, Code: `import os, sys, time
+t = os.environ["TMPDIR"]
+first = sorted(os.listdir(t))
+open(os.path.join(t, "mine"), "w").write(sys.argv[1])
+time.sleep(0.02)
+print(first, sorted(os.listdir(t)), open(os.path.join(t, "mine")).read(), open("/data/f.txt").read())`})
+			if res.Error != nil || res.Stdout != fmt.Sprintf("['outputs'] ['mine', 'outputs'] %d hello\n", i) {
+				mu.Lock()
+				errs = append(errs, fmt.Sprintf("job %d: %+v %q %q", i, res.Error, res.Stdout, res.Stderr))
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	require.Empty(t, errs)
+	after := aheadOf(p)
+	t.Logf("before %+v after %+v", before, after)
+	require.Positive(t, after.took-before.took)
+	requireScratchEmpty(t, p, "scratch left behind")
+}
+
+// TestAheadIdleStops: a pool stops attaching ahead, and drops what it
+// attached, once no mount job came for a while.
+func TestAheadIdleStops(t *testing.T) {
+	t.Parallel()
+	p, data, _ := nsPool(t)
+	p.ns.ahead.mu.Lock()
+	p.ns.ahead.idleAfter = 300 * time.Millisecond
+	p.ns.ahead.mu.Unlock()
+	mounts := []MountSpec{{HostPath: data, Path: "/data", Mode: ReadOnly}}
+	aheadWarm(t, p, mounts)
+	require.True(t, eventually(func() bool { s := aheadOf(p); return !s.active && s.ready == 0 }), "still attaching ahead: %+v", aheadOf(p))
+	requireOK(t, run(t, p, Job{Mounts: mounts, Code: `print(open("/data/f.txt").read())`}))
+}
