@@ -17,7 +17,7 @@ import (
 // aheadStats is what a pool's namespaces attached ahead did so far.
 type aheadStats struct {
 	took, offered, recycled, reattached, ready int
-	active                                   bool
+	active                                     bool
 }
 
 func aheadOf(p *Pool) aheadStats {
