@@ -316,6 +316,20 @@
 // mounter rebuilds its stock at nice 10, and at the normal priority once
 // a request waits for it. See SECURITY.md ("Leased namespaces").
 //
+// A pool whose mount jobs repeat their mounts (two jobs in a row with
+// the same part: mounts, grants, overlay sizes) skips even that: it has
+// the mounter attach the part ahead, with a fresh scratch directory, and
+// the ready ns spare enters such a namespace instead of a lease. A job
+// whose sources are the very objects the namespace shows (device, inode
+// and unique mount id, the same paths and modes) and before which no
+// mount changed in the pool's mount namespace runs in it as it is, its
+// scratch directory the namespace's; any other job in that spare has the
+// mounter replace the part with its own first. A one-shot job's
+// namespace without overlays is taken back once the job's process is
+// reaped, its scratch directory emptied, for the next job asking for
+// the same part. The pool stops after 30 s without mount jobs. See
+// SECURITY.md ("Namespaces attached ahead, and taken back").
+//
 // The part of that tree no request changes (the runtime and system
 // paths, the devices, /proc, the host's links, the working directory) is
 // the pool's base, computed once: at the first job that needs a

@@ -20,42 +20,60 @@ import (
 // A mount job's namespace needs the mounter to attach the job's part
 // (its mounts, its grants and its scratch directory) to a prepared
 // namespace: a round trip to the mounter and three process wake-ups on
-// the job's path, about 1 ms on our 2-vCPU machines, most of a trivial
-// job's time again. A pool whose mount jobs keep asking for the same
-// mounts (an agent backend whose jobs all see a tenant's /data, say)
-// pays it for nothing: the pool attaches them ahead, off the job's path,
-// and a job that asks for exactly them takes such a namespace as it is.
+// the job's path (about 1 ms on our 2-vCPU machines, most of a trivial
+// job's time again), and, per job, the mounter's build of the next
+// prepared namespace and the kernel's teardown of the last (some 2.5 ms
+// of CPU). A pool whose mount jobs keep asking for the same mounts (an
+// agent backend whose jobs all see a tenant's /data, say) pays it for
+// nothing. Once two mount jobs in a row (one-shot jobs or sessions)
+// asked for the same part, the pool attaches that part ahead, off any
+// job's path, to up to one namespace per worker and one more; the
+// templates' ready ns spares enter such a namespace before their job
+// (as they enter a leased one otherwise: Pool.nsLease), and a job that
+// asks for exactly that part runs in it as it is: no attach, no wait.
 //
-// "Exactly them" is checked against the objects, not the names: each
-// mount and grant source the job's request resolved (its own O_PATH
+// "Exactly that part" is checked against the objects, not the names:
+// each mount and grant source the job's request resolved (its own O_PATH
 // descriptors, opened when it was accepted) must be the very directory
-// or file the namespace shows there (the same device and inode, on the
-// same mount by the kernel's unique mount id), at the same path, with
-// the same mode, flags and overlay size; and no mount may have been made
-// or removed in the pool's mount namespace since the namespace ahead was
-// attached (the kernel's change counter, which /proc/self/mountinfo
-// reports as POLLPRI), so that a submount the host added or removed
-// under a source since shows as a fresh attach would show it. The job's
-// scratch directory is never shared: each namespace ahead holds one of
-// its own, fresh and empty, which the matching job takes over as its
-// scratch directory (TMPDIR, HOME and PYNOX_OUTPUTS follow it). Overlays
-// ahead are empty, as a fresh one is. Anything else, or a namespace
-// ahead that is stale, means the job's mounts are attached as before.
+// or file the namespace shows there (the same type, device and inode, on
+// the same mount by the kernel's never-reused mount id), at the same
+// path, with the same mode, flags and overlay size, and with the same
+// Landlock rules on the namespace's own mounts; and no mount may have
+// been made or removed in the pool's mount namespace since the namespace
+// ahead was attached (the kernel's change mark on /proc/self/mountinfo,
+// POLLPRI), so that a file system mounted or unmounted under a source
+// since shows as a fresh attach would show it. The job's scratch
+// directory is never shared: each namespace ahead holds one of its own,
+// empty, which the job takes over as its scratch directory (TMPDIR, HOME
+// and PYNOX_OUTPUTS follow it). Overlays ahead are empty, as a fresh
+// one is.
 //
-// Prediction: the pool attaches ahead only once two mount jobs in a row
-// (one-shot jobs or sessions) asked for the same mounts, at most one
-// namespace per worker, and stops when a job asks for others (the
-// namespaces ahead are dropped) or when no mount job came for
-// nsAheadIdle. While it attaches ahead, the templates' ready ns spares
-// do not enter a leased namespace before their job (they enter the
-// job's when it comes): a namespace ahead can be entered only by a
-// process that entered none yet.
+// A job whose part differs (or a namespace ahead made stale by a mount
+// change) in a spare that entered a namespace ahead gets its own part
+// through the mounter's reattach (mountns.Mounter.Reattach): the part
+// held is detached and its mountpoints removed (no name of it stays),
+// then the job's is attached, the root made read-only last, as an attach
+// to a leased namespace does; the spare waits for it before anything
+// else. The pool then stops attaching ahead until a part repeats again.
 //
-// What the pool keeps meanwhile: copies of the sources' descriptors (the
-// last job's), and the namespaces ahead, which hold clones of the
+// A one-shot job's namespace that holds no overlay comes back once the
+// job's process has exited and been reaped (nothing of the job can act
+// any more: jobs cannot fork), its scratch directory emptied in place
+// (as the pool empties one before another job gets it), and serves a
+// later job asking for the same part: no new namespace is built and none
+// is torn down. Nothing a job could change stays in it: its mounts and
+// root are beyond the job's reach (no capability, seccomp, a read-only
+// root), its binds are the host's own directories (a read-write one is
+// the host's directory for every job given it), and the scratch
+// directory is emptied first.
+//
+// What the pool keeps meanwhile: copies of the last part's source
+// descriptors and the namespaces ahead, which hold clones of the
 // sources' mounts: an unmount of a source's file system on the host is
-// busy until they go (a lazy unmount, umount -l, is not), at most
-// nsAheadIdle after the last mount job.
+// busy while they live (a lazy unmount, umount -l, is not), at most
+// nsAheadIdle after the last mount job. A job with /proc in its grants
+// sees, in a ready ns spare's mountinfo, the part the pool's jobs keep
+// asking for, as it sees a running job's mounts.
 
 // nsAheadIdle is how long a pool keeps attaching ahead after its last
 // mount job.
