@@ -1,6 +1,7 @@
 package pynox
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -270,4 +271,37 @@ func TestAheadIdleStops(t *testing.T) {
 	aheadWarm(t, p, mounts)
 	require.True(t, eventually(func() bool { s := aheadOf(p); return !s.active && s.ready == 0 }), "still attaching ahead: %+v", aheadOf(p))
 	requireOK(t, run(t, p, Job{Mounts: mounts, Code: `print(open("/data/f.txt").read())`}))
+}
+
+// TestAheadMounterDies: with the mounter dead, a job asking for other
+// mounts than the namespace its spare entered ahead holds cannot have
+// them attached: it fails closed (SandboxSetupError, no code ran) and
+// nothing hangs; a job asking for the part attached ahead may still run
+// in one (it needs no mounter), and jobs without mounts are served.
+func TestAheadMounterDies(t *testing.T) {
+	before := mounterPids(t)
+	p, data, out := nsPool(t)
+	mounts := []MountSpec{{HostPath: data, Path: "/data", Mode: ReadOnly}}
+	aheadSpare(t, p, mounts)
+	mounter := newMounter(t, before)
+	require.NoError(t, unix.Kill(mounter, unix.SIGKILL))
+	require.True(t, eventually(func() bool { return !processAlive(mounter) }))
+	marker := filepath.Join(out, "ran")
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	res, err := p.Run(ctx, Job{Mounts: []MountSpec{{HostPath: out, Path: "/out", Mode: ReadWrite}},
+		Code: `open("/out/ran", "w").write("ran")`})
+	require.NoError(t, err, "a mount job after the mounter's death did not answer")
+	require.NotNil(t, res.Error)
+	require.Equal(t, "SandboxSetupError", res.Error.Type, res.Error.Message)
+	require.Contains(t, res.Error.Message, "no code ran")
+	require.NoFileExists(t, marker)
+	res, err = p.Run(ctx, Job{Mounts: mounts, Code: `print(open("/data/f.txt").read())`})
+	require.NoError(t, err)
+	if res.Error == nil {
+		require.Equal(t, "hello\n", res.Stdout)
+	} else {
+		require.Equal(t, "SandboxSetupError", res.Error.Type, res.Error.Message)
+	}
+	requireOK(t, run(t, p, Job{Code: "print(1)"}))
 }
