@@ -29,6 +29,17 @@ func aheadOf(p *Pool) aheadStats {
 		ready: len(a.ready), active: a.src != nil}
 }
 
+// aheadDrop makes p drop what it attached ahead (as after nsAheadIdle
+// without mount jobs), for tests that count what the pool holds.
+func aheadDrop(p *Pool) {
+	a := &p.ns.ahead
+	a.mu.Lock()
+	a.last, a.streak = nil, 0
+	r := a.dropLocked()
+	a.mu.Unlock()
+	p.discardAhead(r)
+}
+
 // aheadEntered says whether the process pid sits in a namespace showing
 // a mount at /data (one attached ahead: a leased one shows none before
 // its job), waiting up to 2 s for it to enter one.
