@@ -86,6 +86,13 @@ func aheadSpare(t *testing.T, p *Pool, mounts []MountSpec) int {
 	return 0
 }
 
+// aheadUsed says whether, from before to after, jobs took namespaces
+// attached ahead (some entered by their process before the job) and
+// some came back after their job, a few times each.
+func aheadUsed(before, after aheadStats) bool {
+	return after.took-before.took >= 4 && after.offered-before.offered >= 2 && after.recycled-before.recycled >= 2
+}
+
 // aheadJobCode is a job that reports its scratch directory (TMPDIR, its
 // entries before it writes anything, HOME and PYNOX_OUTPUTS), writes a
 // file of its own there and an output, and reads /data.
@@ -110,7 +117,10 @@ func TestAheadTakenAndRecycled(t *testing.T) {
 	mounts := []MountSpec{{HostPath: data, Path: "/data", Mode: ReadOnly}}
 	aheadWarm(t, p, mounts)
 	before := aheadOf(p)
-	for i := range 12 {
+	// At least 12 jobs, more while a namespace attached ahead was not yet
+	// taken and taken back a few times (a mount change in the process,
+	// which other tests' pools make as they start, makes one stale).
+	for i := 0; i < 12 || (i < 60 && !aheadUsed(before, aheadOf(p))); i++ {
 		res := run(t, p, Job{Mounts: mounts, Code: aheadJobCode, Args: []string{strconv.Itoa(i)}})
 		requireOK(t, res)
 		lines := strings.Split(strings.TrimSpace(res.Stdout), "\n")
@@ -124,9 +134,7 @@ func TestAheadTakenAndRecycled(t *testing.T) {
 	}
 	after := aheadOf(p)
 	t.Logf("before %+v after %+v", before, after)
-	require.GreaterOrEqual(t, after.took-before.took, 8, "jobs did not take namespaces attached ahead")
-	require.Positive(t, after.offered-before.offered, "no job's process had entered its namespace ahead")
-	require.Positive(t, after.recycled-before.recycled, "no namespace came back after its job")
+	require.True(t, aheadUsed(before, after), "namespaces attached ahead were not taken, entered ahead and taken back")
 	requireScratchEmpty(t, p, "scratch left behind after jobs in namespaces attached ahead")
 }
 
