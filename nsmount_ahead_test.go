@@ -324,3 +324,36 @@ func TestAheadMounterDies(t *testing.T) {
 	}
 	requireOK(t, run(t, p, Job{Code: "print(1)"}))
 }
+
+// TestAheadSession: a session asking for the part attached ahead may
+// start in such a namespace (it is never taken back: a session keeps its
+// namespace): its scratch directory starts empty, each step gets the
+// outputs it wrote, and its files stay between steps.
+func TestAheadSession(t *testing.T) {
+	t.Parallel()
+	p, data, _ := nsPool(t)
+	mounts := []MountSpec{{HostPath: data, Path: "/data", Mode: ReadOnly}}
+	took := false
+	for attempt := 0; !took && attempt < 5; attempt++ {
+		aheadSpare(t, p, mounts)
+		before := aheadOf(p)
+		c, err := p.Checkout(t.Context(), Job{Mounts: mounts})
+		require.NoError(t, err)
+		for i := range 2 {
+			ev, err := c.Feed(t.Context(), Step{Code: `import os
+t = os.environ["TMPDIR"]
+print(sorted(os.listdir(t)), open("/data/f.txt").read())
+open(os.path.join(t, "kept-%d" % ` + strconv.Itoa(i) + `), "w").write("k")
+open(os.path.join(os.environ["PYNOX_OUTPUTS"], "step-%d.txt" % ` + strconv.Itoa(i) + `), "w").write("s")`})
+			require.NoError(t, err)
+			requireOK(t, ev.Result)
+			want := map[int]string{0: "['outputs'] hello\n", 1: "['kept-0', 'outputs'] hello\n"}[i]
+			require.Equal(t, want, ev.Result.Stdout, "step %d", i)
+			require.Len(t, ev.Result.Files, 1, "step %d", i)
+			require.True(t, strings.HasSuffix(ev.Result.Files[0].Path, "/outputs/step-"+strconv.Itoa(i)+".txt"), ev.Result.Files[0].Path)
+		}
+		took = aheadOf(p).took > before.took
+		require.NoError(t, c.Finish(t.Context()))
+	}
+	require.True(t, took, "no session started in a namespace attached ahead")
+}
