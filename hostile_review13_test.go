@@ -624,6 +624,32 @@ print(open("/" + N + "/f.txt").read(), [o for o in ` + string(all) + ` if o != N
 		}()
 	}
 	wg.Wait()
+	// Namespaces attached ahead in a pool that confines itself (each at a
+	// slot of its own): a job in one holds no capability, its root is
+	// read-only; a job asking for other mounts in a spare that entered
+	// one (the mounter's reattach) sees none of the part it held, not
+	// even the mountpoint's name.
+	ahead := []MountSpec{{HostPath: data, Path: secret}}
+	took, reattached := false, false
+	for attempt := 0; attempt < 10 && !(took && reattached); attempt++ {
+		aheadWarm(t, p, ahead)
+		before := aheadOf(p)
+		res = run(t, p, Job{Mounts: ahead, AllowRead: []string{"/proc"}, Code: r13StateCode})
+		requireOK(t, res)
+		st := r13Line(t, res, "STATE")
+		require.Equal(t, []any{"0000000000000000", "0000000000000000", "0000000000000000", "0000000000000000", "0000000000000000"}, st["caps"])
+		require.Equal(t, true, st["rootro"])
+		took = took || aheadOf(p).took > before.took
+		aheadWarm(t, p, ahead)
+		before = aheadOf(p)
+		res = run(t, p, Job{Mounts: []MountSpec{{HostPath: data, Path: "/data"}}, Code: `import os
+print(os.path.lexists(` + pyQuote(secret) + `), open("/data/f.txt").read())`})
+		requireOK(t, res)
+		require.Equal(t, "False hello\n", res.Stdout)
+		reattached = reattached || aheadOf(p).reattached > before.reattached
+	}
+	require.True(t, took, "no job ran in a namespace attached ahead")
+	require.True(t, reattached, "no job's mounts replaced the part a namespace attached ahead held")
 	advServes(t, p)
 }
 
