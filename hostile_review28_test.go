@@ -2,6 +2,7 @@ package pynox
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -535,5 +536,40 @@ time.sleep(0.9)`})
 		for _, f := range a.Files {
 			require.NotEqual(t, "tenant B", string(f.Data), "job A's result holds job B's file %s (B's TMPDIR %s)", f.Path, strings.TrimSpace(b.Stdout))
 		}
+	}
+}
+
+// Probe: the reattach removes the mountpoints the part held before, and
+// the directories above them it left empty; never the namespace's own
+// entries, such as the pool's working directory (an empty directory of
+// the base, where each job starts): a job whose spare entered a namespace
+// ahead holding a grant at (or beneath) the working directory, and which
+// asks for other mounts, still starts in its working directory.
+func TestHostileReview28ReattachKeepsWorkdir(t *testing.T) {
+	t.Parallel()
+	p, data := r13ProcPool(t)
+	dir := p.Config().Dir
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "rel.txt"), []byte("rel"), 0o644))
+	mounts := []MountSpec{{HostPath: data, Path: "/data", Mode: ReadOnly}}
+	for _, grant := range []string{dir, data} {
+		warm := Job{Mounts: mounts, AllowRead: []string{grant}, Code: "pass"}
+		pid := 0
+		for range 10 {
+			for range 3 {
+				requireOK(t, run(t, p, warm))
+			}
+			time.Sleep(50 * time.Millisecond)
+			if q := nsSparePid(t, p.workers[0].live.Load()); r28HasMount(q, grant) {
+				pid = q
+				break
+			}
+		}
+		require.NotZero(t, pid, "the ready ns spare never entered a namespace attached ahead holding %s", grant)
+		before := aheadOf(p)
+		res := run(t, p, Job{Mounts: mounts, Code: `import os
+print(os.readlink("/proc/self"), os.getcwd(), os.path.isdir(` + pyQuote(dir) + `))`})
+		requireOK(t, res)
+		require.Equal(t, before.reattached+1, aheadOf(p).reattached, "grant %s: no reattach", grant)
+		require.Equal(t, fmt.Sprintf("%d %s True\n", pid, dir), res.Stdout, "grant %s: the job did not start in its working directory", grant)
 	}
 }
