@@ -544,7 +544,9 @@ time.sleep(0.9)`})
 // entries, such as the pool's working directory (an empty directory of
 // the base, where each job starts): a job whose spare entered a namespace
 // ahead holding a grant at (or beneath) the working directory, and which
-// asks for other mounts, still starts in its working directory.
+// asks for other mounts, still starts in its working directory; the old
+// part's names (its grant's mountpoint, its scratch directory's) are
+// gone.
 func TestHostileReview28ReattachKeepsWorkdir(t *testing.T) {
 	t.Parallel()
 	p, data := r13ProcPool(t)
@@ -565,11 +567,69 @@ func TestHostileReview28ReattachKeepsWorkdir(t *testing.T) {
 			}
 		}
 		require.NotZero(t, pid, "the ready ns spare never entered a namespace attached ahead holding %s", grant)
+		// The namespace ahead's own scratch directory, which the
+		// reattach detaches and whose name it removes.
+		mi, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/mountinfo")
+		require.NoError(t, err)
+		aheadScratch := ""
+		for _, l := range strings.Split(string(mi), "\n") {
+			if f := strings.Fields(l); len(f) > 4 && strings.HasPrefix(f[4], p.scratch.path+"/") {
+				aheadScratch = f[4]
+			}
+		}
+		require.NotEmpty(t, aheadScratch, "no scratch directory in the namespace ahead")
 		before := aheadOf(p)
 		res := run(t, p, Job{Mounts: mounts, Code: `import os
-print(os.readlink("/proc/self"), os.getcwd(), os.path.isdir(` + pyQuote(dir) + `))`})
+print(os.readlink("/proc/self"), os.getcwd(), os.path.isdir(` + pyQuote(dir) + `), os.path.lexists(` + pyQuote(aheadScratch) + `), os.path.lexists(` + pyQuote(grant) + `))`})
 		requireOK(t, res)
 		require.Equal(t, before.reattached+1, aheadOf(p).reattached, "grant %s: no reattach", grant)
-		require.Equal(t, fmt.Sprintf("%d %s True\n", pid, dir), res.Stdout, "grant %s: the job did not start in its working directory", grant)
+		want := fmt.Sprintf("%d %s True False %s\n", pid, dir, map[bool]string{true: "True", false: "False"}[grant == dir])
+		require.Equal(t, want, res.Stdout, "grant %s: the job did not start in its working directory, or saw the old part's names (scratch %s)", grant, aheadScratch)
 	}
+}
+
+// Probe: two tenants whose jobs mount different host directories at the
+// same path, run at once on two workers in runs of various lengths (so
+// that the pool keeps starting and dropping namespaces ahead, and spares
+// sitting in one tenant's are reattached for the other's): every job
+// sees its own tenant's directory and its own empty scratch directory.
+func TestHostileReview28TwoTenantsSamePath(t *testing.T) {
+	t.Parallel()
+	p := newTestPool(t, Config{Workers: 2})
+	requireNS(t, p)
+	dir := p.Config().Dir
+	src := map[string]string{}
+	for _, who := range []string{"A", "B"} {
+		d := filepath.Join(dir, who)
+		require.NoError(t, os.Mkdir(d, 0o755))
+		require.NoError(t, os.WriteFile(filepath.Join(d, "who"), []byte(who), 0o644))
+		src[who] = d
+	}
+	pattern := "AAABBABBBAAAABABBAAB"
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var errs []string
+	for lane := range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range pattern {
+				who := string(pattern[(i+lane*3)%len(pattern)])
+				res := run(t, p, Job{Mounts: []MountSpec{{HostPath: src[who], Path: "/data", Mode: ReadOnly}}, Code: `import os
+t = os.environ["TMPDIR"]
+first = sorted(os.listdir(t))
+open(t + "/mine", "w").write("x")
+print(open("/data/who").read(), first)`})
+				if res.Error != nil || res.Stdout != who+" ['outputs']\n" {
+					mu.Lock()
+					errs = append(errs, fmt.Sprintf("lane %d job %d (%s): %v %q %q", lane, i, who, res.Error, res.Stdout, res.Stderr))
+					mu.Unlock()
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	t.Logf("ahead %+v", aheadOf(p))
+	require.Empty(t, errs)
+	requireScratchEmpty(t, p, "scratch left behind")
 }
