@@ -633,3 +633,84 @@ print(open("/data/who").read(), first)`})
 	require.Empty(t, errs)
 	requireScratchEmpty(t, p, "scratch left behind")
 }
+
+// Probe: an overlay attached ahead shows the host directory beneath it
+// as it is when the job runs, not as it was when the overlay was
+// attached: files added, changed and removed on the host since.
+func TestHostileReview28OverlayLowerChanged(t *testing.T) {
+	t.Parallel()
+	p, data, _ := nsPool(t)
+	mounts := []MountSpec{{HostPath: data, Path: "/work", Mode: Overlay}}
+	took := 0
+	for i := range 4 {
+		aheadWarm(t, p, mounts)
+		time.Sleep(50 * time.Millisecond)
+		name := "added-" + strconv.Itoa(i)
+		require.NoError(t, os.WriteFile(filepath.Join(data, name), []byte(name), 0o644))
+		require.NoError(t, os.WriteFile(filepath.Join(data, "f.txt"), []byte("v"+strconv.Itoa(i)), 0o644))
+		if i > 0 {
+			require.NoError(t, os.Remove(filepath.Join(data, "added-"+strconv.Itoa(i-1))))
+		}
+		before := aheadOf(p)
+		res := run(t, p, Job{Mounts: mounts, Code: `import os
+print(sorted(os.listdir("/work")), open("/work/f.txt").read())`})
+		requireOK(t, res)
+		require.Equal(t, fmt.Sprintf("['%s', 'f.txt', 'fifo'] v%d\n", name, i), res.Stdout, "round %d (%+v -> %+v)", i, before, aheadOf(p))
+		took += aheadOf(p).took - before.took
+	}
+	require.Positive(t, took, "no job took a namespace attached ahead")
+}
+
+// Probe (an open finding, see the report of review 28): a host file
+// system whose directory the pool's mount jobs kept asking for can be
+// unmounted (not lazily) once the pool stopped attaching ahead: the
+// clones in the namespaces ahead do not make the unmount busy. But a
+// ready ns spare that entered a namespace ahead keeps it, and the file
+// system's contents with it, after the pool dropped the others and after
+// the host's unmount, until its next job comes (however long the pool
+// then idles): the test shows the contents through the spare's root.
+func TestHostileReview28IdleSourcePinned(t *testing.T) {
+	t.Parallel()
+	p, _ := r13ProcPool(t)
+	p.ns.ahead.mu.Lock()
+	p.ns.ahead.idleAfter = 300 * time.Millisecond
+	p.ns.ahead.mu.Unlock()
+	vol := filepath.Join(p.Config().Dir, "vol")
+	require.NoError(t, os.Mkdir(vol, 0o755))
+	if err := unix.Mount("pynox-r28", vol, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "size=1m"); err != nil {
+		t.Skipf("cannot mount a tmpfs for the test (%v)", err)
+	}
+	mounted := true
+	defer func() {
+		if mounted {
+			unix.Unmount(vol, unix.MNT_DETACH)
+		}
+	}()
+	require.NoError(t, os.WriteFile(filepath.Join(vol, "f.txt"), []byte("vol"), 0o644))
+	mounts := []MountSpec{{HostPath: vol, Path: "/data", Mode: ReadOnly}}
+	pid := 0
+	for range 10 {
+		for range 3 {
+			requireOK(t, run(t, p, Job{Mounts: mounts, Code: "pass"}))
+		}
+		if q := nsSparePid(t, p.workers[0].live.Load()); r28HasMount(q, "/data") {
+			pid = q
+			break
+		}
+	}
+	require.NotZero(t, pid, "the ready ns spare never entered a namespace attached ahead")
+	require.True(t, eventually(func() bool { s := aheadOf(p); return !s.active && s.ready == 0 }), "still attaching ahead: %+v", aheadOf(p))
+	var err error
+	ok := eventually(func() bool {
+		err = unix.Unmount(vol, 0)
+		return err == nil
+	})
+	if ok {
+		mounted = false
+	}
+	require.True(t, ok, "the host's file system could not be unmounted after the pool stopped attaching ahead (%v): the ready ns spare %d still holds a namespace ahead (%v)", err, pid, r28HasMount(pid, "/data"))
+	// Its contents live on in the namespace ahead the spare sits in.
+	time.Sleep(200 * time.Millisecond)
+	b, _ := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/root/data/f.txt")
+	t.Logf("spare %d: /data/f.txt through its root after the pool went idle and the host unmounted: %q", pid, b)
+}

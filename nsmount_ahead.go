@@ -53,9 +53,11 @@ import (
 //
 // What the pool keeps meanwhile: copies of the sources' descriptors (the
 // last job's), and the namespaces ahead, which hold clones of the
-// sources' mounts: an unmount of a source's file system on the host is
-// busy until they go (a lazy unmount, umount -l, is not), at most
-// nsAheadIdle after the last mount job.
+// sources' mounts: the host's unmount of a source's file system is not
+// busy for them, but the file system lives on (as after a lazy unmount)
+// until they go: nsAheadIdle after the last mount job for those the pool
+// holds, but a ready ns spare that entered one keeps it until its job
+// comes (review 28: TestHostileReview28IdleSourcePinned).
 
 // nsAheadIdle is how long a pool keeps attaching ahead after its last
 // mount job.
