@@ -714,3 +714,44 @@ func TestHostileReview28IdleSourcePinned(t *testing.T) {
 	b, _ := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/root/data/f.txt")
 	t.Logf("spare %d: /data/f.txt through its root after the pool went idle and the host unmounted: %q", pid, b)
 }
+
+const r28SelfConfineEnv = "PYNOX_R28_SELFCONFINE"
+
+// Probe: in a pool that confines itself (shared root with slots, its own
+// scratch tmpfs), namespaces are attached ahead, taken and recycled, and
+// a job asking for other mounts than the namespace ahead its spare
+// entered gets them (the mounter's reattach), with nothing of the old
+// part; the jobs' scratch directories are fresh.
+func TestHostileReview28SelfConfined(t *testing.T) {
+	dir, child := nsChildProcess(t, r28SelfConfineEnv)
+	if !child {
+		return
+	}
+	p := selfConfinedPool(t, dir, 1, "/proc")
+	requireNS(t, p)
+	data := helloDataDir(t, dir)
+	other := filepath.Join(dir, "other")
+	require.NoError(t, os.Mkdir(other, 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(other, "o.txt"), []byte("other"), 0o644))
+	mounts := []MountSpec{{HostPath: data, Path: "/data", Mode: ReadOnly}}
+	reattached := 0
+	for round := range 6 {
+		aheadWarm(t, p, mounts)
+		before := aheadOf(p)
+		res := run(t, p, Job{Mounts: mounts, Code: aheadJobCode, Args: []string{"x"}})
+		requireOK(t, res)
+		require.Contains(t, res.Stdout, "['outputs'] True True\n")
+		aheadWarm(t, p, mounts)
+		time.Sleep(100 * time.Millisecond) // the ready ns spare enters one
+		mid := aheadOf(p)
+		res = run(t, p, Job{Mounts: []MountSpec{{HostPath: other, Path: "/o/p", Mode: ReadOnly}}, Code: `import os
+print(os.path.lexists("/data"), open("/o/p/o.txt").read(), sorted(os.listdir(os.environ["TMPDIR"])))`})
+		requireOK(t, res)
+		require.Equal(t, "False other ['outputs']\n", res.Stdout, "round %d", round)
+		after := aheadOf(p)
+		t.Logf("round %d: %+v -> %+v", round, before, after)
+		require.Positive(t, after.took-before.took)
+		reattached += after.reattached - mid.reattached
+	}
+	require.Positive(t, reattached, "no job was reattached")
+}
