@@ -631,6 +631,7 @@ print(open("/data/who").read(), first)`})
 	wg.Wait()
 	t.Logf("ahead %+v", aheadOf(p))
 	require.Empty(t, errs)
+	require.Positive(t, aheadOf(p).took, "no job took a namespace ahead")
 	requireScratchEmpty(t, p, "scratch left behind")
 }
 
@@ -754,4 +755,54 @@ print(os.path.lexists("/data"), open("/o/p/o.txt").read(), sorted(os.listdir(os.
 		reattached += after.reattached - mid.reattached
 	}
 	require.Positive(t, reattached, "no job was reattached")
+}
+
+// Probe: the pool's idle expiry firing all the time (every few
+// tens of milliseconds) while jobs on two workers take, recycle and reattach
+// namespaces ahead, and the mount set changes now and then: every job
+// sees its own mounts and a fresh scratch directory, and nothing is left
+// in the scratch root afterwards.
+func TestHostileReview28IdleChurn(t *testing.T) {
+	t.Parallel()
+	p := newTestPool(t, Config{Workers: 2})
+	requireNS(t, p)
+	p.ns.ahead.mu.Lock()
+	p.ns.ahead.idleAfter = 25 * time.Millisecond
+	p.ns.ahead.mu.Unlock()
+	dir := p.Config().Dir
+	src := map[string]string{}
+	for _, who := range []string{"A", "B"} {
+		d := filepath.Join(dir, who)
+		require.NoError(t, os.Mkdir(d, 0o755))
+		require.NoError(t, os.WriteFile(filepath.Join(d, "who"), []byte(who), 0o644))
+		src[who] = d
+	}
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var errs []string
+	for lane := range 3 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 14 {
+				time.Sleep(time.Duration((i*7+lane*11)%30) * time.Millisecond)
+				who := map[bool]string{true: "A", false: "B"}[(i/5+lane)%3 != 0]
+				res := run(t, p, Job{Mounts: []MountSpec{{HostPath: src[who], Path: "/data", Mode: ReadOnly}}, Code: `import os
+t = os.environ["TMPDIR"]
+first = sorted(os.listdir(t))
+open(t + "/mine", "w").write("x")
+print(open("/data/who").read(), first)`})
+				if res.Error != nil || res.Stdout != who+" ['outputs']\n" {
+					mu.Lock()
+					errs = append(errs, fmt.Sprintf("lane %d job %d (%s): %v %q %q", lane, i, who, res.Error, res.Stdout, res.Stderr))
+					mu.Unlock()
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	t.Logf("ahead %+v", aheadOf(p))
+	require.Empty(t, errs)
+	require.Positive(t, aheadOf(p).took, "no job took a namespace ahead")
+	requireScratchEmpty(t, p, "scratch left behind")
 }
