@@ -806,3 +806,34 @@ print(open("/data/who").read(), first)`})
 	require.Empty(t, errs)
 	requireScratchEmpty(t, p, "scratch left behind")
 }
+
+// Probe: a mount at a path beneath one of the host's top-level symbolic
+// links (which every namespace shows as the host has them), asked for by
+// a job whose spare entered a namespace ahead holding another part: the
+// job is served as a fresh attach would serve it (or refused the same
+// way), and the next job's namespace is intact.
+func TestHostileReview28ReattachUnderHostLink(t *testing.T) {
+	t.Parallel()
+	var link string
+	for _, l := range []string{"/lib", "/bin", "/sbin", "/lib64"} {
+		if fi, err := os.Lstat(l); err == nil && fi.Mode()&os.ModeSymlink != 0 {
+			link = l
+			break
+		}
+	}
+	if link == "" {
+		t.Skip("no top-level symbolic link on this host")
+	}
+	p, data := r13ProcPool(t)
+	other := []MountSpec{{HostPath: data, Path: link + "/r28-x", Mode: ReadOnly}}
+	fresh := run(t, p, Job{Mounts: other, Code: `print(open(` + pyQuote(link+"/r28-x/f.txt") + `).read())`})
+	mounts := []MountSpec{{HostPath: data, Path: "/data", Mode: ReadOnly}}
+	aheadSpare(t, p, mounts)
+	res := run(t, p, Job{Mounts: other, Code: `print(open(` + pyQuote(link+"/r28-x/f.txt") + `).read())`})
+	t.Logf("fresh: %v %q; after ahead: %v %q", fresh.Error, fresh.Stdout, res.Error, res.Stdout)
+	require.Equal(t, fresh.Error == nil, res.Error == nil)
+	require.Equal(t, fresh.Stdout, res.Stdout)
+	res = run(t, p, Job{Mounts: mounts, Code: `import os; print(open("/data/f.txt").read(), os.path.isdir(` + pyQuote(link+"/") + `))`})
+	requireOK(t, res)
+	require.Equal(t, "hello True\n", res.Stdout)
+}
