@@ -69,11 +69,13 @@ import (
 //
 // What the pool keeps meanwhile: copies of the last part's source
 // descriptors and the namespaces ahead, which hold clones of the
-// sources' mounts: an unmount of a source's file system on the host is
-// busy while they live (a lazy unmount, umount -l, is not), at most
-// nsAheadIdle after the last mount job. A job with /proc in its grants
-// sees, in a ready ns spare's mountinfo, the part the pool's jobs keep
-// asking for, as it sees a running job's mounts.
+// sources' mounts: the host's unmount of a source's file system is not
+// busy for them, but the file system lives on (as after a lazy unmount)
+// until they go: nsAheadIdle after the last mount job for those the pool
+// holds, but a ready ns spare that entered one keeps it until its job
+// comes (review 28: TestHostileReview28IdleSourcePinned). A job with
+// /proc in its grants sees, in a ready ns spare's mountinfo, the part
+// the pool's jobs keep asking for, as it sees a running job's mounts.
 
 // nsAheadIdle is how long a pool keeps attaching ahead after its last
 // mount job.

@@ -86,8 +86,8 @@ func (pl *plan) scratchDir() string {
 // swapScratch makes the scratch directory name (fd its descriptor; an
 // empty directory the pool made, which no process used) the plan's, in
 // place of the one it made: its descriptor and its grant, its outputs
-// directory, and TMPDIR, HOME and PYNOX_OUTPUTS where they name the old
-// one. The old one, which no process saw, is emptied for another job.
+// directory, TMPDIR, HOME and PYNOX_OUTPUTS where they name the old
+// one, and the collect patterns beneath it. The old one, which no process saw, is emptied for another job.
 // Called before the job's process gets the job.
 func (pl *plan) swapScratch(name string, fd int) error {
 	i := slices.Index(pl.fds, pl.scratchFd)
@@ -107,6 +107,14 @@ func (pl *plan) swapScratch(name string, fd int) error {
 	}
 	if pl.job.Env["PYNOX_OUTPUTS"] == oldDir+"/"+OutputsDir {
 		pl.job.Env["PYNOX_OUTPUTS"] = outputs
+	}
+	// The collect patterns beneath $TMPDIR were resolved to the old one,
+	// which goes back to the pool for another job (any tenant's): they
+	// name this one now.
+	for i := range pl.collect {
+		if pl.collect[i].root == oldDir {
+			pl.collect[i].root = dir
+		}
 	}
 	rawsys.Close(pl.scratchFd)
 	pl.fds[i], pl.job.Grants[i].Fd = fd, fd

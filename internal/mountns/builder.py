@@ -1275,8 +1275,16 @@ def serve_reattach(plan, fds):
 def detach_job(mnt, paths):
     """Detaches the mounts at paths in the namespace mnt, whose root it
     makes writable, and removes the entries made for them: the leaf and
-    each directory above it left empty, on the root's file system only."""
+    each directory above it left empty, on the root's file system only,
+    never one of the base's own."""
     order = sorted(set(paths), key=lambda p: len(rel(p)), reverse=True)
+    # The base's own entries (the working directory's empty directory,
+    # say, where a job's grant was mounted) and those above them stay:
+    # the namespace then shows what a fresh one does.
+    keep = set()
+    for p in plan_paths(BASE["plan"]):
+        parts = rel(p)
+        keep.update(parts[:k] for k in range(1, len(parts) + 1))
     if libc.setns(mnt, CLONE_NEWNS) != 0:
         raise OSError(ctypes.get_errno(), "setns into the namespace")
     try:
@@ -1290,7 +1298,7 @@ def detach_job(mnt, paths):
                     e = ctypes.get_errno()
                     raise OSError(e, "umount2 %s: %s" % (path, os.strerror(e)))
             for path in order:
-                remove_point(root, rel(path), dev)
+                remove_point(root, rel(path), dev, keep)
         finally:
             os.close(root)
     finally:
@@ -1298,11 +1306,14 @@ def detach_job(mnt, paths):
             os._exit(3)  # never serve from a job's namespace
 
 
-def remove_point(root, parts, dev):
+def remove_point(root, parts, dev, keep=frozenset()):
     """Removes the entry at parts under root (a mountpoint whose mount is
     gone), then each directory above it that is left empty; it stops at
-    the first entry that is not on dev (a mount), not empty, or gone."""
+    the first entry that is not on dev (a mount), not empty, gone, or in
+    keep (the base's: its components)."""
     for k in range(len(parts), 0, -1):
+        if tuple(parts[:k]) in keep:
+            return
         d = root
         try:
             for p in parts[:k - 1]:
