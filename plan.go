@@ -84,7 +84,7 @@ func (pl *plan) scratchDir() string {
 }
 
 // swapScratch makes the scratch directory name (fd its descriptor; an
-// empty directory the pool made, which no process used) the plan's, in
+// empty directory the pool made, which no live process uses) the plan's, in
 // place of the one it made: its descriptor and its grant, its outputs
 // directory, TMPDIR, HOME and PYNOX_OUTPUTS where they name the old
 // one, and the collect patterns beneath it. The old one, which no process saw, is emptied for another job.

@@ -1247,10 +1247,13 @@ def serve_reattach(plan, fds):
     descriptor among the request's>, "prev": [<the paths its part
     attached>], <the job's part>}. The host sends it for a namespace it
     had attached ahead (a job's part attached before the job came) when
-    the job that came asks for other mounts: a ready ns spare entered it,
-    and no code ran there. The root is made writable, the mount at each
-    path of prev is detached and the entries made for it removed (never
-    one that is not on the root's own file system), then the job's part
+    the job that came asks for other mounts: a ready ns spare entered it
+    (no code of its job ran there; a namespace the host took back from an
+    earlier one-shot job held that job, whose process is gone and which
+    could change none of its mounts or its read-only root). The root is
+    made writable, the mount at each path of prev is detached and the
+    entries made for it removed (never one that is not on the root's own
+    file system, nor one the base made), then the job's part
     is attached as "attach" attaches it, the root made read-only last.
     On an error the namespace may hold part of either, and no job may run
     in it."""

@@ -458,9 +458,10 @@ func (m *Mounter) Attach(id int64, plan Plan) error {
 // the mounts at prev are detached and the entries made for them
 // removed, then plan's are attached and the root made read-only, as
 // Attach does. It is for a namespace a process entered before its job
-// (no code ran in it) whose job asks for other mounts than it holds. When
-// it fails, the namespace may hold part of either, and no job may run in
-// it.
+// (no code of that job ran in it; one the host took back from an earlier
+// job held that job's process, gone since) whose job asks for other
+// mounts than it holds. When it fails, the namespace may hold part of
+// either, and no job may run in it.
 func (m *Mounter) Reattach(mnt int, prev []string, plan Plan) error {
 	if len(plan.Links) > 0 || plan.RootSet {
 		return errors.New("mounter: Reattach takes a job's part only (no Links, no Root)")
