@@ -687,14 +687,14 @@ print(sorted(os.listdir("/work")), open("/work/f.txt").read())`})
 	require.Positive(t, took, "no job took a namespace attached ahead")
 }
 
-// Probe (an open finding, see the report of review 28): a host file
-// system whose directory the pool's mount jobs kept asking for can be
-// unmounted (not lazily) once the pool stopped attaching ahead: the
-// clones in the namespaces ahead do not make the unmount busy. But a
-// ready ns spare that entered a namespace ahead keeps it, and the file
-// system's contents with it, after the pool dropped the others and after
-// the host's unmount, until its next job comes (however long the pool
-// then idles): the test shows the contents through the spare's root.
+// Probe (review 28's finding, fixed): a host file system whose directory
+// the pool's mount jobs kept asking for can be unmounted (not lazily)
+// once the pool stopped attaching ahead: the clones in the namespaces
+// ahead do not make the unmount busy. A ready ns spare that had entered
+// a namespace ahead kept it, and the file system's contents with it,
+// until its next job came, however long the pool then idled: the pool
+// now replaces such a spare when it goes idle, and the contents are gone
+// from every process of the pool.
 func TestHostileReview28IdleSourcePinned(t *testing.T) {
 	// Not parallel: its mounts on the host make every pool's namespaces
 	// ahead stale, which tests counting takes do not expect.
@@ -736,10 +736,14 @@ func TestHostileReview28IdleSourcePinned(t *testing.T) {
 		mounted = false
 	}
 	require.True(t, ok, "the host's file system could not be unmounted after the pool stopped attaching ahead (%v): the ready ns spare %d still holds a namespace ahead (%v)", err, pid, r28HasMount(pid, "/data"))
-	// Its contents live on in the namespace ahead the spare sits in.
-	time.Sleep(200 * time.Millisecond)
-	b, _ := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/root/data/f.txt")
-	t.Logf("spare %d: /data/f.txt through its root after the pool went idle and the host unmounted: %q", pid, b)
+	// The spare that sat in a namespace ahead was replaced; its
+	// replacement sits in a leased namespace, which shows no job's mount.
+	require.True(t, eventually(func() bool { return !processAlive(pid) }), "the ready ns spare %d still lives in its namespace ahead", pid)
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/root/data/f.txt")
+	require.Error(t, err, "the unmounted file system's file is still readable through the spare: %q", b)
+	q := nsSparePid(t, p.workers[0].live.Load(), pid)
+	require.False(t, r28HasMount(q, "/data"), "the new ready ns spare %d shows the old part", q)
+	requireOK(t, run(t, p, Job{Mounts: []MountSpec{{HostPath: p.Config().Dir, Path: "/d"}}, Code: "pass"}))
 }
 
 const r28SelfConfineEnv = "PYNOX_R28_SELFCONFINE"

@@ -71,9 +71,9 @@ import (
 // descriptors and the namespaces ahead, which hold clones of the
 // sources' mounts: the host's unmount of a source's file system is not
 // busy for them, but the file system lives on (as after a lazy unmount)
-// until they go: nsAheadIdle after the last mount job for those the pool
-// holds, but a ready ns spare that entered one keeps it until its job
-// comes (review 28: TestHostileReview28IdleSourcePinned). A job with
+// until they go: nsAheadIdle after the last mount job, when the pool
+// drops those it holds and replaces the ready ns spares that entered one
+// (review 28: TestHostileReview28IdleSourcePinned). A job with
 // /proc in its grants sees, in a ready ns spare's mountinfo, the part
 // the pool's jobs keep asking for, as it sees a running job's mounts.
 
@@ -547,12 +547,28 @@ func (p *Pool) aheadIdle() {
 	a := &p.ns.ahead
 	a.mu.Lock()
 	var r []*nsAhead
-	if time.Since(a.used) >= a.idleFor() {
+	idle := time.Since(a.used) >= a.idleFor()
+	if idle {
 		a.last, a.streak = nil, 0
 		r = a.dropLocked()
 	}
 	a.mu.Unlock()
 	p.discardAhead(r)
+	if !idle {
+		return
+	}
+	// The templates' ready ns spares sitting in namespaces ahead give
+	// them back too (their replacements lease plain ones): else each
+	// kept the sources' file systems alive until its next job, however
+	// long the pool then idled (review 28).
+	for _, w := range p.workers {
+		if tpl := w.live.Load(); tpl != nil {
+			tpl.RetireNSSpares(func(l *worker.NSLease) bool {
+				_, ahead := l.Data.(*nsAhead)
+				return ahead
+			})
+		}
+	}
 }
 
 // aheadTarget is how many namespaces a pool keeps attached ahead: one

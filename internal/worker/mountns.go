@@ -282,6 +282,34 @@ func (t *Template) TakeNSSession(network bool, cancel <-chan struct{}) (*Child, 
 	return t.awaitFork(w, cancel)
 }
 
+// RetireNSSpares closes each ready ns spare whose lease retire approves
+// and asks for its replacement (which leases anew): a lessor that no
+// longer wants a namespace kept alive (the pool's namespaces attached
+// ahead, once it went idle) gets it back now rather than at the spare's
+// next job. A spare retire does not approve stays the ready one.
+func (t *Template) RetireNSSpares(retire func(*NSLease) bool) {
+	for kind := range t.nsSpares {
+		var c *Child
+		select {
+		case c = <-t.nsSpares[kind]:
+		default:
+			continue
+		}
+		c.leaseMu.Lock()
+		l := c.lease
+		c.leaseMu.Unlock()
+		if l == nil || !retire(l) {
+			select {
+			case t.nsSpares[kind] <- c:
+				continue
+			default:
+			}
+		}
+		c.Close() // its lease is released with it
+		c.RefillNow()
+	}
+}
+
 // HasNSSpare reports whether the template holds a ready spare for a job
 // with a mount namespace, with (or without) the network: a hint, stale
 // as soon as it returns.
