@@ -13,6 +13,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
+
+	"github.com/pynox/pynox/internal/testenv"
 )
 
 // Review 28: namespaces attached ahead (nsmount_ahead.go).
@@ -43,6 +45,7 @@ func r28NSOf(t *testing.T, res *Result) string {
 // once it came back, find a scratch directory as fresh as ever: only
 // outputs, mode 0700, no user xattr.
 func TestHostileReview28RecycledScratchLeftovers(t *testing.T) {
+	testenv.Slow(t)
 	t.Parallel()
 	p, data := r13ProcPool(t)
 	mounts := []MountSpec{{HostPath: data, Path: "/data", Mode: ReadOnly}}
@@ -133,6 +136,7 @@ print(sorted(os.listdir(t)), oct(stat.S_IMODE(st.st_mode)), xs, st.st_mtime > 10
 // reattach: the right object at the path, the right mode, and nothing of
 // the old part.
 func TestHostileReview28ReattachShapes(t *testing.T) {
+	testenv.Slow(t)
 	t.Parallel()
 	p, data := r13ProcPool(t)
 	dir := p.Config().Dir
@@ -520,6 +524,7 @@ print(os.environ["TMPDIR"])`, Args: []string{strconv.Itoa(i)}})
 // tenant's); the first job's collect patterns beneath $TMPDIR, left
 // naming it, collected what the next job wrote there.
 func TestHostileReview28CollectOtherTenant(t *testing.T) {
+	testenv.Slow(t)
 	t.Parallel()
 	p := newTestPool(t, Config{Workers: 2})
 	requireNS(t, p)
@@ -574,6 +579,7 @@ time.sleep(0.9)`})
 // part's names (its grant's mountpoint, its scratch directory's) are
 // gone.
 func TestHostileReview28ReattachKeepsWorkdir(t *testing.T) {
+	testenv.Slow(t)
 	t.Parallel()
 	p, data := r13ProcPool(t)
 	dir := p.Config().Dir
@@ -696,6 +702,7 @@ print(sorted(os.listdir("/work")), open("/work/f.txt").read())`})
 // now replaces such a spare when it goes idle, and the contents are gone
 // from every process of the pool.
 func TestHostileReview28IdleSourcePinned(t *testing.T) {
+	testenv.Slow(t)
 	// Not parallel: its mounts on the host make every pool's namespaces
 	// ahead stale, which tests counting takes do not expect.
 	p, _ := r13ProcPool(t)

@@ -17,6 +17,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
+
+	"github.com/pynox/pynox/internal/testenv"
 )
 
 // review25Tmpfs mounts a tmpfs (root only) on a fresh directory with the
@@ -50,6 +52,7 @@ func review25Files(dir string) int {
 // over several turns, stops within its allowance; the files it leaves
 // stay bounded by it, not by the host's memory.
 func TestReview25ScratchInodesCharged(t *testing.T) {
+	testenv.Slow(t)
 	if os.Geteuid() != 0 {
 		t.Skip("the pool mounts its own scratch tmpfs only as root")
 	}

@@ -11,6 +11,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
+
+	"github.com/pynox/pynox/internal/testenv"
 )
 
 // TestReview29AheadCollectTmpdir: a one-shot job with a "$TMPDIR/…"
@@ -20,6 +22,7 @@ import (
 // the plan made first, which the pattern named, goes back to the pool's
 // free list at once and is given to the next job.
 func TestReview29AheadCollectTmpdir(t *testing.T) {
+	testenv.Slow(t)
 	t.Parallel()
 	p := newTestPool(t, Config{Workers: 3})
 	requireNS(t, p)
@@ -119,6 +122,7 @@ print(os.getcwd(), open("/other/o.txt").read())`})
 // and scratch directories after many rounds than after a few (80 rounds:
 // a leak of one per round shows).
 func TestReview29AheadNoLeakMixed(t *testing.T) {
+	testenv.Slow(t)
 	p, data := r13ProcPool(t)
 	other := filepath.Join(p.Config().Dir, "other")
 	require.NoError(t, os.Mkdir(other, 0o755))
@@ -165,6 +169,7 @@ func TestReview29AheadNoLeakMixed(t *testing.T) {
 // still holds clones of the sources' mounts, which keep the file system
 // alive as a lazy unmount would, but not the host's mount busy.)
 func TestReview29AheadIdleReleasesSources(t *testing.T) {
+	testenv.Slow(t)
 	t.Parallel()
 	p, _, _ := nsPool(t)
 	p.ns.ahead.mu.Lock()
