@@ -727,7 +727,12 @@ for who, pid in targets.items():
 // (as any running job's does to a job with /proc).
 func TestHostileReview13ReachNextSpare(t *testing.T) {
 	for _, ahead := range []bool{false, true} {
-		t.Run(map[bool]string{false: "leased", true: "ahead"}[ahead], func(t *testing.T) { r13ReachNextSpare(t, ahead) })
+		t.Run(map[bool]string{false: "leased", true: "ahead"}[ahead], func(t *testing.T) {
+			if ahead {
+				testenv.Slow(t)
+			}
+			r13ReachNextSpare(t, ahead)
+		})
 	}
 }
 

@@ -267,6 +267,7 @@ func r28Mounter(t *testing.T, before map[int]bool) int {
 // directories are back where they were, and the ahead's counters say the
 // paths ran.
 func TestHostileReview28AlternatingNoLeak(t *testing.T) {
+	testenv.Slow(t)
 	before := mounterPids(t)
 	p, data := r13ProcPool(t)
 	dir := p.Config().Dir
@@ -339,6 +340,7 @@ func TestHostileReview28AlternatingNoLeak(t *testing.T) {
 // its scratch root removed, and the test process holds no more
 // descriptors than before the pool.
 func TestHostileReview28CloseDuringFill(t *testing.T) {
+	testenv.Slow(t)
 	for round := range 3 {
 		before := mounterPids(t)
 		fds0 := r28Fds(t, os.Getpid())
@@ -761,6 +763,7 @@ const r28SelfConfineEnv = "PYNOX_R28_SELFCONFINE"
 // entered gets them (the mounter's reattach), with nothing of the old
 // part; the jobs' scratch directories are fresh.
 func TestHostileReview28SelfConfined(t *testing.T) {
+	testenv.Slow(t)
 	dir, child := nsChildProcess(t, r28SelfConfineEnv)
 	if !child {
 		return

@@ -12,6 +12,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
+
+	"github.com/pynox/pynox/internal/testenv"
 )
 
 // Probe 1: hard links cost no inode, and the tmpfs has no inode limit:
@@ -19,6 +21,7 @@ import (
 // under long names (a dentry and an external name, ~450 bytes a link)
 // stops within its allowance: dentries and names are charged to it too.
 func TestReview27ScratchHardLinksCharged(t *testing.T) {
+	testenv.Slow(t)
 	if os.Geteuid() != 0 {
 		t.Skip("the pool mounts its own scratch tmpfs only as root")
 	}
