@@ -389,6 +389,7 @@ func TestHostileReview28CloseDuringFill(t *testing.T) {
 // each step's outputs are reported by that step (the outputs watch
 // follows the scratch directory the session took over).
 func TestHostileReview28SessionAhead(t *testing.T) {
+	testenv.Slow(t)
 	t.Parallel()
 	p, data := r13ProcPool(t)
 	mounts := []MountSpec{{HostPath: data, Path: "/data", Mode: ReadOnly}}
@@ -628,6 +629,7 @@ print(os.readlink("/proc/self"), os.getcwd(), os.path.isdir(` + pyQuote(dir) + `
 // sitting in one tenant's are reattached for the other's): every job
 // sees its own tenant's directory and its own empty scratch directory.
 func TestHostileReview28TwoTenantsSamePath(t *testing.T) {
+	testenv.Slow(t)
 	t.Parallel()
 	p := newTestPool(t, Config{Workers: 2})
 	requireNS(t, p)
@@ -672,6 +674,7 @@ print(open("/data/who").read(), first)`})
 // as it is when the job runs, not as it was when the overlay was
 // attached: files added, changed and removed on the host since.
 func TestHostileReview28OverlayLowerChanged(t *testing.T) {
+	testenv.Slow(t)
 	t.Parallel()
 	p, data, _ := nsPool(t)
 	mounts := []MountSpec{{HostPath: data, Path: "/work", Mode: Overlay}}
@@ -803,6 +806,7 @@ print(os.path.lexists("/data"), open("/o/p/o.txt").read(), sorted(os.listdir(os.
 // sees its own mounts and a fresh scratch directory, and nothing is left
 // in the scratch root afterwards.
 func TestHostileReview28IdleChurn(t *testing.T) {
+	testenv.Slow(t)
 	t.Parallel()
 	p := newTestPool(t, Config{Workers: 2})
 	requireNS(t, p)
