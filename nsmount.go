@@ -152,8 +152,8 @@ const nsRootMinInodes = 65536
 // whose process is still exiting, the namespaces the templates' ready ns
 // spares entered ahead of their jobs (worker.NSLease: two per worker, one
 // per kind), those attached ahead (one per worker and one more:
-// nsmount_ahead.go), a
-// session's each, the mounter's stock, and the mounter's probe. Each has a slot directory of its own in the
+// nsmount_ahead.go), a session's each, the mounter's stock, and the
+// mounter's probe. Each has a slot directory of its own in the
 // shared root (mountns.Plan.Slots): while one job holds a file mount at
 // /x, another tenant's directory mount at /x is made in another
 // directory (TestHostileReview10NSSharedRootTypeConflict).
@@ -166,8 +166,9 @@ func nsSlots(workers, sessions int) int {
 // entries of every namespace that can be live at once (the one-shot
 // jobs' jobSlots, two per worker, and one per worker whose process is
 // still exiting; the ready ns spares' two per worker; a session's each;
-// those attached ahead, one per worker and one more; the mounter's stock), as many again
-// that are gone but not collected yet (the mounter removes a gone
+// those attached ahead, one per worker and one more; the mounter's
+// stock), as many again that are gone but not collected yet (the
+// mounter removes a gone
 // namespace's entries at its next request), and the base's.
 func nsRootInodes(workers, sessions int) int {
 	return max(nsRootMinInodes, 2*(6*workers+sessions+mountns.MaxStock+1)*nsMaxEntries+4096)

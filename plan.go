@@ -84,11 +84,12 @@ func (pl *plan) scratchDir() string {
 }
 
 // swapScratch makes the scratch directory name (fd its descriptor; an
-// empty directory the pool made, which no live process uses) the plan's, in
-// place of the one it made: its descriptor and its grant, its outputs
-// directory, TMPDIR, HOME and PYNOX_OUTPUTS where they name the old
-// one, and the collect patterns beneath it. The old one, which no process saw, is emptied for another job.
-// Called before the job's process gets the job.
+// empty directory the pool made, which no live process uses) the plan's,
+// in place of the one it made: its descriptor and its grant, its outputs
+// directory, TMPDIR, HOME and PYNOX_OUTPUTS where they name the old one,
+// and the collect patterns beneath it. The old one, which no process
+// saw, is emptied for another job. Called before the job's process gets
+// the job.
 func (pl *plan) swapScratch(name string, fd int) error {
 	i := slices.Index(pl.fds, pl.scratchFd)
 	if pl.scratchRoot == nil || i < 0 || i >= len(pl.job.Grants) || pl.job.Grants[i].Fd != pl.scratchFd {
