@@ -168,8 +168,8 @@ func nsSlots(workers, sessions int) int {
 // still exiting; the ready ns spares' two per worker; a session's each;
 // those attached ahead, one per worker and one more; the mounter's
 // stock), as many again that are gone but not collected yet (the
-// mounter removes a gone
-// namespace's entries at its next request), and the base's.
+// mounter removes a gone namespace's entries at its next request), and
+// the base's.
 func nsRootInodes(workers, sessions int) int {
 	return max(nsRootMinInodes, 2*(6*workers+sessions+mountns.MaxStock+1)*nsMaxEntries+4096)
 }
