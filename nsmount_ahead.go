@@ -299,19 +299,16 @@ func (a *nsAheads) open() {
 // namespace seen so far: the kernel marks the mountinfo file POLLPRI
 // once the namespace changed since it was last polled.
 func (a *nsAheads) genLocked() uint64 {
+	if !a.watching {
+		a.gen++ // no watch (closed): as a change, nothing ahead is taken
+		return a.gen
+	}
 	fds := []unix.PollFd{{Fd: int32(a.watch), Events: unix.POLLPRI}}
 	n, err := unix.Poll(fds, 0)
 	if err != nil || (n > 0 && fds[0].Revents&(unix.POLLPRI|unix.POLLERR|unix.POLLNVAL) != 0) {
 		a.gen++ // an error counts as a change: nothing ahead is taken
 	}
 	return a.gen
-}
-
-// active says whether the pool attaches namespaces ahead now.
-func (a *nsAheads) active() bool {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	return a.src != nil && !a.closed
 }
 
 // dropLocked stops attaching ahead and returns the namespaces ahead, for
