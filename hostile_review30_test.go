@@ -1,0 +1,134 @@
+package pynox
+
+import (
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// r30Check is a job that reports what it finds of the jobs before it:
+// its scratch directory's entries, its outputs directory's, and /data.
+const r30Check = `import os
+t = os.environ["TMPDIR"]
+print(sorted(os.listdir(t)), sorted(os.listdir(os.environ["PYNOX_OUTPUTS"])), open("/data/f.txt").read())
+`
+
+// TestHostileReview30NetworkKindsSameMounts: mount jobs with the same
+// mounts alternate between allowing the network and not (the two kinds
+// of ns spare, both of which enter namespaces attached ahead): each job
+// gets its own network policy, whichever namespace ahead it took.
+func TestHostileReview30NetworkKindsSameMounts(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	p := newTestPool(t, Config{Workers: 1, Dir: dir, Limits: Limits{AllowNetwork: true}})
+	requireNS(t, p)
+	data := filepath.Join(dir, "data")
+	require.NoError(t, os.Mkdir(data, 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(data, "f.txt"), []byte("hello"), 0o644))
+	mounts := []MountSpec{{HostPath: data, Path: "/data", Mode: ReadOnly}}
+	aheadWarm(t, p, mounts)
+	code := `import socket
+try:
+    socket.socket(socket.AF_INET, socket.SOCK_STREAM).close(); print("net")
+except OSError as e:
+    print("nonet")
+print(open("/data/f.txt").read())
+`
+	before := aheadOf(p)
+	for i := range 12 {
+		net := i%3 != 0
+		res := run(t, p, Job{Mounts: mounts, AllowNetwork: net, Code: code})
+		requireOK(t, res)
+		want := "nonet\nhello\n"
+		if net {
+			want = "net\nhello\n"
+		}
+		require.Equal(t, want, res.Stdout, "job %d (network %v)", i, net)
+	}
+	t.Logf("before %+v after %+v", before, aheadOf(p))
+}
+
+// TestHostileReview30RecycleAfterAbnormalEnd: a one-shot job that took a
+// namespace attached ahead and ended abnormally (its timeout, its
+// memory limit, a crash by signal, an exit in the middle of writing),
+// after planting files in its scratch directory and outputs, is reported
+// as what it was; the later jobs of the same mounts (among them, once it
+// came back, the one in that namespace) find a fresh scratch directory
+// and no outputs of it.
+func TestHostileReview30RecycleAfterAbnormalEnd(t *testing.T) {
+	t.Parallel()
+	p, data, _ := nsPool(t)
+	mounts := []MountSpec{{HostPath: data, Path: "/data", Mode: ReadOnly}}
+	aheadWarm(t, p, mounts)
+	plant := `import os
+t = os.environ["TMPDIR"]
+open(t + "/left", "w").write("x")
+open(os.environ["PYNOX_OUTPUTS"] + "/left.txt", "w").write("x")
+`
+	ends := []struct {
+		name string
+		job  Job
+		kind string
+	}{
+		{"timeout", Job{Code: plant + "import time\ntime.sleep(30)", Timeout: 400 * time.Millisecond}, "TimeoutError"},
+		{"memory", Job{Code: plant + "x = []\nwhile True:\n    x.append(bytearray(1 << 24))", Memory: 64 << 20}, ""},
+		{"signal", Job{Code: plant + "import os, signal\nos.kill(os.getpid(), signal.SIGSEGV)"}, ""},
+		{"exit", Job{Code: plant + "import os\nos._exit(3)"}, ""},
+	}
+	before := aheadOf(p)
+	for _, e := range ends {
+		e.job.Mounts = mounts
+		res := run(t, p, e.job)
+		require.True(t, res.Error != nil || res.Exit == 3, "%s: exit %d", e.name, res.Exit)
+		t.Logf("%s: %+v exit %d", e.name, res.Error, res.Exit)
+		if e.kind != "" {
+			require.Equal(t, e.kind, res.Error.Type, e.name)
+		}
+		time.Sleep(100 * time.Millisecond)
+		for i := range 4 {
+			res := run(t, p, Job{Mounts: mounts, Code: r30Check})
+			requireOK(t, res)
+			require.Equal(t, "['outputs'] [] hello\n", res.Stdout, "after %s, job %d", e.name, i)
+			require.Empty(t, res.Files, "after %s, job %d collected", e.name, i)
+		}
+	}
+	t.Logf("before %+v after %+v", before, aheadOf(p))
+	time.Sleep(2500 * time.Millisecond)
+	requireScratchEmpty(t, p, "scratch left behind after abnormal ends")
+}
+
+// TestHostileReview30FileSource: a mount whose source is a file, attached
+// ahead: each job sees the file's current content, a write through a
+// read-write file mount reaches the host, and once the host replaces the
+// file (a rename over it: another inode) the next job sees the new one,
+// never the old object the namespace ahead holds.
+func TestHostileReview30FileSource(t *testing.T) {
+	t.Parallel()
+	p, data, _ := nsPool(t)
+	f := filepath.Join(data, "f.txt")
+	mounts := []MountSpec{{HostPath: f, Path: "/cfg.txt", Mode: ReadOnly}}
+	for range 30 {
+		requireOK(t, run(t, p, Job{Mounts: mounts, Code: "pass"}))
+		if aheadOf(p).ready > 0 {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	for i := range 8 {
+		want := "v" + strconv.Itoa(i)
+		tmp := filepath.Join(data, "new")
+		require.NoError(t, os.WriteFile(tmp, []byte(want), 0o644))
+		require.NoError(t, os.Rename(tmp, f))
+		for k := range 3 {
+			res := run(t, p, Job{Mounts: mounts, Code: `print(open("/cfg.txt").read())`})
+			requireOK(t, res)
+			require.Equal(t, want, strings.TrimSpace(res.Stdout), "round %d job %d", i, k)
+		}
+	}
+	t.Logf("%+v", aheadOf(p))
+}
