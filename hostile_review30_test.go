@@ -132,3 +132,85 @@ func TestHostileReview30FileSource(t *testing.T) {
 	}
 	t.Logf("%+v", aheadOf(p))
 }
+
+// TestHostileReview30SessionRestartAhead: a session with repeated mounts
+// whose process ends now and then (os._exit in a step): each replacement
+// process may start in a namespace attached ahead, whose scratch
+// directory then becomes the session's (the old one goes back to the
+// pool for other jobs). Every step's TMPDIR, HOME and PYNOX_OUTPUTS name
+// the session's current scratch directory, which its policy reports;
+// each step gets exactly the files it wrote (its outputs, and its
+// $TMPDIR collect pattern), never those of the one-shot jobs running
+// beside it, which get scratch directories the session gave back.
+func TestHostileReview30SessionRestartAhead(t *testing.T) {
+	t.Parallel()
+	p, data, _ := nsPool(t)
+	mounts := []MountSpec{{HostPath: data, Path: "/data", Mode: ReadOnly}}
+	aheadWarm(t, p, mounts)
+	before := aheadOf(p)
+	c, err := p.Checkout(t.Context(), Job{Mounts: mounts})
+	require.NoError(t, err)
+	defer c.Finish(t.Context())
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			mo := mounts
+			if i%2 == 0 {
+				mo = nil
+			}
+			res, err := p.Run(t.Context(), Job{Mounts: mo, Code: `import os
+t = os.environ["TMPDIR"]
+open(t + "/other.txt", "w").write("other")
+open(os.environ["PYNOX_OUTPUTS"] + "/other-out.txt", "w").write("other")
+import time; time.sleep(0.05)`})
+			if err != nil || res.Error != nil {
+				return
+			}
+		}
+	}()
+	scratches := map[string]bool{}
+	for i := range 10 {
+		code := `import os
+t = os.environ["TMPDIR"]
+print(t, os.environ["HOME"] == t, os.environ["PYNOX_OUTPUTS"] == t + "/outputs", open("/data/f.txt").read())
+open(t + "/s%d.txt", "w").write("s")
+open(os.environ["PYNOX_OUTPUTS"] + "/o%d.txt", "w").write("o")
+`
+		code = strings.ReplaceAll(code, "%d", strconv.Itoa(i))
+		if i%2 == 1 {
+			code += "import sys; sys.stdout.flush(); os._exit(0)\n"
+		}
+		ev, err := c.Feed(t.Context(), Step{Code: code, Collect: []string{"$TMPDIR/*.txt"}})
+		require.NoError(t, err)
+		res := ev.Result
+		require.Nil(t, res.Error, "step %d: %+v %s", i, res.Error, res.Stderr)
+		f := strings.Fields(res.Stdout)
+		require.Len(t, f, 4, "step %d: %q", i, res.Stdout)
+		require.Equal(t, []string{"True", "True", "hello"}, f[1:], "step %d", i)
+		require.Equal(t, res.Policy.Scratch, f[0], "step %d: TMPDIR is not the session's scratch directory", i)
+		scratches[res.Policy.Scratch] = true
+		var got []string
+		for _, fl := range res.Files {
+			require.True(t, strings.HasPrefix(fl.Path, res.Policy.Scratch+"/"), "step %d: %s", i, fl.Path)
+			got = append(got, filepath.Base(fl.Path))
+		}
+		// The files in $TMPDIR stay for the process's later steps; its
+		// outputs are collected once; a replacement starts empty.
+		n := strconv.Itoa(i)
+		want := []string{"s" + n + ".txt", "o" + n + ".txt"}
+		if i%2 == 1 {
+			want = append(want, "s"+strconv.Itoa(i-1)+".txt")
+		}
+		require.ElementsMatch(t, want, got, "step %d files", i)
+	}
+	close(stop)
+	<-done
+	t.Logf("before %+v after %+v; the session's scratch directories: %d", before, aheadOf(p), len(scratches))
+}
