@@ -1,10 +1,13 @@
 package pynox
 
 import (
+	"fmt"
+	"github.com/pynox/pynox/internal/worker"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -213,4 +216,156 @@ open(os.environ["PYNOX_OUTPUTS"] + "/o%d.txt", "w").write("o")
 	close(stop)
 	<-done
 	t.Logf("before %+v after %+v; the session's scratch directories: %d", before, aheadOf(p), len(scratches))
+}
+
+const r30SelfConfineEnv = "PYNOX_R30_SELFCONFINE"
+
+// TestHostileReview30SelfConfinedSlots: in a pool that confines itself
+// (every namespace's root a clone of a slot of its own: nsSlots), one
+// worker, two sessions at most, the network allowed for some jobs (two
+// kinds of ready ns spare, both entering namespaces ahead), an idle
+// expiry firing every few tens of milliseconds (the spares in
+// namespaces ahead retired and replaced): sessions with the same mounts
+// that restart their process, and one-shot jobs of both kinds beside
+// them, never run out of slots, and each gets its own mounts and a
+// fresh scratch directory.
+func TestHostileReview30SelfConfinedSlots(t *testing.T) {
+	dir, child := nsChildProcess(t, r30SelfConfineEnv)
+	if !child {
+		return
+	}
+	p, err := New(Config{Python: testPython(), Dir: dir, ConfineSelf: true, Workers: 1, MaxSessions: 2,
+		Limits: Limits{AllowRead: []string{dir}, AllowWrite: []string{dir}, AllowNetwork: true}})
+	require.NoError(t, err)
+	t.Cleanup(func() { p.Close() })
+	requireNS(t, p)
+	data := helloDataDir(t, dir)
+	mounts := []MountSpec{{HostPath: data, Path: "/data", Mode: ReadOnly}}
+	aheadWarm(t, p, mounts)
+	p.ns.ahead.mu.Lock()
+	p.ns.ahead.idleAfter = 40 * time.Millisecond
+	p.ns.ahead.mu.Unlock()
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var errs []string
+	fail := func(s string) {
+		mu.Lock()
+		errs = append(errs, s)
+		mu.Unlock()
+	}
+	check := `import os
+t = os.environ["TMPDIR"]
+first = sorted(os.listdir(t))
+open(t + "/mine", "w").write("x")
+print(open("/data/f.txt").read(), first)`
+	for s := range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c, err := p.Checkout(t.Context(), Job{Mounts: mounts, AllowNetwork: s == 1})
+			if err != nil {
+				fail(fmt.Sprintf("session %d: %v", s, err))
+				return
+			}
+			defer c.Finish(t.Context())
+			for i := range 8 {
+				code := check
+				if i%2 == 1 {
+					code += "\nimport sys; sys.stdout.flush(); os._exit(0)"
+				}
+				ev, err := c.Feed(t.Context(), Step{Code: code})
+				want := "hello ['outputs']\n"
+				if i%2 == 1 {
+					want = "hello ['mine', 'outputs']\n"
+				}
+				if err != nil || ev.Result.Error != nil || ev.Result.Stdout != want {
+					var r *Result
+					if err == nil {
+						r = ev.Result
+					}
+					fail(fmt.Sprintf("session %d step %d: %v %+v", s, i, err, r))
+				}
+			}
+		}()
+	}
+	for lane := range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 12 {
+				time.Sleep(time.Duration((i*13+lane*7)%50) * time.Millisecond)
+				res := run(t, p, Job{Mounts: mounts, AllowNetwork: (i+lane)%2 == 0, Code: check})
+				if res.Error != nil || res.Stdout != "hello ['outputs']\n" {
+					fail(fmt.Sprintf("lane %d job %d: %+v %q %q", lane, i, res.Error, res.Stdout, res.Stderr))
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	t.Logf("ahead %+v", aheadOf(p))
+	require.Empty(t, errs)
+}
+
+// TestHostileReview30RetireRacesTake: the templates' RetireNSSpares (as
+// the pool's idle expiry calls it) running without pause while jobs of
+// both network kinds, with the same mounts, take their ready ns spares
+// (TakeNS): no job waits for a spare that never comes (a template
+// declared wedged), fails, or runs with another's mounts or scratch.
+func TestHostileReview30RetireRacesTake(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	p := newTestPool(t, Config{Workers: 2, Dir: dir, Limits: Limits{AllowNetwork: true}})
+	requireNS(t, p)
+	data := helloDataDir(t, dir)
+	mounts := []MountSpec{{HostPath: data, Path: "/data", Mode: ReadOnly}}
+	aheadWarm(t, p, mounts)
+	stop := make(chan struct{})
+	retired := make(chan int)
+	go func() {
+		n := 0
+		defer func() { retired <- n }()
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			for _, w := range p.workers {
+				if tpl := w.live.Load(); tpl != nil {
+					tpl.RetireNSSpares(func(l *worker.NSLease) bool {
+						n++
+						return true
+					})
+				}
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}()
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var errs []string
+	for lane := range 3 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 10 {
+				start := time.Now()
+				res := run(t, p, Job{Mounts: mounts, AllowNetwork: (i+lane)%2 == 0, Code: `import os
+t = os.environ["TMPDIR"]
+first = sorted(os.listdir(t))
+open(t + "/mine", "w").write("x")
+print(open("/data/f.txt").read(), first)`})
+				if res.Error != nil || res.Stdout != "hello ['outputs']\n" || time.Since(start) > 5*time.Second {
+					mu.Lock()
+					errs = append(errs, fmt.Sprintf("lane %d job %d: %+v %q %q in %s", lane, i, res.Error, res.Stdout, res.Stderr, time.Since(start)))
+					mu.Unlock()
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(stop)
+	t.Logf("retired %d spares; ahead %+v", <-retired, aheadOf(p))
+	require.Empty(t, errs)
+	requireOK(t, run(t, p, Job{Mounts: mounts, Code: "pass"}))
 }
