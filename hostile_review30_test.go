@@ -1,6 +1,7 @@
 package pynox
 
 import (
+	"context"
 	"fmt"
 	"github.com/pynox/pynox/internal/worker"
 	"os"
@@ -368,4 +369,102 @@ print(open("/data/f.txt").read(), first)`})
 	t.Logf("retired %d spares; ahead %+v", <-retired, aheadOf(p))
 	require.Empty(t, errs)
 	requireOK(t, run(t, p, Job{Mounts: mounts, Code: "pass"}))
+}
+
+// TestHostileReview30CancelAndCloseAhead: jobs in namespaces attached
+// ahead whose callers give up (their context cancelled mid-job) are
+// answered as cancelled and the next jobs find fresh scratch
+// directories; then the pool closes while jobs run in namespaces ahead
+// and others wait: Close returns promptly, every caller is answered,
+// and no process of the pool's (templates, spares, jobs, the mounter)
+// is left.
+func TestHostileReview30CancelAndCloseAhead(t *testing.T) {
+	// Not parallel: it counts the test process's descendants.
+	dir := t.TempDir()
+	p, err := New(Config{Python: testPython(), Dir: dir, Workers: 2, Limits: Limits{AllowWrite: []string{dir}}})
+	require.NoError(t, err)
+	defer p.Close()
+	requireNS(t, p)
+	data := helloDataDir(t, dir)
+	mounts := []MountSpec{{HostPath: data, Path: "/data", Mode: ReadOnly}}
+	aheadWarm(t, p, mounts)
+	plant := `import os, time
+open(os.environ["TMPDIR"] + "/left", "w").write("x")
+open(os.environ["PYNOX_OUTPUTS"] + "/left.txt", "w").write("x")
+time.sleep(30)`
+	for i := range 3 {
+		ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
+		_, err := p.Run(ctx, Job{Mounts: mounts, Code: plant})
+		cancel()
+		require.Error(t, err, "job %d", i)
+		for k := range 3 {
+			res := run(t, p, Job{Mounts: mounts, Code: r30Check})
+			requireOK(t, res)
+			require.Equal(t, "['outputs'] [] hello\n", res.Stdout, "after cancel %d, job %d", i, k)
+		}
+	}
+	before := r30Procs(t)
+	var wg sync.WaitGroup
+	answered := make(chan error, 6)
+	for range 6 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, err := p.Run(context.Background(), Job{Mounts: mounts, Code: plant})
+			answered <- err
+		}()
+	}
+	time.Sleep(500 * time.Millisecond)
+	start := time.Now()
+	require.NoError(t, p.Close())
+	require.Less(t, time.Since(start), 10*time.Second, "Close took long")
+	wg.Wait()
+	close(answered)
+	for err := range answered {
+		require.Error(t, err)
+	}
+	t.Logf("ahead %+v; pool processes before close: %d", aheadOf(p), len(before))
+	for range 50 {
+		if len(r30Procs(t)) == 0 {
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	require.Empty(t, r30Procs(t), "processes of the pool left after Close")
+}
+
+// r30Procs lists the processes whose parent is this process or whose
+// ancestry leads to it (the pool's templates, spares, jobs, mounter).
+func r30Procs(t *testing.T) []int {
+	t.Helper()
+	ents, err := os.ReadDir("/proc")
+	require.NoError(t, err)
+	parent := map[int]int{}
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		s := string(b)
+		f := strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
+		if len(f) > 1 {
+			pp, _ := strconv.Atoi(f[1])
+			parent[pid] = pp
+		}
+	}
+	me := os.Getpid()
+	var out []int
+	for pid := range parent {
+		for q, n := parent[pid], 0; q > 1 && n < 64; q, n = parent[q], n+1 {
+			if q == me {
+				out = append(out, pid)
+				break
+			}
+		}
+	}
+	return out
 }
