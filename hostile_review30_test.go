@@ -468,3 +468,36 @@ func r30Procs(t *testing.T) []int {
 	}
 	return out
 }
+
+// TestHostileReview30KeyringAcrossRecycle: a job's user keyring belongs
+// to its user namespace, which a namespace attached ahead and taken back
+// keeps for a later job: a key a job adds there must not reach the next
+// job in that namespace. (Held: add_key and keyctl are denied to jobs.)
+func TestHostileReview30KeyringAcrossRecycle(t *testing.T) {
+	t.Parallel()
+	p, data, _ := nsPool(t)
+	mounts := []MountSpec{{HostPath: data, Path: "/data", Mode: ReadOnly}}
+	aheadWarm(t, p, mounts)
+	code := `import ctypes, os, platform
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
+add, keyctl = {"x86_64": (248, 250), "aarch64": (217, 219)}[platform.machine()]
+r = libc.syscall(add, b"user", b"r30secret", b"leaked", 6, -4)  # KEY_SPEC_USER_KEYRING
+s = libc.syscall(keyctl, 10, -4, b"user", b"r30secret", 0)      # KEYCTL_SEARCH
+print(os.readlink("/proc/self/ns/user"), r >= 0, s >= 0)
+`
+	seen := map[string]bool{}
+	again := 0
+	for i := range 12 {
+		res := run(t, p, Job{Mounts: mounts, Code: code})
+		requireOK(t, res)
+		f := strings.Fields(res.Stdout)
+		require.Len(t, f, 3, res.Stdout)
+		if seen[f[0]] {
+			again++
+		}
+		seen[f[0]] = true
+		require.Equal(t, []string{"False", "False"}, f[1:], "job %d (%s): a key added, or one found", i, f[0])
+	}
+	t.Logf("jobs in a user namespace an earlier job ran in: %d; %+v", again, aheadOf(p))
+}
