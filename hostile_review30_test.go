@@ -501,3 +501,53 @@ print(os.readlink("/proc/self/ns/user"), r >= 0, s >= 0)
 	}
 	t.Logf("jobs in a user namespace an earlier job ran in: %d; %+v", again, aheadOf(p))
 }
+
+// TestHostileReview30TwoPools: two pools in one process whose jobs ask
+// for the same mounts (each pool attaching its own namespaces ahead),
+// run side by side, and one closes (its scratch tmpfs unmounted: a
+// mount change the other's namespaces ahead must notice): every job of
+// the other pool still sees its mounts and a fresh scratch directory
+// of its own pool, and gets its own outputs.
+func TestHostileReview30TwoPools(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	data := helloDataDir(t, dir)
+	mounts := []MountSpec{{HostPath: data, Path: "/data", Mode: ReadOnly}}
+	a := newTestPool(t, Config{Workers: 1, Dir: dir})
+	requireNS(t, a)
+	b := newTestPool(t, Config{Workers: 1, Dir: dir})
+	aheadWarm(t, a, mounts)
+	aheadWarm(t, b, mounts)
+	code := `import os, sys
+t = os.environ["TMPDIR"]
+seen = sorted(os.listdir(t))
+open(t + "/mine", "w").write("x")
+open(os.environ["PYNOX_OUTPUTS"] + "/o-" + sys.argv[1] + ".txt", "w").write(sys.argv[1])
+print(open("/data/f.txt").read(), seen)`
+	check := func(p *Pool, who string, i int) {
+		id := who + strconv.Itoa(i)
+		res := run(t, p, Job{Mounts: mounts, Code: code, Args: []string{id}})
+		requireOK(t, res)
+		require.Equal(t, "hello ['outputs']\n", res.Stdout, id)
+		require.True(t, strings.HasPrefix(res.Policy.Scratch, p.scratch.path+"/"), "%s: scratch %s not in its pool's %s", id, res.Policy.Scratch, p.scratch.path)
+		require.Len(t, res.Files, 1, id)
+		require.Equal(t, id, string(res.Files[0].Data), id)
+	}
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for i := range 8 {
+			check(a, "a", i)
+		}
+	}()
+	for i := range 8 {
+		check(b, "b", i)
+	}
+	wg.Wait()
+	require.NoError(t, a.Close())
+	for i := 8; i < 16; i++ {
+		check(b, "b", i)
+	}
+	t.Logf("a %+v b %+v", aheadOf(a), aheadOf(b))
+}
