@@ -551,3 +551,37 @@ print(open("/data/f.txt").read(), seen)`
 	}
 	t.Logf("a %+v b %+v", aheadOf(a), aheadOf(b))
 }
+
+// TestHostileReview30ProfileGrants: jobs with the same mounts, some
+// through a profile that adds a read grant of a host directory beside
+// the mount (a bind of its own in the namespace), others without it:
+// once either kind repeats and is attached ahead, a job without the
+// grant never finds the granted directory in its namespace (a fresh one
+// shows no such path), and a job with it reads it.
+func TestHostileReview30ProfileGrants(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	outside := t.TempDir()
+	g := filepath.Join(outside, "g")
+	require.NoError(t, os.Mkdir(g, 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(g, "s"), []byte("granted"), 0o644))
+	p := newTestPool(t, Config{Workers: 1, Dir: dir, Limits: Limits{AllowRead: []string{dir, outside}},
+		Profiles: map[string]Profile{"g": {AllowRead: []string{g}}}})
+	requireNS(t, p)
+	data := helloDataDir(t, dir)
+	mounts := []MountSpec{{HostPath: data, Path: "/data", Mode: ReadOnly}}
+	code := `import os
+g = ` + strconv.Quote(g) + `
+print(open("/data/f.txt").read(), os.path.lexists(g), open(g + "/s").read() if os.path.lexists(g) else "-")`
+	for i := range 24 {
+		prof := map[bool]string{true: "g", false: ""}[(i/3)%2 == 0]
+		res := run(t, p, Job{Mounts: mounts, Profile: prof, Code: code})
+		requireOK(t, res)
+		want := "hello False -\n"
+		if prof != "" {
+			want = "hello True granted\n"
+		}
+		require.Equal(t, want, res.Stdout, "job %d (profile %q)", i, prof)
+	}
+	t.Logf("%+v", aheadOf(p))
+}
