@@ -3,6 +3,7 @@ package pynox
 import (
 	"context"
 	"fmt"
+	"github.com/pynox/pynox/internal/testenv"
 	"github.com/pynox/pynox/internal/worker"
 	"os"
 	"path/filepath"
@@ -65,6 +66,7 @@ print(open("/data/f.txt").read())
 // came back, the one in that namespace) find a fresh scratch directory
 // and no outputs of it.
 func TestHostileReview30RecycleAfterAbnormalEnd(t *testing.T) {
+	testenv.Slow(t) // about 5 s
 	t.Parallel()
 	p, data, _ := nsPool(t)
 	mounts := []MountSpec{{HostPath: data, Path: "/data", Mode: ReadOnly}}
