@@ -3,8 +3,6 @@ package pynox
 import (
 	"context"
 	"fmt"
-	"github.com/pynox/pynox/internal/testenv"
-	"github.com/pynox/pynox/internal/worker"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -14,6 +12,9 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/pynox/pynox/internal/testenv"
+	"github.com/pynox/pynox/internal/worker"
 )
 
 // r30Check is a job that reports what it finds of the jobs before it:
