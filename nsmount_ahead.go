@@ -471,10 +471,18 @@ func (p *Pool) leaseAhead() (l *worker.NSLease, busy bool) {
 			stale = append(stale, n)
 		}
 	}
-	busy = a.filling || a.recycling > 0
+	// None ready: one being attached is waited for; else one is started
+	// when the pool holds fewer than it keeps (the jobs' namespaces that
+	// come back count: a long job's does not come back before it ends,
+	// so a spare does not wait for it).
+	fill := !a.filling && len(a.ready)+a.recycling < p.aheadTarget()
+	busy = a.filling || (got == nil && fill)
 	a.mu.Unlock()
 	p.discardAhead(stale)
 	if got == nil {
+		if fill {
+			go p.fillAhead()
+		}
 		return nil, busy
 	}
 	user, err := unix.FcntlInt(got.ns.User.Fd(), unix.F_DUPFD_CLOEXEC, 0)
