@@ -115,6 +115,7 @@ open(os.environ["PYNOX_OUTPUTS"] + "/left.txt", "w").write("x")
 // file (a rename over it: another inode) the next job sees the new one,
 // never the old object the namespace ahead holds.
 func TestHostileReview30FileSource(t *testing.T) {
+	testenv.Slow(t)
 	t.Parallel()
 	p, data, _ := nsPool(t)
 	f := filepath.Join(data, "f.txt")
@@ -150,6 +151,7 @@ func TestHostileReview30FileSource(t *testing.T) {
 // $TMPDIR collect pattern), never those of the one-shot jobs running
 // beside it, which get scratch directories the session gave back.
 func TestHostileReview30SessionRestartAhead(t *testing.T) {
+	testenv.Slow(t)
 	t.Parallel()
 	p, data, _ := nsPool(t)
 	mounts := []MountSpec{{HostPath: data, Path: "/data", Mode: ReadOnly}}
@@ -316,6 +318,7 @@ print(open("/data/f.txt").read(), first)`
 // (TakeNS): no job waits for a spare that never comes (a template
 // declared wedged), fails, or runs with another's mounts or scratch.
 func TestHostileReview30RetireRacesTake(t *testing.T) {
+	testenv.Slow(t)
 	t.Parallel()
 	dir := t.TempDir()
 	p := newTestPool(t, Config{Workers: 2, Dir: dir, Limits: Limits{AllowNetwork: true}})
@@ -382,6 +385,7 @@ print(open("/data/f.txt").read(), first)`})
 // and no process of the pool's (templates, spares, jobs, the mounter)
 // is left.
 func TestHostileReview30CancelAndCloseAhead(t *testing.T) {
+	testenv.Slow(t)
 	// Not parallel: it counts the test process's descendants.
 	dir := t.TempDir()
 	p, err := New(Config{Python: testPython(), Dir: dir, Workers: 2, Limits: Limits{AllowWrite: []string{dir}}})
@@ -477,6 +481,7 @@ func r30Procs(t *testing.T) []int {
 // keeps for a later job: a key a job adds there must not reach the next
 // job in that namespace. (Held: add_key and keyctl are denied to jobs.)
 func TestHostileReview30KeyringAcrossRecycle(t *testing.T) {
+	testenv.Slow(t)
 	t.Parallel()
 	p, data, _ := nsPool(t)
 	mounts := []MountSpec{{HostPath: data, Path: "/data", Mode: ReadOnly}}
@@ -512,6 +517,7 @@ print(os.readlink("/proc/self/ns/user"), r >= 0, s >= 0)
 // the other pool still sees its mounts and a fresh scratch directory
 // of its own pool, and gets its own outputs.
 func TestHostileReview30TwoPools(t *testing.T) {
+	testenv.Slow(t)
 	t.Parallel()
 	dir := t.TempDir()
 	data := helloDataDir(t, dir)
@@ -562,6 +568,7 @@ print(open("/data/f.txt").read(), seen)`
 // grant never finds the granted directory in its namespace (a fresh one
 // shows no such path), and a job with it reads it.
 func TestHostileReview30ProfileGrants(t *testing.T) {
+	testenv.Slow(t)
 	t.Parallel()
 	dir := t.TempDir()
 	outside := t.TempDir()
