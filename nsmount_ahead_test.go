@@ -13,6 +13,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
+
+	"github.com/pynox/pynox/internal/testenv"
 )
 
 // aheadStats is what a pool's namespaces attached ahead did so far.
@@ -241,6 +243,7 @@ open("/work/w-" + sys.argv[1], "w").write("x")`, Args: []string{strconv.Itoa(i)}
 // own scratch directory, never another's, and a different one from every
 // job running beside them.
 func TestAheadConcurrentScratch(t *testing.T) {
+	testenv.Slow(t)
 	t.Parallel()
 	p := newTestPool(t, Config{Workers: 2})
 	requireNS(t, p)
@@ -330,6 +333,7 @@ func TestAheadMounterDies(t *testing.T) {
 // namespace): its scratch directory starts empty, each step gets the
 // outputs it wrote, and its files stay between steps.
 func TestAheadSession(t *testing.T) {
+	testenv.Slow(t)
 	t.Parallel()
 	p, data, _ := nsPool(t)
 	mounts := []MountSpec{{HostPath: data, Path: "/data", Mode: ReadOnly}}
