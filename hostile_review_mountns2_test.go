@@ -222,21 +222,43 @@ func mounterPids(t *testing.T) map[int]bool {
 	return pids
 }
 
-// hostMountCount is how many mounts this process's mount namespace has,
-// leaving out pools' scratch tmpfs mounts (scratchRoot.mountOwn): the
-// pools of tests running beside (this package's, other packages') make
-// and remove theirs at any time.
-func hostMountCount(t *testing.T) int {
+// hostMounts returns the mounts of this process's mount namespace, by
+// mount id, leaving out every pool's scratch tmpfs (scratch.go: pools of
+// other tests, in this process or beside it, make and remove theirs).
+func hostMounts(t *testing.T) map[string]string {
 	t.Helper()
 	b, err := os.ReadFile("/proc/self/mountinfo")
 	require.NoError(t, err)
-	n := 0
-	for _, line := range bytes.Split(b, []byte("\n")) {
-		if len(line) > 0 && !bytes.Contains(line, []byte("/"+scratchPrefix)) {
-			n++
+	m := map[string]string{}
+	for _, line := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(line); len(f) > 4 && !strings.Contains(line, "/"+scratchPrefix) {
+			m[f[0]] = line
 		}
 	}
-	return n
+	return m
+}
+
+// hostMountsAdded returns the mounts in after that are not in before
+// and that a pool's mounter could have left: an overlay, or a mount at
+// one of paths (a job's virtual paths and host directories). Other
+// tests, in this process or beside it, mount and unmount their own file
+// systems meanwhile: those are not the pool's.
+func hostMountsAdded(before, after map[string]string, paths ...string) []string {
+	var added []string
+	for id, line := range after {
+		if _, ok := before[id]; ok {
+			continue
+		}
+		f := strings.Fields(line)
+		mine := strings.Contains(line, " - overlay ")
+		for _, p := range paths {
+			mine = mine || f[4] == p || strings.HasPrefix(f[4], p+"/")
+		}
+		if mine {
+			added = append(added, line)
+		}
+	}
+	return added
 }
 
 // Probes 8-10: the mounter (real root, unconfined) from a job with a
@@ -304,7 +326,7 @@ raw("ptrace attach", 101, 16, P, 0, 0)
 // mount behind on the host.
 func TestHostileReviewNS2CloseLeavesNothing(t *testing.T) {
 	before := mounterPids(t)
-	mounts := hostMountCount(t)
+	mounts := hostMounts(t)
 	p, data, _ := nsPool(t)
 	for range 2 {
 		res := run(t, p, Job{Mounts: []MountSpec{{HostPath: data, Path: "/data"}, {HostPath: data, Path: "/work", Mode: Overlay}},
@@ -332,7 +354,7 @@ func TestHostileReviewNS2CloseLeavesNothing(t *testing.T) {
 		_, err := os.Stat("/proc/" + strconv.Itoa(q))
 		require.True(t, os.IsNotExist(err), "mounter %d left running after Close", q)
 	}
-	require.Equal(t, mounts, hostMountCount(t), "mounts left on the host")
+	require.Empty(t, hostMountsAdded(mounts, hostMounts(t), "/data", "/work", data, p.Config().Dir, scratch), "mounts left on the host")
 }
 
 // Probes 12-14: mount paths that name the runtime, the system or the

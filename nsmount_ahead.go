@@ -257,7 +257,9 @@ type nsAheads struct {
 	// recycling counts the namespaces ahead that one-shot jobs took and
 	// that come back once their processes are gone (recycleAhead).
 	recycling int
-	recycled  int // how many came back
+	recycled  int    // how many came back
+	failed    *nsKey // a part whose attach ahead failed: not attached ahead again while it repeats
+	failures  int    // attaches ahead that failed
 	// reattached counts the namespaces ahead whose job asked for other
 	// mounts (the mounter replaced the part they held).
 	reattached int
@@ -387,10 +389,10 @@ func (p *Pool) takeAhead(pl *plan, plan mountns.Plan, rules []worker.NSRule, off
 	if a.last != nil && a.last.equal(key) {
 		a.streak++
 	} else {
-		a.last, a.streak = key, 1
+		a.last, a.streak, a.failed = key, 1, nil
 		stale = a.dropLocked()
 	}
-	if a.streak < 2 {
+	if a.streak < 2 || (a.failed != nil && a.failed.equal(key)) {
 		return false, false
 	}
 	if a.src == nil {
@@ -610,6 +612,17 @@ func (p *Pool) fillAhead() {
 		n, ok := p.attachAhead(src)
 		a.mu.Lock()
 		src.refs--
+		var stale []*nsAhead
+		if !ok && a.src == src {
+			// A part that cannot be attached (a mount path under one of
+			// the host's top-level links, say, which every attach
+			// refuses) is not tried again while jobs keep asking for it:
+			// spares take plain leases, and each job's attach fails
+			// alone, as before.
+			a.failed = src.key
+			a.failures++
+			stale = a.dropLocked()
+		}
 		if src.dropped && src.refs == 0 {
 			src.close()
 		}
@@ -620,6 +633,7 @@ func (p *Pool) fillAhead() {
 		}
 		a.mu.Unlock()
 		if !ok {
+			p.discardAhead(stale)
 			return
 		}
 		if !keep {

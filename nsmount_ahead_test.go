@@ -19,8 +19,8 @@ import (
 
 // aheadStats is what a pool's namespaces attached ahead did so far.
 type aheadStats struct {
-	took, offered, recycled, reattached, ready int
-	active                                     bool
+	took, offered, recycled, reattached, ready, failures int
+	active                                               bool
 }
 
 func aheadOf(p *Pool) aheadStats {
@@ -28,7 +28,7 @@ func aheadOf(p *Pool) aheadStats {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	return aheadStats{took: a.took, offered: a.tookOffer, recycled: a.recycled, reattached: a.reattached,
-		ready: len(a.ready), active: a.src != nil}
+		ready: len(a.ready), failures: a.failures, active: a.src != nil}
 }
 
 // aheadDrop makes p drop what it attached ahead (as after nsAheadIdle
@@ -362,4 +362,40 @@ open(os.path.join(os.environ["PYNOX_OUTPUTS"], "step-%d.txt" % ` + strconv.Itoa(
 		require.NoError(t, c.Finish(t.Context()))
 	}
 	require.True(t, took, "no session started in a namespace attached ahead: %+v", aheadOf(p))
+}
+
+// TestAheadUnattachablePart: a part that no attach can make (a mount
+// path under one of the host's top-level links), asked for again and
+// again, is not kept being attached ahead: after the one attach ahead
+// that fails the pool stops, each job fails closed on its own (no code
+// ran), and a job with a good part is served.
+func TestAheadUnattachablePart(t *testing.T) {
+	t.Parallel()
+	p, data, _ := nsPool(t)
+	link := ""
+	for _, l := range []string{"/lib", "/bin", "/lib64", "/sbin"} {
+		if fi, err := os.Lstat(l); err == nil && fi.Mode()&os.ModeSymlink != 0 {
+			link = l
+			break
+		}
+	}
+	if link == "" {
+		t.Skip("the host has no top-level symbolic link")
+	}
+	bad := []MountSpec{{HostPath: data, Path: link + "/pynox-ahead"}}
+	for range 5 {
+		res := run(t, p, Job{Mounts: bad, Code: `print("ran")`})
+		require.NotNil(t, res.Error)
+		require.Equal(t, "SandboxSetupError", res.Error.Type, res.Error.Message)
+		require.Contains(t, res.Error.Message, "no code ran")
+		require.Empty(t, res.Stdout)
+		time.Sleep(20 * time.Millisecond) // for a fill after the answer
+	}
+	s := aheadOf(p)
+	require.False(t, s.active, "the pool keeps attaching ahead a part no attach can make: %+v", s)
+	require.LessOrEqual(t, s.failures, 1, "the pool tried again and again to attach ahead a part no attach can make")
+	require.Zero(t, s.ready)
+	res := run(t, p, Job{Mounts: []MountSpec{{HostPath: data, Path: "/data"}}, Code: `print(open("/data/f.txt").read())`})
+	requireOK(t, res)
+	require.Equal(t, "hello\n", res.Stdout)
 }
