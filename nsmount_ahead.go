@@ -132,6 +132,14 @@ func nsKeyOf(plan mountns.Plan, rules []worker.NSRule, scratchFd int, scratchPat
 		return nil, false
 	}
 	k := &nsKey{rules: slices.Clone(rules)}
+	// source identifies a mount's source shown at path, which must lie
+	// neither at nor around the pool's scratch directory.
+	source := func(fd int, path string) (nsIdent, bool) {
+		if beneath(path, scratchPath) || beneath(scratchPath, path) {
+			return nsIdent{}, false
+		}
+		return identOf(fd)
+	}
 	scratch := 0
 	for _, b := range plan.Binds {
 		if b.Source == scratchFd {
@@ -139,15 +147,15 @@ func nsKeyOf(plan mountns.Plan, rules []worker.NSRule, scratchFd int, scratchPat
 			k.entries = append(k.entries, nsKeyEntry{scratch: true, ro: b.ReadOnly, nodev: b.NoDev})
 			continue
 		}
-		id, ok := identOf(b.Source)
-		if !ok || beneath(b.Path, scratchPath) || beneath(scratchPath, b.Path) {
+		id, ok := source(b.Source, b.Path)
+		if !ok {
 			return nil, false
 		}
 		k.entries = append(k.entries, nsKeyEntry{ident: id, path: b.Path, ro: b.ReadOnly, nodev: b.NoDev})
 	}
 	for _, o := range plan.Overlays {
-		id, ok := identOf(o.Lower)
-		if !ok || beneath(o.Path, scratchPath) || beneath(scratchPath, o.Path) {
+		id, ok := source(o.Lower, o.Path)
+		if !ok {
 			return nil, false
 		}
 		k.entries = append(k.entries, nsKeyEntry{ident: id, path: o.Path, overlay: true, limit: o.Limit})
@@ -175,7 +183,7 @@ type nsSource struct {
 func newNSSource(key *nsKey, plan mountns.Plan, scratchFd int) (*nsSource, bool) {
 	s := &nsSource{key: key, plan: mountns.Plan{Binds: slices.Clone(plan.Binds), Overlays: slices.Clone(plan.Overlays)}}
 	dup := func(fd int) (int, bool) {
-		n, err := unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 0)
+		n, err := dupFD(fd)
 		if err != nil {
 			return -1, false
 		}
@@ -264,6 +272,25 @@ type nsAheads struct {
 	// mounts (the mounter replaced the part they held).
 	reattached int
 }
+
+// popReadyLocked takes the first namespace ahead attached since the
+// mount change count gen (none made stale since), returning those it
+// passed on the way for the caller to discard outside the lock.
+func (a *nsAheads) popReadyLocked(gen uint64) (got *nsAhead, stale []*nsAhead) {
+	for len(a.ready) > 0 && got == nil {
+		n := a.ready[0]
+		a.ready = a.ready[1:]
+		if n.gen == gen {
+			got = n
+		} else {
+			stale = append(stale, n)
+		}
+	}
+	return got, stale
+}
+
+// dupFD returns a close-on-exec copy of fd.
+func dupFD(fd int) (int, error) { return unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 0) }
 
 // count adds one to a counter of a's, under its lock.
 func (a *nsAheads) count(n *int) {
@@ -411,14 +438,8 @@ func (p *Pool) takeAhead(pl *plan, plan mountns.Plan, rules []worker.NSRule, off
 			got = offer
 		}
 	}
-	for offer == nil && len(a.ready) > 0 && got == nil {
-		n := a.ready[0]
-		a.ready = a.ready[1:]
-		if n.gen == gen {
-			got = n
-		} else {
-			stale = append(stale, n)
-		}
+	if offer == nil {
+		got, stale = a.popReadyLocked(gen)
 	}
 	if got == nil {
 		return false, true
@@ -461,18 +482,7 @@ func (p *Pool) leaseAhead() (l *worker.NSLease, busy bool) {
 		a.mu.Unlock()
 		return nil, false
 	}
-	gen := a.genLocked()
-	var got *nsAhead
-	var stale []*nsAhead
-	for len(a.ready) > 0 && got == nil {
-		n := a.ready[0]
-		a.ready = a.ready[1:]
-		if n.gen == gen {
-			got = n
-		} else {
-			stale = append(stale, n)
-		}
-	}
+	got, stale := a.popReadyLocked(a.genLocked())
 	// None ready: one being attached is waited for; else one is started
 	// when the pool holds fewer than it keeps (the jobs' namespaces that
 	// come back count: a long job's does not come back before it ends,
@@ -487,12 +497,12 @@ func (p *Pool) leaseAhead() (l *worker.NSLease, busy bool) {
 		}
 		return nil, busy
 	}
-	user, err := unix.FcntlInt(got.ns.User.Fd(), unix.F_DUPFD_CLOEXEC, 0)
+	user, err := dupFD(int(got.ns.User.Fd()))
 	if err != nil {
 		p.discardAhead([]*nsAhead{got})
 		return nil, false
 	}
-	mount, err := unix.FcntlInt(got.ns.Mount.Fd(), unix.F_DUPFD_CLOEXEC, 0)
+	mount, err := dupFD(int(got.ns.Mount.Fd()))
 	if err != nil {
 		rawsys.Close(user)
 		p.discardAhead([]*nsAhead{got})
