@@ -2,6 +2,8 @@ package pynox
 
 import (
 	"os"
+	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -9,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/pynox/pynox/internal/rawsys"
+	"github.com/pynox/pynox/internal/testenv"
 )
 
 // r31Link returns a host top-level symbolic link (a mount path under it
@@ -223,4 +226,81 @@ func TestHostileReview31InterleavedPartAmplifies(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	require.Greater(t, aheadOf(p).took, before.took, "a repeating part is no longer taken ahead: %+v", aheadOf(p))
+}
+
+// TestHostileReview31FailedFillsLeaveNothing: attaches ahead that fail
+// (an unattachable part, alternated so that each pair tries once more)
+// leave no scratch directory behind in the pool's scratch root, and the
+// pool's descriptors do not grow.
+func TestHostileReview31FailedFillsLeaveNothing(t *testing.T) {
+	t.Parallel()
+	p, data, _ := nsPool(t)
+	bad := []MountSpec{{HostPath: data, Path: r31Link(t) + "/pynox-r31"}}
+	other := []MountSpec{{HostPath: data, Path: "/other"}}
+	count := func() (dirs, fds int) {
+		es, err := os.ReadDir(p.scratch.path)
+		require.NoError(t, err)
+		fs, err := os.ReadDir("/proc/self/fd")
+		require.NoError(t, err)
+		return len(es), len(fs)
+	}
+	step := func() {
+		for range 2 {
+			res := run(t, p, Job{Mounts: bad, Code: `print("ran")`})
+			require.NotNil(t, res.Error)
+			require.Empty(t, res.Stdout)
+			time.Sleep(15 * time.Millisecond)
+		}
+		requireOK(t, run(t, p, Job{Mounts: other, Code: "pass"}))
+	}
+	step()
+	time.Sleep(50 * time.Millisecond)
+	d0, f0 := count()
+	before := aheadOf(p).failures
+	for range 6 {
+		step()
+	}
+	time.Sleep(50 * time.Millisecond)
+	d1, f1 := count()
+	require.GreaterOrEqual(t, aheadOf(p).failures-before, 3, "the probe made no failed attach ahead")
+	require.LessOrEqual(t, d1, d0+1, "failed attaches ahead left scratch directories")
+	require.LessOrEqual(t, f1, f0+8, "failed attaches ahead leaked descriptors") // other tests run beside
+}
+
+// TestHostileReview31IdleRacesSpareLease: the pool going idle
+// (aheadIdle: drop, then RetireNSSpares) just as the ready ns spare that
+// replaces the last job's leases a namespace ahead (before it is in the
+// template's channel, where RetireNSSpares looks): after the pool idled,
+// no ready ns spare still sits in a namespace attached ahead (it would
+// pin the sources' file systems until its next job; review 28).
+func TestHostileReview31IdleRacesSpareLease(t *testing.T) {
+	testenv.Slow(t)
+	t.Parallel()
+	p, data, _ := nsPool(t)
+	good := []MountSpec{{HostPath: data, Path: "/data"}}
+	var pinned []time.Duration
+	checked := 0
+	for idle := 6 * time.Millisecond; idle <= 40*time.Millisecond; idle += 2 * time.Millisecond {
+		aheadDrop(p)
+		p.ns.ahead.mu.Lock()
+		p.ns.ahead.idleAfter = time.Hour
+		p.ns.ahead.mu.Unlock()
+		aheadWarm(t, p, good)
+		p.ns.ahead.mu.Lock()
+		p.ns.ahead.idleAfter = idle
+		p.ns.ahead.mu.Unlock()
+		requireOK(t, run(t, p, Job{Mounts: good, Code: "pass"}))
+		time.Sleep(idle + 150*time.Millisecond)
+		if aheadOf(p).active {
+			continue // not idled (a late timer): nothing to check
+		}
+		checked++
+		pid := nsSparePid(t, p.workers[0].live.Load())
+		b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/mountinfo")
+		if err == nil && strings.Contains(string(b), " /data ") {
+			pinned = append(pinned, idle)
+		}
+	}
+	require.Positive(t, checked, "the pool never idled")
+	require.Empty(t, pinned, "after the pool idled, its ready ns spare still sat in a namespace attached ahead (idle expiries)")
 }
