@@ -27,7 +27,8 @@ import (
 // agent backend whose jobs all see a tenant's /data, say) pays it for
 // nothing. Once two mount jobs in a row (one-shot jobs or sessions)
 // asked for the same part, the pool attaches that part ahead, off any
-// job's path, to up to one namespace per worker and one more; the
+// job's path, to one namespace, and, once a third job in a row asked
+// for it, to up to one namespace per worker and one more; the
 // templates' ready ns spares enter such a namespace before their job
 // (as they enter a leased one otherwise: Pool.nsLease), and a job that
 // asks for exactly that part runs in it as it is: no attach, no wait.
