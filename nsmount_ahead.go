@@ -27,7 +27,8 @@ import (
 // agent backend whose jobs all see a tenant's /data, say) pays it for
 // nothing. Once two mount jobs in a row (one-shot jobs or sessions)
 // asked for the same part, the pool attaches that part ahead, off any
-// job's path, to up to one namespace per worker and one more; the
+// job's path, to one namespace, and, once a third job in a row asked
+// for it, to up to one namespace per worker and one more; the
 // templates' ready ns spares enter such a namespace before their job
 // (as they enter a leased one otherwise: Pool.nsLease), and a job that
 // asks for exactly that part runs in it as it is: no attach, no wait.
@@ -176,6 +177,11 @@ type nsSource struct {
 	fds     []int
 	refs    int
 	dropped bool
+	// made counts the namespaces attached ahead from it: until a third
+	// job in a row asks for the part, only one is (a prediction that
+	// another part breaks at once, A A B A A B..., then costs the mounter
+	// one attach, not aheadTarget and the spares' of them; review 31).
+	made int
 }
 
 // newNSSource copies plan's source descriptors but the scratch
@@ -268,6 +274,7 @@ type nsAheads struct {
 	recycled  int    // how many came back
 	failed    *nsKey // a part whose attach ahead failed: not attached ahead again while it repeats
 	failures  int    // attaches ahead that failed
+	attached  int    // attaches ahead that succeeded
 	// reattached counts the namespaces ahead whose job asked for other
 	// mounts (the mounter replaced the part they held).
 	reattached int
@@ -427,7 +434,7 @@ func (p *Pool) takeAhead(pl *plan, plan mountns.Plan, rules []worker.NSRule, off
 			return false, false
 		}
 	}
-	fill = len(a.ready)+a.recycling < p.aheadTarget()
+	fill = p.wantLocked()
 	if !take {
 		return false, fill
 	}
@@ -442,13 +449,13 @@ func (p *Pool) takeAhead(pl *plan, plan mountns.Plan, rules []worker.NSRule, off
 		got, stale = a.popReadyLocked(gen)
 	}
 	if got == nil {
-		return false, true
+		return false, p.wantLocked()
 	}
 	if err := pl.swapScratch(got.scratch, got.fd); err != nil {
 		if got != offer {
 			stale = append(stale, got)
 		}
-		return false, true
+		return false, p.wantLocked()
 	}
 	if got == offer {
 		a.tookOffer++
@@ -469,7 +476,7 @@ func (p *Pool) takeAhead(pl *plan, plan mountns.Plan, rules []worker.NSRule, off
 	} else {
 		pl.ns = got.ns
 	}
-	return true, true
+	return true, p.wantLocked()
 }
 
 // leaseAhead hands a ready ns spare a namespace attached ahead to enter
@@ -487,7 +494,7 @@ func (p *Pool) leaseAhead() (l *worker.NSLease, busy bool) {
 	// when the pool holds fewer than it keeps (the jobs' namespaces that
 	// come back count: a long job's does not come back before it ends,
 	// so a spare does not wait for it).
-	fill := !a.filling && len(a.ready)+a.recycling < p.aheadTarget()
+	fill := !a.filling && p.wantLocked()
 	busy = a.filling || (got == nil && fill)
 	a.mu.Unlock()
 	p.discardAhead(stale)
@@ -588,6 +595,20 @@ func (p *Pool) aheadIdle() {
 	}
 }
 
+// wantLocked says whether one more namespace should be attached ahead:
+// the pool holds fewer than aheadTarget; while only two jobs in a row
+// asked for the part, one at most is attached (nsSource.made).
+func (p *Pool) wantLocked() bool {
+	a := &p.ns.ahead
+	if a.src == nil {
+		return false
+	}
+	if a.streak < 3 {
+		return a.src.made < 1 && len(a.ready)+a.recycling < 1
+	}
+	return len(a.ready)+a.recycling < p.aheadTarget()
+}
+
 // aheadTarget is how many namespaces a pool keeps attached ahead: one
 // per worker and one more, for the next job while a finished job's
 // comes back (recycleAhead).
@@ -612,7 +633,7 @@ func (p *Pool) fillAhead() {
 	for {
 		a.mu.Lock()
 		src := a.src
-		if a.closed || src == nil || len(a.ready)+a.recycling >= p.aheadTarget() {
+		if a.closed || src == nil || !p.wantLocked() {
 			a.mu.Unlock()
 			return
 		}
@@ -635,6 +656,10 @@ func (p *Pool) fillAhead() {
 		}
 		if src.dropped && src.refs == 0 {
 			src.close()
+		}
+		if ok {
+			a.attached++
+			src.made++
 		}
 		keep := ok && !a.closed && a.src == src
 		if keep {
