@@ -597,6 +597,7 @@ func (p *Pool) nsFor(pl *plan, child *worker.Child) *Error {
 		return rerr
 	}
 	if ahead, ok := l.Data.(*nsAhead); ok {
+		p.unlend(ahead)
 		// A namespace attached ahead (nsmount_ahead.go): the job runs in
 		// it as it is when it holds exactly the job's part; else the
 		// mounter replaces that part with the job's.

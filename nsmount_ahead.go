@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -245,6 +246,9 @@ type nsAhead struct {
 	gen     uint64   // the mount change count before its attach began
 	scratch string   // its scratch directory's name in the pool's scratch root
 	fd      int      // that directory's O_PATH descriptor
+	// lent says a ready ns spare holds it (leaseAhead) and no job took
+	// that spare yet: nsAheads.lent counts these.
+	lent atomic.Bool
 }
 
 // nsAheads is a pool's namespaces attached ahead and what predicts them.
@@ -278,6 +282,12 @@ type nsAheads struct {
 	// reattached counts the namespaces ahead whose job asked for other
 	// mounts (the mounter replaced the part they held).
 	reattached int
+	// lent counts the namespaces ahead that ready ns spares hold
+	// (nsAhead.lent): aheadIdle retires them until none is left.
+	lent int
+	// leased, when set (tests), is called after a namespace ahead is
+	// taken for a spare's lease, before the spare is sent it.
+	leased func()
 }
 
 // popReadyLocked takes the first namespace ahead attached since the
@@ -299,10 +309,10 @@ func (a *nsAheads) popReadyLocked(gen uint64) (got *nsAhead, stale []*nsAhead) {
 // dupFD returns a close-on-exec copy of fd.
 func dupFD(fd int) (int, error) { return unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 0) }
 
-// count adds one to a counter of a's, under its lock.
-func (a *nsAheads) count(n *int) {
+// count adds one (or d) to a counter of a's, under its lock.
+func (a *nsAheads) count(n *int, d ...int) {
 	a.mu.Lock()
-	*n++
+	*n += cmp.Or(append(d, 1)...)
 	a.mu.Unlock()
 }
 
@@ -490,6 +500,11 @@ func (p *Pool) leaseAhead() (l *worker.NSLease, busy bool) {
 		return nil, false
 	}
 	got, stale := a.popReadyLocked(a.genLocked())
+	leased := a.leased
+	if got != nil {
+		got.lent.Store(true)
+		a.lent++
+	}
 	// None ready: one being attached is waited for; else one is started
 	// when the pool holds fewer than it keeps (the jobs' namespaces that
 	// come back count: a long job's does not come back before it ends,
@@ -504,19 +519,33 @@ func (p *Pool) leaseAhead() (l *worker.NSLease, busy bool) {
 		}
 		return nil, busy
 	}
+	if leased != nil {
+		leased()
+	}
+	release := func() {
+		p.unlend(got)
+		p.discardAhead([]*nsAhead{got})
+	}
 	user, err := dupFD(int(got.ns.User.Fd()))
 	if err != nil {
-		p.discardAhead([]*nsAhead{got})
+		release()
 		return nil, false
 	}
 	mount, err := dupFD(int(got.ns.Mount.Fd()))
 	if err != nil {
 		rawsys.Close(user)
-		p.discardAhead([]*nsAhead{got})
+		release()
 		return nil, false
 	}
-	return &worker.NSLease{User: user, Mount: mount, Data: got,
-		Release: func() { p.discardAhead([]*nsAhead{got}) }}, false
+	return &worker.NSLease{User: user, Mount: mount, Data: got, Release: release}, false
+}
+
+// unlend notes that n, a namespace ahead leased to a ready ns spare, is
+// no longer a spare's (its job took the spare, or the lease ended).
+func (p *Pool) unlend(n *nsAhead) {
+	if n.lent.CompareAndSwap(true, false) {
+		p.ns.ahead.count(&p.ns.ahead.lent, -1)
+	}
 }
 
 // recycleAhead takes back n, a namespace attached ahead that a one-shot
@@ -581,10 +610,18 @@ func (p *Pool) aheadIdle() {
 	if !idle {
 		return
 	}
-	// The templates' ready ns spares sitting in namespaces ahead give
-	// them back too (their replacements lease plain ones): else each
-	// kept the sources' file systems alive until its next job, however
-	// long the pool then idled (review 28).
+	p.retireAheadSpares(0)
+}
+
+// retireAheadSpares has the templates' ready ns spares that sit in
+// namespaces ahead give them back (their replacements lease plain
+// ones): else each kept the sources' file systems alive until its next
+// job, however long the pool then idled (review 28). A spare that was
+// leasing one as the pool went idle is not yet where RetireNSSpares
+// looks (the template's channel, or its lease): while spares still hold
+// namespaces ahead, it looks again a little later (try counts the
+// rounds; a few seconds at most), until a job comes.
+func (p *Pool) retireAheadSpares(try int) {
 	for _, w := range p.workers {
 		if tpl := w.live.Load(); tpl != nil {
 			tpl.RetireNSSpares(func(l *worker.NSLease) bool {
@@ -593,7 +630,20 @@ func (p *Pool) aheadIdle() {
 			})
 		}
 	}
+	a := &p.ns.ahead
+	a.mu.Lock()
+	again := a.lent > 0 && a.src == nil && !a.closed && time.Since(a.used) >= a.idleFor()
+	a.mu.Unlock()
+	if again && try < aheadRetireTries {
+		time.AfterFunc(aheadRetireEvery, func() { p.retireAheadSpares(try + 1) })
+	}
 }
+
+// aheadRetireEvery and aheadRetireTries pace retireAheadSpares' rounds.
+const (
+	aheadRetireEvery = 10 * time.Millisecond
+	aheadRetireTries = 500
+)
 
 // wantLocked says whether one more namespace should be attached ahead:
 // the pool holds fewer than aheadTarget; while only two jobs in a row

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -292,6 +293,59 @@ func TestAheadIdleStops(t *testing.T) {
 	mounts := []MountSpec{{HostPath: data, Path: "/data", Mode: ReadOnly}}
 	aheadWarm(t, p, mounts)
 	require.True(t, eventually(func() bool { s := aheadOf(p); return !s.active && s.ready == 0 }), "still attaching ahead: %+v", aheadOf(p))
+	requireOK(t, run(t, p, Job{Mounts: mounts, Code: `print(open("/data/f.txt").read())`}))
+}
+
+// TestAheadIdleWhileLeasing: the pool goes idle just as a ready ns spare
+// leases a namespace ahead (after the pool took it for the spare, before
+// the spare holds it where RetireNSSpares looks): the spare still gives
+// it back, and the pool counts no namespace ahead as a spare's. (Review
+// 31's probe of this race failed in CI once, before the pool looked
+// again for such spares.)
+func TestAheadIdleWhileLeasing(t *testing.T) {
+	t.Parallel()
+	p, data, _ := nsPool(t)
+	mounts := []MountSpec{{HostPath: data, Path: "/data", Mode: ReadOnly}}
+	a := &p.ns.ahead
+	var armed, fired atomic.Bool
+	a.mu.Lock()
+	a.leased = func() {
+		if !armed.Load() || !fired.CompareAndSwap(false, true) {
+			return
+		}
+		// Idle now: as if the last mount job came long ago.
+		a.mu.Lock()
+		a.idleAfter = time.Millisecond
+		a.used = time.Now().Add(-time.Second)
+		a.mu.Unlock()
+		p.aheadIdle()
+	}
+	a.mu.Unlock()
+	for i := 0; i < 10 && !fired.Load(); i++ {
+		// The ready ns spare sits in a namespace ahead: the job takes it
+		// at once, and its replacement leases one with no job waiting.
+		aheadSpare(t, p, mounts)
+		armed.Store(true)
+		requireOK(t, run(t, p, Job{Mounts: mounts, Code: "pass"}))
+		time.Sleep(50 * time.Millisecond)
+		armed.Store(false)
+	}
+	require.True(t, fired.Load(), "no spare leased a namespace ahead: %+v", aheadOf(p))
+	a.mu.Lock()
+	a.leased = nil
+	a.idleAfter = time.Hour // no mount job comes: only the retire runs
+	a.mu.Unlock()
+	tpl := p.workers[0].live.Load()
+	require.True(t, eventually(func() bool {
+		a.mu.Lock()
+		lent := a.lent
+		a.mu.Unlock()
+		return lent == 0
+	}), "a spare still holds a namespace ahead after the pool idled")
+	pid := nsSparePid(t, tpl)
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/mountinfo")
+	require.NoError(t, err)
+	require.NotContains(t, string(b), " /data ", "the ready ns spare still sits in a namespace attached ahead after the pool idled")
 	requireOK(t, run(t, p, Job{Mounts: mounts, Code: `print(open("/data/f.txt").read())`}))
 }
 
