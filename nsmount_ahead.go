@@ -622,19 +622,33 @@ func (p *Pool) aheadIdle() {
 // namespaces ahead, it looks again a little later (try counts the
 // rounds; a few seconds at most), until a job comes.
 func (p *Pool) retireAheadSpares(try int) {
+	a := &p.ns.ahead
+	idle := func() bool {
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		return a.src == nil && !a.closed && time.Since(a.used) >= a.idleFor()
+	}
+	if try > 0 && !idle() {
+		return // a mount job came: its spares may hold its part
+	}
 	for _, w := range p.workers {
 		if tpl := w.live.Load(); tpl != nil {
 			tpl.RetireNSSpares(func(l *worker.NSLease) bool {
-				_, ahead := l.Data.(*nsAhead)
-				return ahead
+				n, ahead := l.Data.(*nsAhead)
+				if !ahead {
+					return false
+				}
+				// Not one holding the part of a streak begun since.
+				a.mu.Lock()
+				defer a.mu.Unlock()
+				return a.src == nil || !a.src.key.equal(n.key)
 			})
 		}
 	}
-	a := &p.ns.ahead
 	a.mu.Lock()
-	again := a.lent > 0 && a.src == nil && !a.closed && time.Since(a.used) >= a.idleFor()
+	lent := a.lent
 	a.mu.Unlock()
-	if again && try < aheadRetireTries {
+	if lent > 0 && idle() && try < aheadRetireTries {
 		time.AfterFunc(aheadRetireEvery, func() { p.retireAheadSpares(try + 1) })
 	}
 }

@@ -333,7 +333,6 @@ func TestAheadIdleWhileLeasing(t *testing.T) {
 	require.True(t, fired.Load(), "no spare leased a namespace ahead: %+v", aheadOf(p))
 	a.mu.Lock()
 	a.leased = nil
-	a.idleAfter = time.Hour // no mount job comes: only the retire runs
 	a.mu.Unlock()
 	tpl := p.workers[0].live.Load()
 	require.True(t, eventually(func() bool {
