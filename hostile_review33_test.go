@@ -1,0 +1,121 @@
+package pynox
+
+// Review 33: an outside review's probes. Each asserts the safe outcome
+// and that the pool serves the next job.
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// r33Dirs makes ro/ (a read grant holding secret.txt and a subdirectory)
+// and rw/ (a write grant) in the pool's directory, on one file system, so
+// that links and renames between them reach Landlock rather than EXDEV
+// from the kernel.
+func r33Dirs(t *testing.T, p *Pool) (ro, rw string) {
+	t.Helper()
+	dir := p.Config().Dir
+	ro, rw = filepath.Join(dir, "ro"), filepath.Join(dir, "rw")
+	require.NoError(t, os.MkdirAll(filepath.Join(ro, "sub"), 0o755))
+	require.NoError(t, os.Mkdir(rw, 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(ro, "secret.txt"), []byte("read-only"), 0o644))
+	require.NoError(t, os.WriteFile(filepath.Join(rw, "mine.txt"), []byte("mine"), 0o644))
+	return ro, rw
+}
+
+// TestHostileReview33ReadGrantStaysReadOnly: a file the job may only read
+// stays unchanged and unlinked into its write grant, whatever way the job
+// tries to make a writable name or descriptor for it: linkat with
+// AT_EMPTY_PATH (flink, relaxed for the opener's own credentials in
+// Linux 6.10) and AT_SYMLINK_FOLLOW, link by path, O_TMPFILE linked into
+// the read grant, renameat2 RENAME_EXCHANGE and RENAME_NOREPLACE across
+// the two grants, O_RDONLY|O_TRUNC, truncate, a shared writable mapping
+// of a read-only descriptor (and mprotect to writable), copy_file_range
+// and sendfile into a read-only descriptor, a symlink in the write grant
+// opened for writing, and a directory moved out of the read grant.
+func TestHostileReview33ReadGrantStaysReadOnly(t *testing.T) {
+	t.Parallel()
+	p := newTestPool(t, Config{Workers: 1})
+	ro, rw := r33Dirs(t, p)
+	secret := filepath.Join(ro, "secret.txt")
+	r := run(t, p, Job{AllowRead: []string{ro}, AllowWrite: []string{rw}, Code: advCode(`
+import mmap
+RO, RW = ` + pyQuote(ro) + `, ` + pyQuote(rw) + `
+S = RO + "/secret.txt"
+fd = os.open(S, os.O_RDONLY)
+AT_FDCWD = -100
+sc("flink", 265, fd, b"", AT_FDCWD, RW + "/flink", 0x1000)
+sc("link follow", 265, AT_FDCWD, S, AT_FDCWD, RW + "/follow", 0x400)
+attempt("link path", lambda: os.link(S, RW + "/hard"))
+def tmpfile_into_ro():
+    t = os.open(RW, os.O_TMPFILE | os.O_RDWR, 0o644)
+    os.write(t, b"planted")
+    r = _libc.syscall(ctypes.c_long(265), ctypes.c_long(t), ctypes.c_char_p(b""), ctypes.c_long(AT_FDCWD), ctypes.c_char_p((RO + "/planted").encode()), ctypes.c_long(0x1000))
+    if r < 0:
+        raise OSError(ctypes.get_errno(), "linkat")
+attempt("tmpfile into ro", tmpfile_into_ro)
+sc("exchange", 316, AT_FDCWD, S, AT_FDCWD, RW + "/mine.txt", 2)
+sc("rename noreplace out", 316, AT_FDCWD, S, AT_FDCWD, RW + "/moved", 1)
+attempt("rename dir out", lambda: os.rename(RO + "/sub", RW + "/sub"))
+attempt("rename into ro", lambda: os.rename(RW + "/mine.txt", RO + "/mine.txt"))
+attempt("open trunc", lambda: os.close(os.open(S, os.O_RDONLY | os.O_TRUNC)))
+attempt("truncate", lambda: os.truncate(S, 0))
+attempt("ftruncate ro fd", lambda: os.ftruncate(fd, 0))
+attempt("mmap shared write", lambda: mmap.mmap(fd, 0, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE))
+def mprotect_up():
+    m = _libc.mmap(None, ctypes.c_size_t(4096), 1, 1, fd, ctypes.c_long(0))  # PROT_READ, MAP_SHARED
+    _libc.mmap.restype = ctypes.c_void_p
+    if _libc.mprotect(ctypes.c_void_p(m), ctypes.c_size_t(4096), 3) != 0:
+        raise OSError(ctypes.get_errno(), "mprotect")
+_libc.mmap.restype = ctypes.c_void_p
+_libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+attempt("mprotect shared writable", mprotect_up)
+src = os.open(RW + "/mine.txt", os.O_RDONLY)
+attempt("copy_file_range into ro", lambda: os.copy_file_range(src, fd, 4, 0, 0))
+attempt("sendfile into ro", lambda: os.sendfile(fd, src, 0, 4))
+os.symlink(S, RW + "/sym")
+attempt("write through symlink", lambda: open(RW + "/sym", "w").write("x"))
+attempt("append through symlink", lambda: open(RW + "/sym", "a").write("x"))
+attempt("hardlink then write", lambda: open(RW + "/hard", "w").write("x"))
+`)})
+	got := advProbes(t, r)
+	advExpect(t, got, map[string][]string{
+		"flink":                    {"EXDEV", "EACCES", "ENOENT", "EPERM"},
+		"link follow":              {"EXDEV", "EACCES", "EPERM"},
+		"link path":                {"EXDEV", "EACCES", "EPERM"},
+		"tmpfile into ro":          {"EACCES", "EXDEV", "ENOENT", "EPERM", "EOPNOTSUPP"},
+		"exchange":                 {"EXDEV", "EACCES", "EPERM"},
+		"rename noreplace out":     {"EXDEV", "EACCES", "EPERM"},
+		"rename dir out":           {"EXDEV", "EACCES", "EPERM"},
+		"rename into ro":           {"EXDEV", "EACCES", "EPERM"},
+		"open trunc":               {"EACCES", "EPERM"},
+		"truncate":                 {"EACCES", "EPERM"},
+		"ftruncate ro fd":          {"EINVAL", "EBADF", "EACCES"},
+		"mmap shared write":        {"EACCES", "PermissionError"},
+		"mprotect shared writable": {"EACCES"},
+		"copy_file_range into ro":  {"EBADF"},
+		"sendfile into ro":         {"EBADF"},
+		"write through symlink":    {"EACCES"},
+		"append through symlink":   {"EACCES"},
+		"hardlink then write":      {"ok", "EACCES"}, // a new file, if the link failed
+	})
+	b, err := os.ReadFile(secret)
+	require.NoError(t, err)
+	require.Equal(t, "read-only", string(b))
+	_, err = os.Stat(filepath.Join(ro, "planted"))
+	require.True(t, os.IsNotExist(err), "a file was planted in the read grant")
+	_, err = os.Stat(filepath.Join(ro, "sub"))
+	require.NoError(t, err, "the read grant's directory was moved")
+	for _, n := range []string{"flink", "follow", "moved"} {
+		_, err = os.Stat(filepath.Join(rw, n))
+		require.True(t, os.IsNotExist(err), "%s: a name for the read-only file in the write grant", n)
+	}
+	if fi, err := os.Stat(filepath.Join(rw, "hard")); err == nil {
+		st, _ := os.Stat(secret)
+		require.False(t, os.SameFile(fi, st), "a hard link to the read-only file in the write grant")
+	}
+	advServes(t, p)
+}
