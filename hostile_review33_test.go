@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -205,4 +206,39 @@ print("".join(str(` + oracle + `(i)) for i in range(N)))`})
 		t.Logf("%s: sent %s, read %s (%d/48 bits)", oracle, secret, got, same)
 		require.Less(t, same, 44, "%s: a later job read %d of 48 bits another job left in the page cache", oracle, same)
 	}
+}
+
+// TestHostileReview33PageCacheSpy: the same channel as a side channel.
+// Two tenants share a read grant (a data set); the spy's job evicts the
+// file, the victim's job, honest code, reads one record, and a later job
+// of the spy's names the record from the pages left in the cache.
+func TestHostileReview33PageCacheSpy(t *testing.T) {
+	if os.Getenv("PYNOX_R33_PAGECACHE") == "" {
+		t.Skip("review 33's finding, open: a job sees which pages of a shared file another tenant's job read (set PYNOX_R33_PAGECACHE=1 to run)")
+	}
+	p := newTestPool(t, Config{Workers: 1})
+	data := filepath.Join(p.Config().Dir, "shared.bin")
+	require.NoError(t, os.WriteFile(data, make([]byte, 4<<20), 0o644))
+	spy := `import os
+fd = os.open(` + pyQuote(data) + `, os.O_RDONLY)
+os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_RANDOM)
+`
+	for range 3 {
+		record := rand.IntN(16)
+		requireOK(t, run(t, p, Job{AllowRead: []string{data}, Code: spy + "os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)"}))
+		requireOK(t, run(t, p, Job{AllowRead: []string{data}, Code: `with open(` + pyQuote(data) + `, "rb") as f:
+    f.seek(` + strconv.Itoa(record) + ` * 262144)
+    f.read(100)`}))
+		r := run(t, p, Job{AllowRead: []string{data}, Code: spy + `def cached(off):
+    try:
+        os.preadv(fd, [bytearray(1)], off, os.RWF_NOWAIT)
+        return True
+    except OSError:
+        return False
+print([k for k in range(16) if cached(k * 262144)])`})
+		requireOK(t, r)
+		t.Logf("the victim read record %d; the spy saw the pages of records %s", record, strings.TrimSpace(r.Stdout))
+		require.NotEqual(t, "["+strconv.Itoa(record)+"]", strings.TrimSpace(r.Stdout), "a later job named the record another tenant's job read")
+	}
+	advServes(t, p)
 }
