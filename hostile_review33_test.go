@@ -272,3 +272,68 @@ print([i for i in range(8) if os.stat(` + pyQuote(dir) + ` + "/%d" % i).st_atime
 	require.NotEqual(t, "["+strconv.Itoa(secret)+"]", strings.TrimSpace(r.Stdout), "a later job named the file another tenant's job read")
 	advServes(t, p)
 }
+
+// TestHostileReview33KernelSurface: system calls and options a job has no
+// use for, newer ones among them, fail: page cache residency queries
+// (cachestat, mincore), readahead and sync_file_range, the futex2 calls,
+// prctl options that would merge its pages with other processes' (KSM),
+// name its mappings, change its timer slack, make it a subreaper, name a
+// ptracer, turn off THP, make it an I/O flusher or rewrite its mm fields,
+// the namespace ioctls on its own /proc/self/ns descriptors, and the
+// madvise advice that poisons or offlines pages. A Landlock domain the
+// job adds on itself (all file access handled, nothing allowed) only
+// restricts it: its result still arrives, and the pool serves the next
+// job.
+func TestHostileReview33KernelSurface(t *testing.T) {
+	t.Parallel()
+	p := newTestPool(t, Config{Workers: 1})
+	r := run(t, p, Job{Code: advCode(`
+import mmap
+buf = ctypes.create_string_buffer(4096)
+fd = os.open("/dev/null", os.O_RDONLY)
+sc("cachestat", 451, fd, ctypes.addressof(buf), ctypes.addressof(buf), 0)
+m = mmap.mmap(-1, 1 << 20)
+addr = ctypes.addressof(ctypes.c_char.from_buffer(m))
+sc("mincore", 27, addr, 1 << 20, ctypes.addressof(buf))
+sc("readahead", 187, fd, 0, 4096)
+sc("sync_file_range", 277, fd, 0, 0, 0)
+sc("futex_wake", 454, addr, 0, 1, 2)
+sc("futex_waitv", 449, 0, 0, 0, 0, 0)
+sc("set_mempolicy_home_node", 450, addr, 1 << 20, 0, 0)
+sc("PR_SET_MEMORY_MERGE", 157, 67, 1, 0, 0, 0)
+sc("PR_SET_VMA", 157, 0x53564d41, 0, addr, 4096, b"x")
+sc("PR_SET_TIMERSLACK", 157, 29, 1, 0, 0, 0)
+sc("PR_SET_CHILD_SUBREAPER", 157, 36, 1, 0, 0, 0)
+sc("PR_SET_PTRACER", 157, 0x59616d61, -1, 0, 0, 0)
+sc("PR_SET_THP_DISABLE", 157, 41, 1, 0, 0, 0)
+sc("PR_SET_IO_FLUSHER", 157, 57, 1, 0, 0, 0)
+sc("PR_SET_MM", 157, 35, 1, 0, 0, 0)
+sc("PR_SET_MDWE", 157, 65, 1, 0, 0, 0)
+sc("PR_SET_KEEPCAPS", 157, 8, 1, 0, 0, 0)
+ns = os.open("/proc/self/ns/user", os.O_RDONLY)
+sc("NS_GET_USERNS", 16, ns, 0xb701, 0)
+sc("NS_GET_PARENT", 16, ns, 0xb702, 0)
+sc("MADV_HWPOISON", 28, addr, 4096, 100)
+sc("MADV_SOFT_OFFLINE", 28, addr, 4096, 101)
+# Landlock on itself: every file access right of ABI 1 handled, no rule.
+attr = (ctypes.c_uint64 * 3)((1 << 13) - 1, 0, 0)
+rs = _libc.syscall(ctypes.c_long(444), ctypes.byref(attr), ctypes.c_long(8), ctypes.c_long(0))
+R["landlock self"] = "ok" if rs >= 0 and _libc.syscall(ctypes.c_long(446), ctypes.c_long(rs), ctypes.c_long(0)) == 0 else _name(ctypes.get_errno())
+attempt("read after own domain", lambda: open("/etc/hosts").read())
+`)})
+	requireOK(t, r)
+	got := advProbes(t, r)
+	eperm := []string{"EPERM"}
+	advExpect(t, got, map[string][]string{
+		"cachestat": eperm, "mincore": eperm, "readahead": eperm, "sync_file_range": eperm,
+		"futex_wake": eperm, "futex_waitv": eperm, "set_mempolicy_home_node": eperm,
+		"PR_SET_MEMORY_MERGE": eperm, "PR_SET_VMA": eperm, "PR_SET_TIMERSLACK": eperm,
+		"PR_SET_CHILD_SUBREAPER": eperm, "PR_SET_PTRACER": eperm, "PR_SET_THP_DISABLE": eperm,
+		"PR_SET_IO_FLUSHER": eperm, "PR_SET_MM": eperm, "PR_SET_MDWE": eperm, "PR_SET_KEEPCAPS": eperm,
+		"NS_GET_USERNS": eperm, "NS_GET_PARENT": eperm,
+		"MADV_HWPOISON": {"EPERM", "EINVAL"}, "MADV_SOFT_OFFLINE": {"EPERM", "EINVAL"},
+		"landlock self":         {"ok"},
+		"read after own domain": {"EACCES"},
+	})
+	advServes(t, p)
+}
