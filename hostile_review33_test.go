@@ -167,8 +167,8 @@ def majflt(i):
 // is shared state of the host; timing a read tells the same, more
 // noisily); the test fails while the channel exists.
 func TestHostileReview33PageCacheChannel(t *testing.T) {
-	if os.Getenv("PYNOX_R33_PAGECACHE") == "" {
-		t.Skip("review 33's finding, open: jobs pass bits through the page cache of runtime files (set PYNOX_R33_PAGECACHE=1 to run)")
+	if os.Getenv("PYNOX_R33_CHANNELS") == "" {
+		t.Skip("review 33's finding, open: jobs pass bits through the page cache of runtime files (set PYNOX_R33_CHANNELS=1 to run)")
 	}
 	p := newTestPool(t, Config{Workers: 1})
 	for _, oracle := range []string{"nowait", "inblock", "majflt"} {
@@ -214,8 +214,8 @@ print("".join(str(` + oracle + `(i)) for i in range(N)))`})
 // file, the victim's job, honest code, reads one record, and a later job
 // of the spy's names the record from the pages left in the cache.
 func TestHostileReview33PageCacheSpy(t *testing.T) {
-	if os.Getenv("PYNOX_R33_PAGECACHE") == "" {
-		t.Skip("review 33's finding, open: a job sees which pages of a shared file another tenant's job read (set PYNOX_R33_PAGECACHE=1 to run)")
+	if os.Getenv("PYNOX_R33_CHANNELS") == "" {
+		t.Skip("review 33's finding, open: a job sees which pages of a shared file another tenant's job read (set PYNOX_R33_CHANNELS=1 to run)")
 	}
 	p := newTestPool(t, Config{Workers: 1})
 	data := filepath.Join(p.Config().Dir, "shared.bin")
@@ -251,8 +251,8 @@ print([k for k in range(16) if cached(k * 262144)])`})
 // runtime: the modules a job imported that the template had not) an
 // earlier job read.
 func TestHostileReview33AtimeChannel(t *testing.T) {
-	if os.Getenv("PYNOX_R33_PAGECACHE") == "" {
-		t.Skip("review 33's finding, open: a job sees by access times which files another tenant's job read (set PYNOX_R33_PAGECACHE=1 to run)")
+	if os.Getenv("PYNOX_R33_CHANNELS") == "" {
+		t.Skip("review 33's finding, open: a job sees by access times which files another tenant's job read (set PYNOX_R33_CHANNELS=1 to run)")
 	}
 	p := newTestPool(t, Config{Workers: 1})
 	dir := filepath.Join(p.Config().Dir, "shared")
@@ -335,5 +335,56 @@ attempt("read after own domain", lambda: open("/etc/hosts").read())
 		"landlock self":         {"ok"},
 		"read after own domain": {"EACCES"},
 	})
+	advServes(t, p)
+}
+
+// TestHostileReview33ScratchInodeChannel: the scratch directories of all
+// jobs lie in one tmpfs (the pool's own, or /dev/shm), whose inode
+// numbers come from one counter per file system. A job that creates and
+// removes n files in its own scratch directory moves the counter by n;
+// a later job, another tenant's, creates a file in its scratch
+// directory and reads n from its inode number (less what the pool itself
+// creates per job, a constant). The same tells a job how many files
+// another tenant's jobs created in between. Found open by review 33.
+func TestHostileReview33ScratchInodeChannel(t *testing.T) {
+	if os.Getenv("PYNOX_R33_CHANNELS") == "" {
+		t.Skip("review 33's finding, open: jobs pass numbers to later jobs through the scratch tmpfs's inode numbers (set PYNOX_R33_CHANNELS=1 to run)")
+	}
+	p := newTestPool(t, Config{Workers: 1})
+	probe := Job{Code: `import os
+fd = os.open(os.environ["TMPDIR"] + "/p", os.O_CREAT | os.O_WRONLY)
+print(os.fstat(fd).st_ino)`}
+	ino := func() int {
+		r := run(t, p, probe)
+		requireOK(t, r)
+		n, err := strconv.Atoi(strings.TrimSpace(r.Stdout))
+		require.NoError(t, err)
+		return n
+	}
+	send := func(n int) {
+		requireOK(t, run(t, p, Job{Code: `import os
+d = os.environ["TMPDIR"]
+for i in range(` + strconv.Itoa(n) + `):
+    os.close(os.open(d + "/f", os.O_CREAT | os.O_WRONLY))
+    os.unlink(d + "/f")`}))
+	}
+	// The constant: what the pool creates per job, measured with n = 0.
+	ino()
+	send(0)
+	base := ino()
+	send(0)
+	overhead := ino() - base
+	hits := 0
+	for range 3 {
+		secret := 1 + rand.IntN(900)
+		before := ino()
+		send(secret)
+		got := ino() - before - overhead
+		t.Logf("sent %d, read %d", secret, got)
+		if got == secret {
+			hits++
+		}
+	}
+	require.Less(t, hits, 2, "a later job read the number an earlier job left in the scratch tmpfs's inode counter")
 	advServes(t, p)
 }
