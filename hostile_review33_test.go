@@ -433,3 +433,60 @@ for i in range(` + strconv.Itoa(n) + `):
 	require.Less(t, hits, 2, "a later job read the number an earlier job left in its template's pid counter")
 	advServes(t, p)
 }
+
+// TestHostileReview33NoSharedWritableMappings: a spare inherits its
+// template's mappings, and a MAP_SHARED one would be memory the job
+// shares with the template and every later job (writable, or made
+// writable by mprotect when its file was opened for writing). The
+// template and its spare hold none but read-only ones of files opened
+// read-only (glibc's gconv cache), which mprotect cannot make writable.
+func TestHostileReview33NoSharedWritableMappings(t *testing.T) {
+	p := newTestPool(t, Config{Workers: 1})
+	requireOK(t, run(t, p, Job{Code: "print(1)"}))
+	me := strconv.Itoa(os.Getpid())
+	ents, err := os.ReadDir("/proc")
+	require.NoError(t, err)
+	seen := 0
+	var tree []string // the template and its spares: our python children and theirs
+	for _, e := range ents {
+		st, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		f := strings.Fields(string(st[strings.LastIndexByte(string(st), ')')+1:]))
+		if len(f) > 1 && f[1] == me {
+			tree = append(tree, e.Name())
+		}
+	}
+	for len(tree) > 0 {
+		pid := tree[0]
+		tree = tree[1:]
+		if kids, err := os.ReadFile("/proc/" + pid + "/task/" + pid + "/children"); err == nil {
+			tree = append(tree, strings.Fields(string(kids))...)
+		}
+		exe, _ := os.Readlink("/proc/" + pid + "/exe")
+		if !strings.Contains(filepath.Base(exe), "python") {
+			continue
+		}
+		maps, err := os.ReadFile("/proc/" + pid + "/maps")
+		if err != nil {
+			continue
+		}
+		seen++
+		for _, l := range strings.Split(string(maps), "\n") {
+			f := strings.Fields(l)
+			if len(f) < 2 || !strings.HasSuffix(f[1], "s") {
+				continue
+			}
+			require.NotContains(t, f[1], "w", "process %s has a shared writable mapping: %s", pid, l)
+			if len(f) >= 6 && strings.HasPrefix(f[5], "/") {
+				// A read-only shared mapping of a file: its descriptor was
+				// read-only unless the file is one the job could open for
+				// writing anyway; flag any outside the runtime's files.
+				t.Logf("process %s: shared read-only mapping %s", pid, f[5])
+			}
+		}
+	}
+	require.Positive(t, seen, "no python process of this pool found")
+	advServes(t, p)
+}
