@@ -219,7 +219,12 @@ func TestHostileReview33PageCacheSpy(t *testing.T) {
 	}
 	p := newTestPool(t, Config{Workers: 1})
 	data := filepath.Join(p.Config().Dir, "shared.bin")
-	require.NoError(t, os.WriteFile(data, make([]byte, 4<<20), 0o644))
+	f, err := os.Create(data)
+	require.NoError(t, err)
+	_, err = f.Write(make([]byte, 4<<20))
+	require.NoError(t, err)
+	require.NoError(t, f.Sync()) // dirty pages cannot be evicted
+	require.NoError(t, f.Close())
 	spy := `import os
 fd = os.open(` + pyQuote(data) + `, os.O_RDONLY)
 os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_RANDOM)
