@@ -495,3 +495,41 @@ func TestHostileReview33NoSharedWritableMappings(t *testing.T) {
 	require.Positive(t, seen, "no python process of this pool found")
 	advServes(t, p)
 }
+
+// TestHostileReview33MagicLinkDirs: the job may open its /proc/self magic
+// links as O_PATH (root, cwd, map_files) and its nsfs and pipe links, but
+// a descriptor reached that way opens nothing Landlock denies by path:
+// openat and fchdir from /proc/self/root reach no file outside the grants,
+// map_files entries need a capability, and /proc/self/fd/3 (a socket)
+// cannot be reopened.
+func TestHostileReview33MagicLinkDirs(t *testing.T) {
+	t.Parallel()
+	p := newTestPool(t, Config{Workers: 1})
+	secret := filepath.Join(p.Config().Dir, "secret.txt")
+	require.NoError(t, os.WriteFile(secret, []byte("secret"), 0o644))
+	r := run(t, p, Job{Code: advCode(`
+root = os.open("/proc/self/root", os.O_PATH)
+rel = ` + pyQuote(secret[1:]) + `
+attempt("openat root secret", lambda: os.close(os.open(rel, os.O_RDONLY, dir_fd=root)))
+attempt("openat root etc", lambda: os.close(os.open("etc/hostname", os.O_RDONLY, dir_fd=root)))
+attempt("openat root listdir", lambda: os.listdir(root))
+def via_fchdir():
+    os.fchdir(root)
+    os.close(os.open(rel, os.O_RDONLY))
+attempt("fchdir root secret", via_fchdir)
+attempt("map_files", lambda: os.listdir("/proc/self/map_files"))
+attempt("reopen socket", lambda: os.close(os.open("/proc/self/fd/3", os.O_RDWR)))
+attempt("cwd parent", lambda: os.listdir("/proc/self/cwd/.."))
+`)})
+	requireOK(t, r)
+	advExpect(t, advProbes(t, r), map[string][]string{
+		"openat root secret":  {"EACCES"},
+		"openat root etc":     {"EACCES", "ENOENT"},
+		"openat root listdir": {"EACCES", "EBADF"},
+		"fchdir root secret":  {"EACCES"},
+		"map_files":           {"EACCES", "EPERM"},
+		"reopen socket":       {"ENXIO", "EACCES"},
+		"cwd parent":          {"EACCES"},
+	})
+	advServes(t, p)
+}
