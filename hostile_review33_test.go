@@ -11,8 +11,10 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
 )
 
 // r33Dirs makes ro/ (a read grant holding secret.txt and a subdirectory)
@@ -163,13 +165,12 @@ def majflt(i):
 // writes bits that a later job reads, without timing anything, through
 // preadv2(RWF_NOWAIT) or getrusage's block reads and major faults. The
 // same probes tell a job which pages of a shared read grant another
-// tenant's job read. Found open by review 33 (not fixed: the page cache
-// is shared state of the host; timing a read tells the same, more
-// noisily); the test fails while the channel exists.
+// tenant's job read. Found by review 33; closed by taking the eviction
+// away (the filter makes DONTNEED a no-op and refuses MADV_PAGEOUT and
+// MADV_COLD) and RWF_NOWAIT (EOPNOTSUPP): a page the pool's jobs can
+// read stays cached, so a job can neither clear a bit nor, but for data
+// never read since the host cached it, see one set.
 func TestHostileReview33PageCacheChannel(t *testing.T) {
-	if os.Getenv("PYNOX_R33_CHANNELS") == "" {
-		t.Skip("review 33's finding, open: jobs pass bits through the page cache of runtime files (set PYNOX_R33_CHANNELS=1 to run)")
-	}
 	p := newTestPool(t, Config{Workers: 1})
 	for _, oracle := range []string{"nowait", "inblock", "majflt"} {
 		t.Run(oracle, func(t *testing.T) { r33PageCacheOnce(t, p, oracle) })
@@ -214,9 +215,6 @@ print("".join(str(` + oracle + `(i)) for i in range(N)))`})
 // file, the victim's job, honest code, reads one record, and a later job
 // of the spy's names the record from the pages left in the cache.
 func TestHostileReview33PageCacheSpy(t *testing.T) {
-	if os.Getenv("PYNOX_R33_CHANNELS") == "" {
-		t.Skip("review 33's finding, open: a job sees which pages of a shared file another tenant's job read (set PYNOX_R33_CHANNELS=1 to run)")
-	}
 	p := newTestPool(t, Config{Workers: 1})
 	data := filepath.Join(p.Config().Dir, "shared.bin")
 	f, err := os.Create(data)
@@ -531,5 +529,63 @@ attempt("cwd parent", lambda: os.listdir("/proc/self/cwd/.."))
 		"reopen socket":       {"ENXIO", "EACCES"},
 		"cwd parent":          {"EACCES"},
 	})
+	advServes(t, p)
+}
+
+// TestHostileReview33NoEviction: a job cannot evict pages of a file it
+// may read from the page cache every job shares, nor probe a page's
+// residency without timing: posix_fadvise(DONTNEED) does nothing (the
+// host's mincore still finds every page), madvise MADV_PAGEOUT and
+// MADV_COLD on a mapping of the file fail with EINVAL, as does
+// MADV_MERGEABLE (KSM) on the job's own memory, and preadv2 with
+// RWF_NOWAIT fails with EOPNOTSUPP; the advices a job's libraries use
+// still work.
+func TestHostileReview33NoEviction(t *testing.T) {
+	t.Parallel()
+	p := newTestPool(t, Config{Workers: 1})
+	data := filepath.Join(p.Config().Dir, "cached.bin")
+	const size = 1 << 20
+	require.NoError(t, os.WriteFile(data, make([]byte, size), 0o644))
+	f, err := os.Open(data)
+	require.NoError(t, err)
+	defer f.Close()
+	require.NoError(t, f.Sync()) // dirty pages cannot be evicted
+	_, err = f.Read(make([]byte, size))
+	require.NoError(t, err)
+	resident := func() int {
+		m, err := unix.Mmap(int(f.Fd()), 0, size, unix.PROT_READ, unix.MAP_SHARED)
+		require.NoError(t, err)
+		defer unix.Munmap(m)
+		vec := make([]byte, size/os.Getpagesize())
+		_, _, errno := unix.Syscall(unix.SYS_MINCORE, uintptr(unsafe.Pointer(&m[0])), uintptr(len(m)), uintptr(unsafe.Pointer(&vec[0])))
+		require.Zero(t, errno, "mincore")
+		n := 0
+		for _, v := range vec {
+			n += int(v & 1)
+		}
+		return n
+	}
+	require.Equal(t, size/os.Getpagesize(), resident(), "the file is not in the page cache to start with")
+	r := run(t, p, Job{AllowRead: []string{data}, Code: `import errno, mmap, os
+fd = os.open(` + pyQuote(data) + `, os.O_RDONLY)
+def e(f):
+    try:
+        f()
+        return "ok"
+    except OSError as x:
+        return errno.errorcode[x.errno]
+m = mmap.mmap(fd, 0, prot=mmap.PROT_READ)
+anon = mmap.mmap(-1, 1 << 16)
+print(e(lambda: os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)),
+      e(lambda: m.madvise(21)), e(lambda: m.madvise(20)),
+      e(lambda: anon.madvise(12)),  # MERGEABLE (after PAGEOUT 21 and COLD 20)
+      e(lambda: os.preadv(fd, [bytearray(1)], 0, os.RWF_NOWAIT)),
+      e(lambda: os.preadv(fd, [bytearray(1)], 0, os.RWF_HIPRI)),
+      e(lambda: os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_SEQUENTIAL)),
+      e(lambda: m.madvise(mmap.MADV_DONTNEED)), e(lambda: anon.madvise(mmap.MADV_HUGEPAGE)),
+      e(lambda: anon.madvise(mmap.MADV_DONTNEED)))`})
+	requireOK(t, r)
+	require.Equal(t, "ok EINVAL EINVAL EINVAL ENOTSUP ok ok ok ok ok\n", r.Stdout)
+	require.Equal(t, size/os.Getpagesize(), resident(), "a job evicted pages of a file from the page cache")
 	advServes(t, p)
 }

@@ -217,6 +217,13 @@ const (
 	// system without that mode would: callers fall back (glibc's
 	// posix_fallocate emulates mode 0 on it) or skip the hint.
 	retEOPNOTSUPP = ActionErrno | uint32(unix.EOPNOTSUPP)
+	// retEINVAL answers an madvise advice the filter refuses, as a kernel
+	// built without it (KSM, say) would.
+	retEINVAL = ActionErrno | uint32(unix.EINVAL)
+	// retNoop answers success without running the call: errno 0. For
+	// posix_fadvise(POSIX_FADV_DONTNEED), which is advice (callers go on
+	// whatever it did).
+	retNoop = ActionErrno
 )
 
 // oobCall is a send or receive call and the index of its flags argument.
@@ -271,6 +278,27 @@ var oobCalls = []oobCall{
 // The argument values the filters allow (or, in the job layer, deny).
 var (
 	// allowedFcntls are the fcntl commands a job may use.
+	// allowedMadvise is every madvise advice but those that reach beyond
+	// the job's own memory: MADV_MERGEABLE and MADV_UNMERGEABLE (KSM:
+	// where the host runs it, merging tells a job whether another
+	// process holds the same page), MADV_COLD and MADV_PAGEOUT (they
+	// evict the page cache of files every job maps, the runtime's, which
+	// jobs share and can tell cached from not: review 33),
+	// MADV_HWPOISON and MADV_SOFT_OFFLINE (privileged anyway).
+	allowedMadvise = []uint32{
+		unix.MADV_NORMAL, unix.MADV_RANDOM, unix.MADV_SEQUENTIAL, unix.MADV_WILLNEED,
+		unix.MADV_DONTNEED, unix.MADV_FREE, unix.MADV_REMOVE, unix.MADV_DONTFORK, unix.MADV_DOFORK,
+		unix.MADV_HUGEPAGE, unix.MADV_NOHUGEPAGE, unix.MADV_DONTDUMP, unix.MADV_DODUMP,
+		unix.MADV_WIPEONFORK, unix.MADV_KEEPONFORK, unix.MADV_POPULATE_READ, unix.MADV_POPULATE_WRITE,
+		madvDontneedLocked, madvCollapse, unix.MADV_GUARD_INSTALL, unix.MADV_GUARD_REMOVE,
+	}
+	// allowedFadvise is every posix_fadvise advice but
+	// POSIX_FADV_DONTNEED, which evicts the file's pages from the page
+	// cache that all jobs share (review 33); it becomes a no-op
+	// (retNoop).
+	allowedFadvise = []uint32{
+		unix.FADV_NORMAL, unix.FADV_RANDOM, unix.FADV_SEQUENTIAL, unix.FADV_WILLNEED, unix.FADV_NOREUSE,
+	}
 	allowedFcntls = []uint32{
 		unix.F_DUPFD, unix.F_DUPFD_CLOEXEC, unix.F_GETFD, unix.F_SETFD, unix.F_GETFL, unix.F_SETFL,
 		unix.F_GETLK, unix.F_SETLK, unix.F_SETLKW, unix.F_OFD_GETLK, unix.F_OFD_SETLK, unix.F_OFD_SETLKW,
@@ -383,6 +411,9 @@ const (
 	// firstRTSignal is SIGRTMIN as the kernel numbers it: kill and tgkill
 	// are allowed only for the signals below it (0 included).
 	firstRTSignal = 32
+	// The madvise advices x/sys/unix does not name.
+	madvDontneedLocked = 24
+	madvCollapse       = 25
 	// fallocPunchHoleKeepSize is FALLOC_FL_PUNCH_HOLE|FALLOC_FL_KEEP_SIZE,
 	// the only mode besides 0 that fallocate allows.
 	fallocPunchHoleKeepSize = unix.FALLOC_FL_PUNCH_HOLE | unix.FALLOC_FL_KEEP_SIZE
@@ -408,6 +439,10 @@ func (t *archTable) argFiltered() []sysEntry {
 		{"kill", unix.SYS_KILL},
 		{"tgkill", unix.SYS_TGKILL},
 		{"fallocate", unix.SYS_FALLOCATE},
+		{"madvise", unix.SYS_MADVISE},
+		{"fadvise64", unix.SYS_FADVISE64},
+		{"preadv2", unix.SYS_PREADV2},
+		{"pwritev2", unix.SYS_PWRITEV2},
 		{"clock_gettime", unix.SYS_CLOCK_GETTIME},
 		{"clock_getres", unix.SYS_CLOCK_GETRES},
 		{"clock_nanosleep", unix.SYS_CLOCK_NANOSLEEP},
@@ -621,6 +656,17 @@ func buildTemplate(t *archTable) (Program, error) {
 	// as an unsigned int.
 	b.argIn(t.ioctl, 1, t.ioctls)
 	b.argIn(t.fcntl, 1, allowedFcntls)
+	// madvise(addr, len, advice) and posix_fadvise(fd, offset, len,
+	// advice): nothing that evicts what other jobs cached, or merges
+	// pages with other processes' (advice is an int).
+	b.argInRet(unix.SYS_MADVISE, 2, allowedMadvise, retEINVAL)
+	b.argInRet(unix.SYS_FADVISE64, 3, allowedFadvise, retNoop)
+	// preadv2 and pwritev2 (flags is an int): never RWF_NOWAIT, whose
+	// EAGAIN tells, without timing anything, whether a page of a file is
+	// in the page cache all jobs share (review 33). EOPNOTSUPP, as from
+	// a file that does not support it.
+	b.argFlagsClearRet(unix.SYS_PREADV2, 5, unix.RWF_NOWAIT, retEOPNOTSUPP)
+	b.argFlagsClearRet(unix.SYS_PWRITEV2, 5, unix.RWF_NOWAIT, retEOPNOTSUPP)
 	// send and receive calls (flags is an int): never MSG_OOB.
 	for _, c := range oobCalls {
 		b.argFlagsClear(c.nr, c.arg, unix.MSG_OOB)
@@ -706,14 +752,18 @@ func (b *asm) argInRet(sys, i uint32, values []uint32, deny uint32) {
 // argFlagsClear emits: if nr == sys { EPERM iff the low 32 bits of
 // args[i] have any bit of flags set, else allow }. The accumulator must
 // hold nr.
-func (b *asm) argFlagsClear(sys, i, flags uint32) {
-	skip, deny := b.label(), b.label()
+func (b *asm) argFlagsClear(sys, i, flags uint32) { b.argFlagsClearRet(sys, i, flags, retEPERM) }
+
+// argFlagsClearRet is argFlagsClear with deny as the answer when a flag
+// is set.
+func (b *asm) argFlagsClearRet(sys, i, flags, deny uint32) {
+	skip, hit := b.label(), b.label()
 	b.jumpL(unix.BPF_JMP|unix.BPF_JEQ|unix.BPF_K, sys, next, skip)
 	b.loadArgLo(i)
-	b.jumpL(unix.BPF_JMP|unix.BPF_JSET|unix.BPF_K, flags, deny, next)
+	b.jumpL(unix.BPF_JMP|unix.BPF_JSET|unix.BPF_K, flags, hit, next)
 	b.ret(retAllow)
-	b.bind(deny)
-	b.ret(retEPERM)
+	b.bind(hit)
+	b.ret(deny)
 	b.bind(skip)
 }
 

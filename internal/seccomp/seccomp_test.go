@@ -363,6 +363,20 @@ func policyCases(t *testing.T, p Policy) []vmCase {
 		{"sendmmsg MSG_OOB", call(unix.SYS_SENDMMSG, 3, 0, 1, unix.MSG_OOB), eperm},
 		{"recvmmsg MSG_OOB", call(unix.SYS_RECVMMSG, 3, 0, 1, unix.MSG_OOB), eperm},
 		{"recvmmsg MSG_WAITFORONE", call(unix.SYS_RECVMMSG, 3, 0, 1, unix.MSG_WAITFORONE), ActionAllow},
+		// madvise: not the advices that evict the shared page cache or
+		// merge pages (EINVAL); posix_fadvise: DONTNEED is a no-op;
+		// preadv2 and pwritev2: never RWF_NOWAIT (review 33).
+		{"madvise DONTNEED", call(unix.SYS_MADVISE, 0x1000, 4096, unix.MADV_DONTNEED), ActionAllow},
+		{"madvise HUGEPAGE", call(unix.SYS_MADVISE, 0x1000, 4096, unix.MADV_HUGEPAGE), ActionAllow},
+		{"madvise MERGEABLE", call(unix.SYS_MADVISE, 0x1000, 4096, unix.MADV_MERGEABLE), ActionErrno | uint32(unix.EINVAL)},
+		{"madvise PAGEOUT", call(unix.SYS_MADVISE, 0x1000, 4096, unix.MADV_PAGEOUT), ActionErrno | uint32(unix.EINVAL)},
+		{"madvise COLD", call(unix.SYS_MADVISE, 0x1000, 4096, unix.MADV_COLD), ActionErrno | uint32(unix.EINVAL)},
+		{"fadvise SEQUENTIAL", call(unix.SYS_FADVISE64, 3, 0, 0, unix.FADV_SEQUENTIAL), ActionAllow},
+		{"fadvise DONTNEED", call(unix.SYS_FADVISE64, 3, 0, 0, unix.FADV_DONTNEED), ActionErrno},
+		{"preadv2 0", call(unix.SYS_PREADV2, 3, 0, 1, 0, 0, 0), ActionAllow},
+		{"preadv2 RWF_HIPRI", call(unix.SYS_PREADV2, 3, 0, 1, 0, 0, unix.RWF_HIPRI), ActionAllow},
+		{"preadv2 RWF_NOWAIT", call(unix.SYS_PREADV2, 3, 0, 1, 0, 0, unix.RWF_NOWAIT), ActionErrno | uint32(unix.EOPNOTSUPP)},
+		{"pwritev2 RWF_NOWAIT", call(unix.SYS_PWRITEV2, 3, 0, 1, 0, 0, unix.RWF_NOWAIT), ActionErrno | uint32(unix.EOPNOTSUPP)},
 		// fallocate: mode 0 and PUNCH_HOLE|KEEP_SIZE only.
 		{"fallocate 0", call(unix.SYS_FALLOCATE, 3, 0, 0, 1<<20), ActionAllow},
 		{"fallocate PUNCH_HOLE|KEEP_SIZE", call(unix.SYS_FALLOCATE, 3, 3, 0, 1<<20), ActionAllow},
@@ -576,6 +590,20 @@ func TestPolicyVMExhaustive(t *testing.T) {
 			if id < 0 && !ownProcess && !thread {
 				return eperm
 			}
+		case nr == unix.SYS_MADVISE:
+			// Not MERGEABLE 12, UNMERGEABLE 13, COLD 20, PAGEOUT 21,
+			// HWPOISON 100, SOFT_OFFLINE 101, nor an unknown advice.
+			if !in(lo(2), []uint32{0, 1, 2, 3, 4, 8, 9, 10, 11, 14, 15, 16, 17, 18, 19, 22, 23, 24, 25, 102, 103}) {
+				return ActionErrno | uint32(unix.EINVAL)
+			}
+		case nr == unix.SYS_FADVISE64:
+			if lo(3) == unix.FADV_DONTNEED || lo(3) > 5 {
+				return ActionErrno // a no-op
+			}
+		case nr == unix.SYS_PREADV2, nr == unix.SYS_PWRITEV2:
+			if lo(5)&unix.RWF_NOWAIT != 0 {
+				return ActionErrno | uint32(unix.EOPNOTSUPP)
+			}
 		case nr == unix.SYS_UMASK:
 			if lo(0)&0o022 != 0o022 {
 				return eperm
@@ -633,6 +661,14 @@ func TestPolicyVMExhaustive(t *testing.T) {
 		{11},
 		{0x7fffffff},
 		{0x80000000},
+		// madvise advices (arg 2), fadvise advices (arg 3), preadv2 and
+		// pwritev2 flags (arg 5).
+		{0, 0, unix.MADV_MERGEABLE, unix.FADV_DONTNEED, 0, unix.RWF_NOWAIT},
+		{0, 0, unix.MADV_PAGEOUT, unix.FADV_WILLNEED, 0, unix.RWF_HIPRI},
+		{0, 0, unix.MADV_DONTNEED, unix.FADV_NOREUSE, 0, unix.RWF_NOWAIT | 1<<32},
+		{0, 0, unix.MADV_COLD | 1<<32, 6, 0, unix.RWF_NOWAIT << 32},
+		{0, 0, 25, unix.FADV_DONTNEED | 1<<32, 0, unix.RWF_APPEND},
+		{0, 0, 100, 0, 0, 0},
 	}
 	nrs := []uint32{x32SyscallBit, x32SyscallBit | unix.SYS_READ, 0x7fffffff, 0x80000000, 0xffffffff}
 	for nr := uint32(0); nr <= 1024; nr++ {
