@@ -1,0 +1,50 @@
+package jsonl
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/pynox/pynox"
+)
+
+// Review 34: a host function of a jsonl.Client whose result is too large
+// to be a reply line (over MaxCallBytes, or within it but over MaxLine
+// once wrapped in its reply envelope) must not leave the job's call
+// waiting until the job's timeout: the pool discards such a line (or
+// refuses the reply) and no correct reply ever follows. The call must
+// fail promptly in the job (HostError), and the job go on.
+func TestReview34ClientOversizedHostResult(t *testing.T) {
+	p := newTestPool(t, pynox.Config{Workers: 1})
+	c := startClient(t, p)
+	for _, n := range []int{pynox.MaxCallBytes - 10, 2 * pynox.MaxCallBytes} {
+		host := func(ctx context.Context, call *pynox.Call) (any, error) {
+			return strings.Repeat("x", n), nil
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		start := time.Now()
+		res, err := c.Run(ctx, pynox.Job{Functions: []string{"big"}, Host: host, Timeout: 20 * time.Second,
+			Code: "from pynox_host import big, HostError\ntry:\n    v = big()\n    print('len', len(v))\nexcept HostError as e:\n    print('HostError')\n"})
+		cancel()
+		require.NoError(t, err)
+		took := time.Since(start)
+		require.Nil(t, res.Error, "n=%d: the job failed (after %v): %+v", n, took, res.Error)
+		require.Less(t, took, 10*time.Second, "n=%d: the call waited %v for a reply that never came; stdout %q", n, took, res.Stdout)
+		require.Equal(t, "HostError\n", res.Stdout)
+	}
+	// An error text too long for a reply line, plain and typed.
+	for _, typ := range []string{"", "KeyError"} {
+		host := func(ctx context.Context, call *pynox.Call) (any, error) {
+			return nil, &pynox.HostError{Type: typ, Message: strings.Repeat("e", 2*MaxLine)}
+		}
+		start := time.Now()
+		res, err := c.Run(context.Background(), pynox.Job{Functions: []string{"bad"}, Host: host, Timeout: 20 * time.Second,
+			Code: "from pynox_host import bad, HostError\ntry:\n    bad()\nexcept HostError as e:\n    print('HostError')\n"})
+		require.NoError(t, err)
+		require.Nil(t, res.Error, "type %q: the job failed (after %v): %+v", typ, time.Since(start), res.Error)
+		require.Equal(t, "HostError\n", res.Stdout)
+	}
+}
