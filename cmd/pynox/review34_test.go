@@ -1,0 +1,66 @@
+package main
+
+import (
+	"bufio"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// TestReview34StdoutClosedStopsThePool: docs/protocol.md's exit status
+// table says the pool is "killed by SIGPIPE (141 in a shell)" when "the
+// client closed the pool's stdout while the pool had a line to write".
+// Since stdout is written through a description of its own (rawio.go),
+// a write to the broken pipe returned EPIPE instead, and the pool went on
+// reading requests and running them, their side effects included, with
+// every answer lost, until stdin ended. A job sent after the failed
+// write must not run, and the pool must end without stdin being closed.
+func TestReview34StdoutClosedStopsThePool(t *testing.T) {
+	dir := t.TempDir()
+	cmd := exec.Command(pynoxBinary(t), "pool", "--workers=1", "--allow-write="+dir)
+	cmd.Dir = dir
+	stdin, err := cmd.StdinPipe()
+	require.NoError(t, err)
+	outR, outW, err := os.Pipe()
+	require.NoError(t, err)
+	cmd.Stdout = outW
+	stderr := &syncBuffer{}
+	cmd.Stderr = stderr
+	require.NoError(t, cmd.Start())
+	outW.Close()
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	br := bufio.NewReader(outR)
+	_, err = br.ReadString('\n') // ready
+	require.NoError(t, err, "stderr: %s", stderr.String())
+	require.NoError(t, outR.Close())
+
+	// Its answer finds the pipe broken.
+	_, err = io.WriteString(stdin, `{"id": 1, "code": "print(1)"}`+"\n")
+	require.NoError(t, err)
+	time.Sleep(time.Second)
+	marker := filepath.Join(dir, "ran")
+	_, _ = io.WriteString(stdin, `{"id": 2, "code": "open('ran', 'w').write('x')", "allow_write": ["."]}`+"\n")
+
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		ee, ok := err.(*exec.ExitError)
+		require.True(t, ok, "the pool exited 0 after its stdout broke: %v", err)
+		ws := ee.Sys().(syscall.WaitStatus)
+		require.True(t, (ws.Signaled() && ws.Signal() == syscall.SIGPIPE) || ws.ExitStatus() == 1,
+			"exit status %v; stderr: %s", ws, stderr.String())
+	case <-time.After(10 * time.Second):
+		_, statErr := os.Stat(marker)
+		t.Fatalf("the pool still runs 10 s after its stdout broke, with stdin open (job 2 ran: %v); stderr: %s", statErr == nil, stderr.String())
+	}
+	_, err = os.Stat(marker)
+	require.True(t, os.IsNotExist(err), "a job sent after the pool's stdout broke ran")
+	stdin.Close()
+}
