@@ -2,6 +2,8 @@ package jsonl
 
 import (
 	"context"
+	"fmt"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -46,5 +48,31 @@ func TestReview34ClientOversizedHostResult(t *testing.T) {
 		require.NoError(t, err)
 		require.Nil(t, res.Error, "type %q: the job failed (after %v): %+v", typ, time.Since(start), res.Error)
 		require.Equal(t, "HostError\n", res.Stdout)
+	}
+}
+
+// Review 34: every error of the configuration file names its key (the
+// brief: "each must be a clear error naming the flag or key"). An integer
+// too large for 64 bits named only the line; a size of 0 passed silently
+// for "not set" (the default, 1g of memory or 256m per file), although
+// docs/protocol.md says sizes are positive and a request's "memory": 0
+// is refused.
+func TestReview34ConfigErrorsNameTheKey(t *testing.T) {
+	tests := []struct{ content, want string }{
+		{"[pool]\nworkers = 99999999999999999999\n", `:2: pool.workers: `},
+		{"[pool]\nmax_sessions = 99999999999999999999\n", `:2: pool.max_sessions: `},
+		{"[pool.limits]\nmemory = 99999999999999999999\n", `:2: pool.limits.memory: `},
+		{"[pool.limits]\nmemory = 0\n", `:2: pool.limits.memory: `},
+		{"[pool.limits]\nmax_file_size = 0\n", `:2: pool.limits.max_file_size: `},
+		{"[pool.limits]\nmax_output = 0\n", `:2: pool.limits.max_output: `},
+		{"[profiles.a]\nmemory = 0\n", `:2: profiles.a.memory: `},
+	}
+	for i, tc := range tests {
+		t.Run(fmt.Sprint(i), func(t *testing.T) {
+			path := writeFile(t, filepath.Join(t.TempDir(), "pynox.toml"), tc.content)
+			_, err := LoadConfig(path)
+			require.Error(t, err, "%q was accepted", tc.content)
+			require.Contains(t, err.Error(), path+tc.want)
+		})
 	}
 }
