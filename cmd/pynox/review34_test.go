@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -63,4 +64,17 @@ func TestReview34StdoutClosedStopsThePool(t *testing.T) {
 	_, err = os.Stat(marker)
 	require.True(t, os.IsNotExist(err), "a job sent after the pool's stdout broke ran")
 	stdin.Close()
+}
+
+// TestReview34EmptyConfigFlag: --config=$UNSET (an empty value) started
+// the pool without any configuration file, silently: the ceilings and
+// profiles the operator meant to load were replaced by the defaults. Like
+// an empty path in --allow-write, it must be refused, naming the flag,
+// before anything starts.
+func TestReview34EmptyConfigFlag(t *testing.T) {
+	var stdout, stderr strings.Builder
+	code := run([]string{"pool", "--config="}, strings.NewReader(""), &stdout, &stderr)
+	require.Equal(t, 2, code, "stdout: %s\nstderr: %s", stdout.String(), stderr.String())
+	require.Contains(t, stderr.String(), "--config")
+	require.Empty(t, stdout.String(), "the pool started")
 }
