@@ -76,3 +76,40 @@ func TestReview34ConfigErrorsNameTheKey(t *testing.T) {
 		})
 	}
 }
+
+// Review 34: a JSON null where a request takes a string inside an array
+// or an object ("args": [null], "env": {"A": null}) was decoded by
+// encoding/json as "" and run: the job got an empty argument or an empty
+// variable the client never wrote. docs/protocol.md: "a value of the
+// wrong type" is a RequestError naming the field. (A null field, such as
+// "timeout": null, stays "not set".) A line that is JSON null is not a
+// request object either, and must be told so.
+func TestReview34NullIsNoString(t *testing.T) {
+	p := newTestPool(t, pynox.Config{Workers: 1})
+	lines := serveLines(t, p, strings.Join([]string{
+		`{"id": "args", "code": "import sys; print(sys.argv)", "args": [null, "x"]}`,
+		`{"id": "env", "code": "import os; print(repr(os.environ.get('A')))", "env": {"A": null}}`,
+		`{"id": "collect", "code": "print(1)", "collect": [null]}`,
+		`null`,
+		`{"id": "ok", "code": "print(1)", "timeout": null, "args": null}`,
+	}, "\n")+"\n")
+	got := byID(t, lines)
+	for id, field := range map[string]string{"args": "args", "env": "env", "collect": "collect"} {
+		r := got[id]
+		require.NotNil(t, r, "%s: no answer: %v", id, lines)
+		require.NotNil(t, r["error"], "%s: null taken for a string: stdout %q", id, r["stdout"])
+		e := r["error"].(map[string]any)
+		require.Equal(t, "RequestError", e["type"], id)
+		require.Contains(t, e["message"], field, id)
+		require.Contains(t, e["message"], "null", id)
+	}
+	require.Equal(t, "1\n", got["ok"]["stdout"])
+	var nullAnswer map[string]any
+	for _, l := range lines[1:] {
+		if l["id"] == nil {
+			nullAnswer = l
+		}
+	}
+	require.NotNil(t, nullAnswer)
+	require.Contains(t, nullAnswer["error"].(map[string]any)["message"], "must be a JSON object")
+}
