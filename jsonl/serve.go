@@ -357,6 +357,10 @@ func decodeRequest(line []byte) (request, *pynox.Error) {
 			err = errors.New("trailing data after the JSON object")
 		}
 	}
+	if err == nil && !bytes.HasPrefix(bytes.TrimLeft(line, jsonSpace), []byte("{")) {
+		// null decodes into the request without an error.
+		return request{}, requestErrorf("the request must be a JSON object, such as %s", requestExample)
+	}
 	if err == nil {
 		if e := checkID(req.ID); e != nil {
 			return request{}, e
