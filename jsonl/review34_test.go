@@ -113,3 +113,21 @@ func TestReview34NullIsNoString(t *testing.T) {
 	require.NotNil(t, nullAnswer)
 	require.Contains(t, nullAnswer["error"].(map[string]any)["message"], "must be a JSON object")
 }
+
+// Review 34: a duration or a size too large for the pool was refused as
+// if it had no unit ("want a number with a unit, such as \"5s\""), which
+// it had: the message must say it is too large, and what the bound is.
+func TestReview34UnitOverflowSaysTooLarge(t *testing.T) {
+	for line, field := range map[string]string{
+		`{"id": 1, "code": "1", "timeout": "99999999999h"}`:         "timeout",
+		`{"id": 1, "code": "1", "memory": "99999999999999999g"}`:    "memory",
+		`{"id": 1, "code": "1", "max_file_size": "9999999999999t"}`: "max_file_size",
+		`{"id": 1, "code": "1", "memory": 99999999999999999999}`:    "memory",
+	} {
+		_, err := decodeRequest([]byte(line))
+		require.NotNil(t, err, line)
+		require.Contains(t, err.Message, field+": ", line)
+		require.Contains(t, err.Message, "too large", line)
+		require.NotContains(t, err.Message, "with a unit, such as", line)
+	}
+}
