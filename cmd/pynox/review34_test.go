@@ -78,3 +78,38 @@ func TestReview34EmptyConfigFlag(t *testing.T) {
 	require.Contains(t, stderr.String(), "--config")
 	require.Empty(t, stdout.String(), "the pool started")
 }
+
+// TestReview34PythonClientOversizedHostResult: the Python package's host
+// function whose result is too large for a reply line (pynox pool reads
+// lines of at most 1 MiB) wrote the line anyway; the pool discarded it,
+// answering with no call_id, and the job's call waited until the job's
+// timeout. The call must fail at once with HostError, as the Go client's
+// does.
+func TestReview34PythonClientOversizedHostResult(t *testing.T) {
+	bin := pynoxBinary(t)
+	python, err := exec.LookPath("/usr/bin/python3")
+	if err != nil {
+		t.Skip("no /usr/bin/python3 to run the Python package")
+	}
+	root, err := filepath.Abs("../..")
+	require.NoError(t, err)
+	script := `import sys, time
+sys.path.insert(0, sys.argv[1])
+import pynox
+with pynox.Pool(binary=sys.argv[2], workers=1) as pool:
+    for n in (1 << 20, 3 << 20):
+        start = time.time()
+        r = pool.run("from pynox_host import big, HostError\ntry:\n    big()\n    print('value')\nexcept HostError:\n    print('HostError')\n",
+                     functions={"big": lambda: "x" * n}, timeout="20s")
+        print(n, r.stdout.strip(), r.error.type if r.error else None, "slow" if time.time() - start > 10 else "prompt")
+`
+	cmd := exec.Command(python, "-c", script, filepath.Join(root, "python"), bin)
+	cmd.Dir = t.TempDir()
+	out, err := cmd.Output()
+	var stderr string
+	if ee, ok := err.(*exec.ExitError); ok {
+		stderr = string(ee.Stderr)
+	}
+	require.NoError(t, err, "stdout:\n%s\nstderr:\n%s", out, stderr)
+	require.Equal(t, "1048576 HostError None prompt\n3145728 HostError None prompt\n", string(out))
+}
