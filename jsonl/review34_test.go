@@ -1,8 +1,11 @@
 package jsonl
 
 import (
+	"bufio"
 	"context"
+	"encoding/json"
 	"fmt"
+	"io"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -130,4 +133,56 @@ func TestReview34UnitOverflowSaysTooLarge(t *testing.T) {
 		require.Contains(t, err.Message, "too large", line)
 		require.NotContains(t, err.Message, "with a unit, such as", line)
 	}
+}
+
+// Review 34: a reply whose result is over the 1 MiB a call takes is a
+// line over MaxLine (MaxCallBytes == MaxLine), so the documented refusal
+// of a too-large reply, which names its call_id ("A reply that is
+// malformed, too large, or reaches no waiting call is answered with a
+// refusal of this shape ... the call_id it named"), was never written:
+// the line was refused as a job line, id null and no call_id, and the
+// client could not tell which of its calls still waited. The refusal must
+// name the call_id, and the call must still take a correct reply.
+func TestReview34TooLongReplyNamesItsCall(t *testing.T) {
+	p := newTestPool(t, pynox.Config{Workers: 1})
+	inR, inW := io.Pipe()
+	outR, outW := io.Pipe()
+	served := make(chan error, 1)
+	go func() {
+		served <- Serve(context.Background(), p, inR, outW)
+		outW.Close()
+	}()
+	sc := bufio.NewScanner(outR)
+	sc.Buffer(make([]byte, 1<<20), 8<<20)
+	next := func() map[string]any {
+		require.True(t, sc.Scan())
+		m, err := decodeLine(sc.Bytes())
+		require.NoError(t, err)
+		return m
+	}
+	next() // ready
+	send := func(line string) {
+		_, err := io.WriteString(inW, line+"\n")
+		require.NoError(t, err)
+	}
+	send(`{"id": "j", "functions": ["f"], "timeout": "20s", "code": "from pynox_host import f, HostError\ntry:\n    f()\nexcept HostError as e:\n    print('HostError', e)"}`)
+	call := next()
+	require.Equal(t, "call", call["event"])
+	callID := call["call_id"].(json.Number).String()
+	for _, head := range []string{`{"reply":{"call_id":` + callID + `,"result":"`, `{"reply": {"call_id": ` + callID + `, "result": "`} {
+		send(head + strings.Repeat("x", MaxLine) + `"}}`)
+		r := next()
+		require.Nil(t, r["id"])
+		require.Equal(t, json.Number(callID), r["call_id"], "the refusal of a too-long reply names no call: %v", r)
+		require.Equal(t, "RequestError", r["error"].(map[string]any)["type"])
+		require.NotContains(t, r, "stdout", "a reply's refusal has the reply refusal's shape: %v", r)
+	}
+	send(`{"reply": {"call_id": ` + callID + `, "error": "too big"}}`)
+	r := next()
+	require.Equal(t, "j", r["id"])
+	require.Equal(t, "HostError too big\n", r["stdout"])
+	inW.Close()
+	for sc.Scan() {
+	}
+	require.NoError(t, <-served)
 }
