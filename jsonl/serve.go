@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"reflect"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -198,6 +199,13 @@ func ServeWith(ctx context.Context, p *pynox.Pool, r io.Reader, w io.Writer, o S
 	// one-shot job of a request that does.
 	dispatch := func(l lineOrErr) (job *pynox.Job, eof bool) {
 		if l.tooLong {
+			if callID, ok := replyHeadCallID(l.head); ok {
+				// A reply whose result is over MaxCallBytes: refused as
+				// a reply, naming the call that still waits.
+				res := refuse(p, &pynox.Job{}, requestErrorf("reply: the line exceeds %d bytes and was discarded (a result is at most %d bytes of JSON); call %d still waits for a reply", MaxLine, pynox.MaxCallBytes, callID))
+				out.send(replyError{CallID: &callID, Exit: -1, Error: res.Error})
+				return nil, false
+			}
 			out.send(refuse(p, &pynox.Job{}, requestErrorf("line exceeds %d bytes and was discarded", MaxLine)))
 			return nil, false
 		}
@@ -698,7 +706,32 @@ func unitField(line []byte) string {
 type lineOrErr struct {
 	line    []byte
 	tooLong bool
+	head    []byte // of a line tooLong: its first bytes (up to lineHeadLen)
 	err     error
+}
+
+// lineHeadLen is how much of a line too long is kept, to tell a reply.
+const lineHeadLen = 128
+
+// lineHead returns the first lineHeadLen bytes of a followed by b.
+func lineHead(a, b []byte) []byte {
+	h := append([]byte(nil), a[:min(len(a), lineHeadLen)]...)
+	return append(h, b[:min(len(b), lineHeadLen-len(h))]...)
+}
+
+// tooLongReplyHead matches the start of a reply line as clients write it:
+// {"reply": {"call_id": N, ...
+var tooLongReplyHead = regexp.MustCompile(`^[ \t]*\{[ \t]*"reply"[ \t]*:[ \t]*\{[ \t]*"call_id"[ \t]*:[ \t]*(0|[1-9][0-9]*)[ \t]*[,}]`)
+
+// replyHeadCallID returns the call_id a line too long names when it
+// begins as a reply.
+func replyHeadCallID(head []byte) (int64, bool) {
+	m := tooLongReplyHead.FindSubmatch(head)
+	if m == nil {
+		return 0, false
+	}
+	id, err := strconv.ParseInt(string(m[1]), 10, 64)
+	return id, err == nil
 }
 
 // readLines splits r into lines of at most MaxLine bytes; a longer line is
@@ -715,7 +748,7 @@ func readLines(r io.Reader, lines chan<- lineOrErr, stop <-chan struct{}) {
 		}
 	}
 	for {
-		var buf []byte
+		var buf, head []byte
 		tooLong := false
 		for {
 			chunk, err := br.ReadSlice('\n')
@@ -724,6 +757,7 @@ func readLines(r io.Reader, lines chan<- lineOrErr, stop <-chan struct{}) {
 				// the line's, whichever of the two ends it.
 				if len(buf)+len(chunk) > MaxLine+2 {
 					tooLong = true
+					head = lineHead(buf, chunk)
 					buf = nil
 				} else {
 					buf = append(buf, chunk...)
@@ -734,10 +768,10 @@ func readLines(r io.Reader, lines chan<- lineOrErr, stop <-chan struct{}) {
 			}
 			if err != nil {
 				if tooLong {
-					emit(lineOrErr{tooLong: true})
+					emit(lineOrErr{tooLong: true, head: head})
 				} else if len(buf) > 0 {
 					if len(buf) > MaxLine {
-						emit(lineOrErr{tooLong: true})
+						emit(lineOrErr{tooLong: true, head: lineHead(buf, nil)})
 					} else {
 						emit(lineOrErr{line: buf})
 					}
@@ -750,7 +784,7 @@ func readLines(r io.Reader, lines chan<- lineOrErr, stop <-chan struct{}) {
 			break
 		}
 		if tooLong {
-			if !emit(lineOrErr{tooLong: true}) {
+			if !emit(lineOrErr{tooLong: true, head: head}) {
 				return
 			}
 			continue
@@ -758,7 +792,7 @@ func readLines(r io.Reader, lines chan<- lineOrErr, stop <-chan struct{}) {
 		buf = bytes.TrimSuffix(buf, []byte("\n"))
 		buf = bytes.TrimSuffix(buf, []byte("\r"))
 		if len(buf) > MaxLine {
-			if !emit(lineOrErr{tooLong: true}) {
+			if !emit(lineOrErr{tooLong: true, head: lineHead(buf, nil)}) {
 				return
 			}
 			continue
