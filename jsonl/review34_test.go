@@ -186,3 +186,40 @@ func TestReview34TooLongReplyNamesItsCall(t *testing.T) {
 	}
 	require.NoError(t, <-served)
 }
+
+// Review 34: when Serve's ctx ends (SIGTERM to `pynox pool`) the reading
+// stops, and a host call waiting for its reply fails in its job. It
+// failed with "the client closed its input, so no reply can come", which
+// the client had not done: the message must say the pool is shutting
+// down.
+func TestReview34ShutdownFailsCallsWithItsReason(t *testing.T) {
+	p := newTestPool(t, pynox.Config{Workers: 1})
+	inR, inW := io.Pipe()
+	outR, outW := io.Pipe()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	served := make(chan error, 1)
+	go func() {
+		served <- Serve(ctx, p, inR, outW)
+		outW.Close()
+	}()
+	defer inW.Close()
+	sc := bufio.NewScanner(outR)
+	next := func() map[string]any {
+		require.True(t, sc.Scan())
+		m, err := decodeLine(sc.Bytes())
+		require.NoError(t, err)
+		return m
+	}
+	next() // ready
+	_, err := io.WriteString(inW, `{"id": "j", "functions": ["f"], "code": "from pynox_host import f\nf()"}`+"\n")
+	require.NoError(t, err)
+	require.Equal(t, "call", next()["event"])
+	cancel()
+	r := next()
+	require.Equal(t, "j", r["id"])
+	msg := r["error"].(map[string]any)["message"].(string)
+	require.NotContains(t, msg, "the client closed its input")
+	require.Contains(t, msg, "shutting down")
+	require.NoError(t, <-served)
+}
