@@ -296,6 +296,7 @@ loop:
 		}
 		select {
 		case <-ctx.Done():
+			srv.endInput(errShutdown)
 			shutdown()
 			break loop
 		case slotCh <- struct{}{}:
@@ -314,7 +315,7 @@ loop:
 				// later ones, fail in their jobs at once instead of at
 				// their timeouts.
 				eof = true
-				srv.endInput()
+				srv.endInput(errNoInput)
 				continue
 			}
 			switch {
@@ -327,7 +328,7 @@ loop:
 			}
 		}
 	}
-	srv.endInput()
+	srv.endInput(errNoInput)
 	jobs.Wait()
 	srv.finishSessions()
 	return out.close()

@@ -58,6 +58,7 @@ type server struct {
 	callMu    sync.Mutex
 	calls     map[int64]chan replyReq // host calls waiting for their reply
 	inputDone bool                    // no reply can come any more
+	inputEnd  error                   // why (errNoInput or errShutdown), once inputDone
 	callWake  chan struct{}           // a call started waiting (Serve reads on)
 
 	cancels cancelTable // one-shot jobs by id, for cancel requests
@@ -107,9 +108,10 @@ func (s *server) hostFor() (pynox.HostFunc, *jobCalls) {
 		}
 		s.callMu.Lock()
 		if s.inputDone {
+			err := s.inputEnd
 			s.callMu.Unlock()
 			jc.mu.Unlock()
-			return nil, errNoInput
+			return nil, err
 		}
 		s.calls[call.ID] = ch
 		jc.ids[call.ID] = true
@@ -155,6 +157,9 @@ func (s *server) endCalls(jc *jobCalls) {
 
 var errNoInput = errors.New("the client closed its input, so no reply can come")
 
+// errShutdown is why calls fail once Serve's ctx ended: it reads no more.
+var errShutdown = errors.New("the pool is shutting down and reads no more replies")
+
 // callsWaiting reports whether a host call waits for its reply.
 func (s *server) callsWaiting() bool {
 	s.callMu.Lock()
@@ -162,11 +167,15 @@ func (s *server) callsWaiting() bool {
 	return len(s.calls) > 0
 }
 
-// endInput fails every call waiting for a reply, and every later one.
-func (s *server) endInput() {
-	msg := errNoInput.Error()
+// endInput fails every call waiting for a reply, and every later one,
+// with why (the first reason given stands).
+func (s *server) endInput(why error) {
 	s.callMu.Lock()
 	defer s.callMu.Unlock()
+	if !s.inputDone {
+		s.inputEnd = why
+	}
+	msg := s.inputEnd.Error()
 	s.inputDone = true
 	for id, ch := range s.calls {
 		delete(s.calls, id)
