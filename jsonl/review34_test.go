@@ -223,3 +223,54 @@ func TestReview34ShutdownFailsCallsWithItsReason(t *testing.T) {
 	require.Contains(t, msg, "shutting down")
 	require.NoError(t, <-served)
 }
+
+// Review 34: docs/protocol.md (Limits and errors of calls): "A result is
+// held to the rule of arguments: ... no key repeated in an object. One
+// that breaks it reaches the call as an error: the job's call raises
+// HostError ..., and the job goes on (such a result used to leave the job
+// waiting until its timeout)." The line's strict key check refused such
+// a reply first, as a job line (no call_id), and the call waited until
+// the job's timeout. The reply is still refused (the key check's
+// message), naming its call_id, and the call fails with HostError.
+func TestReview34RepeatedKeyResultFailsTheCall(t *testing.T) {
+	p := newTestPool(t, pynox.Config{Workers: 1})
+	inR, inW := io.Pipe()
+	outR, outW := io.Pipe()
+	served := make(chan error, 1)
+	go func() {
+		served <- Serve(context.Background(), p, inR, outW)
+		outW.Close()
+	}()
+	sc := bufio.NewScanner(outR)
+	next := func() map[string]any {
+		require.True(t, sc.Scan())
+		m, err := decodeLine(sc.Bytes())
+		require.NoError(t, err)
+		return m
+	}
+	next() // ready
+	send := func(line string) {
+		_, err := io.WriteString(inW, line+"\n")
+		require.NoError(t, err)
+	}
+	send(`{"id": "j", "functions": ["f"], "timeout": "20s", "code": "from pynox_host import f, HostError\ntry:\n    print(f())\nexcept HostError as e:\n    print('HostError', e)"}`)
+	call := next()
+	require.Equal(t, "call", call["event"])
+	callID := call["call_id"].(json.Number).String()
+	start := time.Now()
+	send(`{"id": "r", "reply": {"call_id": ` + callID + `, "result": {"a": 1, "a": 2}}}`)
+	got := map[string]map[string]any{}
+	for len(got) < 2 {
+		r := next()
+		got[fmt.Sprint(r["id"])] = r
+	}
+	require.Equal(t, json.Number(callID), got["r"]["call_id"], "%v", got["r"])
+	require.Contains(t, got["r"]["error"].(map[string]any)["message"], `reply.result: key "a" appears twice`)
+	require.Less(t, time.Since(start), 10*time.Second)
+	require.Contains(t, got["j"]["stdout"], "HostError", "%v", got["j"])
+	require.Contains(t, got["j"]["stdout"], "repeats the key")
+	inW.Close()
+	for sc.Scan() {
+	}
+	require.NoError(t, <-served)
+}
