@@ -61,6 +61,9 @@ type request struct {
 	Traceparent string `json:"traceparent,omitempty"`
 	Tracestate  string `json:"tracestate,omitempty"`
 	parent      trace.SpanContext
+	// badResult: a reply refused for its result only (decodeRequest),
+	// whose call still gets the result, for the job to refuse.
+	badResult bool
 }
 
 // Ready is the first line `pynox pool` writes.
@@ -221,6 +224,8 @@ func ServeWith(ctx context.Context, p *pynox.Pool, r io.Reader, w io.Writer, o S
 		}
 		req, err := decodeRequest(l.line)
 		switch {
+		case err != nil && req.badResult:
+			srv.refuseResult(req, err)
 		case err != nil:
 			out.send(refuse(p, &pynox.Job{ID: req.ID}, err))
 		case req.Cancel != nil:
@@ -404,6 +409,18 @@ func decodeRequest(line []byte) (request, *pynox.Error) {
 	dupID := ke != nil && ke.dup && len(ke.segs) == 0 && ke.key == "id"
 	if !dupID {
 		id = recoverID(line)
+	}
+	if ke != nil && ke.dup && len(ke.segs) >= 2 && ke.segs[0] == "reply" && ke.segs[1] == "result" {
+		// A reply whose result repeats a key: refused, and its call
+		// answered with the result, which the job's own check of
+		// results refuses (HostError), as docs/protocol.md says.
+		var lenient request
+		dec := json.NewDecoder(bytes.NewReader(line))
+		dec.UseNumber()
+		if dec.Decode(&lenient) == nil && lenient.Reply != nil && lenient.Reply.CallID != nil && lenient.Reply.Result != nil && lenient.Reply.Error == nil {
+			return request{Job: pynox.Job{ID: id}, Reply: &replyReq{CallID: lenient.Reply.CallID, Result: lenient.Reply.Result}, badResult: true},
+				requestErrorf("%s", describeJSONError(err, line))
+		}
 	}
 	return request{Job: pynox.Job{ID: id}}, requestErrorf("%s", describeJSONError(err, line))
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"sort"
 	"strings"
 	"sync"
@@ -233,6 +234,29 @@ func (s *server) reply(req request) {
 		return
 	}
 	ch <- *r
+}
+
+// refuseResult answers a reply refused for its result (a key repeated in
+// an object, see decodeRequest): the refusal names its call_id, and the
+// call, when one waits, is answered with the result, which the job's own
+// check refuses, raising HostError: the call gets its one answer and the
+// job goes on.
+func (s *server) refuseResult(req request, e *pynox.Error) {
+	r := req.Reply
+	s.callMu.Lock()
+	ch, ok := s.calls[*r.CallID]
+	if ok {
+		delete(s.calls, *r.CallID)
+	}
+	s.callMu.Unlock()
+	if ok {
+		e.Message += fmt.Sprintf("; call %d fails with HostError", *r.CallID)
+	}
+	res := refuse(s.p, &pynox.Job{ID: req.ID}, e)
+	s.out.send(replyError{ID: req.ID, CallID: r.CallID, Exit: -1, Error: res.Error})
+	if ok {
+		ch <- replyReq{CallID: r.CallID, Result: r.Result}
+	}
 }
 
 // session queues a session request (a step or a close) behind the
