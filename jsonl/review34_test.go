@@ -274,3 +274,29 @@ func TestReview34RepeatedKeyResultFailsTheCall(t *testing.T) {
 	}
 	require.NoError(t, <-served)
 }
+
+// Review 34: docs/protocol.md: "A reply that is malformed, too large, or
+// reaches no waiting call ... is answered with a refusal of this shape"
+// ({"id", "call_id", "exit": -1, "error"}: "the call_id it named (null if
+// none)"). A reply line refused by the strict decoding (an unknown or
+// repeated key, a wrong type) was answered as a job line instead: a
+// result's shape, without call_id.
+func TestReview34MalformedReplyRefusalShape(t *testing.T) {
+	p := newTestPool(t, pynox.Config{Workers: 1})
+	lines := serveLines(t, p, strings.Join([]string{
+		`{"id": "a", "reply": {"call_id": 7, "result": 1}, "extra": 1}`,
+		`{"id": "b", "reply": {"call_id": 8, "reslt": 1}}`,
+		`{"id": "c", "reply": {"call_id": 9, "error": 5}}`,
+		`{"id": "d", "reply": {"call_id": "x", "result": 1}}`,
+		`{"id": "e", "reply": {"call_id": null, "reslt": 1}}`,
+	}, "\n")+"\n")
+	got := byID(t, lines)
+	for id, callID := range map[string]any{"a": json.Number("7"), "b": json.Number("8"), "c": json.Number("9"), "d": nil, "e": nil} {
+		r := got[id]
+		require.NotNil(t, r, id)
+		require.Contains(t, r, "call_id", "%s: %v", id, r)
+		require.Equal(t, callID, r["call_id"], id)
+		require.NotContains(t, r, "stdout", "%s: a reply's refusal is not a result: %v", id, r)
+		require.Equal(t, "RequestError", r["error"].(map[string]any)["type"], id)
+	}
+}
