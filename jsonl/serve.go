@@ -226,6 +226,9 @@ func ServeWith(ctx context.Context, p *pynox.Pool, r io.Reader, w io.Writer, o S
 		switch {
 		case err != nil && req.badResult:
 			srv.refuseResult(req, err)
+		case err != nil && req.Reply != nil:
+			res := refuse(p, &pynox.Job{ID: req.ID}, err)
+			out.send(replyError{ID: req.ID, CallID: req.Reply.CallID, Exit: -1, Error: res.Error})
 		case err != nil:
 			out.send(refuse(p, &pynox.Job{ID: req.ID}, err))
 		case req.Cancel != nil:
@@ -422,7 +425,31 @@ func decodeRequest(line []byte) (request, *pynox.Error) {
 				requestErrorf("%s", describeJSONError(err, line))
 		}
 	}
+	if r := malformedReply(line); r != nil {
+		// Refused as a reply: the refusal names the call_id.
+		return request{Job: pynox.Job{ID: id}, Reply: r}, requestErrorf("%s", describeJSONError(err, line))
+	}
 	return request{Job: pynox.Job{ID: id}}, requestErrorf("%s", describeJSONError(err, line))
+}
+
+// malformedReply returns the reply of a request line the strict decoding
+// refused, when the line is a JSON object whose "reply" is an object:
+// with its call_id when that is an integer (nil otherwise), for the
+// refusal to name.
+func malformedReply(line []byte) *replyReq {
+	var top map[string]json.RawMessage
+	if json.Unmarshal(line, &top) != nil {
+		return nil
+	}
+	var r map[string]json.RawMessage
+	if raw, ok := top["reply"]; !ok || json.Unmarshal(raw, &r) != nil || r == nil {
+		return nil
+	}
+	var id int64
+	if raw, ok := r["call_id"]; ok && string(raw) != "null" && json.Unmarshal(raw, &id) == nil {
+		return &replyReq{CallID: &id}
+	}
+	return &replyReq{}
 }
 
 // decodedTopValues finds a request line's top-level values by decoding
