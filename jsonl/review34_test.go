@@ -300,3 +300,15 @@ func TestReview34MalformedReplyRefusalShape(t *testing.T) {
 		require.Equal(t, "RequestError", r["error"].(map[string]any)["type"], id)
 	}
 }
+
+// Review 34: "restore" takes a dump as a base64 string; a number there
+// was refused with "expected an array", which is no form restore takes.
+func TestReview34RestoreWrongTypeSaysBase64(t *testing.T) {
+	for _, v := range []string{`5`, `true`, `{}`} {
+		_, err := decodeRequest([]byte(`{"id": 1, "session": "s", "code": "1", "restore": ` + v + `}`))
+		require.NotNil(t, err, v)
+		require.Contains(t, err.Message, "restore: ", v)
+		require.Contains(t, err.Message, "base64", v)
+		require.NotContains(t, err.Message, "expected an array", v)
+	}
+}
