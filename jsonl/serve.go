@@ -710,6 +710,10 @@ func jsonExpected(t reflect.Type) string {
 		if t.Elem().Kind() == reflect.String {
 			return "an array of strings"
 		}
+		if t.Kind() == reflect.Slice && t.Elem().Kind() == reflect.Uint8 {
+			// encoding/json's []byte: a string of standard base64.
+			return "a string of standard base64 (RFC 4648, with padding)"
+		}
 		return "an array"
 	case reflect.Map:
 		if t.Elem().Kind() == reflect.String {
