@@ -312,3 +312,32 @@ func TestReview34RestoreWrongTypeSaysBase64(t *testing.T) {
 		require.NotContains(t, err.Message, "expected an array", v)
 	}
 }
+
+// Review 34: a profile's setting beyond the ceiling was refused naming
+// the request field ("timeout 1h0m0s exceeds the pool's ceiling",
+// "allow_network: ..."), although the request did not set it: the
+// message must name the profile that did, as the write grants' already
+// does ("profile \"x\" allow_write").
+func TestReview34ProfileRefusalNamesTheProfile(t *testing.T) {
+	dir := t.TempDir()
+	p := newTestPool(t, pynox.Config{Dir: dir, Workers: 1, Profiles: map[string]pynox.Profile{
+		"slow": {Timeout: time.Hour},
+		"net":  {AllowNetwork: true},
+		"big":  {Memory: 1 << 40},
+		"rd":   {AllowRead: []string{"/etc"}},
+	}})
+	lines := serveLines(t, p, strings.Join([]string{
+		`{"id": "slow", "code": "1", "profile": "slow"}`,
+		`{"id": "net", "code": "1", "profile": "net"}`,
+		`{"id": "big", "code": "1", "profile": "big"}`,
+		`{"id": "rd", "code": "1", "profile": "rd"}`,
+		`{"id": "own", "code": "1", "profile": "slow", "timeout": "2h"}`,
+	}, "\n")+"\n")
+	got := byID(t, lines)
+	for _, id := range []string{"slow", "net", "big", "rd"} {
+		msg := got[id]["error"].(map[string]any)["message"].(string)
+		require.Contains(t, msg, `profile "`+id+`"`, id)
+	}
+	msg := got["own"]["error"].(map[string]any)["message"].(string)
+	require.NotContains(t, msg, "profile", "the request's own timeout is the request's")
+}
