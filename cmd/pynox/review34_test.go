@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"fmt"
 	"io"
 	"os"
 	"os/exec"
@@ -112,4 +113,38 @@ with pynox.Pool(binary=sys.argv[2], workers=1) as pool:
 	}
 	require.NoError(t, err, "stdout:\n%s\nstderr:\n%s", out, stderr)
 	require.Equal(t, "1048576 HostError None prompt\n3145728 HostError None prompt\n", string(out))
+}
+
+// TestReview34MounterDeathIsPermanent (an open defect; runs with
+// PYNOX_REVIEW34_UNFIXED=1): when the pool's mount-namespace builder
+// ("mounter") dies (SIGKILL, the OOM killer), it is never replaced, nor
+// reaped: every later job with mounts fails with SandboxSetupError
+// "mounter: broken pipe" for the pool's lifetime, while a dead template
+// is replaced before the next request. The mounter must start before the
+// pool confines itself with Landlock, so a self-confined pool cannot
+// simply start another.
+func TestReview34MounterDeathIsPermanent(t *testing.T) {
+	if os.Getenv("PYNOX_REVIEW34_UNFIXED") == "" {
+		t.Skip("open defect (review 34): set PYNOX_REVIEW34_UNFIXED=1 to run")
+	}
+	dir := t.TempDir()
+	require.NoError(t, os.Mkdir(filepath.Join(dir, "data"), 0o755))
+	p := startPoolIn(t, dir, "--workers=1")
+	mount := `{"id": %d, "code": "import os; print(os.listdir('/x'))", "mounts": [{"host": "data", "path": "/x", "mode": "ro"}]}`
+	p.send(t, fmt.Sprintf(mount, 1))
+	r := p.next(t)
+	require.Nil(t, r["error"], "%v", r)
+	killed := false
+	for _, pid := range descendants(p.cmd.Process.Pid) {
+		b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+		if strings.Contains(string(b), "pynox mount-namespace builder") {
+			require.NoError(t, syscall.Kill(pid, syscall.SIGKILL))
+			killed = true
+		}
+	}
+	require.True(t, killed, "no mounter found")
+	time.Sleep(time.Second)
+	p.send(t, fmt.Sprintf(mount, 2))
+	r = p.next(t)
+	require.Nil(t, r["error"], "a job with mounts after the mounter died: %v", r)
 }
