@@ -32,7 +32,7 @@ func (d *Duration) UnmarshalText(b []byte) error {
 func (d Duration) MarshalText() ([]byte, error) { return []byte(time.Duration(d).String()), nil }
 
 // durationSyntax is time.ParseDuration's syntax, for a positive duration.
-var durationSyntax = regexp.MustCompile(`^\+?([0-9]*(\.[0-9]*)?(ns|us|µs|μs|ms|s|m|h))+$`)
+var durationSyntax = regexp.MustCompile(`^\+?(([0-9]+(\.[0-9]*)?|\.[0-9]+)(ns|us|µs|μs|ms|s|m|h))+$`)
 
 // ParseDuration parses a positive duration with a unit: "500ms", "5s",
 // "1m", "1m30s". A bare number is refused, since its unit would be a guess.

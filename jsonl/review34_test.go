@@ -341,3 +341,20 @@ func TestReview34ProfileRefusalNamesTheProfile(t *testing.T) {
 	msg := got["own"]["error"].(map[string]any)["message"].(string)
 	require.NotContains(t, msg, "profile", "the request's own timeout is the request's")
 }
+
+// Review 34: the "too large" message is only for well-formed durations.
+func TestReview34MalformedDurationNotTooLarge(t *testing.T) {
+	for _, v := range []string{"s", ".s", "5", "1e3s", "5 parsecs", "-"} {
+		_, err := pynox.ParseDuration(v)
+		require.Error(t, err, v)
+		require.NotContains(t, err.Error(), "too large", v)
+		require.Contains(t, err.Error(), "want a number with a unit", v)
+	}
+	for _, v := range []string{"99999999999h", "3000000h1s", "+9999999999999999999ns", "106751.99999999999d"} {
+		_, err := pynox.ParseDuration(v)
+		require.Error(t, err, v)
+		if v != "106751.99999999999d" { // "d" is no unit
+			require.Contains(t, err.Error(), "too large", v)
+		}
+	}
+}
