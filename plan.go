@@ -214,24 +214,32 @@ func (p *Pool) plan(req *Job, session bool) (pl *plan, rerr *Error) {
 		return nil, requestErrorf("code is %d bytes; the limit is %d", len(j.Code), MaxCodeSize)
 	}
 	l := p.cfg.Limits
-	timeout, err := limit("timeout", int64(j.Timeout), int64(l.Timeout), formatDuration)
+	// from names a setting as the request gave it, or, when the request
+	// left it to its profile, as the profile did.
+	from := func(field string, own bool) string {
+		if req.Profile != "" && !own {
+			return "profile " + strconv.Quote(req.Profile) + " " + field
+		}
+		return field
+	}
+	timeout, err := limit(from("timeout", req.Timeout != 0), int64(j.Timeout), int64(l.Timeout), formatDuration)
 	if err != nil {
 		return nil, err
 	}
-	memory, err := limit("memory", int64(j.Memory), l.Memory, formatSize)
+	memory, err := limit(from("memory", req.Memory != 0), int64(j.Memory), l.Memory, formatSize)
 	if err != nil {
 		return nil, err
 	}
-	maxOut, err := limit("max_output", int64(j.MaxOutput), int64(l.MaxOutput), formatSize)
+	maxOut, err := limit(from("max_output", req.MaxOutput != 0), int64(j.MaxOutput), int64(l.MaxOutput), formatSize)
 	if err != nil {
 		return nil, err
 	}
-	fsize, err := limit("max_file_size", int64(j.MaxFileSize), l.MaxFileSize, formatSize)
+	fsize, err := limit(from("max_file_size", req.MaxFileSize != 0), int64(j.MaxFileSize), l.MaxFileSize, formatSize)
 	if err != nil {
 		return nil, err
 	}
 	if j.AllowNetwork && !l.AllowNetwork {
-		return nil, requestErrorf("allow_network: the pool's ceiling does not allow the network")
+		return nil, requestErrorf("%s: the pool's ceiling does not allow the network", from("allow_network", req.AllowNetwork))
 	}
 	for k, v := range j.Env {
 		if !validEnv(k, v) {
@@ -262,8 +270,9 @@ func (p *Pool) plan(req *Job, session bool) (pl *plan, rerr *Error) {
 	}()
 	abi := p.info.Landlock.ABI
 	readCeiling := p.readCeiling
-	for _, path := range j.AllowRead {
-		real, _, err := pl.grant("allow_read", p.cfg.Dir, path, readCeiling, sandbox.ReadAccess(abi))
+	readFromProfile := len(j.AllowRead) - len(req.AllowRead) // the first grants are the profile's
+	for i, path := range j.AllowRead {
+		real, _, err := pl.grant(from("allow_read", i >= readFromProfile), p.cfg.Dir, path, readCeiling, sandbox.ReadAccess(abi))
 		if err != nil {
 			return nil, err
 		}
@@ -276,8 +285,9 @@ func (p *Pool) plan(req *Job, session bool) (pl *plan, rerr *Error) {
 		pl.read = append(pl.read, real)
 	}
 	var pkgDirs []string
-	for _, path := range j.PackageDirs {
-		real, isDir, err := pl.grant("package_dirs", p.cfg.Dir, path, readCeiling, sandbox.ReadAccess(abi))
+	pkgFromProfile := len(j.PackageDirs) - len(req.PackageDirs)
+	for i, path := range j.PackageDirs {
+		real, isDir, err := pl.grant(from("package_dirs", i >= pkgFromProfile), p.cfg.Dir, path, readCeiling, sandbox.ReadAccess(abi))
 		if err != nil {
 			return nil, err
 		}

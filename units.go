@@ -3,8 +3,10 @@ package pynox
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -29,11 +31,18 @@ func (d *Duration) UnmarshalText(b []byte) error {
 // MarshalText formats the duration as time.Duration does.
 func (d Duration) MarshalText() ([]byte, error) { return []byte(time.Duration(d).String()), nil }
 
+// durationSyntax is time.ParseDuration's syntax, for a positive duration.
+var durationSyntax = regexp.MustCompile(`^\+?(([0-9]+(\.[0-9]*)?|\.[0-9]+)(ns|us|µs|μs|ms|s|m|h))+$`)
+
 // ParseDuration parses a positive duration with a unit: "500ms", "5s",
 // "1m", "1m30s". A bare number is refused, since its unit would be a guess.
 func ParseDuration(s string) (time.Duration, error) {
 	v, err := time.ParseDuration(strings.TrimSpace(s))
 	if err != nil {
+		if durationSyntax.MatchString(strings.TrimSpace(s)) {
+			// Well formed, but beyond time.Duration.
+			return 0, fmt.Errorf("invalid duration %q: too large; the longest is %s", s, time.Duration(math.MaxInt64).Truncate(time.Second))
+		}
 		return 0, fmt.Errorf("invalid duration %q: want a number with a unit, such as \"500ms\", \"5s\" or \"1m\"", s)
 	}
 	if v <= 0 {
@@ -60,6 +69,9 @@ func (s *Size) UnmarshalJSON(b []byte) error {
 		return s.UnmarshalText([]byte(str))
 	}
 	v, err := strconv.ParseInt(string(b), 10, 64)
+	if errors.Is(err, strconv.ErrRange) && v > 0 {
+		return fmt.Errorf("invalid size %s: too large; the largest is %d bytes", b, int64(math.MaxInt64))
+	}
 	if err != nil || v <= 0 {
 		return fmt.Errorf("invalid size %s: want a positive integer of bytes or a string such as \"512m\"", b)
 	}
@@ -107,7 +119,10 @@ func ParseSize(str string) (int64, error) {
 		return 0, bad
 	}
 	v, err := strconv.ParseInt(s, 10, 64)
-	if err != nil || v <= 0 || v > math.MaxInt64/mult {
+	if (errors.Is(err, strconv.ErrRange) && v > 0) || (err == nil && v > math.MaxInt64/mult) {
+		return 0, fmt.Errorf("invalid size %q: too large; the largest is %d bytes", str, int64(math.MaxInt64))
+	}
+	if err != nil || v <= 0 {
 		return 0, bad
 	}
 	return v * mult, nil

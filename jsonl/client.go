@@ -868,12 +868,33 @@ func (c *Client) replyResult(callID int64, result []byte) {
 		c.reply(callID, result, "")
 		return
 	}
+	if len(result) > pynox.MaxCallBytes {
+		// The pool refuses it and leaves the call waiting: fail it now.
+		c.reply(callID, nil, fmt.Sprintf("the host's result is %d bytes of JSON; the limit is %d", len(result), pynox.MaxCallBytes))
+		return
+	}
 	b := make([]byte, 0, len(result)+40)
 	b = append(b, `{"reply":{"call_id":`...)
 	b = strconv.AppendInt(b, callID, 10)
 	b = append(b, `,"result":`...)
 	b = append(b, result...)
 	b = append(b, "}}\n"...)
+	c.writeReply(callID, b)
+}
+
+// writeReply writes b, the reply line to call callID. A line longer than
+// MaxLine (a result near MaxCallBytes, whose reply envelope takes it past
+// the line bound, or a long error text) the pool would discard, answering
+// it with no call_id and leaving the call waiting until its job's
+// timeout: the call gets an error reply that says why instead.
+func (c *Client) writeReply(callID int64, b []byte) {
+	if n := len(bytes.TrimSuffix(b, []byte("\n"))); n > MaxLine {
+		msg := fmt.Sprintf("the host's reply is %d bytes of JSON; pynox pool reads request lines of at most %d", n, MaxLine)
+		var err error
+		if b, err = marshalLine(map[string]any{"reply": map[string]any{"call_id": callID, "error": msg}}); err != nil {
+			return
+		}
+	}
 	_ = c.writeLine(b) // a failed write fails the request's own wait
 }
 
@@ -909,7 +930,7 @@ func (c *Client) reply(callID int64, result json.RawMessage, errMsg string) {
 	if err != nil {
 		return
 	}
-	_ = c.writeLine(b) // a failed write fails the request's own wait
+	c.writeReply(callID, b)
 }
 
 // pendingOutput passes a streamed request's output events to its
@@ -1000,5 +1021,5 @@ func (c *Client) replyTyped(callID int64, errType, message string) {
 	if err != nil {
 		return
 	}
-	_ = c.writeLine(b) // a failed write fails the request's own wait
+	c.writeReply(callID, b)
 }

@@ -126,7 +126,7 @@ func LoadConfig(path string) (*File, error) {
 	dec := toml.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&s); err != nil {
-		return nil, describeTOMLError(real, err)
+		return nil, describeTOMLErrorAt(real, err, lines)
 	}
 	// bad reports an invalid value of key, at the line that sets it.
 	bad := func(key, format string, args ...any) error {
@@ -314,7 +314,7 @@ var fileKeys = schemaOf(reflect.TypeFor[fileSchema](), "toml", "the configuratio
 func checkTOMLKeys(file string, data []byte, lines map[string]int) error {
 	var m map[string]any
 	if err := toml.Unmarshal(data, &m); err != nil {
-		return describeTOMLError(file, err)
+		return describeTOMLErrorAt(file, err, lines)
 	}
 	var walk func(m map[string]any, s *keySchema, path []string) error
 	walk = func(m map[string]any, s *keySchema, path []string) error {
@@ -424,8 +424,14 @@ func checkTOMLTypes(file string, lines map[string]int, m map[string]any) error {
 			}
 			return nil
 		case reflect.TypeFor[pynox.Size]():
-			switch v.(type) {
-			case string, int64:
+			switch n := v.(type) {
+			case string:
+				return nil
+			case int64:
+				if n <= 0 {
+					// 0 would pass for "not set": the default.
+					return fmt.Errorf("%s:%d: %s: invalid size %d: want a positive number of bytes or a string such as \"512m\"", file, lineOf(lines, key), key, n)
+				}
 				return nil
 			}
 			return fail(tomlGot(v))
@@ -542,6 +548,28 @@ func tomlGot(v any) string {
 		return "a table"
 	}
 	return "a date or time"
+}
+
+// describeTOMLErrorAt is describeTOMLError that, for an error go-toml
+// reports without a key (a number too large for 64 bits), names the key
+// that lines says is set on the error's line.
+func describeTOMLErrorAt(file string, err error, lines map[string]int) error {
+	var de *toml.DecodeError
+	if errors.As(err, &de) && len(de.Key()) == 0 {
+		row, _ := de.Position()
+		key := ""
+		for k, l := range lines {
+			// The longest: a key, rather than the table whose header
+			// shares its line (an inline table).
+			if l == row && len(k) > len(key) {
+				key = k
+			}
+		}
+		if key != "" {
+			return fmt.Errorf("%s:%d: %s: %s", file, row, key, strings.TrimPrefix(de.Error(), "toml: "))
+		}
+	}
+	return describeTOMLError(file, err)
 }
 
 // describeTOMLError turns go-toml's errors into "file:line: key: problem".

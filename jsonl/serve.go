@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"reflect"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -60,6 +61,9 @@ type request struct {
 	Traceparent string `json:"traceparent,omitempty"`
 	Tracestate  string `json:"tracestate,omitempty"`
 	parent      trace.SpanContext
+	// badResult: a reply refused for its result only (decodeRequest),
+	// whose call still gets the result, for the job to refuse.
+	badResult bool
 }
 
 // Ready is the first line `pynox pool` writes.
@@ -198,6 +202,13 @@ func ServeWith(ctx context.Context, p *pynox.Pool, r io.Reader, w io.Writer, o S
 	// one-shot job of a request that does.
 	dispatch := func(l lineOrErr) (job *pynox.Job, eof bool) {
 		if l.tooLong {
+			if callID, ok := replyHeadCallID(l.head); ok {
+				// A reply whose result is over MaxCallBytes: refused as
+				// a reply, naming the call that still waits.
+				res := refuse(p, &pynox.Job{}, requestErrorf("reply: the line exceeds %d bytes and was discarded (a result is at most %d bytes of JSON); call %d still waits for a reply", MaxLine, pynox.MaxCallBytes, callID))
+				out.send(replyError{CallID: &callID, Exit: -1, Error: res.Error})
+				return nil, false
+			}
 			out.send(refuse(p, &pynox.Job{}, requestErrorf("line exceeds %d bytes and was discarded", MaxLine)))
 			return nil, false
 		}
@@ -213,6 +224,11 @@ func ServeWith(ctx context.Context, p *pynox.Pool, r io.Reader, w io.Writer, o S
 		}
 		req, err := decodeRequest(l.line)
 		switch {
+		case err != nil && req.badResult:
+			srv.refuseResult(req, err)
+		case err != nil && req.Reply != nil:
+			res := refuse(p, &pynox.Job{ID: req.ID}, err)
+			out.send(replyError{ID: req.ID, CallID: req.Reply.CallID, Exit: -1, Error: res.Error})
 		case err != nil:
 			out.send(refuse(p, &pynox.Job{ID: req.ID}, err))
 		case req.Cancel != nil:
@@ -288,6 +304,7 @@ loop:
 		}
 		select {
 		case <-ctx.Done():
+			srv.endInput(errShutdown)
 			shutdown()
 			break loop
 		case slotCh <- struct{}{}:
@@ -306,7 +323,7 @@ loop:
 				// later ones, fail in their jobs at once instead of at
 				// their timeouts.
 				eof = true
-				srv.endInput()
+				srv.endInput(errNoInput)
 				continue
 			}
 			switch {
@@ -319,7 +336,7 @@ loop:
 			}
 		}
 	}
-	srv.endInput()
+	srv.endInput(errNoInput)
 	jobs.Wait()
 	srv.finishSessions()
 	return out.close()
@@ -357,6 +374,10 @@ func decodeRequest(line []byte) (request, *pynox.Error) {
 			err = errors.New("trailing data after the JSON object")
 		}
 	}
+	if err == nil && !bytes.HasPrefix(bytes.TrimLeft(line, jsonSpace), []byte("{")) {
+		// null decodes into the request without an error.
+		return request{}, requestErrorf("the request must be a JSON object, such as %s", requestExample)
+	}
 	if err == nil {
 		if e := checkID(req.ID); e != nil {
 			return request{}, e
@@ -392,7 +413,43 @@ func decodeRequest(line []byte) (request, *pynox.Error) {
 	if !dupID {
 		id = recoverID(line)
 	}
+	if ke != nil && ke.dup && len(ke.segs) >= 2 && ke.segs[0] == "reply" && ke.segs[1] == "result" {
+		// A reply whose result repeats a key: refused, and its call
+		// answered with the result, which the job's own check of
+		// results refuses (HostError), as docs/protocol.md says.
+		var lenient request
+		dec := json.NewDecoder(bytes.NewReader(line))
+		dec.UseNumber()
+		if dec.Decode(&lenient) == nil && lenient.Reply != nil && lenient.Reply.CallID != nil && lenient.Reply.Result != nil && lenient.Reply.Error == nil {
+			return request{Job: pynox.Job{ID: id}, Reply: &replyReq{CallID: lenient.Reply.CallID, Result: lenient.Reply.Result}, badResult: true},
+				requestErrorf("%s", describeJSONError(err, line))
+		}
+	}
+	if r := malformedReply(line); r != nil {
+		// Refused as a reply: the refusal names the call_id.
+		return request{Job: pynox.Job{ID: id}, Reply: r}, requestErrorf("%s", describeJSONError(err, line))
+	}
 	return request{Job: pynox.Job{ID: id}}, requestErrorf("%s", describeJSONError(err, line))
+}
+
+// malformedReply returns the reply of a request line the strict decoding
+// refused, when the line is a JSON object whose "reply" is an object:
+// with its call_id when that is an integer (nil otherwise), for the
+// refusal to name.
+func malformedReply(line []byte) *replyReq {
+	var top map[string]json.RawMessage
+	if json.Unmarshal(line, &top) != nil {
+		return nil
+	}
+	var r map[string]json.RawMessage
+	if raw, ok := top["reply"]; !ok || json.Unmarshal(raw, &r) != nil || r == nil {
+		return nil
+	}
+	var id int64
+	if raw, ok := r["call_id"]; ok && string(raw) != "null" && json.Unmarshal(raw, &id) == nil {
+		return &replyReq{CallID: &id}
+	}
+	return &replyReq{}
 }
 
 // decodedTopValues finds a request line's top-level values by decoding
@@ -653,6 +710,10 @@ func jsonExpected(t reflect.Type) string {
 		if t.Elem().Kind() == reflect.String {
 			return "an array of strings"
 		}
+		if t.Kind() == reflect.Slice && t.Elem().Kind() == reflect.Uint8 {
+			// encoding/json's []byte: a string of standard base64.
+			return "a string of standard base64 (RFC 4648, with padding)"
+		}
 		return "an array"
 	case reflect.Map:
 		if t.Elem().Kind() == reflect.String {
@@ -694,7 +755,32 @@ func unitField(line []byte) string {
 type lineOrErr struct {
 	line    []byte
 	tooLong bool
+	head    []byte // of a line tooLong: its first bytes (up to lineHeadLen)
 	err     error
+}
+
+// lineHeadLen is how much of a line too long is kept, to tell a reply.
+const lineHeadLen = 128
+
+// lineHead returns the first lineHeadLen bytes of a followed by b.
+func lineHead(a, b []byte) []byte {
+	h := append([]byte(nil), a[:min(len(a), lineHeadLen)]...)
+	return append(h, b[:min(len(b), lineHeadLen-len(h))]...)
+}
+
+// tooLongReplyHead matches the start of a reply line as clients write it:
+// {"reply": {"call_id": N, ...
+var tooLongReplyHead = regexp.MustCompile(`^[ \t]*\{[ \t]*"reply"[ \t]*:[ \t]*\{[ \t]*"call_id"[ \t]*:[ \t]*(0|[1-9][0-9]*)[ \t]*[,}]`)
+
+// replyHeadCallID returns the call_id a line too long names when it
+// begins as a reply.
+func replyHeadCallID(head []byte) (int64, bool) {
+	m := tooLongReplyHead.FindSubmatch(head)
+	if m == nil {
+		return 0, false
+	}
+	id, err := strconv.ParseInt(string(m[1]), 10, 64)
+	return id, err == nil
 }
 
 // readLines splits r into lines of at most MaxLine bytes; a longer line is
@@ -711,7 +797,7 @@ func readLines(r io.Reader, lines chan<- lineOrErr, stop <-chan struct{}) {
 		}
 	}
 	for {
-		var buf []byte
+		var buf, head []byte
 		tooLong := false
 		for {
 			chunk, err := br.ReadSlice('\n')
@@ -720,6 +806,7 @@ func readLines(r io.Reader, lines chan<- lineOrErr, stop <-chan struct{}) {
 				// the line's, whichever of the two ends it.
 				if len(buf)+len(chunk) > MaxLine+2 {
 					tooLong = true
+					head = lineHead(buf, chunk)
 					buf = nil
 				} else {
 					buf = append(buf, chunk...)
@@ -730,10 +817,10 @@ func readLines(r io.Reader, lines chan<- lineOrErr, stop <-chan struct{}) {
 			}
 			if err != nil {
 				if tooLong {
-					emit(lineOrErr{tooLong: true})
+					emit(lineOrErr{tooLong: true, head: head})
 				} else if len(buf) > 0 {
 					if len(buf) > MaxLine {
-						emit(lineOrErr{tooLong: true})
+						emit(lineOrErr{tooLong: true, head: lineHead(buf, nil)})
 					} else {
 						emit(lineOrErr{line: buf})
 					}
@@ -746,7 +833,7 @@ func readLines(r io.Reader, lines chan<- lineOrErr, stop <-chan struct{}) {
 			break
 		}
 		if tooLong {
-			if !emit(lineOrErr{tooLong: true}) {
+			if !emit(lineOrErr{tooLong: true, head: head}) {
 				return
 			}
 			continue
@@ -754,7 +841,7 @@ func readLines(r io.Reader, lines chan<- lineOrErr, stop <-chan struct{}) {
 		buf = bytes.TrimSuffix(buf, []byte("\n"))
 		buf = bytes.TrimSuffix(buf, []byte("\r"))
 		if len(buf) > MaxLine {
-			if !emit(lineOrErr{tooLong: true}) {
+			if !emit(lineOrErr{tooLong: true, head: lineHead(buf, nil)}) {
 				return
 			}
 			continue

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"sort"
 	"strings"
 	"sync"
@@ -58,6 +59,7 @@ type server struct {
 	callMu    sync.Mutex
 	calls     map[int64]chan replyReq // host calls waiting for their reply
 	inputDone bool                    // no reply can come any more
+	inputEnd  error                   // why (errNoInput or errShutdown), once inputDone
 	callWake  chan struct{}           // a call started waiting (Serve reads on)
 
 	cancels cancelTable // one-shot jobs by id, for cancel requests
@@ -107,9 +109,10 @@ func (s *server) hostFor() (pynox.HostFunc, *jobCalls) {
 		}
 		s.callMu.Lock()
 		if s.inputDone {
+			err := s.inputEnd
 			s.callMu.Unlock()
 			jc.mu.Unlock()
-			return nil, errNoInput
+			return nil, err
 		}
 		s.calls[call.ID] = ch
 		jc.ids[call.ID] = true
@@ -155,6 +158,9 @@ func (s *server) endCalls(jc *jobCalls) {
 
 var errNoInput = errors.New("the client closed its input, so no reply can come")
 
+// errShutdown is why calls fail once Serve's ctx ended: it reads no more.
+var errShutdown = errors.New("the pool is shutting down and reads no more replies")
+
 // callsWaiting reports whether a host call waits for its reply.
 func (s *server) callsWaiting() bool {
 	s.callMu.Lock()
@@ -162,11 +168,15 @@ func (s *server) callsWaiting() bool {
 	return len(s.calls) > 0
 }
 
-// endInput fails every call waiting for a reply, and every later one.
-func (s *server) endInput() {
-	msg := errNoInput.Error()
+// endInput fails every call waiting for a reply, and every later one,
+// with why (the first reason given stands).
+func (s *server) endInput(why error) {
 	s.callMu.Lock()
 	defer s.callMu.Unlock()
+	if !s.inputDone {
+		s.inputEnd = why
+	}
+	msg := s.inputEnd.Error()
 	s.inputDone = true
 	for id, ch := range s.calls {
 		delete(s.calls, id)
@@ -224,6 +234,29 @@ func (s *server) reply(req request) {
 		return
 	}
 	ch <- *r
+}
+
+// refuseResult answers a reply refused for its result (a key repeated in
+// an object, see decodeRequest): the refusal names its call_id, and the
+// call, when one waits, is answered with the result, which the job's own
+// check refuses, raising HostError: the call gets its one answer and the
+// job goes on.
+func (s *server) refuseResult(req request, e *pynox.Error) {
+	r := req.Reply
+	s.callMu.Lock()
+	ch, ok := s.calls[*r.CallID]
+	if ok {
+		delete(s.calls, *r.CallID)
+	}
+	s.callMu.Unlock()
+	if ok {
+		e.Message += fmt.Sprintf("; call %d fails with HostError", *r.CallID)
+	}
+	res := refuse(s.p, &pynox.Job{ID: req.ID}, e)
+	s.out.send(replyError{ID: req.ID, CallID: r.CallID, Exit: -1, Error: res.Error})
+	if ok {
+		ch <- replyReq{CallID: r.CallID, Result: r.Result}
+	}
 }
 
 // session queues a session request (a step or a close) behind the

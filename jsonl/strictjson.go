@@ -29,6 +29,11 @@ type keySchema struct {
 	what   string // "a request", "a reply": for messages
 	fields map[string]*keySchema
 	elem   *keySchema // with nil fields: the schema of every value (a map of structs); nil means free-form
+	// strs says the array's elements or the object's values are strings
+	// (args, allow_read, env): a null among them is refused, since
+	// encoding/json would decode it as "", a value the client never
+	// wrote.
+	strs bool
 }
 
 var freeSchema = &keySchema{}
@@ -51,6 +56,12 @@ func schemaOf(t reflect.Type, tag, what string) *keySchema {
 	}
 	if reflect.PointerTo(t).Implements(jsonUnmarshaler) || reflect.PointerTo(t).Implements(textUnmarshaler) {
 		return freeSchema
+	}
+	switch t.Kind() {
+	case reflect.Map, reflect.Slice, reflect.Array:
+		if isPlainString(t.Elem()) {
+			return &keySchema{what: what, strs: true}
+		}
 	}
 	switch t.Kind() {
 	case reflect.Map:
@@ -94,6 +105,12 @@ func schemaOf(t reflect.Type, tag, what string) *keySchema {
 	return s
 }
 
+// isPlainString reports whether t is a string type that decodes as one
+// (no decoder of its own).
+func isPlainString(t reflect.Type) bool {
+	return t.Kind() == reflect.String && !reflect.PointerTo(t).Implements(jsonUnmarshaler) && !reflect.PointerTo(t).Implements(textUnmarshaler)
+}
+
 // child is the schema of key's value, or nil when s does not allow key.
 func (s *keySchema) child(key string) *keySchema {
 	if s.fields == nil {
@@ -121,6 +138,7 @@ type keyError struct {
 	segs []string // where the object is: keys, and "[]" for array elements
 	key  string
 	dup  bool
+	null bool // a null where a string belongs: key's value, or an array element when key is ""
 	s    *keySchema
 }
 
@@ -144,6 +162,12 @@ func (e *keyError) Error() string {
 	}
 	if e.dup {
 		return fmt.Sprintf("%skey %q appears twice; each key may appear once in an object", where, e.key)
+	}
+	if e.null {
+		if e.key == "" {
+			return fmt.Sprintf("%sexpected an array of strings, got one holding null", where)
+		}
+		return fmt.Sprintf("%s%q: expected a string, got null", where, e.key)
 	}
 	msg := fmt.Sprintf("%sunknown field %q", where, e.key)
 	for _, n := range e.s.names() {
@@ -218,6 +242,13 @@ type keyScan struct {
 	top *topValues // see checkKeysTop
 }
 
+// null reports whether the value at k.i (after whitespace) is null.
+func (k *keyScan) null() bool {
+	k.ws()
+	rest := k.b[k.i:]
+	return bytes.HasPrefix(rest, []byte("null")) && (len(rest) == 4 || strings.IndexByte(",]} \t\r\n", rest[4]) >= 0)
+}
+
 func (k *keyScan) ws() {
 	for k.i < len(k.b) {
 		switch k.b[k.i] {
@@ -284,6 +315,9 @@ func (k *keyScan) array(s *keySchema, depth int) error {
 		return nil
 	}
 	for {
+		if s.strs && k.null() {
+			return &keyError{null: true}
+		}
 		if err := k.value(s, depth); err != nil {
 			if ke, ok := err.(*keyError); ok {
 				ke.segs = append([]string{"[]"}, ke.segs...)
@@ -365,6 +399,9 @@ func (k *keyScan) object(s *keySchema, depth int) error {
 		k.i++
 		k.ws()
 		start := k.i
+		if s.strs && k.null() {
+			return &keyError{key: string(key), null: true}
+		}
 		if err := k.value(val, depth); err != nil {
 			if ke, ok := err.(*keyError); ok {
 				ke.segs = append([]string{string(key)}, ke.segs...)

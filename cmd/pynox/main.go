@@ -273,6 +273,12 @@ func withPool(cmd, help string, args []string, stdout, stderr io.Writer, flags f
 	}
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if set["config"] && *configPath == "" {
+		// --config=$UNSET would start the pool without the file's
+		// ceilings and profiles.
+		fmt.Fprintf(stderr, "%s: --config=: an empty path (an unset variable?) names no configuration file; name the file, or leave the flag out\nRun \"%s --help\" for the flags.\n", name, name)
+		return 2
+	}
 	// The command confines its own process (and so every template and
 	// job) unless the configuration file says confine_self = false.
 	// It pins each template to a CPU unless told not to (PinCPUs).

@@ -1,8 +1,10 @@
 package main
 
 import (
+	"errors"
 	"io"
 	"os"
+	"syscall"
 
 	"golang.org/x/sys/unix"
 
@@ -25,10 +27,32 @@ func pollableStdout() io.Writer {
 		return os.Stdout
 	}
 	if w := rawio.New(f); w != nil {
-		return w
+		return sigpipeWriter{w}
 	}
 	f.Close()
 	return os.Stdout
+}
+
+// sigpipeWriter is the pool's own description of the stdout pipe, which
+// fails a write to a pipe with no reader with EPIPE where a write to
+// descriptor 1 kills the process with SIGPIPE (os/signal: "A write to a
+// broken pipe on file descriptors 1 or 2 ..."). The pool went on reading
+// and running requests whose answers nobody could read; now it ends as
+// docs/protocol.md says: killed by SIGPIPE, like a write to descriptor 1,
+// since that is what it does (unless SIGPIPE is ignored, when the write
+// error stands).
+type sigpipeWriter struct{ w io.Writer }
+
+func (s sigpipeWriter) Write(p []byte) (int, error) {
+	n, err := s.w.Write(p)
+	if errors.Is(err, syscall.EPIPE) {
+		rest := p[n:]
+		if len(rest) == 0 {
+			rest = []byte("\n")
+		}
+		_, _ = os.Stdout.Write(rest)
+	}
+	return n, err
 }
 
 // rawStdin is pollableStdin read with raw reads (internal/rawio) when it is the

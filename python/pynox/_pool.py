@@ -512,6 +512,12 @@ class Pool:
                 data = json.dumps({"reply": {"call_id": call_id, "result": value}})
             except Exception as e:  # noqa: BLE001 - a value that is not JSON is the host's fault: HostError
                 data = json.dumps({"reply": {"call_id": call_id, "error": "%s: %s" % (type(e).__name__, e)}})
+        if len(data) > MAX_LINE:  # ASCII: json.dumps escapes the rest
+            # The pool would discard the line, answering it with no
+            # call_id, and the call would wait until its job's timeout.
+            data = json.dumps({"reply": {"call_id": call_id, "error":
+                               "the host's reply is %d bytes of JSON; pynox pool reads request lines of at most %d"
+                               % (len(data), MAX_LINE)}})
         try:
             self._write_line(data)
         except PoolError:
