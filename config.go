@@ -25,6 +25,11 @@ import (
 // and the maximums of every request.
 const (
 	DefaultWorkers     = 2
+	// MaxWorkers bounds Config.Workers: each worker is a template
+	// process and its spares, a few processes and tens of MiB of their
+	// own; more is a mistake (a unit or a zero too many), refused at once
+	// rather than forked.
+	MaxWorkers = 1024
 	DefaultTimeout     = 30 * time.Second
 	DefaultMemory      = 1 << 30
 	DefaultMaxOutput   = 1 << 20
@@ -43,8 +48,8 @@ type Config struct {
 	// to the real interpreter it runs, because templates start with a clean
 	// environment in which a shim cannot work.
 	Python string
-	// Workers is the number of templates, hence of jobs running at once.
-	// Zero means DefaultWorkers.
+	// Workers is the number of templates, hence of jobs running at once,
+	// at most MaxWorkers. Zero means DefaultWorkers.
 	Workers int
 	// Dir is the jobs' working directory and the base of relative paths in
 	// requests. Empty means the current directory.
@@ -249,6 +254,9 @@ var errEmptyPath = errors.New(`an empty path (an unset variable?) would stand fo
 func (c Config) withDefaults() (Config, error) {
 	if c.Workers < 0 {
 		return c, &ConfigError{Key: "pool.workers", Value: fmt.Sprint(c.Workers), Problem: "expected a positive integer"}
+	}
+	if c.Workers > MaxWorkers {
+		return c, &ConfigError{Key: "pool.workers", Value: fmt.Sprint(c.Workers), Problem: fmt.Sprintf("expected at most %d", MaxWorkers)}
 	}
 	if c.Workers == 0 {
 		c.Workers = DefaultWorkers

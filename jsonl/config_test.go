@@ -85,6 +85,7 @@ func TestLoadConfigRefusesBadFiles(t *testing.T) {
 		{"bad duration", "[pool.limits]\ntimeout = \"soon\"\n", []string{"invalid duration"}},
 		{"bad size", "[pool.limits]\nmemory = \"lots\"\n", []string{"invalid size"}},
 		{"negative workers", "[pool]\nworkers = -1\n", []string{":2: pool.workers: expected a positive integer, got -1"}},
+		{"too many workers", "[pool]\nworkers = 100000\n", []string{":2: pool.workers: expected at most 1024, got 100000"}},
 		{"bad log", "[pool]\nlog = \"xml\"\n", []string{`:2: pool.log: expected "json" or "", got "xml"`}},
 		{"bad cgroups", "[pool]\ncgroups = \"yes\"\n", []string{`:2: pool.cgroups: expected "auto", "require" or "off", got "yes"`}},
 		{"zero threads", "[pool.limits]\nthreads = 0\n", []string{":2: pool.limits.threads: expected a positive integer, got 0"}},

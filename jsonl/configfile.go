@@ -186,6 +186,9 @@ func LoadConfig(path string) (*File, error) {
 		if *s.Pool.Workers <= 0 {
 			return nil, bad("pool.workers", "expected a positive integer, got %d", *s.Pool.Workers)
 		}
+		if *s.Pool.Workers > pynox.MaxWorkers {
+			return nil, bad("pool.workers", "expected at most %d, got %d", pynox.MaxWorkers, *s.Pool.Workers)
+		}
 		c.Workers = *s.Pool.Workers
 	}
 	c.Preload = s.Pool.Preload

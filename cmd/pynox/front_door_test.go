@@ -95,6 +95,7 @@ func TestPoolFlagErrors(t *testing.T) {
 	}{
 		{[]string{"pool", "--workers=x"}, "pynox pool: --workers=x: expected a positive integer\nRun \"pynox pool --help\" for the flags.\n"},
 		{[]string{"pool", "--workers=0"}, "pynox pool: --workers=0: expected a positive integer\n"},
+		{[]string{"pool", "--workers=100000"}, "pynox pool: --workers=100000: expected at most 1024\n"},
 		{[]string{"pool", "--bogus"}, "pynox pool: unknown flag --bogus\nRun \"pynox pool --help\" for the flags.\n"},
 		{[]string{"pool", "--config"}, "pynox pool: --config needs a value, as in --config=VALUE\n"},
 		{[]string{"pool", "extra"}, "pynox pool: unexpected argument \"extra\": pynox pool takes flags only\n"},

@@ -305,6 +305,10 @@ func withPool(cmd, help string, args []string, stdout, stderr io.Writer, flags f
 			fmt.Fprintf(stderr, "%s: --workers=%d: expected a positive integer\n", name, *workers)
 			return 2
 		}
+		if *workers > pynox.MaxWorkers {
+			fmt.Fprintf(stderr, "%s: --workers=%d: expected at most %d\n", name, *workers, pynox.MaxWorkers)
+			return 2
+		}
 		cfg.Workers = *workers
 	}
 	if set["python"] {
