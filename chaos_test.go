@@ -539,7 +539,7 @@ func (c *chaos) killTemplate(rng *rand.Rand) {
 func (c *chaos) checkStats() Stats {
 	c.t.Helper()
 	s := c.p.Stats()
-	if sum := s.OK + s.Failed + s.Timeouts + s.Signals + s.RequestErrors + s.WorkerErrors; sum != s.Jobs {
+	if sum := s.OK + s.Failed + s.Timeouts + s.Signals + s.RequestErrors + s.WorkerErrors + s.Cancelled; sum != s.Jobs {
 		c.t.Errorf("stats: outcomes add up to %d, jobs %d: %+v", sum, s.Jobs, s)
 	}
 	var errs int64

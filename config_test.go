@@ -243,7 +243,7 @@ func TestStatsAfterMixedOutcomes(t *testing.T) {
 	require.Equal(t, int64(1), s.Signals)
 	require.Equal(t, int64(1), s.RequestErrors)
 	require.Equal(t, int64(0), s.WorkerErrors)
-	require.Equal(t, s.Jobs, s.OK+s.Failed+s.Timeouts+s.Signals+s.RequestErrors+s.WorkerErrors)
+	require.Equal(t, s.Jobs, s.OK+s.Failed+s.Timeouts+s.Signals+s.RequestErrors+s.WorkerErrors+s.Cancelled)
 	require.Equal(t, map[string]int64{"ValueError": 1, "PermissionError": 1, "TimeoutError": 1, "SignalError": 1, "RequestError": 1}, s.Errors)
 	require.Equal(t, 2, s.Workers)
 	require.Greater(t, s.DurationMSTotal, int64(100))

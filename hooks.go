@@ -67,6 +67,7 @@ func (protocolHooks) Fail(p *Pool, job *Job, session, msg string, accepted time.
 func (protocolHooks) Cancelled(p *Pool, job *Job, accepted time.Time) *Result {
 	res := p.failed(job, nil, KindRuntime, "the job was cancelled by a cancel request", accepted)
 	res.Error.Type = "CancelledError"
+	res.cancelled = true
 	p.finish(job, res)
 	return res
 }

@@ -169,6 +169,6 @@ while True:
 		advServes(t, p)
 	})
 	st := p.Stats()
-	require.Equal(t, st.Jobs, st.OK+st.Failed+st.Timeouts+st.Signals+st.RequestErrors+st.WorkerErrors)
+	require.Equal(t, st.Jobs, st.OK+st.Failed+st.Timeouts+st.Signals+st.RequestErrors+st.WorkerErrors+st.Cancelled)
 	require.Zero(t, st.WorkerErrors)
 }

@@ -227,6 +227,9 @@ type Result struct {
 	OutputsDropped int      `json:"outputs_dropped,omitempty"`
 
 	kind Kind // set by the pool: tells a Python TimeoutError from the pool's
+	// cancelled marks a job a cancel request ended (counted apart: its
+	// code neither raised nor exited).
+	cancelled bool
 }
 
 // ErrorInfo describes a failed job.

@@ -61,11 +61,12 @@ const (
 	outcomeSignal
 	outcomeRequestError
 	outcomeWorkerError
+	outcomeCancelled
 	numOutcomes
 )
 
 // outcomeNames are the outcomes' label values.
-var outcomeNames = [numOutcomes]string{"ok", "failed", "timeout", "signal", "request_error", "worker_error"}
+var outcomeNames = [numOutcomes]string{"ok", "failed", "timeout", "signal", "request_error", "worker_error", "cancelled"}
 
 // errorTypeLabel is the error_type label of a result's error type: the
 // type itself for Python's builtin exceptions and pynox's own error types,
@@ -102,7 +103,7 @@ var labelledErrorTypes = func() map[string]bool {
 		"SystemError", "SystemExit", "TabError", "TimeoutError", "TypeError", "UnboundLocalError",
 		"UnicodeDecodeError", "UnicodeEncodeError", "UnicodeError", "UnicodeTranslateError",
 		"UnicodeWarning", "UserWarning", "ValueError", "Warning", "ZeroDivisionError",
-		"HostError",
+		"HostError", "CancelledError",
 	} {
 		m[t] = true
 	}

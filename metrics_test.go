@@ -92,6 +92,7 @@ func requireMetricsMatchStats(t *testing.T, fams map[string]*dto.MetricFamily, s
 	require.Equal(t, float64(s.Signals), byOutcome["signal"])
 	require.Equal(t, float64(s.RequestErrors), byOutcome["request_error"])
 	require.Equal(t, float64(s.WorkerErrors), byOutcome["worker_error"])
+	require.Equal(t, float64(s.Cancelled), byOutcome["cancelled"])
 	var other int64
 	for typ, n := range s.Errors {
 		if labelledErrorTypes[typ] {

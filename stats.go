@@ -8,7 +8,8 @@ import (
 
 // Stats is a snapshot of a pool's counters: the "stats" answer of the
 // pool protocol. The outcome counters OK, Failed, Timeouts, Signals,
-// RequestErrors and WorkerErrors are disjoint and add up to Jobs.
+// RequestErrors, WorkerErrors and Cancelled are disjoint and add up to
+// Jobs.
 type Stats struct {
 	UptimeMS       int64 `json:"uptime_ms"`
 	Workers        int   `json:"workers"`
@@ -29,6 +30,9 @@ type Stats struct {
 	// confinement step that could not be applied (SandboxSetupError), a
 	// broken control protocol.
 	WorkerErrors int64 `json:"worker_errors"`
+	// Cancelled counts one-shot jobs a cancel request ended, queued or
+	// running (CancelledError): their code neither raised nor exited.
+	Cancelled int64 `json:"cancelled"`
 	// DurationMSTotal and QueueUSTotal sum the results' duration_ms and
 	// queue_us.
 	DurationMSTotal int64 `json:"duration_ms_total"`
@@ -87,8 +91,11 @@ func (c *statsCounters) record(r *Result) {
 		c.s.Errors[key]++
 	}
 	var outcome int
-	switch r.kind {
-	case 0, KindRuntime:
+	switch {
+	case r.cancelled:
+		c.s.Cancelled++
+		outcome = outcomeCancelled
+	case r.kind == 0 || r.kind == KindRuntime:
 		if r.Error == nil && r.Exit == 0 {
 			c.s.OK++
 			outcome = outcomeOK
@@ -96,13 +103,13 @@ func (c *statsCounters) record(r *Result) {
 			c.s.Failed++
 			outcome = outcomeFailed
 		}
-	case KindTimeout:
+	case r.kind == KindTimeout:
 		c.s.Timeouts++
 		outcome = outcomeTimeout
-	case KindSignal:
+	case r.kind == KindSignal:
 		c.s.Signals++
 		outcome = outcomeSignal
-	case KindRequest:
+	case r.kind == KindRequest:
 		c.s.RequestErrors++
 		outcome = outcomeRequestError
 	default:

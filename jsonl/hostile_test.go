@@ -93,5 +93,5 @@ func TestHostileProtocol(t *testing.T) {
 	advServes(t, p)
 	st := p.Stats()
 	require.Equal(t, int64(p.Workers()+len(lines)+1), st.Jobs, "warm-up, the stream, the control job")
-	require.Equal(t, st.Jobs, st.OK+st.Failed+st.Timeouts+st.Signals+st.RequestErrors+st.WorkerErrors)
+	require.Equal(t, st.Jobs, st.OK+st.Failed+st.Timeouts+st.Signals+st.RequestErrors+st.WorkerErrors+st.Cancelled)
 }

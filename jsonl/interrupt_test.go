@@ -110,5 +110,11 @@ func TestServeCancelJobs(t *testing.T) {
 	// The pool serves on.
 	ls.send(`{"id": "after", "code": "print('ok')"}`)
 	require.Equal(t, "ok\n", ls.await("after")["stdout"])
+	// The three cancelled jobs count as cancelled, not failed: their code
+	// neither raised nor exited (the spec's "failed").
+	st := p.Stats()
+	require.Equal(t, int64(3), st.Cancelled)
+	require.Zero(t, st.Failed)
+	require.Equal(t, st.Jobs, st.OK+st.Failed+st.Timeouts+st.Signals+st.RequestErrors+st.WorkerErrors+st.Cancelled)
 	require.Empty(t, ls.finish())
 }

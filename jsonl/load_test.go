@@ -66,7 +66,7 @@ func TestLoadMixedJobs(t *testing.T) {
 	st := p.Stats()
 	t.Logf("%d jobs over 2 workers through Serve in %s (%v); stats %+v", n, took, count, st)
 	require.Equal(t, int64(n), st.Jobs)
-	require.Equal(t, st.Jobs, st.OK+st.Failed+st.Timeouts+st.Signals+st.RequestErrors+st.WorkerErrors)
+	require.Equal(t, st.Jobs, st.OK+st.Failed+st.Timeouts+st.Signals+st.RequestErrors+st.WorkerErrors+st.Cancelled)
 	require.Equal(t, count["ok"], st.OK)
 	require.Equal(t, count["exception"]+count["exit 3"], st.Failed)
 	require.Equal(t, count["timeout"], st.Timeouts)

@@ -157,7 +157,7 @@ func TestServeProtocol(t *testing.T) {
 	st := got["s1"]
 	require.Equal(t, "stats", st["event"])
 	for _, k := range []string{"uptime_ms", "workers", "sessions_active", "jobs", "ok", "failed", "timeouts",
-		"signals", "request_errors", "worker_errors", "duration_ms_total", "queue_us_total", "errors"} {
+		"signals", "request_errors", "worker_errors", "cancelled", "duration_ms_total", "queue_us_total", "errors"} {
 		require.Contains(t, st, k)
 	}
 	var longSeen bool

@@ -188,7 +188,7 @@ var protocolCases = []struct {
 		require.Equal(t, "stats", st["event"])
 		require.Equal(t, "st1", st["id"])
 		for _, k := range []string{"uptime_ms", "workers", "sessions_active", "jobs", "ok", "failed", "timeouts",
-			"signals", "request_errors", "worker_errors", "duration_ms_total", "queue_us_total", "errors"} {
+			"signals", "request_errors", "worker_errors", "cancelled", "duration_ms_total", "queue_us_total", "errors"} {
 			require.Contains(t, st, k)
 		}
 		require.EqualValues(t, 2, st["workers"])

@@ -129,7 +129,7 @@ func TestServeMetrics(t *testing.T) {
 	require.Equal(t, 9.0, num("jobs"))
 	require.Equal(t, num("jobs"), sampleValue(jobs, nil))
 	for outcome, field := range map[string]string{"ok": "ok", "failed": "failed", "timeout": "timeouts",
-		"signal": "signals", "request_error": "request_errors", "worker_error": "worker_errors"} {
+		"signal": "signals", "request_error": "request_errors", "worker_error": "worker_errors", "cancelled": "cancelled"} {
 		require.Equal(t, num(field), sampleValue(jobs, map[string]string{"outcome": outcome}), outcome)
 	}
 	for typ, n := range st["errors"].(map[string]any) {
