@@ -517,7 +517,9 @@ func serveHTTP(p *pynox.Pool, ln net.Listener, tokens *tokenSet, certs *certSour
 
 	served := make(chan error, 1)
 	scheme := "http"
-	ln = &steadyListener{Listener: ln, stderr: stderr}
+	guard := newConnGuard(stderr)
+	hs.ConnState = guard.state
+	ln = &steadyListener{Listener: ln, stderr: stderr, guard: guard}
 	if certs != nil {
 		scheme = "https"
 		hs.TLSConfig = certs.tlsConfig()
@@ -869,6 +871,8 @@ func (s *httpServer) serveMCP(w http.ResponseWriter, r *http.Request) {
 type steadyListener struct {
 	net.Listener
 	stderr io.Writer
+	// guard, when set, bounds the connections held open (see connGuard).
+	guard *connGuard
 }
 
 func (l *steadyListener) Accept() (net.Conn, error) {
@@ -879,6 +883,12 @@ func (l *steadyListener) Accept() (net.Conn, error) {
 		if err == nil || errors.Is(err, net.ErrClosed) {
 			if err == nil && last != "" {
 				fmt.Fprintf(l.stderr, "pynox serve: accepting connections again\n")
+				last = ""
+			}
+			if err == nil && l.guard != nil {
+				if c = l.guard.admit(c); c == nil {
+					continue
+				}
 			}
 			return c, err
 		}
@@ -889,4 +899,105 @@ func (l *steadyListener) Accept() (net.Conn, error) {
 		time.Sleep(delay)
 		delay = min(2*delay, time.Second)
 	}
+}
+
+// connGuard bounds the TCP connections the server holds open below its
+// descriptor limit, keeping a reserve for the pool (its jobs' pipes and
+// sockets, its spares) and for clients with work. Without it, a client
+// needing no token (GET /healthz, or a connection that sends nothing
+// yet) could hold every descriptor with idle keep-alive connections,
+// renewing each within the 2 minutes of IdleTimeout: accept then failed
+// with EMFILE and no authenticated client got through for as long as it
+// lasted (the 35th review: 20000 idle connections). At the bound, a new
+// connection closes one that is idle (before its first request or
+// between requests), which a client with work never is for long; when
+// none is idle, the new connection is closed.
+type connGuard struct {
+	mu     sync.Mutex
+	limit  int
+	open   int
+	idle   map[*guardedConn]struct{}
+	stderr io.Writer
+	full   bool // said on stderr that no idle connection could make room
+}
+
+// newConnGuard sizes the bound from RLIMIT_NOFILE: a quarter of the
+// descriptors (at least 64) stays in reserve.
+func newConnGuard(stderr io.Writer) *connGuard {
+	g := &connGuard{limit: 1 << 30, idle: map[*guardedConn]struct{}{}, stderr: stderr}
+	var rl syscall.Rlimit
+	if syscall.Getrlimit(syscall.RLIMIT_NOFILE, &rl) == nil && rl.Cur < 1<<30 {
+		cur := int(rl.Cur)
+		g.limit = max(cur-max(cur/4, 64), 16)
+	}
+	return g
+}
+
+// admit takes a new connection, closing an idle one to make room at the
+// bound; it returns nil when it closed c instead.
+func (g *connGuard) admit(c net.Conn) net.Conn {
+	g.mu.Lock()
+	var victim *guardedConn
+	if g.open >= g.limit {
+		for v := range g.idle {
+			victim = v
+			break
+		}
+		if victim == nil {
+			if !g.full {
+				g.full = true
+				fmt.Fprintf(g.stderr, "pynox serve: %d connections are open, none idle (the bound: three quarters of the descriptor limit, RLIMIT_NOFILE); closing new ones until one ends\n", g.open)
+			}
+			g.mu.Unlock()
+			c.Close()
+			return nil
+		}
+		delete(g.idle, victim)
+	}
+	g.full = false
+	g.open++
+	gc := &guardedConn{Conn: c, g: g}
+	g.idle[gc] = struct{}{} // idle until its first request
+	g.mu.Unlock()
+	if victim != nil {
+		victim.Close()
+	}
+	return gc
+}
+
+// state is the http.Server's ConnState hook: it tracks which connections
+// are idle.
+func (g *connGuard) state(c net.Conn, st http.ConnState) {
+	if tc, ok := c.(*tls.Conn); ok {
+		c = tc.NetConn()
+	}
+	gc, ok := c.(*guardedConn)
+	if !ok {
+		return
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if st == http.StateIdle && !gc.closed {
+		g.idle[gc] = struct{}{}
+	} else if st != http.StateNew {
+		delete(g.idle, gc)
+	}
+}
+
+// guardedConn is a connection connGuard counts until it is closed.
+type guardedConn struct {
+	net.Conn
+	g      *connGuard
+	closed bool // under g.mu
+}
+
+func (c *guardedConn) Close() error {
+	c.g.mu.Lock()
+	if !c.closed {
+		c.closed = true
+		c.g.open--
+		delete(c.g.idle, c)
+	}
+	c.g.mu.Unlock()
+	return c.Conn.Close()
 }
