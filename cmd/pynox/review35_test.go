@@ -100,3 +100,67 @@ func TestReview35IdleConnectionsCannotLockOut(t *testing.T) {
 	w.send(t, `{"id": "s", "session": "a", "code": "x = 7\nprint(x * 6)"}`)
 	require.Equal(t, "42\n", w.next(t)["stdout"])
 }
+
+// review35MCP posts body to /v1/mcp with tok-a (and the session's id and
+// protocol version when sid is set) and returns the status and body.
+func review35MCP(t *testing.T, s *serveProc, sid, version, body string) (int, http.Header, string) {
+	t.Helper()
+	req, err := http.NewRequest("POST", s.base+"/v1/mcp", strings.NewReader(body))
+	require.NoError(t, err)
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	req.Header.Set("Authorization", "Bearer tok-a")
+	if sid != "" {
+		req.Header.Set("Mcp-Session-Id", sid)
+		req.Header.Set("Mcp-Protocol-Version", version)
+	}
+	resp, err := (&http.Client{Timeout: 2 * time.Minute}).Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, resp.Header, string(b)
+}
+
+// TestReview35MCPBatchIsOneRequest: an MCP client that negotiates
+// protocol 2025-03-26 (whose streamable HTTP transport takes JSON-RPC
+// batches) sent 100 run_python calls in one POST: one --max-conns place,
+// 100 jobs queued in the pool, and another client's one-line /v1/run
+// waited 47 s behind them (a 1 MiB body holds ~7000 calls). Now a batch
+// of more than one request is refused with 400 naming why, before
+// anything runs; a batch of one request, and notifications, still pass.
+func TestReview35MCPBatchIsOneRequest(t *testing.T) {
+	testenv.Slow(t)
+	tokens := filepath.Join(t.TempDir(), "tokens")
+	require.NoError(t, os.WriteFile(tokens, []byte("tok-a\n"), 0o600))
+	s := startServe(t, t.TempDir(), "--workers=1", "--token-file="+tokens)
+	const v = "2025-03-26"
+	code, h, body := review35MCP(t, s, "", "", `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"`+v+`","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`)
+	require.Equal(t, 200, code, body)
+	sid := h.Get("Mcp-Session-Id")
+	require.NotEmpty(t, sid)
+	code, _, body = review35MCP(t, s, sid, v, `{"jsonrpc":"2.0","method":"notifications/initialized"}`)
+	require.Equal(t, http.StatusAccepted, code, body)
+
+	var calls []string
+	for i := range 20 {
+		calls = append(calls, fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"run_python","arguments":{"code":"import time; time.sleep(0.5); print(%d)"}}}`, 10+i, i))
+	}
+	start := time.Now()
+	code, _, body = review35MCP(t, s, sid, v, "["+strings.Join(calls, ",")+"]")
+	require.Equal(t, http.StatusBadRequest, code, "a batch of 20 calls: %s", body)
+	require.Contains(t, body, "a JSON-RPC batch of 20 requests")
+	require.Contains(t, body, "one request per POST")
+	require.Less(t, time.Since(start), 5*time.Second, "refused before anything ran")
+
+	// Another client is not queued behind anything.
+	start = time.Now()
+	code, b := s.do(t, "POST", "/v1/run", "tok-a", `{"id": 1, "code": "print(42)"}`)
+	require.Equal(t, 200, code, b)
+	require.Less(t, time.Since(start), 5*time.Second)
+
+	// A batch of one request (and a notification) is served, one answer.
+	code, _, body = review35MCP(t, s, sid, v, `[{"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":1,"progress":1}},{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"run_python","arguments":{"code":"print(6 * 7)"}}}]`)
+	require.Equal(t, 200, code, body)
+	require.Equal(t, 1, strings.Count(body, `"id":7`), body)
+	require.Contains(t, body, `42`)
+}

@@ -856,7 +856,50 @@ func (s *httpServer) serveMCP(w http.ResponseWriter, r *http.Request) {
 		s.mcpCalls.Add(1)
 		defer s.mcpCalls.Done()
 	}
+	if r.Method == http.MethodPost {
+		if msg := s.mcpBatch(r); msg != "" {
+			writeJSON(w, http.StatusBadRequest, map[string]any{"error": msg})
+			return
+		}
+	}
 	s.mcpHTTP.ServeHTTP(w, r)
+}
+
+// mcpBatch says why a POST to /v1/mcp is refused as a JSON-RPC batch of
+// more than one request, or returns "". The SDK takes batches from a
+// client that negotiated protocol 2025-03-26 and runs every call of one,
+// all in one --max-conns place: before, one POST of 100 run_python calls
+// queued 100 jobs, and another client's run waited behind them (the
+// 35th review; 1 MiB holds ~7000). A batch of one request, with any
+// notifications and responses, passes. The body read is put back for the
+// SDK, which applies its own size limit.
+func (s *httpServer) mcpBatch(r *http.Request) string {
+	head, err := io.ReadAll(io.LimitReader(r.Body, jsonl.MaxLine+2))
+	r.Body = struct {
+		io.Reader
+		io.Closer
+	}{io.MultiReader(bytes.NewReader(head), r.Body), r.Body}
+	trimmed := bytes.TrimLeft(head, " \t\r\n")
+	if err != nil || len(trimmed) == 0 || trimmed[0] != '[' {
+		return ""
+	}
+	var batch []struct {
+		ID     json.RawMessage `json:"id"`
+		Method string          `json:"method"`
+	}
+	if json.Unmarshal(head, &batch) != nil {
+		return "" // the SDK answers a malformed body
+	}
+	n := 0
+	for _, m := range batch {
+		if m.Method != "" && len(m.ID) > 0 { // an id, even null: not a notification
+			n++
+		}
+	}
+	if n <= 1 {
+		return ""
+	}
+	return fmt.Sprintf("a JSON-RPC batch of %d requests: /v1/mcp takes one request per POST (each holds a --max-conns place while it is served); send them one by one", n)
 }
 
 // steadyListener is a listener whose Accept ends only when the listener
