@@ -4,6 +4,7 @@ package main
 
 import (
 	"bufio"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -163,4 +164,93 @@ func TestReview35MCPBatchIsOneRequest(t *testing.T) {
 	require.Equal(t, 200, code, body)
 	require.Equal(t, 1, strings.Count(body, `"id":7`), body)
 	require.Contains(t, body, `42`)
+}
+
+// review35MCPSession opens an MCP session (protocol 2025-06-18) with
+// token and returns its id.
+func review35MCPSession(t *testing.T, s *serveProc, token string) string {
+	t.Helper()
+	post := func(sid, body string) (int, string, string) {
+		req, err := http.NewRequest("POST", s.base+"/v1/mcp", strings.NewReader(body))
+		require.NoError(t, err)
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		req.Header.Set("Authorization", "Bearer "+token)
+		if sid != "" {
+			req.Header.Set("Mcp-Session-Id", sid)
+			req.Header.Set("Mcp-Protocol-Version", "2025-06-18")
+		}
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, resp.Header.Get("Mcp-Session-Id"), string(b)
+	}
+	code, sid, body := post("", `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`)
+	require.Equal(t, 200, code, body)
+	require.NotEmpty(t, sid)
+	code, _, body = post(sid, `{"jsonrpc":"2.0","method":"notifications/initialized"}`)
+	require.Equal(t, http.StatusAccepted, code, body)
+	return sid
+}
+
+// review35Call posts one run_python call and waits up to wait for its
+// answer; "" when none came (the POST is then abandoned: the connection
+// is closed).
+func review35Call(t *testing.T, s *serveProc, token, sid string, id int, code string, wait time.Duration) string {
+	t.Helper()
+	args, _ := json.Marshal(map[string]any{"code": code})
+	req, err := http.NewRequest("POST", s.base+"/v1/mcp", strings.NewReader(fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"run_python","arguments":%s}}`, id, args)))
+	require.NoError(t, err)
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	req.Header.Set("Authorization", "Bearer "+token)
+	req.Header.Set("Mcp-Session-Id", sid)
+	req.Header.Set("Mcp-Protocol-Version", "2025-06-18")
+	resp, err := (&http.Client{Timeout: wait, Transport: &http.Transport{DisableKeepAlives: true}}).Do(req)
+	if err != nil {
+		return ""
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return ""
+	}
+	return string(b)
+}
+
+// TestReview35MCPAbandonedCallsBounded: a POST to /v1/mcp holds its
+// --max-conns place only while the client waits for the answer, but the
+// SDK goes on with a tool call whose POST was abandoned (MCP says a
+// disconnection is not a cancellation). Before, a client that posted 30
+// calls of 1 s and dropped each after 0.3 s had 30 jobs queued in the
+// pool while holding no place, and another client's run waited 20 s:
+// without bound. Now the calls one token has under way, answered or not,
+// are bounded by --max-inflight-per-conn; one more is answered at once
+// with an error naming the flag, and another token's calls still run.
+func TestReview35MCPAbandonedCallsBounded(t *testing.T) {
+	testenv.Slow(t)
+	tokens := filepath.Join(t.TempDir(), "tokens")
+	require.NoError(t, os.WriteFile(tokens, []byte("tok-a\ntok-b\n"), 0o600))
+	s := startServe(t, t.TempDir(), "--workers=1", "--token-file="+tokens, "--max-inflight-per-conn=3")
+	a := review35MCPSession(t, s, "tok-a")
+	refused := 0
+	for i := range 12 {
+		got := review35Call(t, s, "tok-a", a, 100+i, "import time; time.sleep(2)", 300*time.Millisecond)
+		if strings.Contains(got, "--max-inflight-per-conn") {
+			refused++
+			require.Contains(t, got, fmt.Sprintf(`"id":%d`, 100+i), "one answer, to this call")
+			require.Contains(t, got, "3 tool calls of this token are under way (the limit, --max-inflight-per-conn)")
+		}
+	}
+	require.GreaterOrEqual(t, refused, 8, "abandoned calls beyond --max-inflight-per-conn=3 were taken")
+
+	// Another token is not bounded by tok-a's calls.
+	b := review35MCPSession(t, s, "tok-b")
+	got := review35Call(t, s, "tok-b", b, 1, "print(6 * 7)", time.Minute)
+	require.Contains(t, got, `42`, got)
+	// Once tok-a's calls end, it may call again.
+	require.Eventually(t, func() bool {
+		return strings.Contains(review35Call(t, s, "tok-a", a, 7, "print(6 * 7)", time.Minute), "42")
+	}, time.Minute, 500*time.Millisecond)
 }

@@ -77,7 +77,9 @@ Flags of the server:
   --max-inflight-per-conn=N
                          jobs and session requests a WebSocket connection
                          may have accepted and not yet answered; one more
-                         is answered with a RequestError (default 64)
+                         is answered with a RequestError (default 64);
+                         also bounds the tool calls under way on /v1/mcp
+                         per token, abandoned ones included
   --max-mcp-sessions-per-token=N
                          MCP sessions one token may hold at once (on a
                          server without tokens: all clients; default 256)
@@ -455,6 +457,10 @@ type httpServer struct {
 	mcpCalls sync.WaitGroup
 	// mcpOwners maps MCP session ids to the token that opened them.
 	mcpOwners mcpOwners
+	// mcpBusy counts the tool calls under way per token (its digest, ""
+	// without tokens), answered or not (see mcpInFlight).
+	mcpBusyMu sync.Mutex
+	mcpBusy   map[string]int
 	// metrics serves GET /metrics (metrics.go); wsConns counts the
 	// WebSocket connections of /v1/pool for it.
 	metrics http.Handler
@@ -477,6 +483,7 @@ func serveHTTP(p *pynox.Pool, ln net.Listener, tokens *tokenSet, certs *certSour
 		DisableLocalhostProtection: true,
 		MaxRequestBodyBytes:        jsonl.MaxLine + 1,
 	})
+	s.mcp.MCP().AddReceivingMiddleware(s.mcpInFlight)
 	if tokens != nil {
 		// An MCP session is bound to the token that opened it: the SDK
 		// refuses (403) a request naming its session id with another
@@ -900,6 +907,48 @@ func (s *httpServer) mcpBatch(r *http.Request) string {
 		return ""
 	}
 	return fmt.Sprintf("a JSON-RPC batch of %d requests: /v1/mcp takes one request per POST (each holds a --max-conns place while it is served); send them one by one", n)
+}
+
+// mcpInFlight bounds the tool calls one token has under way on /v1/mcp
+// by --max-inflight-per-conn. A POST holds its --max-conns place only
+// while its client waits, but the SDK goes on with a call whose POST was
+// abandoned (in MCP a disconnection is not a cancellation): before, a
+// client that posted calls and dropped each at once queued any number of
+// jobs while holding no place (the 35th review: 30 calls, and another
+// client's run waited 20 s). One more call is answered at once with an
+// error naming the flag.
+func (s *httpServer) mcpInFlight(next mcp.MethodHandler) mcp.MethodHandler {
+	return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+		if method != "tools/call" {
+			return next(ctx, method, req)
+		}
+		owner := ""
+		if ex := req.GetExtra(); ex != nil && ex.TokenInfo != nil {
+			owner = ex.TokenInfo.UserID
+		}
+		s.mcpBusyMu.Lock()
+		if s.mcpBusy == nil {
+			s.mcpBusy = map[string]int{}
+		}
+		if n := s.mcpBusy[owner]; n >= s.o.maxInFlight {
+			s.mcpBusyMu.Unlock()
+			who := "this token"
+			if s.tokens == nil {
+				who = "the server's clients"
+			}
+			return nil, fmt.Errorf("%d tool calls of %s are under way (the limit, --max-inflight-per-conn), counting those whose requests were abandoned; wait for their answers before sending more", n, who)
+		}
+		s.mcpBusy[owner]++
+		s.mcpBusyMu.Unlock()
+		defer func() {
+			s.mcpBusyMu.Lock()
+			if s.mcpBusy[owner]--; s.mcpBusy[owner] == 0 {
+				delete(s.mcpBusy, owner)
+			}
+			s.mcpBusyMu.Unlock()
+		}()
+		return next(ctx, method, req)
+	}
 }
 
 // steadyListener is a listener whose Accept ends only when the listener
