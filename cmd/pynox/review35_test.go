@@ -12,7 +12,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -253,4 +255,135 @@ func TestReview35MCPAbandonedCallsBounded(t *testing.T) {
 	require.Eventually(t, func() bool {
 		return strings.Contains(review35Call(t, s, "tok-a", a, 7, "print(6 * 7)", time.Minute), "42")
 	}, time.Minute, 500*time.Millisecond)
+}
+
+// review35Counts returns the server's open descriptors and its
+// descendant processes. Descriptors of job cgroups are left out: the
+// pool keeps the cgroups of ended jobs for reuse (internal/cgroup
+// NewGroup), as many as jobs ever ran at once, a high-water mark.
+func review35Counts(t *testing.T, pid int) (fds, procs int) {
+	ents, err := os.ReadDir("/proc/" + strconv.Itoa(pid) + "/fd")
+	if err != nil {
+		return -1, -1 // the server is gone
+	}
+	for _, e := range ents {
+		l, _ := os.Readlink("/proc/" + strconv.Itoa(pid) + "/fd/" + e.Name())
+		if !strings.HasPrefix(l, "/sys/fs/cgroup/") {
+			fds++
+		}
+	}
+	return fds, len(descendants(pid))
+}
+
+// review35FDs lists what pid's descriptors are, and how many of each.
+func review35FDs(pid int) string {
+	ents, _ := os.ReadDir("/proc/" + strconv.Itoa(pid) + "/fd")
+	kinds := map[string]int{}
+	for _, e := range ents {
+		l, _ := os.Readlink("/proc/" + strconv.Itoa(pid) + "/fd/" + e.Name())
+		if i := strings.Index(l, ":["); i >= 0 {
+			l = l[:i]
+		}
+		kinds[l]++
+	}
+	return fmt.Sprint(kinds)
+}
+
+// TestReview35NoLeakPerConnection: 20 rounds of clients that go away
+// abruptly mid-request: a WebSocket connection reset with a session open
+// and a job and a step under way, a WebSocket half-closed (FIN) after a
+// request, a /v1/run dropped mid-run, and an MCP client with a Python
+// session that ends its MCP session (DELETE) while a call runs. The work
+// they had sent runs to its end (docs/serve.md: ending a connection is
+// the pipe's end of input; MCP does not cancel on disconnection); once
+// it has, the server holds the descriptors and processes it held before,
+// and serves.
+func TestReview35NoLeakPerConnection(t *testing.T) {
+	testenv.Slow(t)
+	tokens := filepath.Join(t.TempDir(), "tokens")
+	require.NoError(t, os.WriteFile(tokens, []byte("tok-a\n"), 0o600))
+	s := startServe(t, t.TempDir(), "--workers=2", "--token-file="+tokens)
+	pid := s.cmd.Process.Pid
+	host := strings.TrimPrefix(s.base, "http://")
+	var calls sync.WaitGroup
+	var fds0, procs0 int
+	for i := range 11 {
+		if i == 1 {
+			// Round 0 warmed every path up (the pool keeps per-job cgroups
+			// for reuse, as many as jobs ran at once): the baseline is
+			// taken once its work has ended.
+			calls.Wait()
+			time.Sleep(5 * time.Second)
+			http.DefaultClient.CloseIdleConnections()
+			fds0, procs0 = review35Counts(t, pid)
+		}
+		w, _, err := dialPool(t, s, "tok-a")
+		require.NoError(t, err)
+		w.send(t, `{"id": "s", "session": "a", "code": "x = 1"}`)
+		require.Equal(t, "s", w.next(t)["id"])
+		w.send(t, `{"id": "s2", "session": "a", "code": "import time; time.sleep(2)"}`)
+		w.send(t, `{"id": "j", "code": "import time; time.sleep(2)"}`)
+		time.Sleep(100 * time.Millisecond)
+		w.c.CloseNow()
+
+		// A WebSocket upgrade, a request, then FIN on the raw socket.
+		c, err := net.Dial("tcp", host)
+		require.NoError(t, err)
+		fmt.Fprintf(c, "GET /v1/pool HTTP/1.1\r\nHost: %s\r\nAuthorization: Bearer tok-a\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n", host)
+		c.(*net.TCPConn).CloseWrite()
+		time.Sleep(50 * time.Millisecond)
+		c.Close()
+
+		// A run dropped mid-run.
+		req, _ := http.NewRequest("POST", s.base+"/v1/run", strings.NewReader(`{"id": 2, "code": "import time; time.sleep(2)"}`))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Authorization", "Bearer tok-a")
+		_, err = (&http.Client{Timeout: 200 * time.Millisecond, Transport: &http.Transport{DisableKeepAlives: true}}).Do(req)
+		require.Error(t, err)
+
+		// An MCP client with a session, ended (DELETE) while a call runs.
+		sid := review35MCPSession(t, s, "tok-a")
+		require.Contains(t, review35Call(t, s, "tok-a", sid, 1, "x = 41", time.Minute), `"id":1`)
+		// (Work under way when its client goes runs to its end, by
+		// design: docs/serve.md; 2 s here.)
+		calls.Add(1)
+		go func() {
+			defer calls.Done()
+			args := `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"run_python","arguments":{"code":"import time; time.sleep(2)","session":"m"}}}`
+			req, _ := http.NewRequest("POST", s.base+"/v1/mcp", strings.NewReader(args))
+			req.Header.Set("Content-Type", "application/json")
+			req.Header.Set("Accept", "application/json, text/event-stream")
+			req.Header.Set("Authorization", "Bearer tok-a")
+			req.Header.Set("Mcp-Session-Id", sid)
+			req.Header.Set("Mcp-Protocol-Version", "2025-06-18")
+			resp, err := (&http.Client{Timeout: 45 * time.Second}).Do(req)
+			if err == nil {
+				io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+			}
+		}()
+		time.Sleep(300 * time.Millisecond)
+		del, _ := http.NewRequest("DELETE", s.base+"/v1/mcp", nil)
+		del.Header.Set("Authorization", "Bearer tok-a")
+		del.Header.Set("Mcp-Session-Id", sid)
+		del.Header.Set("Mcp-Protocol-Version", "2025-06-18")
+		resp, err := http.DefaultClient.Do(del)
+		require.NoError(t, err)
+		resp.Body.Close()
+	}
+	calls.Wait()
+	http.DefaultClient.CloseIdleConnections()
+	var fds, procs int
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		fds, procs = review35Counts(t, pid)
+		if fds >= 0 && fds <= fds0+2 && procs <= procs0 {
+			break
+		}
+		require.True(t, time.Now().Before(deadline), "before: %d descriptors, %d processes; after: %d, %d (-1: the server is gone); descriptors now:\n%s\nstderr:\n%s", fds0, procs0, fds, procs, review35FDs(pid), s.stderr)
+		time.Sleep(200 * time.Millisecond)
+	}
+	code, body := s.do(t, "POST", "/v1/run", "tok-a", `{"id": 3, "code": "print(6 * 7)"}`)
+	require.Equal(t, 200, code, body)
+	require.Contains(t, body, `"stdout":"42\n"`)
 }
