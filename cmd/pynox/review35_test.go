@@ -387,3 +387,26 @@ func TestReview35NoLeakPerConnection(t *testing.T) {
 	require.Equal(t, 200, code, body)
 	require.Contains(t, body, `"stdout":"42\n"`)
 }
+
+// TestReview35MCPIdOutOfRange: the SDK reads a numeric JSON-RPC id into
+// an int64 through a float64: a ping with id
+// 123456789012345678901234567890, or 2^63-1, was answered with id
+// -9223372036854775808, which the client cannot match to its request. Now /v1/mcp refuses such an id with 400 naming it; an id
+// within range and a string id are answered with themselves.
+func TestReview35MCPIdOutOfRange(t *testing.T) {
+	tokens := filepath.Join(t.TempDir(), "tokens")
+	require.NoError(t, os.WriteFile(tokens, []byte("tok-a\n"), 0o600))
+	s := startServe(t, t.TempDir(), "--workers=1", "--token-file="+tokens)
+	sid := review35MCPSession(t, s, "tok-a")
+	for _, id := range []string{"123456789012345678901234567890", "9223372036854775807", "9007199254740993", "1.5", "1e3"} {
+		code, _, body := review35MCP(t, s, sid, "2025-06-18", `{"jsonrpc":"2.0","id":`+id+`,"method":"ping"}`)
+		require.Equal(t, http.StatusBadRequest, code, "id %s: %s", id, body)
+		require.Contains(t, body, "id "+id+": expected a string or an integer")
+	}
+	code, _, body := review35MCP(t, s, sid, "2025-06-18", `{"jsonrpc":"2.0","id":9007199254740992,"method":"ping"}`)
+	require.Equal(t, 200, code, body)
+	require.Contains(t, body, `"id":9007199254740992,`)
+	code, _, body = review35MCP(t, s, sid, "2025-06-18", `{"jsonrpc":"2.0","id":"123456789012345678901234567890","method":"ping"}`)
+	require.Equal(t, 200, code, body)
+	require.Contains(t, body, `"id":"123456789012345678901234567890"`)
+}

@@ -21,6 +21,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -887,15 +888,36 @@ func (s *httpServer) mcpBatch(r *http.Request) string {
 		io.Closer
 	}{io.MultiReader(bytes.NewReader(head), r.Body), r.Body}
 	trimmed := bytes.TrimLeft(head, " \t\r\n")
-	if err != nil || len(trimmed) == 0 || trimmed[0] != '[' {
+	if err != nil || len(trimmed) == 0 {
 		return ""
 	}
-	var batch []struct {
+	type message struct {
 		ID     json.RawMessage `json:"id"`
 		Method string          `json:"method"`
 	}
-	if json.Unmarshal(head, &batch) != nil {
+	var batch []message
+	if trimmed[0] != '[' {
+		var one message
+		if json.Unmarshal(head, &one) != nil {
+			return ""
+		}
+		batch = []message{one}
+	} else if json.Unmarshal(head, &batch) != nil {
 		return "" // the SDK answers a malformed body
+	}
+	for _, m := range batch {
+		// The SDK reads a numeric id through a float64 into an int64: one
+		// beyond 2^53, or a fraction, was answered under another id
+		// (-9223372036854775808 for 123456789012345678901234567890 and
+		// for 2^63-1; the 35th review).
+		if id := bytes.TrimSpace(m.ID); len(id) > 0 && (id[0] == '-' || id[0] >= '0' && id[0] <= '9') {
+			if n, err := strconv.ParseInt(string(id), 10, 64); err != nil || n > 1<<53 || n < -(1<<53) {
+				return fmt.Sprintf("id %s: expected a string or an integer from -2^53 to 2^53 (the answer would carry another id)", id)
+			}
+		}
+	}
+	if trimmed[0] != '[' {
+		return ""
 	}
 	n := 0
 	for _, m := range batch {
