@@ -21,6 +21,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -77,7 +78,9 @@ Flags of the server:
   --max-inflight-per-conn=N
                          jobs and session requests a WebSocket connection
                          may have accepted and not yet answered; one more
-                         is answered with a RequestError (default 64)
+                         is answered with a RequestError (default 64);
+                         also bounds the tool calls under way on /v1/mcp
+                         per token, abandoned ones included
   --max-mcp-sessions-per-token=N
                          MCP sessions one token may hold at once (on a
                          server without tokens: all clients; default 256)
@@ -455,6 +458,10 @@ type httpServer struct {
 	mcpCalls sync.WaitGroup
 	// mcpOwners maps MCP session ids to the token that opened them.
 	mcpOwners mcpOwners
+	// mcpBusy counts the tool calls under way per token (its digest, ""
+	// without tokens), answered or not (see mcpInFlight).
+	mcpBusyMu sync.Mutex
+	mcpBusy   map[string]int
 	// metrics serves GET /metrics (metrics.go); wsConns counts the
 	// WebSocket connections of /v1/pool for it.
 	metrics http.Handler
@@ -477,6 +484,7 @@ func serveHTTP(p *pynox.Pool, ln net.Listener, tokens *tokenSet, certs *certSour
 		DisableLocalhostProtection: true,
 		MaxRequestBodyBytes:        jsonl.MaxLine + 1,
 	})
+	s.mcp.MCP().AddReceivingMiddleware(s.mcpInFlight)
 	if tokens != nil {
 		// An MCP session is bound to the token that opened it: the SDK
 		// refuses (403) a request naming its session id with another
@@ -517,7 +525,9 @@ func serveHTTP(p *pynox.Pool, ln net.Listener, tokens *tokenSet, certs *certSour
 
 	served := make(chan error, 1)
 	scheme := "http"
-	ln = &steadyListener{Listener: ln, stderr: stderr}
+	guard := newConnGuard(stderr)
+	hs.ConnState = guard.state
+	ln = &steadyListener{Listener: ln, stderr: stderr, guard: guard}
 	if certs != nil {
 		scheme = "https"
 		hs.TLSConfig = certs.tlsConfig()
@@ -854,7 +864,113 @@ func (s *httpServer) serveMCP(w http.ResponseWriter, r *http.Request) {
 		s.mcpCalls.Add(1)
 		defer s.mcpCalls.Done()
 	}
+	if r.Method == http.MethodPost {
+		if msg := s.mcpBatch(r); msg != "" {
+			writeJSON(w, http.StatusBadRequest, map[string]any{"error": msg})
+			return
+		}
+	}
 	s.mcpHTTP.ServeHTTP(w, r)
+}
+
+// mcpBatch says why a POST to /v1/mcp is refused as a JSON-RPC batch of
+// more than one request, or returns "". The SDK takes batches from a
+// client that negotiated protocol 2025-03-26 and runs every call of one,
+// all in one --max-conns place: before, one POST of 100 run_python calls
+// queued 100 jobs, and another client's run waited behind them (the
+// 35th review; 1 MiB holds ~7000). A batch of one request, with any
+// notifications and responses, passes. The body read is put back for the
+// SDK, which applies its own size limit.
+func (s *httpServer) mcpBatch(r *http.Request) string {
+	head, err := io.ReadAll(io.LimitReader(r.Body, jsonl.MaxLine+2))
+	r.Body = struct {
+		io.Reader
+		io.Closer
+	}{io.MultiReader(bytes.NewReader(head), r.Body), r.Body}
+	trimmed := bytes.TrimLeft(head, " \t\r\n")
+	if err != nil || len(trimmed) == 0 {
+		return ""
+	}
+	type message struct {
+		ID     json.RawMessage `json:"id"`
+		Method string          `json:"method"`
+	}
+	var batch []message
+	if trimmed[0] != '[' {
+		var one message
+		if json.Unmarshal(head, &one) != nil {
+			return ""
+		}
+		batch = []message{one}
+	} else if json.Unmarshal(head, &batch) != nil {
+		return "" // the SDK answers a malformed body
+	}
+	for _, m := range batch {
+		// The SDK reads a numeric id through a float64 into an int64: one
+		// beyond 2^53, or a fraction, was answered under another id
+		// (-9223372036854775808 for 123456789012345678901234567890 and
+		// for 2^63-1; the 35th review).
+		if id := bytes.TrimSpace(m.ID); len(id) > 0 && (id[0] == '-' || id[0] >= '0' && id[0] <= '9') {
+			if n, err := strconv.ParseInt(string(id), 10, 64); err != nil || n > 1<<53 || n < -(1<<53) {
+				return fmt.Sprintf("id %s: expected a string or an integer from -2^53 to 2^53 (the answer would carry another id)", id)
+			}
+		}
+	}
+	if trimmed[0] != '[' {
+		return ""
+	}
+	n := 0
+	for _, m := range batch {
+		if m.Method != "" && len(m.ID) > 0 { // an id, even null: not a notification
+			n++
+		}
+	}
+	if n <= 1 {
+		return ""
+	}
+	return fmt.Sprintf("a JSON-RPC batch of %d requests: /v1/mcp takes one request per POST (each holds a --max-conns place while it is served); send them one by one", n)
+}
+
+// mcpInFlight bounds the tool calls one token has under way on /v1/mcp
+// by --max-inflight-per-conn. A POST holds its --max-conns place only
+// while its client waits, but the SDK goes on with a call whose POST was
+// abandoned (in MCP a disconnection is not a cancellation): before, a
+// client that posted calls and dropped each at once queued any number of
+// jobs while holding no place (the 35th review: 30 calls, and another
+// client's run waited 20 s). One more call is answered at once with an
+// error naming the flag.
+func (s *httpServer) mcpInFlight(next mcp.MethodHandler) mcp.MethodHandler {
+	return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+		if method != "tools/call" {
+			return next(ctx, method, req)
+		}
+		owner := ""
+		if ex := req.GetExtra(); ex != nil && ex.TokenInfo != nil {
+			owner = ex.TokenInfo.UserID
+		}
+		s.mcpBusyMu.Lock()
+		if s.mcpBusy == nil {
+			s.mcpBusy = map[string]int{}
+		}
+		if n := s.mcpBusy[owner]; n >= s.o.maxInFlight {
+			s.mcpBusyMu.Unlock()
+			who := "this token"
+			if s.tokens == nil {
+				who = "the server's clients"
+			}
+			return nil, fmt.Errorf("%d tool calls of %s are under way (the limit, --max-inflight-per-conn), counting those whose requests were abandoned; wait for their answers before sending more", n, who)
+		}
+		s.mcpBusy[owner]++
+		s.mcpBusyMu.Unlock()
+		defer func() {
+			s.mcpBusyMu.Lock()
+			if s.mcpBusy[owner]--; s.mcpBusy[owner] == 0 {
+				delete(s.mcpBusy, owner)
+			}
+			s.mcpBusyMu.Unlock()
+		}()
+		return next(ctx, method, req)
+	}
 }
 
 // steadyListener is a listener whose Accept ends only when the listener
@@ -869,6 +985,8 @@ func (s *httpServer) serveMCP(w http.ResponseWriter, r *http.Request) {
 type steadyListener struct {
 	net.Listener
 	stderr io.Writer
+	// guard, when set, bounds the connections held open (see connGuard).
+	guard *connGuard
 }
 
 func (l *steadyListener) Accept() (net.Conn, error) {
@@ -879,6 +997,12 @@ func (l *steadyListener) Accept() (net.Conn, error) {
 		if err == nil || errors.Is(err, net.ErrClosed) {
 			if err == nil && last != "" {
 				fmt.Fprintf(l.stderr, "pynox serve: accepting connections again\n")
+				last = ""
+			}
+			if err == nil && l.guard != nil {
+				if c = l.guard.admit(c); c == nil {
+					continue
+				}
 			}
 			return c, err
 		}
@@ -889,4 +1013,105 @@ func (l *steadyListener) Accept() (net.Conn, error) {
 		time.Sleep(delay)
 		delay = min(2*delay, time.Second)
 	}
+}
+
+// connGuard bounds the TCP connections the server holds open below its
+// descriptor limit, keeping a reserve for the pool (its jobs' pipes and
+// sockets, its spares) and for clients with work. Without it, a client
+// needing no token (GET /healthz, or a connection that sends nothing
+// yet) could hold every descriptor with idle keep-alive connections,
+// renewing each within the 2 minutes of IdleTimeout: accept then failed
+// with EMFILE and no authenticated client got through for as long as it
+// lasted (the 35th review: 20000 idle connections). At the bound, a new
+// connection closes one that is idle (before its first request or
+// between requests), which a client with work never is for long; when
+// none is idle, the new connection is closed.
+type connGuard struct {
+	mu     sync.Mutex
+	limit  int
+	open   int
+	idle   map[*guardedConn]struct{}
+	stderr io.Writer
+	full   bool // said on stderr that no idle connection could make room
+}
+
+// newConnGuard sizes the bound from RLIMIT_NOFILE: a quarter of the
+// descriptors (at least 64) stays in reserve.
+func newConnGuard(stderr io.Writer) *connGuard {
+	g := &connGuard{limit: 1 << 30, idle: map[*guardedConn]struct{}{}, stderr: stderr}
+	var rl syscall.Rlimit
+	if syscall.Getrlimit(syscall.RLIMIT_NOFILE, &rl) == nil && rl.Cur < 1<<30 {
+		cur := int(rl.Cur)
+		g.limit = max(cur-max(cur/4, 64), 16)
+	}
+	return g
+}
+
+// admit takes a new connection, closing an idle one to make room at the
+// bound; it returns nil when it closed c instead.
+func (g *connGuard) admit(c net.Conn) net.Conn {
+	g.mu.Lock()
+	var victim *guardedConn
+	if g.open >= g.limit {
+		for v := range g.idle {
+			victim = v
+			break
+		}
+		if victim == nil {
+			if !g.full {
+				g.full = true
+				fmt.Fprintf(g.stderr, "pynox serve: %d connections are open, none idle (the bound: three quarters of the descriptor limit, RLIMIT_NOFILE); closing new ones until one ends\n", g.open)
+			}
+			g.mu.Unlock()
+			c.Close()
+			return nil
+		}
+		delete(g.idle, victim)
+	}
+	g.full = false
+	g.open++
+	gc := &guardedConn{Conn: c, g: g}
+	g.idle[gc] = struct{}{} // idle until its first request
+	g.mu.Unlock()
+	if victim != nil {
+		victim.Close()
+	}
+	return gc
+}
+
+// state is the http.Server's ConnState hook: it tracks which connections
+// are idle.
+func (g *connGuard) state(c net.Conn, st http.ConnState) {
+	if tc, ok := c.(*tls.Conn); ok {
+		c = tc.NetConn()
+	}
+	gc, ok := c.(*guardedConn)
+	if !ok {
+		return
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if st == http.StateIdle && !gc.closed {
+		g.idle[gc] = struct{}{}
+	} else if st != http.StateNew {
+		delete(g.idle, gc)
+	}
+}
+
+// guardedConn is a connection connGuard counts until it is closed.
+type guardedConn struct {
+	net.Conn
+	g      *connGuard
+	closed bool // under g.mu
+}
+
+func (c *guardedConn) Close() error {
+	c.g.mu.Lock()
+	if !c.closed {
+		c.closed = true
+		c.g.open--
+		delete(c.g.idle, c)
+	}
+	c.g.mu.Unlock()
+	return c.Conn.Close()
 }
