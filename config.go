@@ -24,12 +24,12 @@ import (
 // Default limits: without a configured ceiling these are both the defaults
 // and the maximums of every request.
 const (
-	DefaultWorkers     = 2
+	DefaultWorkers = 2
 	// MaxWorkers bounds Config.Workers: each worker is a template
 	// process and its spares, a few processes and tens of MiB of their
 	// own; more is a mistake (a unit or a zero too many), refused at once
 	// rather than forked.
-	MaxWorkers = 1024
+	MaxWorkers         = 1024
 	DefaultTimeout     = 30 * time.Second
 	DefaultMemory      = 1 << 30
 	DefaultMaxOutput   = 1 << 20
