@@ -309,12 +309,15 @@ func (a *nsAheads) popReadyLocked(gen uint64) (got *nsAhead, stale []*nsAhead) {
 // dupFD returns a close-on-exec copy of fd.
 func dupFD(fd int) (int, error) { return unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 0) }
 
-// count adds one (or d) to a counter of a's, under its lock.
-func (a *nsAheads) count(n *int, d ...int) {
+// count adds one to a counter of a's, under its lock.
+func (a *nsAheads) count(n *int) {
 	a.mu.Lock()
-	*n += cmp.Or(append(d, 1)...)
+	*n++
 	a.mu.Unlock()
 }
+
+// idleLocked says whether no mount job came for idleFor.
+func (a *nsAheads) idleLocked() bool { return time.Since(a.used) >= a.idleFor() }
 
 // idleFor is how long the pool attaches ahead after its last mount job.
 func (a *nsAheads) idleFor() time.Duration { return cmp.Or(a.idleAfter, nsAheadIdle) }
@@ -544,7 +547,10 @@ func (p *Pool) leaseAhead() (l *worker.NSLease, busy bool) {
 // no longer a spare's (its job took the spare, or the lease ended).
 func (p *Pool) unlend(n *nsAhead) {
 	if n.lent.CompareAndSwap(true, false) {
-		p.ns.ahead.count(&p.ns.ahead.lent, -1)
+		a := &p.ns.ahead
+		a.mu.Lock()
+		a.lent--
+		a.mu.Unlock()
 	}
 }
 
@@ -600,7 +606,7 @@ func (p *Pool) aheadIdle() {
 	a := &p.ns.ahead
 	a.mu.Lock()
 	var r []*nsAhead
-	idle := time.Since(a.used) >= a.idleFor()
+	idle := a.idleLocked()
 	if idle {
 		a.last, a.streak = nil, 0
 		r = a.dropLocked()
@@ -623,13 +629,15 @@ func (p *Pool) aheadIdle() {
 // rounds; a few seconds at most), until a job comes.
 func (p *Pool) retireAheadSpares(try int) {
 	a := &p.ns.ahead
-	idle := func() bool {
+	// still says the pool is still idle (no mount job came: its spares
+	// may hold its part) and, with lent, that spares hold namespaces ahead.
+	still := func(lent bool) bool {
 		a.mu.Lock()
 		defer a.mu.Unlock()
-		return a.src == nil && !a.closed && time.Since(a.used) >= a.idleFor()
+		return a.src == nil && !a.closed && a.idleLocked() && (!lent || a.lent > 0)
 	}
-	if try > 0 && !idle() {
-		return // a mount job came: its spares may hold its part
+	if try > 0 && !still(false) {
+		return
 	}
 	for _, w := range p.workers {
 		if tpl := w.live.Load(); tpl != nil {
@@ -645,10 +653,7 @@ func (p *Pool) retireAheadSpares(try int) {
 			})
 		}
 	}
-	a.mu.Lock()
-	lent := a.lent
-	a.mu.Unlock()
-	if lent > 0 && idle() && try < aheadRetireTries {
+	if try < aheadRetireTries && still(true) {
 		time.AfterFunc(aheadRetireEvery, func() { p.retireAheadSpares(try + 1) })
 	}
 }
