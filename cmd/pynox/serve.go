@@ -609,7 +609,21 @@ func (s *httpServer) handler() http.Handler {
 	mux.Handle("POST /v1/run", s.guard(http.HandlerFunc(s.serveRun)))
 	mux.Handle("/v1/mcp", s.guard(http.HandlerFunc(s.serveMCP)))
 	mux.Handle("GET /metrics", s.guardMetrics(s.metrics))
-	return mux
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		// A request that declares a body has it read within
+		// --write-timeout, whatever answers it: the handlers that do not
+		// read it (GET /healthz, a 401 for a missing token, a 404) left
+		// net/http discarding it with no deadline before the answer, so
+		// a client with no token that never sent the body it declared
+		// held its connection busy for good, never idle, and enough of
+		// them filled the connection bound (connGuard) so that every new
+		// connection was closed (review 36). Requests without a body
+		// (the WebSocket upgrade, MCP's GET stream) keep no deadline.
+		if r.ContentLength != 0 {
+			_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(s.o.writeTimeout))
+		}
+		mux.ServeHTTP(w, r)
+	})
 }
 
 func writeJSON(w http.ResponseWriter, code int, v any) {
